@@ -1,0 +1,170 @@
+/* cli.c -- the common command line (DESIGN.md section 4), strict: every value is checked,
+ * and anything unexpected is a one-line error, never a silent default. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "error.h"
+#include "stage.h"
+
+enum {
+    OPTION_B = 256, OPTION_T, OPTION_H, OPTION_K, OPTION_V, OPTION_SEED, OPTION_SCALE, OPTION_IN, OPTION_OUT,
+    OPTION_CHECK, OPTION_REPS, OPTION_THREADS, OPTION_H0, OPTION_CHUNK, OPTION_SEGMENTS, OPTION_HELP
+};
+
+static const struct option long_options[] = {
+    {"B", required_argument, NULL, OPTION_B},           {"T", required_argument, NULL, OPTION_T},
+    {"H", required_argument, NULL, OPTION_H},           {"K", required_argument, NULL, OPTION_K},
+    {"V", required_argument, NULL, OPTION_V},           {"seed", required_argument, NULL, OPTION_SEED},
+    {"scale", required_argument, NULL, OPTION_SCALE},   {"in", required_argument, NULL, OPTION_IN},
+    {"out", required_argument, NULL, OPTION_OUT},       {"check-against", required_argument, NULL, OPTION_CHECK},
+    {"reps", required_argument, NULL, OPTION_REPS},     {"threads", required_argument, NULL, OPTION_THREADS},
+    {"h0", no_argument, NULL, OPTION_H0},               {"chunk", required_argument, NULL, OPTION_CHUNK},
+    {"segments", required_argument, NULL, OPTION_SEGMENTS}, {"help", no_argument, NULL, OPTION_HELP},
+    {NULL, 0, NULL, 0}};
+
+static void print_help(const gdn_stage *stage)
+{
+    printf("%s: %s\n\n"
+           "usage: bin/%s [options]\n"
+           "  --B N --T N --H N --K N --V N  problem sizes (default B=1 T=1024 H=4 K=64 V=64)\n"
+           "  --seed N             generator seed (default 1); same seed, same inputs everywhere\n"
+           "  --h0                 draw a random initial state h0 (default: zero state)\n"
+           "  --scale X            output scale (default 1/sqrt(K))\n"
+           "  --in DIR             read q k v g beta [h0] .npy from DIR instead of generating\n"
+           "  --out DIR            write o.npy and ht.npy to DIR\n"
+           "  --check-against REF  compare with REF: 'oracle' (fp64 loop) or a DIR holding o.npy ht.npy;\n"
+           "                       may be given twice (once each); a failed check exits 1\n"
+           "  --reps N             timed runs after one warm-up; the median is reported (default 5)\n"
+           "  --threads N          OpenMP threads (default: OMP_NUM_THREADS or all cores)\n",
+           stage->name, stage->idea, stage->name);
+    if (stage->options & GDN_OPTION_CHUNK)
+        printf("  --chunk C            tokens per chunk, 1 to 128 (default 64)\n");
+    if (stage->options & GDN_OPTION_SEGMENTS)
+        printf("  --segments P         segments per sequence (default: the thread count; clamped to T)\n");
+    printf("  --help               this text\n\n"
+           "prints one line: result stage=... median_ms=... gflops=... [err_oracle=... err_ref=...]\n");
+}
+
+/* A positive integer no larger than limit, digits only: "-5", "1e3", "", "12x" are refused. */
+static int parse_count(const char *option, const char *text, size_t limit, size_t *value)
+{
+    const char *c = text;
+    if (*c == '\0')
+        return gdn_set_error("--%s needs a positive integer, got an empty value", option);
+    for (; *c; c++)
+        if (*c < '0' || *c > '9')
+            return gdn_set_error("--%s needs a positive integer, got '%s'", option, text);
+    errno = 0;
+    unsigned long long parsed = strtoull(text, NULL, 10);
+    if (errno == ERANGE || parsed > limit)
+        return gdn_set_error("--%s: %s is too large (at most %zu)", option, text, limit);
+    if (parsed == 0)
+        return gdn_set_error("--%s must be positive, got 0", option);
+    *value = (size_t)parsed;
+    return 0;
+}
+
+static int parse_int(const char *option, const char *text, int limit, int *value)
+{
+    size_t parsed;
+    if (parse_count(option, text, (size_t)limit, &parsed))
+        return -1;
+    *value = (int)parsed;
+    return 0;
+}
+
+int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_settings *s)
+{
+    *s = (gdn_settings){.B = 1, .T = 1024, .H = 4, .K = 64, .V = 64, .seed = 1, .reps = 5,
+                        .threads = omp_get_max_threads()};
+    const size_t size_limit = (size_t)1 << 40; /* larger is refused by the memory check anyway */
+    int sizes_given = 0, seed_given = 0;
+    size_t value;
+    opterr = 0; /* we print our own one-line errors */
+    optind = 1;
+    for (;;) {
+        int previous = optind;
+        int option = getopt_long(argc, argv, "+:", long_options, NULL);
+        if (option == -1)
+            break;
+        const char *name = option >= OPTION_B && option <= OPTION_HELP ? long_options[option - OPTION_B].name : "";
+        switch (option) {
+        case OPTION_B: case OPTION_T: case OPTION_H: case OPTION_K: case OPTION_V: {
+            if (parse_count(name, optarg, size_limit, &value))
+                return -1;
+            size_t *size[] = {&s->B, &s->T, &s->H, &s->K, &s->V};
+            *size[option - OPTION_B] = value;
+            sizes_given = 1;
+            break;
+        }
+        case OPTION_SEED: {
+            const char *c = optarg;
+            for (; *c >= '0' && *c <= '9'; c++)
+                ;
+            errno = 0;
+            unsigned long long seed = strtoull(optarg, NULL, 10);
+            if (*optarg == '\0' || *c != '\0' || errno == ERANGE)
+                return gdn_set_error("--seed needs a non-negative integer below 2^64, got '%s'", optarg);
+            s->seed = seed;
+            seed_given = 1;
+            break;
+        }
+        case OPTION_SCALE: {
+            char *end;
+            errno = 0;
+            s->scale = strtod(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || errno == ERANGE || !isfinite(s->scale) || s->scale <= 0.0)
+                return gdn_set_error("--scale needs a positive finite number, got '%s'", optarg);
+            break;
+        }
+        case OPTION_IN: s->in_dir = optarg; break;
+        case OPTION_OUT: s->out_dir = optarg; break;
+        case OPTION_CHECK:
+            if (strcmp(optarg, "oracle") == 0) {
+                if (s->check_oracle)
+                    return gdn_set_error("--check-against oracle given twice");
+                s->check_oracle = 1;
+            } else {
+                if (s->check_dir)
+                    return gdn_set_error("--check-against DIR given twice (at most one folder and 'oracle')");
+                s->check_dir = optarg;
+            }
+            break;
+        case OPTION_REPS:
+            if (parse_int(name, optarg, 1000000, &s->reps))
+                return -1;
+            break;
+        case OPTION_THREADS:
+            if (parse_int(name, optarg, 4096, &s->threads))
+                return -1;
+            break;
+        case OPTION_H0: s->with_h0 = 1; break;
+        case OPTION_CHUNK: case OPTION_SEGMENTS: {
+            unsigned needed = option == OPTION_CHUNK ? GDN_OPTION_CHUNK : GDN_OPTION_SEGMENTS;
+            if (!(stage->options & needed))
+                return gdn_set_error("--%s is not an option of %s (see --help)", name, stage->name);
+            if (parse_count(name, optarg, size_limit, &value))
+                return -1;
+            if (option == OPTION_CHUNK && value > 128)
+                return gdn_set_error("--chunk must be between 1 and 128, got %zu", value);
+            *(option == OPTION_CHUNK ? &s->chunk : &s->segments) = value;
+            break;
+        }
+        case OPTION_HELP: print_help(stage); return 1;
+        case ':': return gdn_set_error("%s needs a value", argv[optind - 1]);
+        default: return gdn_set_error("unknown option '%s' (see --help)", argv[previous]);
+        }
+    }
+    if (optind < argc)
+        return gdn_set_error("unexpected argument '%s' (options start with --; see --help)", argv[optind]);
+    if (s->in_dir && (sizes_given || seed_given || s->with_h0))
+        return gdn_set_error("--in takes sizes, seed and h0 from the folder's files; drop --B/--T/--H/--K/--V/--seed/--h0");
+    return 0;
+}

@@ -1,0 +1,26 @@
+/* compare.h -- how two results are compared (DESIGN.md section 3).
+ *
+ * Relative error ||x - ref||_2 / ||ref||_2 over the whole tensor, plus the largest
+ * absolute difference. A NaN or an infinity anywhere in x or ref fails the comparison
+ * whatever the numbers say, because NaN compares false with every tolerance.
+ */
+#ifndef GDN_COMPARE_H
+#define GDN_COMPARE_H
+
+#include <stddef.h>
+
+#include "real.h"
+
+typedef struct {
+    double relative;      /* ||x - ref|| / ||ref|| (or ||x - ref|| when ref is all zeros) */
+    double max_absolute;  /* max |x_i - ref_i| */
+    size_t non_finite;    /* count of NaN or Inf in x or ref */
+} gdn_difference;
+
+gdn_difference gdn_compare(const real_t *x, const double *ref, size_t count);
+/* The worse of two comparisons (o and ht are judged together). */
+gdn_difference gdn_worse(gdn_difference a, gdn_difference b);
+/* Passes when everything is finite and relative <= tolerance. */
+int gdn_within(gdn_difference d, double tolerance);
+
+#endif

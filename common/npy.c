@@ -1,0 +1,255 @@
+#include "npy.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+static const char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
+
+static int host_is_little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one == 1;
+}
+
+const char *npy_shape_text(size_t ndim, const size_t *shape, char *buffer, size_t size)
+{
+    size_t used = (size_t)snprintf(buffer, size, "(");
+    for (size_t d = 0; d < ndim && used < size; d++)
+        used += (size_t)snprintf(buffer + used, size - used, d ? ", %zu" : "%zu", shape[d]);
+    if (used < size)
+        snprintf(buffer + used, size - used, ndim == 1 ? ",)" : ")");
+    return buffer;
+}
+
+/* Find 'key': in the header dict and return a pointer just past the colon and spaces. */
+static const char *dict_value(const char *header, const char *key)
+{
+    char quoted[32];
+    snprintf(quoted, sizeof quoted, "'%s'", key);
+    const char *at = strstr(header, quoted);
+    if (!at)
+        return NULL;
+    at += strlen(quoted);
+    while (*at == ' ')
+        at++;
+    if (*at != ':')
+        return NULL;
+    at++;
+    while (*at == ' ')
+        at++;
+    return at;
+}
+
+/* Parse the dict of a .npy header: dtype size (4 or 8), and shape. */
+static int parse_header(const char *path, const char *header, size_t *item_size, npy_array *out)
+{
+    const char *descr = dict_value(header, "descr");
+    const char *order = dict_value(header, "fortran_order");
+    const char *shape = dict_value(header, "shape");
+    if (header[0] != '{' || !descr || !order || !shape)
+        return gdn_set_error("%s: malformed header (needs a dict with 'descr', 'fortran_order' and 'shape')", path);
+
+    if (strncmp(descr, "'<f4'", 5) == 0)
+        *item_size = 4;
+    else if (strncmp(descr, "'<f8'", 5) == 0)
+        *item_size = 8;
+    else {
+        char dtype[16] = "";
+        sscanf(descr, "'%15[^']'", dtype);
+        return gdn_set_error("%s: dtype '%s' is not supported (want '<f4' float32 or '<f8' float64, little-endian)",
+                             path, dtype);
+    }
+
+    if (strncmp(order, "True", 4) == 0)
+        return gdn_set_error("%s: Fortran order is not supported (save a C-ordered array: np.ascontiguousarray)", path);
+    if (strncmp(order, "False", 5) != 0)
+        return gdn_set_error("%s: malformed header ('fortran_order' must be True or False)", path);
+
+    if (*shape != '(')
+        return gdn_set_error("%s: malformed header ('shape' must be a tuple)", path);
+    const char *at = shape + 1;
+    out->ndim = 0;
+    out->count = 1;
+    for (;;) {
+        while (*at == ' ')
+            at++;
+        if (*at == ')')
+            break;
+        if (!isdigit((unsigned char)*at))
+            return gdn_set_error("%s: malformed header (bad number in 'shape')", path);
+        if (out->ndim == NPY_MAX_DIMS)
+            return gdn_set_error("%s: more than %d dimensions", path, NPY_MAX_DIMS);
+        errno = 0;
+        char *end;
+        unsigned long long dim = strtoull(at, &end, 10);
+        if (errno == ERANGE || dim > SIZE_MAX)
+            return gdn_set_error("%s: a dimension in 'shape' is too large", path);
+        out->shape[out->ndim++] = (size_t)dim;
+        if (dim != 0 && out->count > SIZE_MAX / 8 / dim)
+            return gdn_set_error("%s: shape is too large to address", path);
+        out->count *= (size_t)dim;
+        at = end;
+        while (*at == ' ')
+            at++;
+        if (*at == ',')
+            at++;
+        else if (*at != ')')
+            return gdn_set_error("%s: malformed header (bad separator in 'shape')", path);
+    }
+    return 0;
+}
+
+int npy_read(const char *path, npy_array *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!host_is_little_endian())
+        return gdn_set_error("%s: this reader needs a little-endian host", path);
+    FILE *file = fopen(path, "rb");
+    if (!file)
+        return gdn_set_error("%s: cannot open: %s", path, strerror(errno));
+
+    int status = -1;
+    char *header = NULL;
+    unsigned char prefix[10];
+    size_t prefix_size = fread(prefix, 1, 10, file);
+    if (prefix_size < 10 || memcmp(prefix, npy_magic, 6) != 0) {
+        gdn_set_error("%s: not a .npy file (no \\x93NUMPY magic)", path);
+        goto done;
+    }
+    unsigned major = prefix[6];
+    size_t header_size;
+    long data_offset;
+    if (major == 1) {
+        header_size = (size_t)prefix[8] | (size_t)prefix[9] << 8;
+        data_offset = 10;
+    } else if (major == 2 || major == 3) {
+        unsigned char extra[2];
+        if (fread(extra, 1, 2, file) != 2) {
+            gdn_set_error("%s: truncated header", path);
+            goto done;
+        }
+        header_size = (size_t)prefix[8] | (size_t)prefix[9] << 8 | (size_t)extra[0] << 16 | (size_t)extra[1] << 24;
+        data_offset = 12;
+    } else {
+        gdn_set_error("%s: .npy version %u is not supported (1, 2 or 3)", path, major);
+        goto done;
+    }
+    if (header_size > (1u << 20)) {
+        gdn_set_error("%s: malformed header (claims %zu bytes)", path, header_size);
+        goto done;
+    }
+    header = malloc(header_size + 1);
+    if (!header) {
+        gdn_set_error("%s: out of memory for the header", path);
+        goto done;
+    }
+    if (fread(header, 1, header_size, file) != header_size) {
+        gdn_set_error("%s: truncated header", path);
+        goto done;
+    }
+    header[header_size] = '\0';
+    data_offset += (long)header_size;
+
+    size_t item_size = 0;
+    if (parse_header(path, header, &item_size, out) != 0)
+        goto done;
+
+    /* The file must hold exactly the data its shape says: no less (truncated), no more. */
+    if (fseek(file, 0, SEEK_END) != 0) {
+        gdn_set_error("%s: cannot seek: %s", path, strerror(errno));
+        goto done;
+    }
+    long file_size = ftell(file);
+    size_t data_bytes = out->count * item_size;
+    size_t present = file_size > data_offset ? (size_t)(file_size - data_offset) : 0;
+    if (present < data_bytes) {
+        char text[128];
+        gdn_set_error("%s: truncated: shape %s needs %zu data bytes, the file has %zu", path,
+                      npy_shape_text(out->ndim, out->shape, text, sizeof text), data_bytes, present);
+        goto done;
+    }
+    if (present > data_bytes) {
+        gdn_set_error("%s: %zu bytes after the data its shape says", path, present - data_bytes);
+        goto done;
+    }
+    if (fseek(file, data_offset, SEEK_SET) != 0) {
+        gdn_set_error("%s: cannot seek: %s", path, strerror(errno));
+        goto done;
+    }
+
+    out->data = malloc(out->count ? out->count * sizeof(double) : 1);
+    if (!out->data) {
+        gdn_set_error("%s: out of memory (%zu bytes)", path, out->count * sizeof(double));
+        goto done;
+    }
+    if (item_size == 8) {
+        if (fread(out->data, 8, out->count, file) != out->count) {
+            gdn_set_error("%s: read error", path);
+            goto done;
+        }
+    } else {
+        /* read float32 in blocks and widen */
+        float block[4096];
+        for (size_t start = 0; start < out->count; start += 4096) {
+            size_t n = out->count - start < 4096 ? out->count - start : 4096;
+            if (fread(block, 4, n, file) != n) {
+                gdn_set_error("%s: read error", path);
+                goto done;
+            }
+            for (size_t i = 0; i < n; i++)
+                out->data[start + i] = block[i];
+        }
+    }
+    status = 0;
+done:
+    free(header);
+    fclose(file);
+    if (status != 0)
+        npy_free(out);
+    return status;
+}
+
+void npy_free(npy_array *array)
+{
+    free(array->data);
+    array->data = NULL;
+}
+
+int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape)
+{
+    char shape_text[256];
+    char header[512];
+    npy_shape_text(ndim, shape, shape_text, sizeof shape_text);
+    const char *descr = sizeof(real_t) == 4 ? "<f4" : "<f8";
+    int length = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr,
+                          shape_text);
+    /* NumPy pads magic + version + length + header + '\n' to a multiple of 64 bytes */
+    size_t total = 10 + (size_t)length + 1;
+    size_t padded = (total + 63) / 64 * 64;
+    size_t header_size = padded - 10;
+    memset(header + length, ' ', header_size - (size_t)length - 1);
+    header[header_size - 1] = '\n';
+
+    size_t count = 1;
+    for (size_t d = 0; d < ndim; d++)
+        count *= shape[d];
+
+    FILE *file = fopen(path, "wb");
+    if (!file)
+        return gdn_set_error("%s: cannot create: %s", path, strerror(errno));
+    unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(header_size & 0xff),
+                                (unsigned char)(header_size >> 8)};
+    int ok = fwrite(prefix, 1, 10, file) == 10 && fwrite(header, 1, header_size, file) == header_size &&
+             fwrite(data, sizeof(real_t), count, file) == count;
+    if (fclose(file) != 0)
+        ok = 0;
+    if (!ok)
+        return gdn_set_error("%s: write failed: %s", path, strerror(errno));
+    return 0;
+}

@@ -1,0 +1,37 @@
+/* npy.h -- NumPy .npy files, the format every problem and result is stored in.
+ *
+ * Format (numpy.lib.format, versions 1.0, 2.0 and 3.0): the magic "\x93NUMPY", two
+ * version bytes, a little-endian header length (2 bytes in 1.0, 4 in 2.0 and 3.0), a
+ * Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+ * padded with spaces and a newline, then the raw data in C (row-major) order.
+ *
+ * Read: '<f4' (float32) and '<f8' (float64), C order only; the file must hold exactly
+ * the bytes its shape says. Anything else is refused with one line naming the file and
+ * the fault (gdn_last_error). Write: the build's precision ('<f4' in float builds,
+ * '<f8' in double builds), version 1.0, header padded to 64 bytes as NumPy does.
+ * The host must be little-endian (x86-64 and AArch64 are); npy.c checks at run time.
+ */
+#ifndef GDN_NPY_H
+#define GDN_NPY_H
+
+#include <stddef.h>
+
+#include "real.h"
+
+#define NPY_MAX_DIMS 8
+
+typedef struct {
+    size_t ndim;
+    size_t shape[NPY_MAX_DIMS];
+    size_t count;  /* product of shape */
+    double *data;  /* values converted to double, count of them; free with npy_free */
+} npy_array;
+
+int npy_read(const char *path, npy_array *out);
+void npy_free(npy_array *array);
+int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape);
+
+/* "(2, 3, 4)" into buffer, for messages. */
+const char *npy_shape_text(size_t ndim, const size_t *shape, char *buffer, size_t size);
+
+#endif

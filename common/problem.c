@@ -1,0 +1,300 @@
+#include "problem.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "npy.h"
+#include "random.h"
+
+int gdn_multiply_sizes(size_t *product, size_t count, const size_t *factors)
+{
+    size_t result = 1;
+    for (size_t i = 0; i < count; i++) {
+        if (factors[i] != 0 && result > SIZE_MAX / factors[i]) {
+            *product = 0;
+            return gdn_set_error("sizes overflow a 64-bit byte count");
+        }
+        result *= factors[i];
+    }
+    *product = result;
+    return 0;
+}
+
+int gdn_problem_bytes(size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0, size_t *bytes)
+{
+    /* q, k, v, o per token: 2K + 2V values; g and beta: 2; h0 and ht: K V per head each */
+    size_t per_token, tokens, per_head, heads, total;
+    size_t token_factors[3] = {B, T, H}, head_factors[2] = {B, H}, state_factors[2] = {K, V};
+    if (K > SIZE_MAX / 4 || V > SIZE_MAX / 4)
+        return gdn_set_error("sizes overflow a 64-bit byte count");
+    per_token = 2 * K + 2 * V + 2;
+    if (gdn_multiply_sizes(&tokens, 3, token_factors) || gdn_multiply_sizes(&heads, 2, head_factors) ||
+        gdn_multiply_sizes(&per_head, 2, state_factors))
+        return -1;
+    size_t a[2] = {tokens, per_token}, c[3] = {heads, per_head, with_h0 ? 2 : 1};
+    size_t token_values, state_values;
+    if (gdn_multiply_sizes(&token_values, 2, a) || gdn_multiply_sizes(&state_values, 3, c))
+        return -1;
+    if (token_values > SIZE_MAX - state_values)
+        return gdn_set_error("sizes overflow a 64-bit byte count");
+    size_t values[2] = {token_values + state_values, sizeof(real_t)};
+    if (gdn_multiply_sizes(&total, 2, values))
+        return -1;
+    *bytes = total;
+    return 0;
+}
+
+int gdn_memory_check(size_t bytes, const char *what)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page_size <= 0)
+        return 0; /* unknown: let malloc decide */
+    size_t memory = (size_t)pages * (size_t)page_size;
+    if (bytes > memory)
+        return gdn_set_error("%s needs %zu bytes (%.1f GiB), more than this machine's memory of %zu bytes (%.1f GiB)",
+                             what, bytes, bytes / 1073741824.0, memory, memory / 1073741824.0);
+    return 0;
+}
+
+static real_t *alloc_values(size_t count, const char *name)
+{
+    real_t *values = calloc(count ? count : 1, sizeof(real_t));
+    if (!values)
+        gdn_set_error("out of memory allocating %s (%zu bytes)", name, count * sizeof(real_t));
+    return values;
+}
+
+int gdn_problem_alloc(gdn_problem *p, size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0)
+{
+    memset(p, 0, sizeof *p);
+    size_t bytes;
+    if (B == 0 || T == 0 || H == 0 || K == 0 || V == 0)
+        return gdn_set_error("sizes must be positive (B=%zu T=%zu H=%zu K=%zu V=%zu)", B, T, H, K, V);
+    if (gdn_problem_bytes(B, T, H, K, V, with_h0, &bytes) || gdn_memory_check(bytes, "the problem"))
+        return -1;
+    *p = (gdn_problem){.B = B, .T = T, .H = H, .K = K, .V = V, .scale = 1.0 / sqrt((double)K)};
+    size_t tokens = gdn_tokens(p);
+    p->q = alloc_values(tokens * K, "q");
+    p->k = p->q ? alloc_values(tokens * K, "k") : NULL;
+    p->v = p->k ? alloc_values(tokens * V, "v") : NULL;
+    p->g = p->v ? alloc_values(tokens, "g") : NULL;
+    p->beta = p->g ? alloc_values(tokens, "beta") : NULL;
+    if (p->beta && with_h0)
+        p->h0 = alloc_values(gdn_state_count(p), "h0");
+    if (!p->beta || (with_h0 && !p->h0)) {
+        gdn_problem_free(p);
+        return -1;
+    }
+    return 0;
+}
+
+void gdn_problem_free(gdn_problem *p)
+{
+    free(p->q);
+    free(p->k);
+    free(p->v);
+    free(p->g);
+    free(p->beta);
+    free(p->h0);
+    memset(p, 0, sizeof *p);
+}
+
+/* log(sigmoid(z)) without overflow: -log(1 + exp(-z)) for z > 0, z - log(1 + exp(z)) otherwise. */
+static double log_sigmoid(double z) { return z > 0 ? -log1p(exp(-z)) : z - log1p(exp(z)); }
+
+void gdn_problem_generate(gdn_problem *p, uint64_t seed)
+{
+    /* Counter-based draws: each element is a function of its index alone, so the loops
+     * can run in any order and in parallel and still give the same inputs. */
+    long long tokens = (long long)gdn_tokens(p);
+    size_t K = p->K, V = p->V;
+#pragma omp parallel for schedule(static)
+    for (long long token = 0; token < tokens; token++) {
+        size_t first_k = (size_t)token * K, first_v = (size_t)token * V;
+        /* k: N(0, 1), normalised to unit length per token (in double, then rounded) */
+        double squares = 0.0;
+        for (size_t i = 0; i < K; i++) {
+            double x = random_normal(seed, STREAM_K, first_k + i);
+            squares += x * x;
+        }
+        double inverse_norm = 1.0 / sqrt(squares);
+        for (size_t i = 0; i < K; i++) {
+            p->q[first_k + i] = (real_t)random_normal(seed, STREAM_Q, first_k + i);
+            p->k[first_k + i] = (real_t)(random_normal(seed, STREAM_K, first_k + i) * inverse_norm);
+        }
+        for (size_t i = 0; i < V; i++)
+            p->v[first_v + i] = (real_t)random_normal(seed, STREAM_V, first_v + i);
+        p->g[token] = (real_t)log_sigmoid(random_normal(seed, STREAM_G, (size_t)token));
+        p->beta[token] = (real_t)(1.0 / (1.0 + exp(-random_normal(seed, STREAM_BETA, (size_t)token))));
+    }
+    if (p->h0)
+        for (size_t i = 0; i < gdn_state_count(p); i++)
+            p->h0[i] = (real_t)random_normal(seed, STREAM_H0, i);
+}
+
+/* Copy a .npy array (read as double) into a newly allocated real_t tensor. */
+static real_t *take_values(const npy_array *array, const char *name)
+{
+    real_t *values = alloc_values(array->count, name);
+    if (values)
+        for (size_t i = 0; i < array->count; i++)
+            values[i] = (real_t)array->data[i];
+    return values;
+}
+
+static int expect_shape(const char *path, const npy_array *a, size_t ndim, const size_t *want, const char *how)
+{
+    int same = a->ndim == ndim;
+    for (size_t d = 0; same && d < ndim; d++)
+        same = a->shape[d] == want[d];
+    if (!same) {
+        char got_text[128], want_text[128];
+        return gdn_set_error("%s: shape %s disagrees with the other tensors, which say %s %s", path,
+                             npy_shape_text(a->ndim, a->shape, got_text, sizeof got_text),
+                             npy_shape_text(ndim, want, want_text, sizeof want_text), how);
+    }
+    return 0;
+}
+
+int gdn_problem_load(gdn_problem *p, const char *dir)
+{
+    static const char *names[6] = {"q", "k", "v", "g", "beta", "h0"};
+    npy_array arrays[6] = {{0}};
+    char paths[6][4096];
+    int status = -1;
+    memset(p, 0, sizeof *p);
+
+    for (int i = 0; i < 6; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/%s.npy", dir, names[i]);
+        if (i == 5 && access(paths[i], F_OK) != 0)
+            break; /* h0 is optional */
+        if (npy_read(paths[i], &arrays[i]) != 0)
+            goto done;
+    }
+    /* q fixes B, T, H, K; v fixes V; every other tensor must agree. */
+    if (arrays[0].ndim != 4) {
+        char text[128];
+        gdn_set_error("%s: shape %s should be [B, T, H, K]", paths[0],
+                      npy_shape_text(arrays[0].ndim, arrays[0].shape, text, sizeof text));
+        goto done;
+    }
+    size_t B = arrays[0].shape[0], T = arrays[0].shape[1], H = arrays[0].shape[2], K = arrays[0].shape[3];
+    size_t V = arrays[2].ndim == 4 ? arrays[2].shape[3] : 0;
+    size_t qk_shape[4] = {B, T, H, K}, v_shape[4] = {B, T, H, V}, gate_shape[3] = {B, T, H}, h0_shape[4] = {B, H, K, V};
+    if (expect_shape(paths[1], &arrays[1], 4, qk_shape, "as q: [B, T, H, K]") ||
+        expect_shape(paths[2], &arrays[2], 4, v_shape, "[B, T, H, V] with B, T, H from q") ||
+        expect_shape(paths[3], &arrays[3], 3, gate_shape, "[B, T, H] from q") ||
+        expect_shape(paths[4], &arrays[4], 3, gate_shape, "[B, T, H] from q") ||
+        (arrays[5].data && expect_shape(paths[5], &arrays[5], 4, h0_shape, "[B, H, K, V] from q and v")))
+        goto done;
+    if (B == 0 || T == 0 || H == 0 || K == 0 || V == 0) {
+        gdn_set_error("%s: sizes must be positive (B=%zu T=%zu H=%zu K=%zu V=%zu)", dir, B, T, H, K, V);
+        goto done;
+    }
+    *p = (gdn_problem){.B = B, .T = T, .H = H, .K = K, .V = V, .scale = 1.0 / sqrt((double)K)};
+    p->q = take_values(&arrays[0], "q");
+    p->k = take_values(&arrays[1], "k");
+    p->v = take_values(&arrays[2], "v");
+    p->g = take_values(&arrays[3], "g");
+    p->beta = take_values(&arrays[4], "beta");
+    if (arrays[5].data)
+        p->h0 = take_values(&arrays[5], "h0");
+    if (!p->q || !p->k || !p->v || !p->g || !p->beta || (arrays[5].data && !p->h0))
+        goto done;
+    status = gdn_problem_validate(p);
+done:
+    for (int i = 0; i < 6; i++)
+        npy_free(&arrays[i]);
+    if (status != 0)
+        gdn_problem_free(p);
+    return status;
+}
+
+static int make_dir(const char *dir)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return gdn_set_error("%s: cannot create folder: %s", dir, strerror(errno));
+    return 0;
+}
+
+static int save_tensor(const char *dir, const char *name, const real_t *data, size_t ndim, const size_t *shape)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    return npy_write(path, data, ndim, shape);
+}
+
+int gdn_problem_save(const gdn_problem *p, const char *dir)
+{
+    size_t qk[4] = {p->B, p->T, p->H, p->K}, v[4] = {p->B, p->T, p->H, p->V}, gate[3] = {p->B, p->T, p->H};
+    size_t state[4] = {p->B, p->H, p->K, p->V};
+    if (make_dir(dir) || save_tensor(dir, "q", p->q, 4, qk) || save_tensor(dir, "k", p->k, 4, qk) ||
+        save_tensor(dir, "v", p->v, 4, v) || save_tensor(dir, "g", p->g, 3, gate) ||
+        save_tensor(dir, "beta", p->beta, 3, gate) || (p->h0 && save_tensor(dir, "h0", p->h0, 4, state)))
+        return -1;
+    return 0;
+}
+
+static int check_values(const char *name, const real_t *values, size_t count, double low, double high)
+{
+    for (size_t i = 0; i < count; i++) {
+        double x = values[i];
+        if (!isfinite(x))
+            return gdn_set_error("%s.npy: element %zu is %g; inputs must be finite", name, i, x);
+        if (x < low || x > high)
+            return gdn_set_error("%s.npy: element %zu is %g, outside [%g, %g]", name, i, x, low, high);
+    }
+    return 0;
+}
+
+int gdn_problem_validate(const gdn_problem *p)
+{
+    size_t tokens = gdn_tokens(p);
+    if (check_values("q", p->q, tokens * p->K, -INFINITY, INFINITY) ||
+        check_values("k", p->k, tokens * p->K, -INFINITY, INFINITY) ||
+        check_values("v", p->v, tokens * p->V, -INFINITY, INFINITY) ||
+        check_values("g", p->g, tokens, -INFINITY, 0.0) || check_values("beta", p->beta, tokens, 0.0, 1.0) ||
+        (p->h0 && check_values("h0", p->h0, gdn_state_count(p), -INFINITY, INFINITY)))
+        return -1;
+    return 0;
+}
+
+int gdn_result_alloc(gdn_result *r, const gdn_problem *p)
+{
+    r->o = alloc_values(gdn_tokens(p) * p->V, "o");
+    r->ht = r->o ? alloc_values(gdn_state_count(p), "ht") : NULL;
+    if (!r->ht) {
+        gdn_result_free(r);
+        return -1;
+    }
+    return 0;
+}
+
+void gdn_result_free(gdn_result *r)
+{
+    free(r->o);
+    free(r->ht);
+    r->o = r->ht = NULL;
+}
+
+void gdn_result_poison(gdn_result *r, const gdn_problem *p)
+{
+    for (size_t i = 0; i < gdn_tokens(p) * p->V; i++)
+        r->o[i] = (real_t)NAN;
+    for (size_t i = 0; i < gdn_state_count(p); i++)
+        r->ht[i] = (real_t)NAN;
+}
+
+int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir)
+{
+    size_t o_shape[4] = {p->B, p->T, p->H, p->V}, state[4] = {p->B, p->H, p->K, p->V};
+    if (make_dir(dir) || save_tensor(dir, "o", r->o, 4, o_shape) || save_tensor(dir, "ht", r->ht, 4, state))
+        return -1;
+    return 0;
+}

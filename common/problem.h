@@ -1,0 +1,59 @@
+/* problem.h -- one Gated DeltaNet forward problem: sizes, inputs, results.
+ *
+ * Layout is FLA's (DESIGN.md section 1), row-major:
+ *   q, k [B, T, H, K]   v, o [B, T, H, V]   g, beta [B, T, H]   h0, ht [B, H, K, V]
+ * Token (b, t, h) has index gdn_token(); its q row starts at q + gdn_token() * K.
+ * Consecutive tokens of one head are H rows apart. Head (b, h) has index gdn_head();
+ * its state starts at h0 + gdn_head() * K * V and is a K x V row-major matrix.
+ */
+#ifndef GDN_PROBLEM_H
+#define GDN_PROBLEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "real.h"
+
+typedef struct {
+    size_t B, T, H, K, V;
+    double scale;     /* output scale, 1/sqrt(K) unless set */
+    real_t *q, *k, *v, *g, *beta;
+    real_t *h0;       /* NULL means a zero initial state */
+} gdn_problem;
+
+typedef struct {
+    real_t *o;        /* [B, T, H, V] */
+    real_t *ht;       /* [B, H, K, V] */
+} gdn_result;
+
+static inline size_t gdn_token(const gdn_problem *p, size_t b, size_t t, size_t h) { return (b * p->T + t) * p->H + h; }
+static inline size_t gdn_head(const gdn_problem *p, size_t b, size_t h) { return b * p->H + h; }
+static inline size_t gdn_tokens(const gdn_problem *p) { return p->B * p->T * p->H; }
+static inline size_t gdn_state_count(const gdn_problem *p) { return p->B * p->H * p->K * p->V; }
+
+/* a * b * c ..., refusing size_t overflow: returns 0 and sets the error on overflow. */
+int gdn_multiply_sizes(size_t *product, size_t count, const size_t *factors);
+
+/* Bytes of inputs plus results for these sizes (overflow-checked). */
+int gdn_problem_bytes(size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0, size_t *bytes);
+/* Refuse, with the number of bytes, a request larger than this machine's memory. */
+int gdn_memory_check(size_t bytes, const char *what);
+
+/* Allocate (zeroed) inputs for these sizes; scale is set to 1/sqrt(K). */
+int gdn_problem_alloc(gdn_problem *p, size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0);
+void gdn_problem_free(gdn_problem *p);
+/* Draw the inputs from the seeded generator exactly as DESIGN.md section 3 says. */
+void gdn_problem_generate(gdn_problem *p, uint64_t seed);
+/* Read q k v g beta [h0] .npy from a folder; sizes come from the files. */
+int gdn_problem_load(gdn_problem *p, const char *dir);
+int gdn_problem_save(const gdn_problem *p, const char *dir);
+/* Check what the contract requires of the values: finite, g <= 0, 0 <= beta <= 1. */
+int gdn_problem_validate(const gdn_problem *p);
+
+int gdn_result_alloc(gdn_result *r, const gdn_problem *p);
+void gdn_result_free(gdn_result *r);
+/* Fill the outputs with NaN, so that an output a stage forgets to write fails the check. */
+void gdn_result_poison(gdn_result *r, const gdn_problem *p);
+int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir);
+
+#endif

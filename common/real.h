@@ -1,0 +1,19 @@
+/* real.h -- the floating-point type the CPU stages compute in.
+ *
+ * `make` builds the stages in float (the precision GPU kernels keep their state in);
+ * `make PRECISION=double` defines GDN_DOUBLE and builds them in double. In double,
+ * two stages that implement the same algebra agree to about 1e-12, which is how the
+ * tests prove that a new stage computes the same thing as the one before it.
+ */
+#ifndef GDN_REAL_H
+#define GDN_REAL_H
+
+#ifdef GDN_DOUBLE
+typedef double real_t;
+#define REAL_NAME "double"
+#else
+typedef float real_t;
+#define REAL_NAME "float"
+#endif
+
+#endif

@@ -1,0 +1,43 @@
+#!/bin/sh
+# require.sh WHAT -- make sure a fresh Debian machine has what `make WHAT` needs.
+# Installs missing packages with apt-get (through sudo when not root), saying what it
+# installs; where it cannot, stops with the exact command to run.
+set -u
+what=${1:-build}
+missing=""
+
+have_command() { command -v "$1" >/dev/null 2>&1; }
+need_package() { missing="$missing $1"; }
+
+have_command gcc || need_package gcc
+have_command pkg-config || need_package pkg-config
+# OpenMP comes with gcc (libgomp); check it links
+if have_command gcc && ! printf 'int main(void){return 0;}\n' | gcc -fopenmp -x c - -o /dev/null 2>/dev/null; then
+    need_package libgomp1
+fi
+case "$what" in
+test) pkg-config --exists check 2>/dev/null || need_package check ;;
+plots) have_command gnuplot || need_package gnuplot-nox ;;
+esac
+
+[ -z "$missing" ] && exit 0
+
+echo "gdn-steps needs:$missing -- installing with apt-get"
+if [ "$(id -u)" = 0 ]; then
+    sudo=""
+elif have_command sudo && sudo -n true 2>/dev/null; then
+    sudo="sudo"
+else
+    echo "error: cannot install as $(id -un) without a password; run:" >&2
+    echo "    sudo apt-get update && sudo apt-get install -y$missing" >&2
+    exit 1
+fi
+# a fresh image has no package lists: update once if the first try fails
+if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q$missing >/dev/null 2>&1; then
+    $sudo apt-get update -q >/dev/null 2>&1
+    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q$missing; then
+        echo "error: apt-get could not install:$missing; run: sudo apt-get update && sudo apt-get install -y$missing" >&2
+        exit 1
+    fi
+fi
+echo "installed:$missing"

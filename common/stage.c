@@ -1,0 +1,141 @@
+/* stage.c -- the driver every stage binary runs (see stage.h). */
+#include "stage.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "compare.h"
+#include "error.h"
+#include "npy.h"
+#include "oracle.h"
+#include "timing.h"
+#include "tolerances.h"
+
+/* Read o.npy and ht.npy from dir as double references, checking their shapes. */
+static int load_reference(const gdn_problem *p, const char *dir, npy_array *o, npy_array *ht)
+{
+    char path[4096], text[128];
+    size_t o_shape[4] = {p->B, p->T, p->H, p->V}, ht_shape[4] = {p->B, p->H, p->K, p->V};
+    const size_t *shapes[2] = {o_shape, ht_shape};
+    npy_array *arrays[2] = {o, ht};
+    const char *names[2] = {"o", "ht"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
+        if (npy_read(path, arrays[i]))
+            return -1;
+        int same = arrays[i]->ndim == 4;
+        for (int d = 0; same && d < 4; d++)
+            same = arrays[i]->shape[d] == shapes[i][d];
+        if (!same)
+            return gdn_set_error("%s: shape %s does not match this problem's %s", path,
+                                 npy_shape_text(arrays[i]->ndim, arrays[i]->shape, text, sizeof text),
+                                 i == 0 ? "o [B, T, H, V]" : "ht [B, H, K, V]");
+    }
+    return 0;
+}
+
+static gdn_difference compare_result(const gdn_problem *p, const gdn_result *r, const double *o, const double *ht)
+{
+    return gdn_worse(gdn_compare(r->o, o, gdn_tokens(p) * p->V), gdn_compare(r->ht, ht, gdn_state_count(p)));
+}
+
+static int fail(const char *stage) { fprintf(stderr, "%s: error: %s\n", stage, gdn_last_error()); return 1; }
+
+int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
+{
+    gdn_settings s;
+    gdn_problem p;
+    gdn_result r = {0};
+    int parsed = gdn_parse_command_line(argc, argv, stage, &s);
+    if (parsed != 0)
+        return parsed > 0 ? 0 : fail(stage->name);
+    omp_set_num_threads(s.threads);
+
+    if (s.in_dir ? gdn_problem_load(&p, s.in_dir) : gdn_problem_alloc(&p, s.B, s.T, s.H, s.K, s.V, s.with_h0))
+        return fail(stage->name);
+    if (!s.in_dir)
+        gdn_problem_generate(&p, s.seed);
+    if (s.scale > 0.0)
+        p.scale = s.scale;
+    /* stage-specific defaults, once the sequence length is known */
+    if ((stage->options & GDN_OPTION_CHUNK) && s.chunk == 0)
+        s.chunk = 64;
+    if ((stage->options & GDN_OPTION_SEGMENTS) && s.segments == 0)
+        s.segments = (size_t)s.threads;
+    if ((stage->options & GDN_OPTION_SEGMENTS) && s.segments > p.T) {
+        fprintf(stderr, "%s: note: %zu segments for T=%zu tokens; clamped to %zu (a segment holds at least one token)\n",
+                stage->name, s.segments, p.T, p.T);
+        s.segments = p.T;
+    }
+    if (gdn_result_alloc(&r, &p))
+        return fail(stage->name);
+
+    /* one warm-up run (first touch of memory, thread start-up), then reps timed runs;
+     * outputs are poisoned with NaN before every run so a skipped write cannot pass */
+    double *times = malloc((size_t)s.reps * sizeof *times);
+    if (!times)
+        return fail(stage->name);
+    for (int rep = -1; rep < s.reps; rep++) {
+        gdn_result_poison(&r, &p);
+        double start = gdn_now_seconds();
+        if (stage->forward(&p, &s, &r))
+            return fail(stage->name);
+        if (rep >= 0)
+            times[rep] = gdn_now_seconds() - start;
+    }
+    double median_seconds = gdn_median(times, (size_t)s.reps);
+    free(times);
+
+    int status = 0;
+    char checks[512] = "";
+    size_t used = 0;
+    if (s.check_oracle) {
+        size_t o_count = gdn_tokens(&p) * p.V, ht_count = gdn_state_count(&p);
+        double *o = malloc((o_count + ht_count) * sizeof *o);
+        if (!o || gdn_oracle(&p, o, o + o_count))
+            return fail(stage->name);
+        gdn_difference d = compare_result(&p, &r, o, o + o_count);
+        free(o);
+        used += (size_t)snprintf(checks + used, sizeof checks - used, " err_oracle=%.3e maxabs_oracle=%.3e",
+                                 d.relative, d.max_absolute);
+        if (!gdn_within(d, GDN_TOLERANCE_VS_ORACLE)) {
+            fprintf(stderr, "%s: error: differs from the fp64 oracle: relative %.3e > tolerance %.0e%s\n",
+                    stage->name, d.relative, GDN_TOLERANCE_VS_ORACLE, d.non_finite ? " (NaN or Inf in o or ht)" : "");
+            status = 1;
+        }
+    }
+    if (s.check_dir) {
+        npy_array o = {0}, ht = {0};
+        if (load_reference(&p, s.check_dir, &o, &ht))
+            return fail(stage->name);
+        gdn_difference d = compare_result(&p, &r, o.data, ht.data);
+        npy_free(&o);
+        npy_free(&ht);
+        snprintf(checks + used, sizeof checks - used, " err_ref=%.3e maxabs_ref=%.3e", d.relative, d.max_absolute);
+        if (!gdn_within(d, GDN_TOLERANCE_VS_STAGE)) {
+            fprintf(stderr, "%s: error: differs from %s: relative %.3e > tolerance %.0e%s\n", stage->name,
+                    s.check_dir, d.relative, GDN_TOLERANCE_VS_STAGE, d.non_finite ? " (NaN or Inf)" : "");
+            status = 1;
+        }
+    }
+    if (s.out_dir && gdn_result_save(&r, &p, s.out_dir))
+        return fail(stage->name);
+
+    char options[96] = "";
+    if (stage->options & GDN_OPTION_CHUNK)
+        snprintf(options, sizeof options, " chunk=%zu", s.chunk);
+    if (stage->options & GDN_OPTION_SEGMENTS)
+        snprintf(options + strlen(options), sizeof options - strlen(options), " segments=%zu", s.segments);
+    double flops = stage->counted_flops(&p, &s);
+    printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d threads=%d%s reps=%d "
+           "median_ms=%.4f gflops=%.3f%s\n",
+           stage->name, REAL_NAME, p.B, p.T, p.H, p.K, p.V, p.h0 != NULL, s.threads, options, s.reps,
+           1e3 * median_seconds, flops / median_seconds * 1e-9, checks);
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    return status;
+}

@@ -1,0 +1,54 @@
+/* stage.h -- what every stage binary shares: its settings, its descriptor, its driver.
+ *
+ * A stage file (steps/NN_name/name.c) implements one forward pass and describes itself
+ * with a gdn_stage; common/main.c turns that into a binary with the common command
+ * line of DESIGN.md section 4. The driver does everything that is not the lesson:
+ * parse options, build or load the problem, warm up, time --reps runs and take the
+ * median, check against the oracle or a folder, write o.npy and ht.npy, and print the
+ * one machine-readable result line.
+ */
+#ifndef GDN_STAGE_H
+#define GDN_STAGE_H
+
+#include <stdint.h>
+
+#include "problem.h"
+
+/* Stage-specific options a stage may accept (gdn_stage.options). */
+enum {
+    GDN_OPTION_CHUNK = 1u << 0,    /* --chunk C: tokens per chunk (stage 05 on) */
+    GDN_OPTION_SEGMENTS = 1u << 1, /* --segments P: segments per sequence (stage 04) */
+};
+
+typedef struct {
+    size_t B, T, H, K, V;          /* problem sizes when generated */
+    uint64_t seed;
+    double scale;                  /* 0: the default 1/sqrt(K) */
+    int with_h0;                   /* draw a random initial state */
+    const char *in_dir, *out_dir;  /* NULL when not given */
+    int check_oracle;              /* --check-against oracle */
+    const char *check_dir;         /* --check-against DIR (o.npy, ht.npy) */
+    int reps;                      /* timed runs after one warm-up */
+    int threads;                   /* OpenMP threads */
+    size_t chunk;                  /* --chunk, 0 when not given */
+    size_t segments;               /* --segments, 0 when not given */
+} gdn_settings;
+
+typedef struct {
+    const char *name;              /* "01_naive_loop": folder and binary name */
+    const char *idea;              /* one line for --help */
+    unsigned options;              /* GDN_OPTION_* flags it accepts */
+    /* Compute r->o and r->ht. Returns 0, or -1 after gdn_set_error (e.g. out of memory). */
+    int (*forward)(const gdn_problem *p, const gdn_settings *s, gdn_result *r);
+    /* Floating-point operations one forward pass performs, counted from its loops. */
+    double (*counted_flops)(const gdn_problem *p, const gdn_settings *s);
+} gdn_stage;
+
+/* Parse argv into settings. Returns 0 to run, 1 when --help was printed, -1 on a bad
+ * option (after gdn_set_error with a one-line reason). */
+int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_settings *s);
+
+/* The whole binary: returns the process exit status. */
+int gdn_stage_main(int argc, char **argv, const gdn_stage *stage);
+
+#endif
