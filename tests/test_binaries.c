@@ -1,0 +1,209 @@
+/* test_binaries.c -- the stage binaries themselves: .npy round trips, NumPy interchange,
+ * and every bad input answered by one error line and a non-zero exit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "../common/error.h"
+#include "../common/npy.h"
+#include "../steps/01_naive_loop/naive_loop.h"
+#include "../steps/02_affine/affine.h"
+#include "test_support.h"
+
+#ifndef BIN_DIR
+#define BIN_DIR "bin"
+#endif
+
+static const gdn_stage *const cpu_stages[] = {&naive_loop_stage, &affine_stage};
+static const int cpu_stage_count = sizeof cpu_stages / sizeof *cpu_stages;
+
+/* Run bin/<stage> <arguments>; returns its exit status, with stdout and stderr captured. */
+static int run_binary(const char *stage, const char *arguments, char *out, size_t out_size, char *err,
+                      size_t err_size)
+{
+    char dir[64], command[8192], path[128];
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(command, sizeof command, "%s/%s %s >%s/stdout 2>%s/stderr", BIN_DIR, stage, arguments, dir, dir);
+    int status = system(command);
+    ck_assert_msg(WIFEXITED(status), "%s did not exit normally (crashed?)", command);
+    const char *names[2] = {"stdout", "stderr"};
+    char *buffers[2] = {out, err};
+    size_t sizes[2] = {out_size, err_size};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *file = fopen(path, "r");
+        ck_assert_ptr_nonnull(file);
+        size_t n = fread(buffers[i], 1, sizes[i] - 1, file);
+        buffers[i][n] = '\0';
+        fclose(file);
+    }
+    test_remove_dir(dir);
+    return WEXITSTATUS(status);
+}
+
+static double read_field(const char *line, const char *key)
+{
+    const char *at = strstr(line, key);
+    ck_assert_msg(at != NULL, "no %s in '%s'", key, line);
+    return strtod(at + strlen(key), NULL);
+}
+
+/* --in/--out: a problem saved by the library, run by the binary, equals the in-process run bit for bit. */
+START_TEST(binary_in_out_round_trip_equals_in_process)
+{
+    const gdn_stage *stage = cpu_stages[_i];
+    test_shape shape = {2, 21, 3, 8, 5};
+    gdn_problem p = test_problem(shape, 1, 800 + _i);
+    char in[64], out[64], arguments[256], text[1024], errors[1024], path[128];
+    test_make_temp_dir(in, sizeof in);
+    test_make_temp_dir(out, sizeof out);
+    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --out %s --reps 1 --threads 2", in, out);
+    ck_assert_msg(run_binary(stage->name, arguments, text, sizeof text, errors, sizeof errors) == 0, "%s", errors);
+    ck_assert_ptr_nonnull(strstr(text, "result stage="));
+    gdn_result r = test_run(stage, &p, 2, 0, 0);
+    npy_array o, ht;
+    snprintf(path, sizeof path, "%s/o.npy", out);
+    ck_assert_msg(npy_read(path, &o) == 0, "%s", gdn_last_error());
+    snprintf(path, sizeof path, "%s/ht.npy", out);
+    ck_assert_msg(npy_read(path, &ht) == 0, "%s", gdn_last_error());
+    ck_assert_uint_eq(o.count, gdn_tokens(&p) * p.V);
+    ck_assert_uint_eq(ht.count, gdn_state_count(&p));
+    for (size_t i = 0; i < o.count; i++)
+        ck_assert_msg(o.data[i] == (double)r.o[i], "o[%zu]: file %.9g, in process %.9g", i, o.data[i], r.o[i]);
+    for (size_t i = 0; i < ht.count; i++)
+        ck_assert_msg(ht.data[i] == (double)r.ht[i], "ht[%zu] differs", i);
+    npy_free(&o);
+    npy_free(&ht);
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    test_remove_dir(in);
+    test_remove_dir(out);
+}
+END_TEST
+
+/* tests/data/numpy_problem was written by np.save; numpy_expected by a float64 NumPy loop
+ * (tests/data/numpy_fixture.py). 1e-5 relative is the foundation issue's bar. */
+START_TEST(binary_reads_numpy_and_matches_numpy_float64)
+{
+    char text[1024], errors[1024];
+    char arguments[] = "--in tests/data/numpy_problem --check-against tests/data/numpy_expected --reps 1";
+    int status = run_binary(cpu_stages[_i]->name, arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "%s", errors);
+    double error = read_field(text, "err_ref=");
+    ck_assert_msg(error <= 1e-5, "%s: %.3e against NumPy's float64 result", cpu_stages[_i]->name, error);
+    ck_assert_uint_eq((unsigned)read_field(text, " T="), 37);
+}
+END_TEST
+
+START_TEST(binary_checks_against_oracle_and_reports)
+{
+    char text[1024], errors[1024];
+    int status = run_binary(cpu_stages[_i]->name, "--B 2 --T 40 --H 2 --K 16 --V 8 --h0 --reps 3 --check-against oracle",
+                            text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "%s", errors);
+    ck_assert_ptr_nonnull(strstr(text, "precision=" REAL_NAME));
+    ck_assert(read_field(text, "median_ms=") > 0);
+    ck_assert(read_field(text, "gflops=") > 0);
+    ck_assert(read_field(text, "err_oracle=") <= GDN_TOLERANCE_VS_ORACLE);
+    ck_assert_ptr_null(strchr(strchr(text, '\n') + 1, '\n')); /* one line */
+}
+END_TEST
+
+/* Bad inputs through a binary: each arguments line, after set-up, gives this message. */
+enum setup { PLAIN, NPY_DTYPE, NPY_FORTRAN, NPY_TRUNCATED, NPY_SHAPE, NPY_HEADER, GATE_POSITIVE, Q_NAN, REF_SHAPE };
+static const struct {
+    enum setup setup;
+    const char *arguments; /* %s is the temporary folder */
+    const char *message;
+} bad_inputs[] = {
+    {PLAIN, "--frobnicate", "unknown option '--frobnicate'"},
+    {PLAIN, "--T", "--T needs a value"},
+    {PLAIN, "--T ten", "--T needs a positive integer, got 'ten'"},
+    {PLAIN, "--K 0", "--K must be positive, got 0"},
+    {PLAIN, "--V -4", "--V needs a positive integer, got '-4'"},
+    {PLAIN, "--chunk 8", "--chunk is not an option of"},
+    {PLAIN, "--T 1099511627776 --K 1024 --V 1024", "the problem needs"},
+    {PLAIN, "--in %s/absent", "absent/q.npy: cannot open"},
+    {NPY_DTYPE, "--in %s", "k.npy: dtype '<i4' is not supported"},
+    {NPY_FORTRAN, "--in %s", "v.npy: Fortran order is not supported"},
+    {NPY_TRUNCATED, "--in %s", "q.npy: truncated"},
+    {NPY_SHAPE, "--in %s", "v.npy: shape (1, 9, 2, 4) disagrees with the other tensors"},
+    {NPY_HEADER, "--in %s", "beta.npy: malformed header"},
+    {GATE_POSITIVE, "--in %s", "g.npy: element 3 is 0.5, outside"},
+    {Q_NAN, "--in %s", "q.npy: element 5 is nan; inputs must be finite"},
+    {REF_SHAPE, "--T 8 --H 2 --K 4 --V 4 --check-against %s", "o.npy: shape (1, 8, 1, 4) does not match"},
+};
+
+/* Write a raw .npy with a given header dict and data bytes. */
+static void write_npy_text(const char *dir, const char *name, const char *dict, size_t data_bytes)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    FILE *file = fopen(path, "wb");
+    ck_assert_ptr_nonnull(file);
+    char header[128];
+    int length = snprintf(header, sizeof header, "%-117s\n", dict); /* 10 + 118 = 128 bytes */
+    fwrite("\x93NUMPY\x01\x00\x76\x00", 1, 10, file);
+    fwrite(header, 1, (size_t)length, file);
+    for (size_t i = 0; i < data_bytes; i++)
+        fputc(0, file);
+    fclose(file);
+}
+
+START_TEST(binary_bad_input_one_line_and_exit_status)
+{
+    char dir[64], arguments[512], text[1024], errors[1024];
+    test_make_temp_dir(dir, sizeof dir);
+    test_shape shape = {1, 8, 2, 4, 4};
+    gdn_problem p = test_problem(shape, 0, 900 + _i);
+    ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
+    switch (bad_inputs[_i].setup) {
+    case NPY_DTYPE: write_npy_text(dir, "k", "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 8, 2, 4), }", 256); break;
+    case NPY_FORTRAN: write_npy_text(dir, "v", "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 8, 2, 4), }", 256); break;
+    case NPY_TRUNCATED: write_npy_text(dir, "q", "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 8, 2, 4), }", 100); break;
+    case NPY_SHAPE: write_npy_text(dir, "v", "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 9, 2, 4), }", 288); break;
+    case NPY_HEADER: write_npy_text(dir, "beta", "{'descr': '<f4', 'fortran_order': False, }", 64); break;
+    case GATE_POSITIVE: p.g[3] = (real_t)0.5; ck_assert_int_eq(gdn_problem_save(&p, dir), 0); break;
+    case Q_NAN: p.q[5] = (real_t)NAN; ck_assert_int_eq(gdn_problem_save(&p, dir), 0); break;
+    case REF_SHAPE: {
+        gdn_problem wrong = test_problem((test_shape){1, 8, 1, 4, 4}, 0, 1);
+        gdn_result r = test_run(&naive_loop_stage, &wrong, 1, 0, 0);
+        ck_assert_int_eq(gdn_result_save(&r, &wrong, dir), 0);
+        gdn_result_free(&r);
+        gdn_problem_free(&wrong);
+        break;
+    }
+    default: break;
+    }
+    snprintf(arguments, sizeof arguments, bad_inputs[_i].arguments, dir);
+    for (int s = 0; s < cpu_stage_count; s++) {
+        int status = run_binary(cpu_stages[s]->name, arguments, text, sizeof text, errors, sizeof errors);
+        ck_assert_msg(status != 0, "%s %s: exit status 0", cpu_stages[s]->name, arguments);
+        ck_assert_msg(strstr(errors, bad_inputs[_i].message) != NULL, "%s %s: got '%s', want '%s'",
+                      cpu_stages[s]->name, arguments, errors, bad_inputs[_i].message);
+        ck_assert_msg(strncmp(errors, cpu_stages[s]->name, strlen(cpu_stages[s]->name)) == 0, "%s", errors);
+        ck_assert_msg(strchr(errors, '\n') == errors + strlen(errors) - 1, "not one line: '%s'", errors);
+        ck_assert_str_eq(text, ""); /* no result line for a refused run */
+    }
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
+Suite *binaries_suite(void)
+{
+    Suite *suite = suite_create("binaries");
+    TCase *files = tcase_create("files");
+    tcase_set_timeout(files, 60);
+    tcase_add_loop_test(files, binary_in_out_round_trip_equals_in_process, 0, cpu_stage_count);
+    tcase_add_loop_test(files, binary_reads_numpy_and_matches_numpy_float64, 0, cpu_stage_count);
+    tcase_add_loop_test(files, binary_checks_against_oracle_and_reports, 0, cpu_stage_count);
+    suite_add_tcase(suite, files);
+    TCase *bad = tcase_create("bad_input");
+    tcase_set_timeout(bad, 60);
+    tcase_add_loop_test(bad, binary_bad_input_one_line_and_exit_status, 0, (int)(sizeof bad_inputs / sizeof *bad_inputs));
+    suite_add_tcase(suite, bad);
+    return suite;
+}

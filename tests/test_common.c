@@ -1,0 +1,293 @@
+/* test_common.c -- common/: generator, problem set-up, .npy I/O, comparison, command line. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/error.h"
+#include "../common/npy.h"
+#include "../common/random.h"
+#include "../common/timing.h"
+#include "../steps/01_naive_loop/naive_loop.h"
+#include "test_support.h"
+
+/* Values computed by an independent Python transcription of SplitMix64 (Steele et al.),
+ * whose plain form gives the published first output 0x599ED017FB08FC85 for seed 1234567. */
+START_TEST(generator_bits_are_pinned)
+{
+    ck_assert_uint_eq(random_bits(1, 1, 0), 0xb18a02f46d8d86c3ULL);
+    ck_assert_uint_eq(random_bits(42, 5, 1000), 0x2f79952650040d17ULL);
+    ck_assert_uint_eq(random_bits(0, 0, 0), 0x568a9b0b1a2c05ecULL);
+}
+END_TEST
+
+START_TEST(generator_normals_have_unit_moments)
+{
+    const int n = 200000;
+    double sum = 0, squares = 0;
+    for (int i = 0; i < n; i++) {
+        double x = random_normal(7, STREAM_TEST, (uint64_t)i);
+        ck_assert(isfinite(x));
+        sum += x;
+        squares += x * x;
+    }
+    double mean = sum / n, variance = squares / n - mean * mean;
+    /* standard errors: 1/sqrt(n) = 0.0022 for the mean, sqrt(2/n) = 0.0032 for the variance */
+    ck_assert_msg(fabs(mean) < 0.012, "mean %g", mean);
+    ck_assert_msg(fabs(variance - 1) < 0.016, "variance %g", variance);
+}
+END_TEST
+
+START_TEST(problem_inputs_follow_the_contract)
+{
+    test_shape shape = {2, 40, 3, 16, 8};
+    gdn_problem p = test_problem(shape, 1, 1), same = test_problem(shape, 1, 1), other = test_problem(shape, 1, 2);
+    for (size_t token = 0; token < gdn_tokens(&p); token++) {
+        double norm = 0;
+        for (size_t i = 0; i < p.K; i++)
+            norm += (double)p.k[token * p.K + i] * p.k[token * p.K + i];
+        ck_assert_msg(fabs(sqrt(norm) - 1) < 1e-6, "|k| = %g at token %zu", sqrt(norm), token);
+        ck_assert(p.g[token] < 0);
+        ck_assert(p.beta[token] > 0 && p.beta[token] < 1);
+        /* g = log(sigmoid(z)) and beta = sigmoid(z') are both in (0, 1) after exp */
+        ck_assert(exp(p.g[token]) > 0 && exp(p.g[token]) < 1);
+    }
+    ck_assert_double_eq_tol(p.scale, 1 / sqrt(16.0), 1e-15);
+    ck_assert_mem_eq(p.q, same.q, gdn_tokens(&p) * p.K * sizeof(real_t));
+    ck_assert_mem_eq(p.h0, same.h0, gdn_state_count(&p) * sizeof(real_t));
+    ck_assert(memcmp(p.v, other.v, gdn_tokens(&p) * p.V * sizeof(real_t)) != 0);
+    gdn_problem_free(&p);
+    gdn_problem_free(&same);
+    gdn_problem_free(&other);
+}
+END_TEST
+
+START_TEST(problem_too_large_is_refused_with_its_bytes)
+{
+    gdn_problem p;
+    size_t bytes;
+    char expected[96];
+    ck_assert_int_eq(gdn_problem_bytes(1, (size_t)1 << 36, 8, 128, 128, 0, &bytes), 0);
+    /* (2 K + 2 V + 2) values per token and K V per head, times the element size */
+    ck_assert_uint_eq(bytes, (((size_t)1 << 39) * 514 + 8 * 128 * 128) * sizeof(real_t));
+    snprintf(expected, sizeof expected, "the problem needs %zu bytes", bytes);
+    ck_assert_int_ne(gdn_problem_alloc(&p, 1, (size_t)1 << 36, 8, 128, 128, 0), 0);
+    ck_assert_msg(strstr(gdn_last_error(), expected) != NULL, "%s", gdn_last_error());
+    ck_assert_int_ne(gdn_problem_alloc(&p, (size_t)1 << 40, (size_t)1 << 40, 1, 4, 4, 0), 0);
+    ck_assert_msg(strstr(gdn_last_error(), "overflow") != NULL, "%s", gdn_last_error());
+}
+END_TEST
+
+START_TEST(npy_round_trip_and_numpy_header)
+{
+    char dir[64], path[128];
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/x.npy", dir);
+    real_t values[6] = {1.5, -2, 3.25, 1e-7, -1e7, 0.1};
+    size_t shape[2] = {2, 3};
+    ck_assert_int_eq(npy_write(path, values, 2, shape), 0);
+
+    /* the header NumPy expects: magic, version 1.0, length, dict, padded to 64 with '\n' last */
+    FILE *file = fopen(path, "rb");
+    unsigned char bytes[128];
+    ck_assert_uint_eq(fread(bytes, 1, 128, file), 128);
+    fclose(file);
+    ck_assert_mem_eq(bytes, "\x93NUMPY\x01\x00", 8);
+    size_t header = bytes[8] | bytes[9] << 8;
+    ck_assert_uint_eq((10 + header) % 64, 0);
+    ck_assert_int_eq(bytes[10 + header - 1], '\n');
+    const char *dict = sizeof(real_t) == 4 ? "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"
+                                           : "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }";
+    ck_assert_mem_eq(bytes + 10, dict, strlen(dict));
+
+    npy_array read;
+    ck_assert_msg(npy_read(path, &read) == 0, "%s", gdn_last_error());
+    ck_assert_uint_eq(read.ndim, 2);
+    ck_assert_uint_eq(read.shape[0], 2);
+    ck_assert_uint_eq(read.shape[1], 3);
+    for (int i = 0; i < 6; i++)
+        ck_assert(read.data[i] == (double)values[i]);
+    npy_free(&read);
+    test_remove_dir(dir);
+}
+END_TEST
+
+/* A hand-made .npy: header dict text and data bytes as given. */
+static void write_raw_npy(const char *path, const char *dict, const void *data, size_t data_bytes)
+{
+    char header[256];
+    int length = snprintf(header, sizeof header, "%s", dict);
+    size_t padded = (10 + (size_t)length + 1 + 63) / 64 * 64 - 10;
+    memset(header + length, ' ', padded - (size_t)length - 1);
+    header[padded - 1] = '\n';
+    FILE *file = fopen(path, "wb");
+    unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)padded, 0};
+    fwrite(prefix, 1, 10, file);
+    fwrite(header, 1, padded, file);
+    fwrite(data, 1, data_bytes, file);
+    fclose(file);
+}
+
+static const struct {
+    const char *dict;
+    size_t data_bytes;
+    const char *message;
+} bad_npy[] = {
+    {"{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", 24, "dtype '<i4' is not supported"},
+    {"{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24, "dtype '>f4' is not supported"},
+    {"{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24, "Fortran order is not supported"},
+    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20, "truncated: shape (2, 3) needs 24"},
+    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28, "4 bytes after the data"},
+    {"{'descr': '<f4', 'shape': (2, 3), }", 24, "malformed header"},
+    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }", 24, "malformed header (bad number"},
+    {"['descr', '<f4']", 24, "malformed header"},
+};
+
+START_TEST(npy_bad_files_are_refused_by_name)
+{
+    char dir[64], path[128];
+    float data[8] = {0};
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/bad.npy", dir);
+    write_raw_npy(path, bad_npy[_i].dict, data, bad_npy[_i].data_bytes);
+    npy_array read;
+    ck_assert_int_ne(npy_read(path, &read), 0);
+    ck_assert_ptr_null(read.data);
+    ck_assert_msg(strstr(gdn_last_error(), bad_npy[_i].message) && strstr(gdn_last_error(), "bad.npy"),
+                  "case %d: got '%s', want '%s'", _i, gdn_last_error(), bad_npy[_i].message);
+    test_remove_dir(dir);
+}
+END_TEST
+
+START_TEST(npy_not_npy_and_missing)
+{
+    char dir[64], path[128];
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/text.npy", dir);
+    FILE *file = fopen(path, "w");
+    fputs("hello, not numpy\n", file);
+    fclose(file);
+    npy_array read;
+    ck_assert_int_ne(npy_read(path, &read), 0);
+    ck_assert_ptr_nonnull(strstr(gdn_last_error(), "not a .npy file"));
+    snprintf(path, sizeof path, "%s/absent.npy", dir);
+    ck_assert_int_ne(npy_read(path, &read), 0);
+    ck_assert_ptr_nonnull(strstr(gdn_last_error(), "absent.npy: cannot open"));
+    test_remove_dir(dir);
+}
+END_TEST
+
+START_TEST(compare_measures_and_fails_on_nan)
+{
+    real_t x[4] = {1, 2, 3, 4};
+    double ref[4] = {1, 2, 3, 5};
+    gdn_difference d = gdn_compare(x, ref, 4);
+    ck_assert_double_eq_tol(d.relative, 1 / sqrt(39.0), 1e-12);
+    ck_assert_double_eq_tol(d.max_absolute, 1, 1e-12);
+    ck_assert(gdn_within(d, 0.2));
+    ck_assert(!gdn_within(d, 0.1));
+    x[2] = (real_t)NAN;
+    d = gdn_compare(x, ref, 4);
+    ck_assert_uint_eq(d.non_finite, 1);
+    ck_assert(!gdn_within(d, 1e300));
+    x[2] = 3;
+    ref[0] = INFINITY;
+    ck_assert(!gdn_within(gdn_compare(x, ref, 4), 1e300));
+}
+END_TEST
+
+START_TEST(median_of_runs)
+{
+    double odd[5] = {5, 1, 4, 2, 3}, even[4] = {4, 1, 3, 2};
+    ck_assert_double_eq(gdn_median(odd, 5), 3);
+    ck_assert_double_eq(gdn_median(even, 4), 2.5);
+    double start = gdn_now_seconds();
+    ck_assert(gdn_now_seconds() >= start);
+}
+END_TEST
+
+/* The command line, in process: each bad input gives its one-line reason. */
+static const struct {
+    const char *arguments[4];
+    const char *message;
+} bad_command_lines[] = {
+    {{"--bogus"}, "unknown option '--bogus'"},
+    {{"--T"}, "--T needs a value"},
+    {{"--T", "abc"}, "--T needs a positive integer, got 'abc'"},
+    {{"--T", "0"}, "--T must be positive, got 0"},
+    {{"--K", "-3"}, "--K needs a positive integer, got '-3'"},
+    {{"--V", "12x"}, "--V needs a positive integer, got '12x'"},
+    {{"--B", "1e3"}, "--B needs a positive integer, got '1e3'"},
+    {{"--H", "99999999999999999999"}, "--H: 99999999999999999999 is too large"},
+    {{"--reps", "0"}, "--reps must be positive, got 0"},
+    {{"--threads", ""}, "--threads needs a positive integer, got an empty value"},
+    {{"--seed", "-1"}, "--seed needs a non-negative integer"},
+    {{"--scale", "nan"}, "--scale needs a positive finite number, got 'nan'"},
+    {{"--scale", "-1"}, "--scale needs a positive finite number, got '-1'"},
+    {{"--chunk", "16"}, "--chunk is not an option of 01_naive_loop"},
+    {{"--segments", "4"}, "--segments is not an option of 01_naive_loop"},
+    {{"extra"}, "unexpected argument 'extra'"},
+    {{"--in", "somewhere", "--T", "5"}, "--in takes sizes, seed and h0 from the folder's files"},
+    {{"--check-against", "oracle", "--check-against", "oracle"}, "--check-against oracle given twice"},
+};
+
+START_TEST(command_line_refuses_bad_options)
+{
+    char *argv[6] = {"01_naive_loop"};
+    int argc = 1;
+    for (int i = 0; i < 4 && bad_command_lines[_i].arguments[i]; i++)
+        argv[argc++] = (char *)bad_command_lines[_i].arguments[i];
+    gdn_settings s;
+    ck_assert_int_eq(gdn_parse_command_line(argc, argv, &naive_loop_stage, &s), -1);
+    ck_assert_msg(strstr(gdn_last_error(), bad_command_lines[_i].message) != NULL, "case %d: got '%s', want '%s'", _i,
+                  gdn_last_error(), bad_command_lines[_i].message);
+    ck_assert_ptr_null(strchr(gdn_last_error(), '\n'));
+}
+END_TEST
+
+START_TEST(command_line_reads_good_options)
+{
+    char *argv[] = {"01_naive_loop", "--B", "2", "--T=33", "--H", "3", "--K", "16", "--V", "8", "--seed", "9",
+                    "--h0", "--reps", "7", "--threads", "2", "--scale", "0.5", "--check-against", "oracle",
+                    "--check-against", "some/dir", "--out", "o"};
+    gdn_settings s;
+    ck_assert_int_eq(gdn_parse_command_line((int)(sizeof argv / sizeof *argv), argv, &naive_loop_stage, &s), 0);
+    ck_assert_uint_eq(s.B, 2);
+    ck_assert_uint_eq(s.T, 33);
+    ck_assert_uint_eq(s.H, 3);
+    ck_assert_uint_eq(s.K, 16);
+    ck_assert_uint_eq(s.V, 8);
+    ck_assert_uint_eq(s.seed, 9);
+    ck_assert_int_eq(s.with_h0, 1);
+    ck_assert_int_eq(s.reps, 7);
+    ck_assert_int_eq(s.threads, 2);
+    ck_assert_double_eq(s.scale, 0.5);
+    ck_assert_int_eq(s.check_oracle, 1);
+    ck_assert_str_eq(s.check_dir, "some/dir");
+    ck_assert_str_eq(s.out_dir, "o");
+}
+END_TEST
+
+Suite *common_suite(void)
+{
+    Suite *suite = suite_create("common");
+    TCase *generator = tcase_create("generator");
+    tcase_add_test(generator, generator_bits_are_pinned);
+    tcase_add_test(generator, generator_normals_have_unit_moments);
+    tcase_add_test(generator, problem_inputs_follow_the_contract);
+    tcase_add_test(generator, problem_too_large_is_refused_with_its_bytes);
+    suite_add_tcase(suite, generator);
+    TCase *npy = tcase_create("npy");
+    tcase_add_test(npy, npy_round_trip_and_numpy_header);
+    tcase_add_loop_test(npy, npy_bad_files_are_refused_by_name, 0, (int)(sizeof bad_npy / sizeof *bad_npy));
+    tcase_add_test(npy, npy_not_npy_and_missing);
+    suite_add_tcase(suite, npy);
+    TCase *checks = tcase_create("compare_and_cli");
+    tcase_add_test(checks, compare_measures_and_fails_on_nan);
+    tcase_add_test(checks, median_of_runs);
+    tcase_add_loop_test(checks, command_line_refuses_bad_options, 0,
+                        (int)(sizeof bad_command_lines / sizeof *bad_command_lines));
+    tcase_add_test(checks, command_line_reads_good_options);
+    suite_add_tcase(suite, checks);
+    return suite;
+}

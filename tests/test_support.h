@@ -1,0 +1,47 @@
+/* test_support.h -- helpers shared by the Check suites: problems, runs, comparisons. */
+#ifndef GDN_TEST_SUPPORT_H
+#define GDN_TEST_SUPPORT_H
+
+#include <check.h>
+
+#include "../common/compare.h"
+#include "../common/error.h"
+#include "../common/problem.h"
+#include "../common/stage.h"
+#include "../common/tolerances.h"
+
+typedef struct {
+    size_t B, T, H, K, V;
+} test_shape;
+
+/* The shape grid every stage is tested over: T = 1, odd T, K != V, B > 1, H > 1. */
+extern const test_shape test_grid[];
+extern const int test_grid_count;
+
+/* A fresh problem for this case: the seed is derived from the case number, so every
+ * case draws different inputs and a failure can be reproduced. */
+gdn_problem test_problem(test_shape shape, int with_h0, int case_number);
+/* Overwrite g with values spread log-uniformly over [low, high] (both < 0). */
+void test_set_gates(gdn_problem *p, double low, double high, int case_number);
+
+/* Run a stage (outputs poisoned first) with the given threads; fails the test on error. */
+gdn_result test_run(const gdn_stage *stage, const gdn_problem *p, int threads, size_t chunk, size_t segments);
+/* Compare a result with the fp64 oracle, or with another result. */
+gdn_difference test_against_oracle(const gdn_problem *p, const gdn_result *r);
+gdn_difference test_against_result(const gdn_problem *p, const gdn_result *r, const gdn_result *reference);
+
+/* Assert d is finite and within tolerance, naming what was compared. */
+#define assert_close(d, tolerance, what)                                                                        \
+    ck_assert_msg(gdn_within((d), (tolerance)), "%s: relative error %.3e (max abs %.3e, %zu non-finite) > %.1e", \
+                  (what), (d).relative, (d).max_absolute, (d).non_finite, (double)(tolerance))
+
+/* Temporary folders for the binaries' tests. */
+void test_make_temp_dir(char *path, size_t size);
+void test_remove_dir(const char *path);
+
+Suite *common_suite(void);
+Suite *naive_loop_suite(void);
+Suite *affine_suite(void);
+Suite *binaries_suite(void);
+
+#endif
