@@ -26,7 +26,7 @@ LDLIBS  := -lm
 STAGES := $(sort $(notdir $(wildcard steps/[0-9][0-9]_*)))
 # A stage may reuse an earlier stage's pieces (the lesson builds on them); list them here.
 USES_03_parallel_scan  := 02_affine
-USES_04_two_phase_scan := 01_naive_loop 02_affine
+USES_04_two_phase_scan := 01_naive_loop
 USES_05_wy_chunked     :=
 
 COMMON_SOURCES := $(filter-out common/main.c,$(wildcard common/*.c))

@@ -61,16 +61,8 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
         gdn_problem_generate(&p, s.seed);
     if (s.scale > 0.0)
         p.scale = s.scale;
-    /* stage-specific defaults, once the sequence length is known */
-    if ((stage->options & GDN_OPTION_CHUNK) && s.chunk == 0)
-        s.chunk = 64;
-    if ((stage->options & GDN_OPTION_SEGMENTS) && s.segments == 0)
-        s.segments = (size_t)s.threads;
-    if ((stage->options & GDN_OPTION_SEGMENTS) && s.segments > p.T) {
-        fprintf(stderr, "%s: note: %zu segments for T=%zu tokens; clamped to %zu (a segment holds at least one token)\n",
-                stage->name, s.segments, p.T, p.T);
-        s.segments = p.T;
-    }
+    if (stage->resolve_options)
+        stage->resolve_options(&p, &s);
     if (gdn_result_alloc(&r, &p))
         return fail(stage->name);
 

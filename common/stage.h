@@ -42,6 +42,9 @@ typedef struct {
     int (*forward)(const gdn_problem *p, const gdn_settings *s, gdn_result *r);
     /* Floating-point operations one forward pass performs, counted from its loops. */
     double (*counted_flops)(const gdn_problem *p, const gdn_settings *s);
+    /* Optional: fill in defaults of the stage's own options (--chunk, --segments) once the
+     * problem's sizes are known, and clamp them (saying so on stderr). */
+    void (*resolve_options)(const gdn_problem *p, gdn_settings *s);
 } gdn_stage;
 
 /* Parse argv into settings. Returns 0 to run, 1 when --help was printed, -1 on a bad

@@ -9,6 +9,8 @@ int main(void)
     SRunner *runner = srunner_create(common_suite());
     srunner_add_suite(runner, naive_loop_suite());
     srunner_add_suite(runner, affine_suite());
+    srunner_add_suite(runner, parallel_scan_suite());
+    srunner_add_suite(runner, two_phase_scan_suite());
     srunner_add_suite(runner, binaries_suite());
     srunner_set_fork_status(runner, CK_FORK);
     srunner_run_all(runner, CK_NORMAL);

@@ -9,13 +9,16 @@
 #include "../common/npy.h"
 #include "../steps/01_naive_loop/naive_loop.h"
 #include "../steps/02_affine/affine.h"
+#include "../steps/03_parallel_scan/parallel_scan.h"
+#include "../steps/04_two_phase_scan/two_phase_scan.h"
 #include "test_support.h"
 
 #ifndef BIN_DIR
 #define BIN_DIR "bin"
 #endif
 
-static const gdn_stage *const cpu_stages[] = {&naive_loop_stage, &affine_stage};
+static const gdn_stage *const cpu_stages[] = {&naive_loop_stage, &affine_stage, &parallel_scan_stage,
+                                              &two_phase_scan_stage};
 static const int cpu_stage_count = sizeof cpu_stages / sizeof *cpu_stages;
 
 /* Run bin/<stage> <arguments>; returns its exit status, with stdout and stderr captured. */

@@ -50,6 +50,8 @@ gdn_result test_run(const gdn_stage *stage, const gdn_problem *p, int threads, s
     gdn_settings s = {.B = p->B, .T = p->T, .H = p->H, .K = p->K, .V = p->V, .reps = 1, .threads = threads,
                       .chunk = chunk, .segments = segments};
     omp_set_num_threads(threads);
+    if (stage->resolve_options) /* defaults for options left at 0, as the binaries do */
+        stage->resolve_options(p, &s);
     ck_assert_msg(gdn_result_alloc(&r, p) == 0, "%s", gdn_last_error());
     gdn_result_poison(&r, p);
     ck_assert_msg(stage->forward(p, &s, &r) == 0, "%s failed: %s", stage->name, gdn_last_error());

@@ -42,6 +42,8 @@ void test_remove_dir(const char *path);
 Suite *common_suite(void);
 Suite *naive_loop_suite(void);
 Suite *affine_suite(void);
+Suite *parallel_scan_suite(void);
+Suite *two_phase_scan_suite(void);
 Suite *binaries_suite(void);
 
 #endif

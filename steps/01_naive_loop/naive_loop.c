@@ -9,7 +9,7 @@
  * Heads and batches are independent, so OpenMP runs one head per thread.
  *
  * Cost per token and head: K V (decay) + 2 K V (S^T k) + 2 K V (write) + 2 K V (read)
- * = 7 K V flops (plus 4 V). Work 7 B T H K V; memory: the inputs plus one K x V state
+ * = 7 K V flops (plus 3 V). Work 7 B T H K V; memory: the inputs plus one K x V state
  * per thread; parallel depth T (only B H heads run at once).
  *
  * The two passes over S below each touch a row S[i, :] with a loop over j that has
@@ -40,11 +40,18 @@ void naive_loop_token_step(real_t *restrict S, size_t K, size_t V, const real_t 
         }
     }
     /* the error the write corrects (eq. 1b) */
-    for (size_t j = 0; j < V; j++) {
+    for (size_t j = 0; j < V; j++)
         u[j] = beta * (v[j] - predicted[j]);
-        o[j] = 0;
-    }
+    if (q)
+        for (size_t j = 0; j < V; j++)
+            o[j] = 0;
     /* pass 2: rank-1 write (eq. 1c) and read of the updated state (eq. 1d) */
+    if (!q) { /* write only: stage 04 folds segments with this step */
+        for (size_t i = 0; i < K; i++)
+            for (size_t j = 0; j < V; j++)
+                S[i * V + j] += k[i] * u[j];
+        return;
+    }
     for (size_t i = 0; i < K; i++) {
         real_t *restrict row = S + i * V;
         for (size_t j = 0; j < V; j++) {
@@ -89,7 +96,7 @@ static int naive_loop_forward(const gdn_problem *p, const gdn_settings *s, gdn_r
 static double naive_loop_flops(const gdn_problem *p, const gdn_settings *s)
 {
     (void)s;
-    return (double)gdn_tokens(p) * (7.0 * (double)p->K * (double)p->V + 4.0 * (double)p->V);
+    return (double)gdn_tokens(p) * (7.0 * (double)p->K * (double)p->V + 3.0 * (double)p->V);
 }
 
 const gdn_stage naive_loop_stage = {
