@@ -8,12 +8,16 @@
 #ifndef GDN_REAL_H
 #define GDN_REAL_H
 
+#include <math.h>
+
 #ifdef GDN_DOUBLE
 typedef double real_t;
 #define REAL_NAME "double"
+static inline real_t real_exp(real_t x) { return exp(x); }
 #else
 typedef float real_t;
 #define REAL_NAME "float"
+static inline real_t real_exp(real_t x) { return expf(x); }
 #endif
 
 #endif

@@ -11,6 +11,7 @@
 #include "../steps/02_affine/affine.h"
 #include "../steps/03_parallel_scan/parallel_scan.h"
 #include "../steps/04_two_phase_scan/two_phase_scan.h"
+#include "../steps/05_wy_chunked/wy_chunked.h"
 #include "test_support.h"
 
 #ifndef BIN_DIR
@@ -18,7 +19,7 @@
 #endif
 
 static const gdn_stage *const cpu_stages[] = {&naive_loop_stage, &affine_stage, &parallel_scan_stage,
-                                              &two_phase_scan_stage};
+                                              &two_phase_scan_stage, &wy_chunked_stage};
 static const int cpu_stage_count = sizeof cpu_stages / sizeof *cpu_stages;
 
 /* Run bin/<stage> <arguments>; returns its exit status, with stdout and stderr captured. */
@@ -120,23 +121,29 @@ static const struct {
     enum setup setup;
     const char *arguments; /* %s is the temporary folder */
     const char *message;
+    unsigned only_stages_with; /* 0: every stage; else only stages taking this option; */
+    unsigned only_stages_without; /* or only stages not taking it */
 } bad_inputs[] = {
-    {PLAIN, "--frobnicate", "unknown option '--frobnicate'"},
-    {PLAIN, "--T", "--T needs a value"},
-    {PLAIN, "--T ten", "--T needs a positive integer, got 'ten'"},
-    {PLAIN, "--K 0", "--K must be positive, got 0"},
-    {PLAIN, "--V -4", "--V needs a positive integer, got '-4'"},
-    {PLAIN, "--chunk 8", "--chunk is not an option of"},
-    {PLAIN, "--T 1099511627776 --K 1024 --V 1024", "the problem needs"},
-    {PLAIN, "--in %s/absent", "absent/q.npy: cannot open"},
-    {NPY_DTYPE, "--in %s", "k.npy: dtype '<i4' is not supported"},
-    {NPY_FORTRAN, "--in %s", "v.npy: Fortran order is not supported"},
-    {NPY_TRUNCATED, "--in %s", "q.npy: truncated"},
-    {NPY_SHAPE, "--in %s", "v.npy: shape (1, 9, 2, 4) disagrees with the other tensors"},
-    {NPY_HEADER, "--in %s", "beta.npy: malformed header"},
-    {GATE_POSITIVE, "--in %s", "g.npy: element 3 is 0.5, outside"},
-    {Q_NAN, "--in %s", "q.npy: element 5 is nan; inputs must be finite"},
-    {REF_SHAPE, "--T 8 --H 2 --K 4 --V 4 --check-against %s", "o.npy: shape (1, 8, 1, 4) does not match"},
+    {PLAIN, "--frobnicate", "unknown option '--frobnicate'", 0, 0},
+    {PLAIN, "--T", "--T needs a value", 0, 0},
+    {PLAIN, "--T ten", "--T needs a positive integer, got 'ten'", 0, 0},
+    {PLAIN, "--K 0", "--K must be positive, got 0", 0, 0},
+    {PLAIN, "--V -4", "--V needs a positive integer, got '-4'", 0, 0},
+    {PLAIN, "--chunk 8", "--chunk is not an option of", 0, GDN_OPTION_CHUNK},
+    {PLAIN, "--segments 3", "--segments is not an option of", 0, GDN_OPTION_SEGMENTS},
+    {PLAIN, "--chunk 129", "--chunk must be between 1 and 128, got 129", GDN_OPTION_CHUNK, 0},
+    {PLAIN, "--chunk 0", "--chunk must be positive, got 0", GDN_OPTION_CHUNK, 0},
+    {PLAIN, "--segments x", "--segments needs a positive integer, got 'x'", GDN_OPTION_SEGMENTS, 0},
+    {PLAIN, "--T 1099511627776 --K 1024 --V 1024", "the problem needs", 0, 0},
+    {PLAIN, "--in %s/absent", "absent/q.npy: cannot open", 0, 0},
+    {NPY_DTYPE, "--in %s", "k.npy: dtype '<i4' is not supported", 0, 0},
+    {NPY_FORTRAN, "--in %s", "v.npy: Fortran order is not supported", 0, 0},
+    {NPY_TRUNCATED, "--in %s", "q.npy: truncated", 0, 0},
+    {NPY_SHAPE, "--in %s", "v.npy: shape (1, 9, 2, 4) disagrees with the other tensors", 0, 0},
+    {NPY_HEADER, "--in %s", "beta.npy: malformed header", 0, 0},
+    {GATE_POSITIVE, "--in %s", "g.npy: element 3 is 0.5, outside", 0, 0},
+    {Q_NAN, "--in %s", "q.npy: element 5 is nan; inputs must be finite", 0, 0},
+    {REF_SHAPE, "--T 8 --H 2 --K 4 --V 4 --check-against %s", "o.npy: shape (1, 8, 1, 4) does not match", 0, 0},
 };
 
 /* Write a raw .npy with a given header dict and data bytes. */
@@ -181,7 +188,13 @@ START_TEST(binary_bad_input_one_line_and_exit_status)
     default: break;
     }
     snprintf(arguments, sizeof arguments, bad_inputs[_i].arguments, dir);
+    int tried = 0;
     for (int s = 0; s < cpu_stage_count; s++) {
+        unsigned options = cpu_stages[s]->options;
+        if ((bad_inputs[_i].only_stages_with && !(options & bad_inputs[_i].only_stages_with)) ||
+            (options & bad_inputs[_i].only_stages_without))
+            continue;
+        tried++;
         int status = run_binary(cpu_stages[s]->name, arguments, text, sizeof text, errors, sizeof errors);
         ck_assert_msg(status != 0, "%s %s: exit status 0", cpu_stages[s]->name, arguments);
         ck_assert_msg(strstr(errors, bad_inputs[_i].message) != NULL, "%s %s: got '%s', want '%s'",
@@ -190,6 +203,7 @@ START_TEST(binary_bad_input_one_line_and_exit_status)
         ck_assert_msg(strchr(errors, '\n') == errors + strlen(errors) - 1, "not one line: '%s'", errors);
         ck_assert_str_eq(text, ""); /* no result line for a refused run */
     }
+    ck_assert_int_gt(tried, 0);
     gdn_problem_free(&p);
     test_remove_dir(dir);
 }

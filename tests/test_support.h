@@ -44,6 +44,7 @@ Suite *naive_loop_suite(void);
 Suite *affine_suite(void);
 Suite *parallel_scan_suite(void);
 Suite *two_phase_scan_suite(void);
+Suite *wy_chunked_suite(void);
 Suite *binaries_suite(void);
 
 #endif
