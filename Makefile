@@ -36,6 +36,9 @@ stage_object    = $(BUILD)/steps/$(1).o
 STAGE_OBJECTS  := $(foreach s,$(STAGES),$(call stage_object,$(s)))
 STAGE_BINARIES := $(STAGES:%=$(BIN)/%)
 
+# Measuring tools under plots/, built into bin/ beside the stages.
+TOOLS := $(BIN)/fma_peak $(BIN)/precision_study
+
 TEST_SOURCES := $(wildcard tests/*.c)
 TEST_OBJECTS := $(TEST_SOURCES:%.c=$(BUILD)/%.o)
 TEST_RUNNER  := $(BUILD)/run_tests
@@ -43,7 +46,7 @@ TEST_RUNNER  := $(BUILD)/run_tests
 .PHONY: all demo test test-one bench plots diffs clean help require-build require-test
 .DEFAULT_GOAL := all
 
-all: $(STAGE_BINARIES)
+all: $(STAGE_BINARIES) $(TOOLS)
 
 help:
 	@echo "gdn-steps targets:"
@@ -81,6 +84,18 @@ $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$
 	$$(CC) $$(CFLAGS) $$^ -o $$@ $$(LDLIBS)
 endef
 $(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
+
+$(BUILD)/plots/%.o: plots/%.c | require-build
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -c $< -o $@
+
+$(BIN)/fma_peak: $(BUILD)/plots/fma_peak.o $(call stage_object,05_wy_chunked) $(COMMON_OBJECTS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BIN)/precision_study: $(BUILD)/plots/precision_study.o $(COMMON_OBJECTS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%.o: tests/%.c | require-test
 	@mkdir -p $(dir $@)

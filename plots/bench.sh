@@ -1,0 +1,128 @@
+#!/bin/sh
+# bench.sh BIN MODE -- the benchmark sweeps behind the figures (make bench; make bench QUICK=1).
+# Every point runs one stage binary (median of --reps runs after a warm-up, checked against the
+# fp64 oracle) and appends one row to a plain-text file under plots/data/. Stages too slow or
+# too large for a point are written as a row with "skipped: <why>", never left out silently.
+set -eu
+bin=${1:-bin}
+mode=${2:-full}
+data=plots/data
+mkdir -p "$data"
+cores=$(nproc)
+cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //; s/ *$//')
+[ -n "$cpu" ] || cpu=$(uname -m)
+machine="$cpu, $cores cores"
+
+if [ "$mode" = quick ]; then
+    lengths="256 1024 4096 16384"; reps=3; long=16384; mid=4096; k_length=1024
+    work_limit=4000000000; map_limit=268435456
+    echo "bench (quick): about 1 to 2 minutes on 2 cores; writing $data/*.dat"
+else
+    lengths="256 1024 4096 16384 65536"; reps=5; long=65536; mid=16384; k_length=4096
+    work_limit=100000000000; map_limit=2147483648
+    echo "bench (full): about 15 minutes on 2 cores (AMD EPYC, 2026-11-29), less on more cores; writing $data/*.dat"
+fi
+
+columns="stage B T H K V threads option option_value median_ms gflops err_oracle speedup_vs_01"
+begin() { # file description
+    file="$data/$1.dat"
+    {
+        echo "# $2"
+        echo "# machine: $machine"
+        echo "# made by: make bench$( [ "$mode" = quick ] && echo ' QUICK=1'), $(date -u +%Y-%m-%d)"
+        echo "# speedup_vs_01: stage 01 on 1 thread at the same sizes, divided by this row's median"
+        echo "$columns"
+    } >"$file"
+    baseline=""
+}
+
+# skip_reason STAGE T H K V: why a point is not run, or nothing
+skip_reason() {
+    awk -v s="$1" -v T="$2" -v H="$3" -v K="$4" -v V="$5" -v limit="$work_limit" -v maps="$map_limit" 'BEGIN {
+        affine = T * H * 2 * K * K * (K + V)
+        if (s ~ /^02_/ && affine > limit) { printf "skipped:work_%.0e_flops", affine; exit }
+        if (s ~ /^03_/ && 2 * affine > limit) { printf "skipped:work_%.0e_flops", 2 * affine; exit }
+        if (s ~ /^03_/ && T * K * (K + V) * 4 > maps) { printf "skipped:maps_need_%.0f_MiB", T * K * (K + V) * 4 / 1048576; exit }
+    }'
+}
+
+field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+point=0
+# run STAGE T H K V THREADS [OPTION]   (OPTION like --chunk 64)
+run() {
+    stage=$1 T=$2 H=$3 K=$4 V=$5 threads=$6
+    shift 6
+    option_name=$(echo "${1:--}" | sed 's/^--//')
+    option_value=${2:--}
+    option_text=$option_name
+    [ "$option_value" = - ] || option_text="$option_name=$option_value"
+    point=$((point + 1))
+    reason=$(skip_reason "$stage" "$T" "$H" "$K" "$V")
+    if [ -n "$reason" ]; then
+        echo "$stage 1 $T $H $K $V $threads $option_name $option_value $reason - - -" >>"$file"
+        printf '[%3d] %-18s T=%-6s H=%s K=%-3s threads=%-2s %-12s %s\n' "$point" "$stage" "$T" "$H" "$K" "$threads" "$option_text" "$reason"
+        return
+    fi
+    start=$(date +%s.%N)
+    if ! line=$("$bin/$stage" --T "$T" --H "$H" --K "$K" --V "$V" --threads "$threads" --reps "$reps" "$@" \
+        --check-against oracle 2>"$data/.last_error"); then
+        echo "bench: $stage failed: $(cat "$data/.last_error")" >&2
+        exit 1
+    fi
+    ms=$(field "$line" median_ms)
+    if [ "$stage" = 01_naive_loop ] && [ "$threads" = 1 ]; then baseline=$ms; fi
+    speedup=$(awk -v a="${baseline:-0}" -v b="$ms" 'BEGIN { if (a > 0) printf "%.3f", a / b; else printf "-" }')
+    echo "$stage 1 $T $H $K $V $threads $option_name $option_value $ms $(field "$line" gflops) $(field "$line" err_oracle) $speedup" >>"$file"
+    took=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+    printf '[%3d] %-18s T=%-6s H=%s K=%-3s threads=%-2s %-12s %10s ms  x%-7s (point took %s s)\n' "$point" "$stage" "$T" \
+        "$H" "$K" "$threads" "$option_text" "$ms" "$speedup" "$took"
+}
+
+cpu_stages="01_naive_loop 02_affine 03_parallel_scan 04_two_phase_scan 05_wy_chunked"
+
+for heads in 1 8; do
+    begin "sweep_T_H$heads" "T sweep: B=1 H=$heads K=V=64; every stage on all $cores threads, stage 01 also on 1"
+    for T in $lengths; do
+        run 01_naive_loop "$T" "$heads" 64 64 1
+        for stage in $cpu_stages; do run "$stage" "$T" "$heads" 64 64 "$cores"; done
+    done
+done
+
+begin sweep_K "K sweep: B=H=1 T=$k_length K=V; 1 thread (the work per token: K^2 for 01, K^3 for 02 and 03)"
+for K in 16 32 64 128; do
+    for stage in $cpu_stages; do run "$stage" "$k_length" 1 "$K" "$K" 1; done
+done
+
+begin sweep_threads "threads sweep: B=1 T=$mid K=V=64, H=1 (parallel along T only) and H=8"
+for heads in 1 8; do
+    run 01_naive_loop "$mid" "$heads" 64 64 1
+    threads=1
+    while [ "$threads" -le "$cores" ]; do
+        for stage in 01_naive_loop 03_parallel_scan 04_two_phase_scan 05_wy_chunked; do
+            run "$stage" "$mid" "$heads" 64 64 "$threads"
+        done
+        threads=$((threads + 1))
+    done
+done
+
+begin sweep_segments "segments sweep: stage 04, B=H=1 T=$long K=V=64 on $cores threads"
+run 01_naive_loop "$long" 1 64 64 1
+for P in 1 2 3 4 5 6 8 12 16 17 24 32 33 48 64; do
+    [ "$P" -le $((4 * cores + 1)) ] || continue
+    run 04_two_phase_scan "$long" 1 64 64 "$cores" --segments "$P"
+done
+
+begin sweep_chunk "chunk sweep: stage 05, B=1 H=8 T=$mid K=V=64 on 1 thread"
+run 01_naive_loop "$mid" 8 64 64 1
+for C in 1 2 4 8 16 32 64 128; do run 05_wy_chunked "$mid" 8 64 64 1 --chunk "$C"; done
+
+echo "precision study (stage 01 with the state rounded to fp16, bf16, fp32 every token)"
+{
+    echo "# machine: $machine"
+    "$bin/precision_study" --T "$long"
+} >"$data/precision.dat"
+echo "fma peak and stage 05's chunk products, one thread:"
+"$bin/fma_peak" | tee "$data/fma_peak.dat"
+rm -f "$data/.last_error"
+echo "bench: done; make plots renders the figures from $data"

@@ -7,6 +7,7 @@
 int main(void)
 {
     SRunner *runner = srunner_create(common_suite());
+    srunner_add_suite(runner, half_suite());
     srunner_add_suite(runner, naive_loop_suite());
     srunner_add_suite(runner, affine_suite());
     srunner_add_suite(runner, parallel_scan_suite());

@@ -40,6 +40,7 @@ void test_make_temp_dir(char *path, size_t size);
 void test_remove_dir(const char *path);
 
 Suite *common_suite(void);
+Suite *half_suite(void);
 Suite *naive_loop_suite(void);
 Suite *affine_suite(void);
 Suite *parallel_scan_suite(void);

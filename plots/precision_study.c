@@ -1,0 +1,146 @@
+/* precision_study.c -- how much precision the state needs: stage 01 with S rounded after every token.
+ *
+ * The loop is computed in double, but after each token's update the state S is rounded to
+ * fp16, bf16 or fp32 (round-to-nearest-even, common/half.c), as if it were stored in that
+ * format between tokens. The output is compared with the unrounded fp64 loop (the oracle)
+ * over the latest half of the sequence, t in (T/2, T], for T = 256, 512, ..., so the curve
+ * shows whether the error drifts as the sequence grows. Gate regimes: the contract's
+ * g = log(sigmoid(N(0,1))) (alpha about 0.5: fast forgetting), slow forgetting
+ * (alpha in [0.99, 0.999]) and almost none (alpha in [0.99999, 0.999999]); with little
+ * forgetting, rounding errors are not washed out and the drift grows.
+ *
+ * Build and run:  make bin/precision_study && bin/precision_study --T 65536 > plots/data/precision.dat
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/half.h"
+#include "../common/problem.h"
+#include "../common/random.h"
+
+enum format { FORMAT_FP64, FORMAT_FP32, FORMAT_BF16, FORMAT_FP16, FORMAT_COUNT };
+static const char *format_names[FORMAT_COUNT] = {"fp64", "fp32", "bf16", "fp16"};
+
+enum regime { REGIME_CONTRACT, REGIME_SLOW, REGIME_NONE, REGIME_COUNT };
+static const char *regime_names[REGIME_COUNT] = {"alpha~0.5", "alpha~0.99-0.999", "alpha~0.99999"};
+
+static double round_to(enum format format, double x)
+{
+    switch (format) {
+    case FORMAT_FP32: return (double)(float)x;
+    case FORMAT_BF16: return (double)bf16_to_float(float_to_bf16((float)x));
+    case FORMAT_FP16: return (double)fp16_to_float(float_to_fp16((float)x));
+    default: return x;
+    }
+}
+
+/* The loop of stage 01 in double for head 0, with the state rounded after every token. */
+static void loop_with_rounded_state(const gdn_problem *p, enum format format, double *o)
+{
+    const size_t K = p->K, V = p->V;
+    double *S = calloc(K * V, sizeof *S), *predicted = malloc(2 * V * sizeof *S), *u = predicted + V;
+    if (!S || !predicted) {
+        fprintf(stderr, "precision_study: error: out of memory\n");
+        exit(1);
+    }
+    for (size_t t = 0; t < p->T; t++) {
+        const real_t *q = p->q + t * K, *k = p->k + t * K, *v = p->v + t * V;
+        double alpha = exp((double)p->g[t]), beta = p->beta[t];
+        memset(predicted, 0, V * sizeof *predicted);
+        for (size_t i = 0; i < K; i++)
+            for (size_t j = 0; j < V; j++) {
+                S[i * V + j] *= alpha;
+                predicted[j] += S[i * V + j] * k[i];
+            }
+        for (size_t j = 0; j < V; j++) {
+            u[j] = beta * (v[j] - predicted[j]);
+            o[t * V + j] = 0;
+        }
+        for (size_t i = 0; i < K; i++)
+            for (size_t j = 0; j < V; j++) {
+                S[i * V + j] = round_to(format, S[i * V + j] + k[i] * u[j]);
+                o[t * V + j] += q[i] * S[i * V + j];
+            }
+        for (size_t j = 0; j < V; j++)
+            o[t * V + j] *= p->scale;
+    }
+    free(S);
+    free(predicted);
+}
+
+static size_t option(int argc, char **argv, const char *name, size_t fallback)
+{
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) {
+            long value = atol(argv[i + 1]);
+            if (value < 256 && strcmp(name, "--T") == 0) {
+                fprintf(stderr, "precision_study: error: --T must be at least 256\n");
+                exit(1);
+            }
+            if (value <= 0) {
+                fprintf(stderr, "precision_study: error: %s needs a positive integer\n", name);
+                exit(1);
+            }
+            return (size_t)value;
+        }
+    return fallback;
+}
+
+int main(int argc, char **argv)
+{
+    size_t T = option(argc, argv, "--T", 65536), K = option(argc, argv, "--K", 64), V = option(argc, argv, "--V", 64);
+    uint64_t seed = option(argc, argv, "--seed", 1);
+    double *outputs[REGIME_COUNT][FORMAT_COUNT];
+    gdn_problem problems[REGIME_COUNT];
+    for (int regime = 0; regime < REGIME_COUNT; regime++) {
+        if (gdn_problem_alloc(&problems[regime], 1, T, 1, K, V, 0)) {
+            fprintf(stderr, "precision_study: error: cannot allocate the problem\n");
+            return 1;
+        }
+        gdn_problem_generate(&problems[regime], seed);
+        /* log-uniform alpha in the regime's range: g = -exp(uniform(log(-g_low), log(-g_high))) */
+        double ranges[REGIME_COUNT][2] = {{0, 0}, {-1e-2, -1e-3}, {-1e-5, -1e-6}};
+        if (regime != REGIME_CONTRACT)
+            for (size_t t = 0; t < T; t++) {
+                double u = random_uniform(seed, STREAM_TEST, t);
+                double low = log(-ranges[regime][0]), high = log(-ranges[regime][1]);
+                problems[regime].g[t] = (real_t)-exp(low + u * (high - low));
+            }
+        for (int format = 0; format < FORMAT_COUNT; format++) {
+            outputs[regime][format] = malloc(T * V * sizeof(double));
+            if (!outputs[regime][format]) {
+                fprintf(stderr, "precision_study: error: out of memory\n");
+                return 1;
+            }
+        }
+    }
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int regime = 0; regime < REGIME_COUNT; regime++)
+        for (int format = 0; format < FORMAT_COUNT; format++)
+            loop_with_rounded_state(&problems[regime], (enum format)format, outputs[regime][format]);
+
+    printf("# precision study: stage 01 with the state rounded after every token; K=%zu V=%zu seed=%llu\n", K, V,
+           (unsigned long long)seed);
+    printf("# relative L2 error of o over tokens T/2 < t <= T against the unrounded fp64 loop\n");
+    printf("format regime T rel_err_o\n");
+    for (int regime = 0; regime < REGIME_COUNT; regime++)
+        for (int format = FORMAT_FP32; format < FORMAT_COUNT; format++)
+            for (size_t end = 256; end <= T; end *= 2) {
+                double difference = 0, reference = 0;
+                const double *o = outputs[regime][format], *exact = outputs[regime][FORMAT_FP64];
+                for (size_t i = end / 2 * V; i < end * V; i++) {
+                    difference += (o[i] - exact[i]) * (o[i] - exact[i]);
+                    reference += exact[i] * exact[i];
+                }
+                printf("%s %s %zu %.6e\n", format_names[format], regime_names[regime], end,
+                       sqrt(difference / reference));
+            }
+    for (int regime = 0; regime < REGIME_COUNT; regime++) {
+        for (int format = 0; format < FORMAT_COUNT; format++)
+            free(outputs[regime][format]);
+        gdn_problem_free(&problems[regime]);
+    }
+    return 0;
+}
