@@ -43,7 +43,7 @@ TEST_SOURCES := $(wildcard tests/*.c)
 TEST_OBJECTS := $(TEST_SOURCES:%.c=$(BUILD)/%.o)
 TEST_RUNNER  := $(BUILD)/run_tests
 
-.PHONY: all demo test test-one bench plots diffs clean help require-build require-test
+.PHONY: all demo test test-one bench plots diffs docs clean help require-build require-test
 .DEFAULT_GOAL := all
 
 all: $(STAGE_BINARIES) $(TOOLS)
@@ -55,7 +55,8 @@ help:
 	@echo "  make test         build and run the Check suites, float and double builds"
 	@echo "  make bench        sweeps into plots/data/ (QUICK=1: under two minutes on 2 cores)"
 	@echo "  make plots        render plots/*.png from plots/data/ with gnuplot"
-	@echo "  make diffs        write build/diffs/NN_from_MM.diff: each stage against the one before"
+	@echo "  make diffs        write build/diffs/NN_from_MM.diff (each stage against the one before)"
+	@echo "                    and refresh the generated blocks (diffs, tables) in docs/ and README.md"
 	@echo "  make clean        remove bin/ and build/"
 	@echo "Set-up: demo and test install what is missing (apt-get) or print the command to run."
 
@@ -115,6 +116,7 @@ test:
 test-one: require-test all $(TEST_RUNNER)
 	@echo "== Check suites, $(PRECISION) build =="
 	@$(TEST_RUNNER)
+	@sh common/refresh_docs.sh --check
 
 demo: all
 	@sh common/demo.sh $(BIN)
@@ -127,7 +129,10 @@ plots:
 	@sh plots/render.sh
 
 diffs:
-	@sh common/diffs.sh build/diffs $(STAGES)
+	@sh common/diffs.sh write build/diffs $(STAGES)
+	@sh common/refresh_docs.sh
+
+docs: diffs
 
 clean:
 	rm -rf bin build

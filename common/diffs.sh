@@ -1,20 +1,30 @@
 #!/bin/sh
-# diffs.sh OUT STAGE... -- the lesson of each stage as a diff against the stage before it:
-# OUT/NN_from_MM.diff compares steps/MM_*/*.c with steps/NN_*/*.c (sources and headers).
+# diffs.sh -- the lesson of each stage as a diff against the stage before it.
+#   diffs.sh write OUT STAGE...   OUT/NN_from_MM.diff for each consecutive pair of stages
+#   diffs.sh show FROM TO         print the diff of steps/FROM/*.c against steps/TO/*.c
+# The diffs compare each stage's source file (steps/NN_name/name.c); docs/ chapters include
+# them through common/refresh_docs.sh, so the text shown there is always the code's.
 set -eu
-out=$1
-shift
-mkdir -p "$out"
-previous=""
-for stage in "$@"; do
-    if [ -n "$previous" ]; then
-        from=$(echo "$previous" | cut -c1-2)
-        to=$(echo "$stage" | cut -c1-2)
-        file="$out/${to}_from_${from}.diff"
-        # diff exits 1 when files differ, which is the point
-        diff -u -N "steps/$previous/$(echo "$previous" | sed 's/^[0-9]*_//').c" \
-            "steps/$stage/$(echo "$stage" | sed 's/^[0-9]*_//').c" >"$file" || true
-        echo "wrote $file ($(grep -c '^[-+][^-+]' "$file") changed lines)"
-    fi
-    previous=$stage
-done
+source_of() { echo "steps/$1/$(echo "$1" | sed 's/^[0-9]*_//').c"; }
+show() {
+    # diff exits 1 when the files differ, which is the point; labels without timestamps
+    diff -u --label "$(source_of "$1")" --label "$(source_of "$2")" "$(source_of "$1")" "$(source_of "$2")" || true
+}
+case "${1:-}" in
+write)
+    out=$2
+    shift 2
+    mkdir -p "$out"
+    previous=""
+    for stage in "$@"; do
+        if [ -n "$previous" ]; then
+            file="$out/$(echo "$stage" | cut -c1-2)_from_$(echo "$previous" | cut -c1-2).diff"
+            show "$previous" "$stage" >"$file"
+            echo "wrote $file: +$(grep -c '^+[^+]' "$file") -$(grep -c '^-[^-]' "$file") lines"
+        fi
+        previous=$stage
+    done
+    ;;
+show) show "$2" "$3" ;;
+*) echo "usage: diffs.sh write OUT STAGE... | diffs.sh show FROM TO" >&2; exit 2 ;;
+esac

@@ -10,13 +10,15 @@ have_command() { command -v "$1" >/dev/null 2>&1; }
 need_package() { missing="$missing $1"; }
 
 have_command gcc || need_package gcc
-have_command pkg-config || need_package pkg-config
 # OpenMP comes with gcc (libgomp); check it links
 if have_command gcc && ! printf 'int main(void){return 0;}\n' | gcc -fopenmp -x c - -o /dev/null 2>/dev/null; then
     need_package libgomp1
 fi
 case "$what" in
-test) pkg-config --exists check 2>/dev/null || need_package check ;;
+test)
+    have_command pkg-config || need_package pkg-config
+    pkg-config --exists check 2>/dev/null || need_package check
+    ;;
 plots) have_command gnuplot || need_package gnuplot-nox ;;
 esac
 

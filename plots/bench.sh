@@ -1,11 +1,15 @@
 #!/bin/sh
-# bench.sh BIN MODE -- the benchmark sweeps behind the figures (make bench; make bench QUICK=1).
+# bench.sh BIN MODE [SWEEP...] -- the benchmark sweeps behind the figures and docs tables
+# (make bench; make bench QUICK=1). Without SWEEP names, every sweep of the figures runs;
+# the tables of the issue reports run by name: stages_01_04, stages_01_04_05, cpu_goal.
 # Every point runs one stage binary (median of --reps runs after a warm-up, checked against the
 # fp64 oracle) and appends one row to a plain-text file under plots/data/. Stages too slow or
 # too large for a point are written as a row with "skipped: <why>", never left out silently.
 set -eu
 bin=${1:-bin}
 mode=${2:-full}
+shift 2 || true
+sweeps=${*:-"T K threads segments chunk precision peak"}
 data=plots/data
 mkdir -p "$data"
 cores=$(nproc)
@@ -16,11 +20,11 @@ machine="$cpu, $cores cores"
 if [ "$mode" = quick ]; then
     lengths="256 1024 4096 16384"; reps=3; long=16384; mid=4096; k_length=1024
     work_limit=4000000000; map_limit=268435456
-    echo "bench (quick): about 1 to 2 minutes on 2 cores; writing $data/*.dat"
+    echo "bench (quick): about 30 seconds on 2 cores; writing $data/*.dat"
 else
     lengths="256 1024 4096 16384 65536"; reps=5; long=65536; mid=16384; k_length=4096
     work_limit=100000000000; map_limit=2147483648
-    echo "bench (full): about 15 minutes on 2 cores (AMD EPYC, 2026-11-29), less on more cores; writing $data/*.dat"
+    echo "bench (full): about 3 minutes on 2 cores (AMD EPYC, 2026-11-29); writing $data/*.dat"
 fi
 
 columns="stage B T H K V threads option option_value median_ms gflops err_oracle speedup_vs_01"
@@ -71,6 +75,11 @@ run() {
         exit 1
     fi
     ms=$(field "$line" median_ms)
+    # record the option the stage resolved when none was given (its default chunk or segments)
+    for name in chunk segments; do
+        value=$(field "$line" "$name")
+        if [ -n "$value" ] && [ "$option_name" = - ]; then option_name="$name(default)" option_value=$value; fi
+    done
     if [ "$stage" = 01_naive_loop ] && [ "$threads" = 1 ]; then baseline=$ms; fi
     speedup=$(awk -v a="${baseline:-0}" -v b="$ms" 'BEGIN { if (a > 0) printf "%.3f", a / b; else printf "-" }')
     echo "$stage 1 $T $H $K $V $threads $option_name $option_value $ms $(field "$line" gflops) $(field "$line" err_oracle) $speedup" >>"$file"
@@ -81,48 +90,108 @@ run() {
 
 cpu_stages="01_naive_loop 02_affine 03_parallel_scan 04_two_phase_scan 05_wy_chunked"
 
-for heads in 1 8; do
-    begin "sweep_T_H$heads" "T sweep: B=1 H=$heads K=V=64; every stage on all $cores threads, stage 01 also on 1"
-    for T in $lengths; do
-        run 01_naive_loop "$T" "$heads" 64 64 1
-        for stage in $cpu_stages; do run "$stage" "$T" "$heads" 64 64 "$cores"; done
-    done
-done
-
-begin sweep_K "K sweep: B=H=1 T=$k_length K=V; 1 thread (the work per token: K^2 for 01, K^3 for 02 and 03)"
-for K in 16 32 64 128; do
-    for stage in $cpu_stages; do run "$stage" "$k_length" 1 "$K" "$K" 1; done
-done
-
-begin sweep_threads "threads sweep: B=1 T=$mid K=V=64, H=1 (parallel along T only) and H=8"
-for heads in 1 8; do
-    run 01_naive_loop "$mid" "$heads" 64 64 1
-    threads=1
-    while [ "$threads" -le "$cores" ]; do
-        for stage in 01_naive_loop 03_parallel_scan 04_two_phase_scan 05_wy_chunked; do
-            run "$stage" "$mid" "$heads" 64 64 "$threads"
+sweep_T() {
+    for heads in 1 8; do
+        begin "sweep_T_H$heads" "T sweep: B=1 H=$heads K=V=64; every stage on all $cores threads, stage 01 also on 1"
+        for T in $lengths; do
+            run 01_naive_loop "$T" "$heads" 64 64 1
+            for stage in $cpu_stages; do run "$stage" "$T" "$heads" 64 64 "$cores"; done
         done
-        threads=$((threads + 1))
     done
+}
+
+sweep_K() {
+    begin sweep_K "K sweep: B=H=1 T=$k_length K=V; 1 thread (the work per token: K^2 for 01, K^3 for 02 and 03)"
+    for K in 16 32 64 128; do
+        for stage in $cpu_stages; do run "$stage" "$k_length" 1 "$K" "$K" 1; done
+    done
+}
+
+sweep_threads() {
+    begin sweep_threads "threads sweep: B=1 T=$mid K=V=64, H=1 (parallel along T only) and H=8"
+    for heads in 1 8; do
+        run 01_naive_loop "$mid" "$heads" 64 64 1
+        threads=1
+        while [ "$threads" -le "$cores" ]; do
+            for stage in 01_naive_loop 03_parallel_scan 04_two_phase_scan 05_wy_chunked; do
+                run "$stage" "$mid" "$heads" 64 64 "$threads"
+            done
+            threads=$((threads + 1))
+        done
+    done
+}
+
+sweep_segments() {
+    begin sweep_segments "segments sweep: stage 04, B=H=1 T=$long K=V=64 on $cores threads"
+    run 01_naive_loop "$long" 1 64 64 1
+    for P in 1 2 3 4 5 6 8 12 16 17 24 32 33 48 64; do
+        [ "$P" -le $((4 * cores + 1)) ] || continue
+        run 04_two_phase_scan "$long" 1 64 64 "$cores" --segments "$P"
+    done
+}
+
+sweep_chunk() {
+    begin sweep_chunk "chunk sweep: stage 05, B=1 H=8 T=$mid K=V=64 on 1 thread"
+    run 01_naive_loop "$mid" 8 64 64 1
+    for C in 1 2 4 8 16 32 64 128; do run 05_wy_chunked "$mid" 8 64 64 1 --chunk "$C"; done
+}
+
+sweep_precision() {
+    echo "precision study (stage 01 with the state rounded to fp16, bf16, fp32 every token)"
+    {
+        echo "# machine: $machine"
+        "$bin/precision_study" --T "$long"
+    } >"$data/precision.dat"
+}
+
+sweep_peak() {
+    echo "fma peak and stage 05's chunk products, one thread:"
+    {
+        echo "# machine: $machine; made by: make bench"
+        "$bin/fma_peak"
+    } | tee "$data/fma_peak.dat"
+}
+
+# stages 01-04 at K = V = 16, 32, 64, T = 4096, B = H = 1, on 1 and 2 threads, in one run
+sweep_stages_01_04() {
+    begin stages_01_04 "stages 01-04: B=H=1 T=4096, K=V in 16 32 64, 1 and 2 threads"
+    for K in 16 32 64; do
+        for threads in 1 2; do
+            for stage in 01_naive_loop 02_affine 03_parallel_scan 04_two_phase_scan; do
+                run "$stage" 4096 1 "$K" "$K" "$threads"
+            done
+        done
+    done
+}
+
+# stages 01, 04, 05 at the seed article's shape and at K = V = 128, 1 and 2 threads
+sweep_stages_01_04_05() {
+    begin stages_01_04_05 "stages 01, 04, 05: B=1 T=16384 H=8 K=V=64 and B=1 T=4096 H=2 K=V=128, 1 and 2 threads"
+    for shape in "16384 8 64" "4096 2 128"; do
+        set -- $shape
+        for threads in 1 2; do
+            for stage in 01_naive_loop 04_two_phase_scan 05_wy_chunked; do
+                run "$stage" "$1" "$2" "$3" "$3" "$threads"
+            done
+        done
+    done
+}
+
+# the stage 04 goal on a many-core CPU: B = H = 1, T = 65536, K = V = 64, all cores
+sweep_cpu_goal() {
+    begin "cpu_goal_${cores}cores" "stage 04 on $cores cores: B=H=1 T=65536 K=V=64; 01 on 1 and on $cores threads; 05 too"
+    run 01_naive_loop 65536 1 64 64 1
+    run 01_naive_loop 65536 1 64 64 "$cores"
+    for P in $((cores / 2)) "$cores" $((cores + 1)) $((2 * cores + 1)); do
+        run 04_two_phase_scan 65536 1 64 64 "$cores" --segments "$P"
+    done
+    run 05_wy_chunked 65536 1 64 64 1
+    run 03_parallel_scan 4096 1 64 64 "$cores"
+    run 01_naive_loop 4096 1 64 64 1
+}
+
+for sweep in $sweeps; do
+    "sweep_$sweep"
 done
-
-begin sweep_segments "segments sweep: stage 04, B=H=1 T=$long K=V=64 on $cores threads"
-run 01_naive_loop "$long" 1 64 64 1
-for P in 1 2 3 4 5 6 8 12 16 17 24 32 33 48 64; do
-    [ "$P" -le $((4 * cores + 1)) ] || continue
-    run 04_two_phase_scan "$long" 1 64 64 "$cores" --segments "$P"
-done
-
-begin sweep_chunk "chunk sweep: stage 05, B=1 H=8 T=$mid K=V=64 on 1 thread"
-run 01_naive_loop "$mid" 8 64 64 1
-for C in 1 2 4 8 16 32 64 128; do run 05_wy_chunked "$mid" 8 64 64 1 --chunk "$C"; done
-
-echo "precision study (stage 01 with the state rounded to fp16, bf16, fp32 every token)"
-{
-    echo "# machine: $machine"
-    "$bin/precision_study" --T "$long"
-} >"$data/precision.dat"
-echo "fma peak and stage 05's chunk products, one thread:"
-"$bin/fma_peak" | tee "$data/fma_peak.dat"
 rm -f "$data/.last_error"
 echo "bench: done; make plots renders the figures from $data"
