@@ -67,43 +67,50 @@ require-test:
 	@sh common/require.sh test
 
 # ---- build ----
+# Compiler lines are shown short; `make V=1` shows them in full.
+ifeq ($(V),1)
+quiet =
+else
+quiet = @echo "  $(1) $@";
+endif
+
 $(BUILD)/common/%.o: common/%.c | require-build
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -c $< -o $@
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -c $< -o $@
 
 define stage_rules
 $(call stage_object,$(1)): $(call stage_source,$(1)) | require-build
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) -MMD -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -c $$< -o $$@
 
 $(BUILD)/main_$(1).o: common/main.c | require-build
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage -c $$< -o $$@
 
 $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$(1)),$(call stage_object,$(u))) $(COMMON_OBJECTS)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) $$^ -o $$@ $$(LDLIBS)
+	$$(call quiet,LINK)$$(CC) $$(CFLAGS) $$^ -o $$@ $$(LDLIBS)
 endef
 $(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
 
 $(BUILD)/plots/%.o: plots/%.c | require-build
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -c $< -o $@
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -c $< -o $@
 
 $(BIN)/fma_peak: $(BUILD)/plots/fma_peak.o $(call stage_object,05_wy_chunked) $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BIN)/precision_study: $(BUILD)/plots/precision_study.o $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%.o: tests/%.c | require-test
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -DBIN_DIR='"$(BIN)"' $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -DBIN_DIR='"$(BIN)"' $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
 
 $(TEST_RUNNER): $(TEST_OBJECTS) $(STAGE_OBJECTS) $(COMMON_OBJECTS)
-	$(CC) $(CFLAGS) $^ -o $@ $(shell pkg-config --libs check 2>/dev/null) $(LDLIBS)
+	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(shell pkg-config --libs check 2>/dev/null) $(LDLIBS)
 
 -include $(shell find build -name '*.d' 2>/dev/null)
 

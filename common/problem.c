@@ -28,25 +28,20 @@ int gdn_multiply_sizes(size_t *product, size_t count, const size_t *factors)
 
 int gdn_problem_bytes(size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0, size_t *bytes)
 {
-    /* q, k, v, o per token: 2K + 2V values; g and beta: 2; h0 and ht: K V per head each */
-    size_t per_token, tokens, per_head, heads, total;
-    size_t token_factors[3] = {B, T, H}, head_factors[2] = {B, H}, state_factors[2] = {K, V};
-    if (K > SIZE_MAX / 4 || V > SIZE_MAX / 4)
+    /* values: q, k, v, o per token (2 K + 2 V) plus g and beta (2); h0 and ht per head (2 K V) */
+    size_t tokens, heads, token_values, state_values, per_token;
+    size_t token_sizes[3] = {B, T, H}, head_sizes[2] = {B, H};
+    if (gdn_multiply_sizes(&tokens, 3, token_sizes) || gdn_multiply_sizes(&heads, 2, head_sizes))
+        return -1;
+    if (K > SIZE_MAX / 8 || V > SIZE_MAX / 8)
         return gdn_set_error("sizes overflow a 64-bit byte count");
     per_token = 2 * K + 2 * V + 2;
-    if (gdn_multiply_sizes(&tokens, 3, token_factors) || gdn_multiply_sizes(&heads, 2, head_factors) ||
-        gdn_multiply_sizes(&per_head, 2, state_factors))
+    size_t token_factors[2] = {tokens, per_token}, state_factors[4] = {heads, K, V, with_h0 ? 2 : 1};
+    if (gdn_multiply_sizes(&token_values, 2, token_factors) || gdn_multiply_sizes(&state_values, 4, state_factors))
         return -1;
-    size_t a[2] = {tokens, per_token}, c[3] = {heads, per_head, with_h0 ? 2 : 1};
-    size_t token_values, state_values;
-    if (gdn_multiply_sizes(&token_values, 2, a) || gdn_multiply_sizes(&state_values, 3, c))
-        return -1;
-    if (token_values > SIZE_MAX - state_values)
+    if (token_values > SIZE_MAX / sizeof(real_t) - state_values)
         return gdn_set_error("sizes overflow a 64-bit byte count");
-    size_t values[2] = {token_values + state_values, sizeof(real_t)};
-    if (gdn_multiply_sizes(&total, 2, values))
-        return -1;
-    *bytes = total;
+    *bytes = (token_values + state_values) * sizeof(real_t);
     return 0;
 }
 

@@ -140,6 +140,7 @@ sweep_precision() {
     echo "precision study (stage 01 with the state rounded to fp16, bf16, fp32 every token)"
     {
         echo "# machine: $machine"
+        echo "# made by: make bench$( [ "$mode" = quick ] && echo ' QUICK=1'), $(date -u +%Y-%m-%d)"
         "$bin/precision_study" --T "$long"
     } >"$data/precision.dat"
 }
@@ -186,8 +187,9 @@ sweep_cpu_goal() {
         run 04_two_phase_scan 65536 1 64 64 "$cores" --segments "$P"
     done
     run 05_wy_chunked 65536 1 64 64 1
-    run 03_parallel_scan 4096 1 64 64 "$cores"
-    run 01_naive_loop 4096 1 64 64 1
+    # the machine's own ceiling: independent heads, one per thread, need no communication at all
+    run 01_naive_loop 4096 "$cores" 64 64 1
+    run 01_naive_loop 4096 "$cores" 64 64 "$cores"
 }
 
 for sweep in $sweeps; do
