@@ -20,8 +20,9 @@
 
 #ifdef GDN_DOUBLE
 /* Double builds: stage pairs computing the same algebra agree to rounding at 2^-53 = 1e-16,
- * times the same growth factor as above: about 1e-15 measured (T = 2000, K = 32, V = 48). 1e-10 is the bound the
- * foundation issue sets as proof that two stages compute the same thing. */
+ * times the same growth factor as above: at most 1e-15 measured (T = 2000, K = 32, V = 48,
+ * every stage). 1e-10 is the bound the foundation issue sets as proof that two stages
+ * compute the same thing. */
 #define GDN_TOLERANCE_VS_ORACLE 1e-10
 #define GDN_TOLERANCE_VS_STAGE 1e-10
 #else

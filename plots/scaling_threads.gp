@@ -5,6 +5,7 @@ set xlabel 'threads'
 set ylabel 'speedup over 01 on 1 thread (x)'
 set key below
 set xtics 1
+set logscale y 2
 file = 'data/sweep_threads.dat'
 heads(s, h) = sprintf("%s && $4 == %s", stage(s), h)
 do for [h in "1 8"] {

@@ -5,6 +5,7 @@ set logscale xy 2
 set xlabel 'K = V'
 set ylabel 'median time (ms)'
 set xtics (16, 32, 64, 128)
+set xrange [14:146]
 set key inside left top
 file = 'data/sweep_K.dat'
 plot rows(file, stage("01_naive_loop")) using 5:10 with linespoints ls 1 title '01 loop (K^2 per token)', \
