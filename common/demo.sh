@@ -4,7 +4,7 @@
 # Each stage writes its o.npy and ht.npy; the next stage is checked against them.
 set -eu
 bin=${1:-bin}
-shape="--B 1 --T 2048 --H 4 --K 32 --V 32 --h0 --reps 5"
+shape="--B 1 --T 4096 --H 2 --K 64 --V 64 --h0 --reps 3"
 work=build/demo
 rm -rf "$work"
 mkdir -p "$work"

@@ -185,8 +185,11 @@ static double two_phase_scan_flops(const gdn_problem *p, const gdn_settings *s)
 static void two_phase_scan_resolve_options(const gdn_problem *p, gdn_settings *s)
 {
     size_t heads = p->B * p->H, threads = (size_t)s->threads;
-    if (s->segments == 0)
+    if (s->segments == 0) {
         s->segments = 1 + (threads + heads - 1) / heads;
+        if (s->segments > p->T) /* a default needs no note: at most one segment per token */
+            s->segments = p->T;
+    }
     if (s->segments > p->T) {
         fprintf(stderr, "04_two_phase_scan: note: %zu segments for T=%zu tokens; clamped to %zu (one token each)\n",
                 s->segments, p->T, p->T);
