@@ -80,6 +80,25 @@ static int parse_int(const char *option, const char *text, int limit, int *value
     return 0;
 }
 
+void gdn_tool_options(int argc, char **argv, const char *tool, const char *const *names, size_t *values,
+                      size_t limit)
+{
+    for (int i = 1; i < argc; i += 2) {
+        int found = -1;
+        for (int n = 0; names[n] && found < 0; n++)
+            if (strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i] + 2, names[n]) == 0)
+                found = n;
+        if (found < 0) {
+            fprintf(stderr, "%s: error: unknown option '%s'\n", tool, argv[i]);
+            exit(1);
+        }
+        if (i + 1 >= argc || parse_count(names[found], argv[i + 1], limit, &values[found])) {
+            fprintf(stderr, "%s: error: %s\n", tool, i + 1 >= argc ? "the last option needs a value" : gdn_last_error());
+            exit(1);
+        }
+    }
+}
+
 int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_settings *s)
 {
     *s = (gdn_settings){.B = 1, .T = 1024, .H = 4, .K = 64, .V = 64, .seed = 1, .reps = 5,

@@ -260,6 +260,15 @@ int gdn_problem_validate(const gdn_problem *p)
     return 0;
 }
 
+void gdn_initial_state(const gdn_problem *p, size_t head, real_t *S)
+{
+    size_t count = p->K * p->V;
+    if (p->h0)
+        memcpy(S, p->h0 + head * count, count * sizeof(real_t));
+    else
+        memset(S, 0, count * sizeof(real_t));
+}
+
 int gdn_result_alloc(gdn_result *r, const gdn_problem *p)
 {
     r->o = alloc_values(gdn_tokens(p) * p->V, "o");

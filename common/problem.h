@@ -50,6 +50,9 @@ int gdn_problem_save(const gdn_problem *p, const char *dir);
 /* Check what the contract requires of the values: finite, g <= 0, 0 <= beta <= 1. */
 int gdn_problem_validate(const gdn_problem *p);
 
+/* The state head (b, h) starts from: a copy of its h0, or zeros when there is no h0. */
+void gdn_initial_state(const gdn_problem *p, size_t head, real_t *S);
+
 int gdn_result_alloc(gdn_result *r, const gdn_problem *p);
 void gdn_result_free(gdn_result *r);
 /* Fill the outputs with NaN, so that an output a stage forgets to write fails the check. */

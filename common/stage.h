@@ -51,6 +51,13 @@ typedef struct {
  * option (after gdn_set_error with a one-line reason). */
 int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_settings *s);
 
+/* Options of the small tools under plots/ (not the stages' options): argv holds pairs
+ * `--name value`, each name one of names[] (NULL-terminated), each value a positive integer
+ * up to limit, stored in values[i] for names[i] (left as is when absent). Anything else is a
+ * one-line error on stderr and exit status 1. */
+void gdn_tool_options(int argc, char **argv, const char *tool, const char *const *names, size_t *values,
+                      size_t limit);
+
 /* The whole binary: returns the process exit status. */
 int gdn_stage_main(int argc, char **argv, const gdn_stage *stage);
 

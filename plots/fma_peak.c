@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../common/real.h"
+#include "../common/stage.h"
 #include "../common/timing.h"
 #include "../steps/05_wy_chunked/wy_chunked.h"
 
@@ -35,23 +36,12 @@ static float fma_loop(long iterations, float x)
     return sum; /* used, so the loop is not removed */
 }
 
-static size_t option(int argc, char **argv, const char *name, size_t fallback)
-{
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) {
-            long value = atol(argv[i + 1]);
-            if (value <= 0 || value > 4096) {
-                fprintf(stderr, "fma_peak: error: %s needs a positive integer up to 4096\n", name);
-                exit(1);
-            }
-            return (size_t)value;
-        }
-    return fallback;
-}
-
 int main(int argc, char **argv)
 {
-    size_t C = option(argc, argv, "--chunk", 64), K = option(argc, argv, "--K", 64), V = option(argc, argv, "--V", 64);
+    static const char *const names[] = {"chunk", "K", "V", NULL};
+    size_t values[3] = {64, 64, 64};
+    gdn_tool_options(argc, argv, "fma_peak", names, values, 4096);
+    size_t C = values[0], K = values[1], V = values[2];
     double times[7];
 
     /* 1. the FMA peak, median of 7 runs */

@@ -19,6 +19,7 @@
 #include "../common/half.h"
 #include "../common/problem.h"
 #include "../common/random.h"
+#include "../common/stage.h"
 
 enum format { FORMAT_FP64, FORMAT_FP32, FORMAT_BF16, FORMAT_FP16, FORMAT_COUNT };
 static const char *format_names[FORMAT_COUNT] = {"fp64", "fp32", "bf16", "fp16"};
@@ -70,28 +71,17 @@ static void loop_with_rounded_state(const gdn_problem *p, enum format format, do
     free(predicted);
 }
 
-static size_t option(int argc, char **argv, const char *name, size_t fallback)
-{
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) {
-            long value = atol(argv[i + 1]);
-            if (value < 256 && strcmp(name, "--T") == 0) {
-                fprintf(stderr, "precision_study: error: --T must be at least 256\n");
-                exit(1);
-            }
-            if (value <= 0) {
-                fprintf(stderr, "precision_study: error: %s needs a positive integer\n", name);
-                exit(1);
-            }
-            return (size_t)value;
-        }
-    return fallback;
-}
-
 int main(int argc, char **argv)
 {
-    size_t T = option(argc, argv, "--T", 65536), K = option(argc, argv, "--K", 64), V = option(argc, argv, "--V", 64);
-    uint64_t seed = option(argc, argv, "--seed", 1);
+    static const char *const names[] = {"T", "K", "V", "seed", NULL};
+    size_t values[4] = {65536, 64, 64, 1};
+    gdn_tool_options(argc, argv, "precision_study", names, values, (size_t)1 << 24);
+    size_t T = values[0], K = values[1], V = values[2];
+    uint64_t seed = values[3];
+    if (T < 256) {
+        fprintf(stderr, "precision_study: error: --T must be at least 256, got %zu\n", T);
+        return 1;
+    }
     double *outputs[REGIME_COUNT][FORMAT_COUNT];
     gdn_problem problems[REGIME_COUNT];
     for (int regime = 0; regime < REGIME_COUNT; regime++) {

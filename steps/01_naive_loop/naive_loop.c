@@ -77,8 +77,7 @@ static int naive_loop_forward(const gdn_problem *p, const gdn_settings *s, gdn_r
         for (size_t b = 0; b < p->B; b++)
             for (size_t h = 0; h < p->H; h++) {
                 size_t head = gdn_head(p, b, h);
-                for (size_t ij = 0; ij < state_size; ij++)
-                    S[ij] = p->h0 ? p->h0[head * state_size + ij] : 0;
+                gdn_initial_state(p, head, S);
                 for (size_t t = 0; t < p->T; t++) {
                     size_t token = gdn_token(p, b, t, h);
                     naive_loop_token_step(S, K, V, p->q + token * K, p->k + token * K, p->v + token * V,

@@ -77,6 +77,25 @@ void apply_affine(real_t *S_out, affine_map map, const real_t *S_in, size_t K, s
     multiply(S_out, map.A, S_in, K, K, V, 1);
 }
 
+const real_t *affine_read_output(affine_map prefix, const real_t *h0, const real_t *restrict q, real_t scale,
+                                real_t *restrict o, real_t *S, size_t K, size_t V)
+{
+    /* S_t = P_t(h0) = A h0 + B; a zero h0 leaves S_t = B */
+    const real_t *restrict state = prefix.B;
+    if (h0) {
+        apply_affine(S, prefix, h0, K, V);
+        state = S;
+    }
+    for (size_t j = 0; j < V; j++)
+        o[j] = 0;
+    for (size_t i = 0; i < K; i++)
+        for (size_t j = 0; j < V; j++)
+            o[j] += q[i] * state[i * V + j];
+    for (size_t j = 0; j < V; j++)
+        o[j] *= scale;
+    return state;
+}
+
 static int affine_forward(const gdn_problem *p, const gdn_settings *s, gdn_result *r)
 {
     (void)s;
@@ -103,21 +122,8 @@ static int affine_forward(const gdn_problem *p, const gdn_settings *s, gdn_resul
                     affine_map swap = prefix;
                     prefix = next;
                     next = swap;
-                    /* S_t = P_t(h0) = A h0 + B; a zero h0 leaves S_t = B */
-                    const real_t *state = prefix.B;
-                    if (h0) {
-                        apply_affine(S, prefix, h0, K, V);
-                        state = S;
-                    }
-                    const real_t *q = p->q + token * K;
-                    real_t *o = r->o + token * V;
-                    for (size_t j = 0; j < V; j++)
-                        o[j] = 0;
-                    for (size_t i = 0; i < K; i++)
-                        for (size_t j = 0; j < V; j++)
-                            o[j] += q[i] * state[i * V + j];
-                    for (size_t j = 0; j < V; j++)
-                        o[j] *= (real_t)p->scale;
+                    const real_t *state = affine_read_output(prefix, h0, p->q + token * K, (real_t)p->scale,
+                                                             r->o + token * V, S, K, V);
                     if (t + 1 == p->T)
                         memcpy(r->ht + gdn_head(p, b, h) * K * V, state, K * V * sizeof(real_t));
                 }

@@ -29,5 +29,10 @@ void affine_token_map(affine_map out, size_t K, size_t V, const real_t *k, const
 void compose_affine(affine_map out, affine_map later, affine_map earlier, size_t K, size_t V);
 /* S_out = A S_in + B. S_out must not share storage with S_in. */
 void apply_affine(real_t *S_out, affine_map map, const real_t *S_in, size_t K, size_t V);
+/* Token t's output from its prefix map P_t: S_t = P_t(h0) (computed into S when h0 is given;
+ * h0 == NULL means a zero state, and S_t is then P_t's B), then o = scale S_t^T q (eq. 1d).
+ * Returns S_t. Stage 03 reads its outputs the same way. */
+const real_t *affine_read_output(affine_map prefix, const real_t *h0, const real_t *q, real_t scale, real_t *o,
+                                real_t *S, size_t K, size_t V);
 
 #endif

@@ -92,22 +92,9 @@ static int parallel_scan_forward(const gdn_problem *p, const gdn_settings *s, gd
                 /* 3. S_t = P_t(h0), then o_t = scale S_t^T q_t */
 #pragma omp for schedule(static)
                 for (size_t t = 0; t < T; t++) {
-                    affine_map prefix = affine_map_at(maps, t, K, V);
-                    const real_t *state = prefix.B;
-                    if (h0) {
-                        apply_affine(mine, prefix, h0, K, V);
-                        state = mine;
-                    }
                     size_t token = gdn_token(p, b, t, h);
-                    const real_t *q = p->q + token * K;
-                    real_t *o = r->o + token * V;
-                    for (size_t j = 0; j < V; j++)
-                        o[j] = 0;
-                    for (size_t i = 0; i < K; i++)
-                        for (size_t j = 0; j < V; j++)
-                            o[j] += q[i] * state[i * V + j];
-                    for (size_t j = 0; j < V; j++)
-                        o[j] *= (real_t)p->scale;
+                    const real_t *state = affine_read_output(affine_map_at(maps, t, K, V), h0, p->q + token * K,
+                                                             (real_t)p->scale, r->o + token * V, mine, K, V);
                     if (t + 1 == T)
                         memcpy(r->ht + gdn_head(p, b, h) * K * V, state, K * V * sizeof(real_t));
                 }

@@ -126,8 +126,7 @@ static int two_phase_scan_forward(const gdn_problem *p, const gdn_settings *s, g
             size_t b = head / p->H, h = head % p->H;
             size_t first = segment_start(seg, P, p->T, weight), last = segment_start(seg + 1, P, p->T, weight);
             if (seg == 0) {
-                for (size_t ij = 0; ij < K * V; ij++)
-                    S[ij] = p->h0 ? p->h0[head * K * V + ij] : 0;
+                gdn_initial_state(p, head, S);
                 replay_segment(p, r, b, h, first, last, S, step_scratch);
                 memcpy(P > 1 ? START(head, 1) : r->ht + head * K * V, S, K * V * sizeof(real_t));
             } else {

@@ -217,8 +217,7 @@ static int wy_chunked_forward(const gdn_problem *p, const gdn_settings *s, gdn_r
         for (size_t b = 0; b < p->B; b++)
             for (size_t h = 0; h < p->H; h++) {
                 size_t head = gdn_head(p, b, h);
-                for (size_t ij = 0; ij < K * V; ij++)
-                    w.S[ij] = p->h0 ? p->h0[head * K * V + ij] : 0;
+                gdn_initial_state(p, head, w.S);
                 for (size_t t0 = 0; t0 < p->T; t0 += C)
                     wy_chunk(p, r, b, h, t0, p->T - t0 < C ? p->T - t0 : C, w);
                 memcpy(r->ht + head * K * V, w.S, K * V * sizeof(real_t));
