@@ -209,6 +209,19 @@ START_TEST(binary_bad_input_one_line_and_exit_status)
 }
 END_TEST
 
+/* More segments than tokens: clamped to T, said on stderr, and still equal to the oracle. */
+START_TEST(binary_two_phase_scan_clamps_segments_and_says_so)
+{
+    char text[1024], errors[1024];
+    int status = run_binary("04_two_phase_scan", "--T 5 --H 2 --K 8 --V 8 --segments 9 --reps 1 --check-against oracle",
+                            text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "%s", errors);
+    ck_assert_msg(strstr(errors, "9 segments for T=5 tokens; clamped to 5") != NULL, "stderr: '%s'", errors);
+    ck_assert_uint_eq((unsigned)read_field(text, "segments="), 5);
+    ck_assert(read_field(text, "err_oracle=") <= GDN_TOLERANCE_VS_ORACLE);
+}
+END_TEST
+
 Suite *binaries_suite(void)
 {
     Suite *suite = suite_create("binaries");
@@ -217,6 +230,7 @@ Suite *binaries_suite(void)
     tcase_add_loop_test(files, binary_in_out_round_trip_equals_in_process, 0, cpu_stage_count);
     tcase_add_loop_test(files, binary_reads_numpy_and_matches_numpy_float64, 0, cpu_stage_count);
     tcase_add_loop_test(files, binary_checks_against_oracle_and_reports, 0, cpu_stage_count);
+    tcase_add_test(files, binary_two_phase_scan_clamps_segments_and_says_so);
     suite_add_tcase(suite, files);
     TCase *bad = tcase_create("bad_input");
     tcase_set_timeout(bad, 60);

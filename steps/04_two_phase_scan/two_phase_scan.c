@@ -28,7 +28,7 @@
  * 7 (N + 10/7) / 17 = (7 N + 10) / 17, 7.2 at N = 16 (0.9 x N/2), 1.4 at N = 2.
  * Memory: P maps and P states per head. Depth: 2 T / P + P.
  *
- * Build and run:  make bin/04_two_phase_scan && bin/04_two_phase_scan --T 65536 --H 1 --segments 2 --check-against oracle
+ * Build and run:  make bin/04_two_phase_scan && bin/04_two_phase_scan --T 65536 --H 1 --threads 2 --segments 3 --check-against oracle
  */
 #include "two_phase_scan.h"
 
