@@ -202,7 +202,7 @@ int gdn_problem_load(gdn_problem *p, const char *dir)
         p->h0 = take_values(&arrays[5], "h0");
     if (!p->q || !p->k || !p->v || !p->g || !p->beta || (arrays[5].data && !p->h0))
         goto done;
-    status = gdn_problem_validate(p);
+    status = gdn_problem_validate(p, dir);
 done:
     for (int i = 0; i < 6; i++)
         npy_free(&arrays[i]);
@@ -236,26 +236,39 @@ int gdn_problem_save(const gdn_problem *p, const char *dir)
     return 0;
 }
 
-static int check_values(const char *name, const real_t *values, size_t count, double low, double high)
+/* Values of one tensor must be finite and within [low, high]; a bad one is named by its file,
+ * its flat index and, for per-token tensors, its (b, t, h). */
+static int check_values(const gdn_problem *p, const char *dir, const char *name, const real_t *values, size_t count,
+                        size_t per_token, double low, double high)
 {
     for (size_t i = 0; i < count; i++) {
         double x = values[i];
+        if (isfinite(x) && x >= low && x <= high)
+            continue;
+        char where[96] = "";
+        if (per_token) {
+            size_t token = i / per_token;
+            snprintf(where, sizeof where, " (b=%zu, t=%zu, h=%zu)", token / (p->T * p->H), token / p->H % p->T,
+                     token % p->H);
+        }
         if (!isfinite(x))
-            return gdn_set_error("%s.npy: element %zu is %g; inputs must be finite", name, i, x);
-        if (x < low || x > high)
-            return gdn_set_error("%s.npy: element %zu is %g, outside [%g, %g]", name, i, x, low, high);
+            return gdn_set_error("%s%s%s.npy: element %zu%s is %g; inputs must be finite", dir ? dir : "",
+                                 dir ? "/" : "", name, i, where, x);
+        return gdn_set_error("%s%s%s.npy: element %zu%s is %g, outside [%g, %g]", dir ? dir : "", dir ? "/" : "",
+                             name, i, where, x, low, high);
     }
     return 0;
 }
 
-int gdn_problem_validate(const gdn_problem *p)
+int gdn_problem_validate(const gdn_problem *p, const char *dir)
 {
     size_t tokens = gdn_tokens(p);
-    if (check_values("q", p->q, tokens * p->K, -INFINITY, INFINITY) ||
-        check_values("k", p->k, tokens * p->K, -INFINITY, INFINITY) ||
-        check_values("v", p->v, tokens * p->V, -INFINITY, INFINITY) ||
-        check_values("g", p->g, tokens, -INFINITY, 0.0) || check_values("beta", p->beta, tokens, 0.0, 1.0) ||
-        (p->h0 && check_values("h0", p->h0, gdn_state_count(p), -INFINITY, INFINITY)))
+    if (check_values(p, dir, "q", p->q, tokens * p->K, p->K, -INFINITY, INFINITY) ||
+        check_values(p, dir, "k", p->k, tokens * p->K, p->K, -INFINITY, INFINITY) ||
+        check_values(p, dir, "v", p->v, tokens * p->V, p->V, -INFINITY, INFINITY) ||
+        check_values(p, dir, "g", p->g, tokens, 1, -INFINITY, 0.0) ||
+        check_values(p, dir, "beta", p->beta, tokens, 1, 0.0, 1.0) ||
+        (p->h0 && check_values(p, dir, "h0", p->h0, gdn_state_count(p), 0, -INFINITY, INFINITY)))
         return -1;
     return 0;
 }

@@ -47,8 +47,9 @@ void gdn_problem_generate(gdn_problem *p, uint64_t seed);
 /* Read q k v g beta [h0] .npy from a folder; sizes come from the files. */
 int gdn_problem_load(gdn_problem *p, const char *dir);
 int gdn_problem_save(const gdn_problem *p, const char *dir);
-/* Check what the contract requires of the values: finite, g <= 0, 0 <= beta <= 1. */
-int gdn_problem_validate(const gdn_problem *p);
+/* Check what the contract requires of the values: finite, g <= 0, 0 <= beta <= 1.
+ * dir (or NULL) prefixes the file names in the message. */
+int gdn_problem_validate(const gdn_problem *p, const char *dir);
 
 /* The state head (b, h) starts from: a copy of its h0, or zeros when there is no h0. */
 void gdn_initial_state(const gdn_problem *p, size_t head, real_t *S);

@@ -141,8 +141,8 @@ static const struct {
     {NPY_TRUNCATED, "--in %s", "q.npy: truncated", 0, 0},
     {NPY_SHAPE, "--in %s", "v.npy: shape (1, 9, 2, 4) disagrees with the other tensors", 0, 0},
     {NPY_HEADER, "--in %s", "beta.npy: malformed header", 0, 0},
-    {GATE_POSITIVE, "--in %s", "g.npy: element 3 is 0.5, outside", 0, 0},
-    {Q_NAN, "--in %s", "q.npy: element 5 is nan; inputs must be finite", 0, 0},
+    {GATE_POSITIVE, "--in %s", "/g.npy: element 3 (b=0, t=1, h=1) is 0.5, outside [-inf, 0]", 0, 0},
+    {Q_NAN, "--in %s", "/q.npy: element 5 (b=0, t=0, h=1) is nan; inputs must be finite", 0, 0},
     {REF_SHAPE, "--T 8 --H 2 --K 4 --V 4 --check-against %s", "o.npy: shape (1, 8, 1, 4) does not match", 0, 0},
 };
 
