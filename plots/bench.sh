@@ -9,7 +9,15 @@ set -eu
 bin=${1:-bin}
 mode=${2:-full}
 shift 2 || true
-sweeps=${*:-"T K threads segments chunk precision peak"}
+if [ $# -gt 0 ]; then
+    sweeps=$*
+    made_by="sh plots/bench.sh BIN $mode $sweeps"
+else
+    sweeps="T K threads segments chunk precision peak"
+    [ "$mode" = quick ] || sweeps="$sweeps stages_01_04 stages_01_04_05 cpu_goal"
+    made_by="make bench"
+    [ "$mode" != quick ] || made_by="make bench QUICK=1"
+fi
 data=plots/data
 mkdir -p "$data"
 cores=$(nproc)
@@ -33,7 +41,7 @@ begin() { # file description
     {
         echo "# $2"
         echo "# machine: $machine"
-        echo "# made by: make bench$( [ "$mode" = quick ] && echo ' QUICK=1'), $(date -u +%Y-%m-%d)"
+        echo "# made by: $made_by, $(date -u +%Y-%m-%d)"
         echo "# speedup_vs_01: stage 01 on 1 thread at the same sizes, divided by this row's median"
         echo "$columns"
     } >"$file"
@@ -140,7 +148,7 @@ sweep_precision() {
     echo "precision study (stage 01 with the state rounded to fp16, bf16, fp32 every token)"
     {
         echo "# machine: $machine"
-        echo "# made by: make bench$( [ "$mode" = quick ] && echo ' QUICK=1'), $(date -u +%Y-%m-%d)"
+        echo "# made by: $made_by, $(date -u +%Y-%m-%d)"
         "$bin/precision_study" --T "$long"
     } >"$data/precision.dat"
 }
@@ -148,7 +156,8 @@ sweep_precision() {
 sweep_peak() {
     echo "fma peak and stage 05's chunk products, one thread:"
     {
-        echo "# machine: $machine; made by: make bench"
+        echo "# machine: $machine"
+        echo "# made by: $made_by, $(date -u +%Y-%m-%d)"
         "$bin/fma_peak"
     } | tee "$data/fma_peak.dat"
 }
