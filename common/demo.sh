@@ -4,7 +4,7 @@
 # Each stage writes its o.npy and ht.npy; the next stage is checked against them.
 set -eu
 bin=${1:-bin}
-shape="--B 1 --T 4096 --H 2 --K 64 --V 64 --h0 --reps 3"
+shape="--B 1 --T 4096 --H 2 --K 64 --V 64 --h0 --reps 7"
 work=build/demo
 rm -rf "$work"
 mkdir -p "$work"
