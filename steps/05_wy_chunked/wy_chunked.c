@@ -21,7 +21,7 @@
  * sequential steps (T / C chunks, each a few dependent products instead of C dependent
  * token updates); at K = V = 64 and C = 64 the work is 2.3 times stage 01's, and is repaid
  * because products run near the FMA peak while the loop does not. Memory: the inputs plus
- * about 6 C (K + V) + 3 C^2 + K V values per thread. Depth: T / C chunk steps. OpenMP runs
+ * about 4 C (K + V) + 3 C^2 + K V values per thread. Depth: T / C chunk steps. OpenMP runs
  * one head per thread.
  *
  * matmul_add computes an 8 x TILE_COLUMNS tile of C at a time, keeping it in 16 vector
