@@ -107,7 +107,7 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
     int sizes_given = 0, seed_given = 0;
     size_t value;
     opterr = 0; /* we print our own one-line errors */
-    optind = 1;
+    optind = 0; /* 0, not 1: glibc then resets all of getopt's state, so parsing twice works */
     for (;;) {
         int previous = optind;
         int option = getopt_long(argc, argv, "+:", long_options, NULL);
