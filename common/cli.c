@@ -109,7 +109,7 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
     opterr = 0; /* we print our own one-line errors */
     optind = 0; /* 0, not 1: glibc then resets all of getopt's state, so parsing twice works */
     for (;;) {
-        int previous = optind;
+        int previous = optind ? optind : 1; /* optind is 0 before the first call */
         int option = getopt_long(argc, argv, "+:", long_options, NULL);
         if (option == -1)
             break;
