@@ -146,20 +146,12 @@ static const struct {
     {REF_SHAPE, "--T 8 --H 2 --K 4 --V 4 --check-against %s", "o.npy: shape (1, 8, 1, 4) does not match", 0, 0},
 };
 
-/* Write a raw .npy with a given header dict and data bytes. */
+/* Replace one tensor of the problem folder by a hand-made .npy. */
 static void write_npy_text(const char *dir, const char *name, const char *dict, size_t data_bytes)
 {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    FILE *file = fopen(path, "wb");
-    ck_assert_ptr_nonnull(file);
-    char header[128];
-    int length = snprintf(header, sizeof header, "%-117s\n", dict); /* 10 + 118 = 128 bytes */
-    fwrite("\x93NUMPY\x01\x00\x76\x00", 1, 10, file);
-    fwrite(header, 1, (size_t)length, file);
-    for (size_t i = 0; i < data_bytes; i++)
-        fputc(0, file);
-    fclose(file);
+    test_write_raw_npy(path, dict, data_bytes);
 }
 
 START_TEST(binary_bad_input_one_line_and_exit_status)

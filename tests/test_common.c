@@ -112,22 +112,6 @@ START_TEST(npy_round_trip_and_numpy_header)
 }
 END_TEST
 
-/* A hand-made .npy: header dict text and data bytes as given. */
-static void write_raw_npy(const char *path, const char *dict, const void *data, size_t data_bytes)
-{
-    char header[256];
-    int length = snprintf(header, sizeof header, "%s", dict);
-    size_t padded = (10 + (size_t)length + 1 + 63) / 64 * 64 - 10;
-    memset(header + length, ' ', padded - (size_t)length - 1);
-    header[padded - 1] = '\n';
-    FILE *file = fopen(path, "wb");
-    unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)padded, 0};
-    fwrite(prefix, 1, 10, file);
-    fwrite(header, 1, padded, file);
-    fwrite(data, 1, data_bytes, file);
-    fclose(file);
-}
-
 static const struct {
     const char *dict;
     size_t data_bytes;
@@ -146,10 +130,9 @@ static const struct {
 START_TEST(npy_bad_files_are_refused_by_name)
 {
     char dir[64], path[128];
-    float data[8] = {0};
     test_make_temp_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/bad.npy", dir);
-    write_raw_npy(path, bad_npy[_i].dict, data, bad_npy[_i].data_bytes);
+    test_write_raw_npy(path, bad_npy[_i].dict, bad_npy[_i].data_bytes);
     npy_array read;
     ck_assert_int_ne(npy_read(path, &read), 0);
     ck_assert_ptr_null(read.data);

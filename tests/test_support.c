@@ -86,6 +86,24 @@ gdn_difference test_against_result(const gdn_problem *p, const gdn_result *r, co
                      compare_reals(r->ht, reference->ht, gdn_state_count(p)));
 }
 
+void test_write_raw_npy(const char *path, const char *dict, size_t data_bytes)
+{
+    char header[256];
+    int length = snprintf(header, sizeof header, "%s", dict);
+    ck_assert(length > 0 && (size_t)length + 64 < sizeof header);
+    size_t padded = (10 + (size_t)length + 1 + 63) / 64 * 64 - 10;
+    memset(header + length, ' ', padded - (size_t)length - 1);
+    header[padded - 1] = '\n';
+    FILE *file = fopen(path, "wb");
+    ck_assert_ptr_nonnull(file);
+    unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)padded, 0};
+    fwrite(prefix, 1, 10, file);
+    fwrite(header, 1, padded, file);
+    for (size_t i = 0; i < data_bytes; i++)
+        fputc(0, file);
+    fclose(file);
+}
+
 void test_make_temp_dir(char *path, size_t size)
 {
     snprintf(path, size, "/tmp/gdn-test-XXXXXX");

@@ -35,6 +35,10 @@ gdn_difference test_against_result(const gdn_problem *p, const gdn_result *r, co
     ck_assert_msg(gdn_within((d), (tolerance)), "%s: relative error %.3e (max abs %.3e, %zu non-finite) > %.1e", \
                   (what), (d).relative, (d).max_absolute, (d).non_finite, (double)(tolerance))
 
+/* A hand-made .npy: magic, version 1.0, the given header dict (padded to 64 bytes as NumPy
+ * does), then data_bytes zero bytes. For testing how malformed files are refused. */
+void test_write_raw_npy(const char *path, const char *dict, size_t data_bytes);
+
 /* Temporary folders for the binaries' tests. */
 void test_make_temp_dir(char *path, size_t size);
 void test_remove_dir(const char *path);
