@@ -36,17 +36,44 @@ stage_object    = $(BUILD)/steps/$(1).o
 STAGE_OBJECTS  := $(foreach s,$(STAGES),$(call stage_object,$(s)))
 STAGE_BINARIES := $(STAGES:%=$(BIN)/%)
 
+# GPU twins: a stage folder holding name.cu also builds bin/NN_name_cuda (float build only;
+# GPU stages compute in fp32). nvcc compiles for CUDA_ARCH; the binaries link the CPU twin's
+# object (for its flop count) and run anywhere, failing with one line where there is no GPU.
+NVCC        ?= nvcc
+CUDA_ARCH   ?= sm_90a
+NVCCFLAGS   ?= -O3
+NVCCFLAGS   += -std=c++20 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra -Xptxas -warn-spills,-warn-lmem-usage
+HAVE_NVCC   := $(shell command -v $(NVCC) 2>/dev/null)
+ifeq ($(PRECISION),float)
+ifneq ($(HAVE_NVCC),)
+GPU_STAGES  := $(sort $(foreach f,$(wildcard steps/*/*.cu),$(notdir $(patsubst %/,%,$(dir $(f))))))
+endif
+endif
+gpu_source      = steps/$(1)/$(shell echo $(1) | sed 's/^[0-9]*_//').cu
+gpu_object      = $(BUILD)/steps/$(1)_cuda.o
+GPU_BINARIES   := $(GPU_STAGES:%=$(BIN)/%_cuda)
+GPU_OBJECTS    := $(foreach s,$(GPU_STAGES),$(call gpu_object,$(s)))
+CUDA_RUNNER    := $(if $(GPU_STAGES),$(BUILD)/common/cuda_runner.o)
+
 # Measuring tools under plots/, built into bin/ beside the stages.
 TOOLS := $(BIN)/fma_peak $(BIN)/precision_study
 
 TEST_SOURCES := $(wildcard tests/*.c)
 TEST_OBJECTS := $(TEST_SOURCES:%.c=$(BUILD)/%.o)
 TEST_RUNNER  := $(BUILD)/run_tests
+# The GPU suites (tests/gpu/) have their own runner, built where GPU stages are.
+GPU_TEST_SOURCES := $(wildcard tests/gpu/*.c)
+GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 
 .PHONY: all demo test test-one bench plots diffs docs clean help require-build require-test
 .DEFAULT_GOAL := all
 
-all: $(STAGE_BINARIES) $(TOOLS)
+all: $(STAGE_BINARIES) $(GPU_BINARIES) $(TOOLS)
+ifeq ($(HAVE_NVCC),)
+ifeq ($(PRECISION),float)
+	@echo "note: $(NVCC) not found, GPU stages not built (install the CUDA toolkit: https://developer.nvidia.com/cuda-downloads)"
+endif
+endif
 
 help:
 	@echo "gdn-steps targets:"
@@ -93,6 +120,25 @@ $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$
 endef
 $(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
 
+define gpu_rules
+$(call gpu_object,$(1)): $(call gpu_source,$(1)) | require-build
+	@mkdir -p $$(dir $$@)
+	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -c $$< -o $$@
+
+$(BUILD)/main_$(1)_cuda.o: common/main.c | require-build
+	@mkdir -p $$(dir $$@)
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_cuda_stage -c $$< -o $$@
+
+$(BIN)/$(1)_cuda: $(BUILD)/main_$(1)_cuda.o $(call gpu_object,$(1)) $(call stage_object,$(1)) $(foreach u,$(USES_$(1)),$(call stage_object,$(u))) $(CUDA_RUNNER) $(COMMON_OBJECTS)
+	@mkdir -p $$(dir $$@)
+	$$(call quiet,LINK)$$(NVCC) -arch=$(CUDA_ARCH) $$^ -o $$@ -Xcompiler -fopenmp -lm
+endef
+$(foreach s,$(GPU_STAGES),$(eval $(call gpu_rules,$(s))))
+
+$(BUILD)/common/cuda_runner.o: common/cuda_runner.cu | require-build
+	@mkdir -p $(dir $@)
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+
 $(BUILD)/plots/%.o: plots/%.c | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -c $< -o $@
@@ -112,6 +158,13 @@ $(BUILD)/tests/%.o: tests/%.c | require-test
 $(TEST_RUNNER): $(TEST_OBJECTS) $(STAGE_OBJECTS) $(COMMON_OBJECTS)
 	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(shell pkg-config --libs check 2>/dev/null) $(LDLIBS)
 
+$(BUILD)/tests/gpu/%.o: tests/gpu/%.c | require-test
+	@mkdir -p $(dir $@)
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
+
+$(BUILD)/run_gpu_tests: $(GPU_TEST_SOURCES:%.c=$(BUILD)/%.o) $(BUILD)/tests/test_support.o $(GPU_OBJECTS) $(STAGE_OBJECTS) $(CUDA_RUNNER) $(COMMON_OBJECTS)
+	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) $^ -o $@ -Xcompiler -fopenmp $(shell pkg-config --libs check 2>/dev/null) -lm
+
 -include $(shell find build -name '*.d' 2>/dev/null)
 
 # ---- run ----
@@ -120,9 +173,13 @@ test:
 	@$(MAKE) --no-print-directory test-one PRECISION=float
 	@$(MAKE) --no-print-directory test-one PRECISION=double
 
-test-one: require-test all $(TEST_RUNNER)
+test-one: require-test all $(TEST_RUNNER) $(GPU_TEST_RUNNER)
 	@echo "== Check suites, $(PRECISION) build =="
 	@$(TEST_RUNNER)
+ifneq ($(GPU_TEST_RUNNER),)
+	@echo "== GPU suites (CUDA, $(CUDA_ARCH)) =="
+	@$(GPU_TEST_RUNNER)
+endif
 	@sh common/refresh_docs.sh --check
 
 demo: all

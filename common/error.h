@@ -15,8 +15,16 @@
 #define GDN_PRINTF(f, a)
 #endif
 
+#ifdef __cplusplus /* included by the GPU stages (.cu, compiled as C++) */
+extern "C" {
+#endif
+
 /* Record the reason for a failure; always returns -1 so callers can `return gdn_set_error(...)`. */
 int gdn_set_error(const char *format, ...) GDN_PRINTF(1, 2);
 const char *gdn_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

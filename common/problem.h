@@ -14,6 +14,10 @@
 
 #include "real.h"
 
+#ifdef __cplusplus /* included by the GPU stages (.cu, compiled as C++) */
+extern "C" {
+#endif
+
 typedef struct {
     size_t B, T, H, K, V;
     double scale;     /* output scale, 1/sqrt(K) unless set */
@@ -59,5 +63,9 @@ void gdn_result_free(gdn_result *r);
 /* Fill the outputs with NaN, so that an output a stage forgets to write fails the check. */
 void gdn_result_poison(gdn_result *r, const gdn_problem *p);
 int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -43,6 +43,52 @@ static gdn_difference compare_result(const gdn_problem *p, const gdn_result *r, 
     return gdn_worse(gdn_compare(r->o, o, gdn_tokens(p) * p->V), gdn_compare(r->ht, ht, gdn_state_count(p)));
 }
 
+/* The host runner: CPU stages compute in place in r; the clock is read around forward. */
+typedef struct {
+    const gdn_stage *stage;
+    const gdn_problem *p;
+    const gdn_settings *s;
+} host_context;
+
+static int host_open(const gdn_stage *stage, const gdn_problem *p, const gdn_settings *s, void **context)
+{
+    host_context *c = calloc(1, sizeof *c);
+    if (!c)
+        return gdn_set_error("out of memory");
+    *c = (host_context){stage, p, s};
+    *context = c;
+    return 0;
+}
+
+static int host_run(void *context, int poisoned, gdn_result *r, double *seconds)
+{
+    host_context *c = context;
+    if (!c->stage->forward)
+        return gdn_set_error("%s has no CPU forward pass", c->stage->name);
+    if (poisoned)
+        gdn_result_poison(r, c->p);
+    double start = gdn_now_seconds();
+    int status = c->stage->forward(c->p, c->s, r);
+    *seconds = gdn_now_seconds() - start;
+    return status;
+}
+
+static void host_close(void *context) { free(context); }
+
+static const gdn_runner host_runner = {host_open, host_run, host_close};
+
+int gdn_stage_run_once(const gdn_stage *stage, const gdn_problem *p, const gdn_settings *s, gdn_result *r)
+{
+    const gdn_runner *runner = stage->runner ? stage->runner : &host_runner;
+    void *context = NULL;
+    double seconds;
+    if (runner->open(stage, p, s, &context))
+        return -1;
+    int status = runner->run(context, 1, r, &seconds);
+    runner->close(context);
+    return status;
+}
+
 static int fail(const char *stage) { fprintf(stderr, "%s: error: %s\n", stage, gdn_last_error()); return 1; }
 
 int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
@@ -66,23 +112,24 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
     if (gdn_result_alloc(&r, &p))
         return fail(stage->name);
 
-    /* One warm-up run (first touch of memory, thread start-up), then reps timed runs, then one
-     * more run whose outputs are checked and saved. Outputs are poisoned with NaN before the
-     * warm-up and before the checked run, so an output a stage forgets to write cannot pass.
-     * The timed runs are not poisoned: poisoning from this one thread would leave every output
-     * line in its cache and bill the stage's threads for fetching them back. */
+    /* One warm-up run (first touch of memory, thread start-up, GPU clocks), then reps timed
+     * runs, then one more run whose outputs are checked and saved. Outputs are poisoned with NaN
+     * before the warm-up and before the checked run, so an output a stage forgets to write
+     * cannot pass. The timed runs are not poisoned: poisoning from this one thread would leave
+     * every output line in its cache and bill the stage's threads for fetching them back. */
+    const gdn_runner *runner = stage->runner ? stage->runner : &host_runner;
+    void *context = NULL;
     double *times = malloc((size_t)s.reps * sizeof *times);
-    if (!times)
+    if (!times || runner->open(stage, &p, &s, &context))
         return fail(stage->name);
     for (int rep = -1; rep <= s.reps; rep++) {
-        if (rep < 0 || rep == s.reps)
-            gdn_result_poison(&r, &p);
-        double start = gdn_now_seconds();
-        if (stage->forward(&p, &s, &r))
+        double seconds;
+        if (runner->run(context, rep < 0 || rep == s.reps, &r, &seconds))
             return fail(stage->name);
         if (rep >= 0 && rep < s.reps)
-            times[rep] = gdn_now_seconds() - start;
+            times[rep] = seconds;
     }
+    runner->close(context);
     double median_seconds = gdn_median(times, (size_t)s.reps);
     free(times);
 

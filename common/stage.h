@@ -14,6 +14,10 @@
 
 #include "problem.h"
 
+#ifdef __cplusplus /* GPU stages (.cu files, compiled as C++) include this header too */
+extern "C" {
+#endif
+
 /* Stage-specific options a stage may accept (gdn_stage.options). */
 enum {
     GDN_OPTION_CHUNK = 1u << 0,    /* --chunk C: tokens per chunk (stage 05 on) */
@@ -34,7 +38,11 @@ typedef struct {
     size_t segments;               /* --segments, 0 when not given */
 } gdn_settings;
 
-typedef struct {
+struct gdn_device_problem; /* common/device.h: the inputs on the GPU */
+struct gdn_device_result;
+typedef struct gdn_runner gdn_runner;
+
+typedef struct gdn_stage {
     const char *name;              /* "01_naive_loop": folder and binary name */
     const char *idea;              /* one line for --help */
     unsigned options;              /* GDN_OPTION_* flags it accepts */
@@ -45,7 +53,29 @@ typedef struct {
     /* Optional: fill in defaults of the stage's own options (--chunk, --segments) once the
      * problem's sizes are known, and clamp them (saying so on stderr). */
     void (*resolve_options)(const gdn_problem *p, gdn_settings *s);
+    /* GPU stages fill in the three below instead of forward. device_forward launches the pass
+     * on inputs already on the GPU (common/device.h); the runner uploads them once, times
+     * each pass with CUDA events and copies the results back. device_workspace_bytes (may be
+     * NULL: none) says how much scratch memory the pass needs, allocated once up front. */
+    int (*device_forward)(const struct gdn_device_problem *p, const gdn_settings *s, struct gdn_device_result *r);
+    int (*device_workspace_bytes)(const gdn_problem *p, const gdn_settings *s, size_t *bytes);
+    const gdn_runner *runner;      /* NULL: the host runner (CPU stages); GPU stages: &gdn_cuda_runner */
 } gdn_stage;
+
+/* How the driver runs a stage's forward pass and times it. The host runner (stage.c) calls
+ * forward and reads the clock; the CUDA runner (common/cuda_runner.cu) keeps device copies. */
+struct gdn_runner {
+    /* Prepare runs of stage on p (device buffers, uploads); *context is passed to run and close. */
+    int (*open)(const gdn_stage *stage, const gdn_problem *p, const gdn_settings *s, void **context);
+    /* One forward pass; *seconds is its time. With poisoned set, the outputs are set to NaN
+     * before the pass and the results are left in r after it (the warm-up and checked runs);
+     * without, the pass is a timed repetition and r is not touched. */
+    int (*run)(void *context, int poisoned, gdn_result *r, double *seconds);
+    void (*close)(void *context);
+};
+
+/* One poisoned run of a stage through its runner, results in r (allocated). For the tests. */
+int gdn_stage_run_once(const gdn_stage *stage, const gdn_problem *p, const gdn_settings *s, gdn_result *r);
 
 /* Parse argv into settings. Returns 0 to run, 1 when --help was printed, -1 on a bad
  * option (after gdn_set_error with a one-line reason). */
@@ -60,5 +90,9 @@ void gdn_tool_options(int argc, char **argv, const char *tool, const char *const
 
 /* The whole binary: returns the process exit status. */
 int gdn_stage_main(int argc, char **argv, const gdn_stage *stage);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

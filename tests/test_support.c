@@ -53,8 +53,7 @@ gdn_result test_run(const gdn_stage *stage, const gdn_problem *p, int threads, s
     if (stage->resolve_options) /* defaults for options left at 0, as the binaries do */
         stage->resolve_options(p, &s);
     ck_assert_msg(gdn_result_alloc(&r, p) == 0, "%s", gdn_last_error());
-    gdn_result_poison(&r, p);
-    ck_assert_msg(stage->forward(p, &s, &r) == 0, "%s failed: %s", stage->name, gdn_last_error());
+    ck_assert_msg(gdn_stage_run_once(stage, p, &s, &r) == 0, "%s failed: %s", stage->name, gdn_last_error());
     return r;
 }
 

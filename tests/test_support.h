@@ -24,7 +24,8 @@ gdn_problem test_problem(test_shape shape, int with_h0, int case_number);
 /* Overwrite g with values spread log-uniformly over [low, high] (both < 0). */
 void test_set_gates(gdn_problem *p, double low, double high, int case_number);
 
-/* Run a stage (outputs poisoned first) with the given threads; fails the test on error. */
+/* Run a stage through its runner (outputs poisoned first) with the given threads (CPU) or on
+ * the GPU; fails the test on error. */
 gdn_result test_run(const gdn_stage *stage, const gdn_problem *p, int threads, size_t chunk, size_t segments);
 /* Compare a result with the fp64 oracle, or with another result. */
 gdn_difference test_against_oracle(const gdn_problem *p, const gdn_result *r);
@@ -51,5 +52,6 @@ Suite *parallel_scan_suite(void);
 Suite *two_phase_scan_suite(void);
 Suite *wy_chunked_suite(void);
 Suite *binaries_suite(void);
+Suite *gpu_stages_suite(void); /* tests/gpu/, in its own runner */
 
 #endif

@@ -92,7 +92,7 @@ static int naive_loop_forward(const gdn_problem *p, const gdn_settings *s, gdn_r
     return 0;
 }
 
-static double naive_loop_flops(const gdn_problem *p, const gdn_settings *s)
+double naive_loop_flops(const gdn_problem *p, const gdn_settings *s)
 {
     (void)s;
     return (double)gdn_tokens(p) * (7.0 * (double)p->K * (double)p->V + 3.0 * (double)p->V);

@@ -5,4 +5,7 @@
 
 extern const gdn_stage parallel_scan_stage;
 
+/* Flops of the scan as the CPU stage performs it (the GPU twin performs the same). */
+double parallel_scan_flops(const gdn_problem *p, const gdn_settings *s);
+
 #endif

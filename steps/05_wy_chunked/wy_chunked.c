@@ -227,7 +227,7 @@ static int wy_chunked_forward(const gdn_problem *p, const gdn_settings *s, gdn_r
     return 0;
 }
 
-static double wy_chunked_flops(const gdn_problem *p, const gdn_settings *s)
+double wy_chunked_flops(const gdn_problem *p, const gdn_settings *s)
 {
     const size_t C = s->chunk ? s->chunk : 64;
     double K = (double)p->K, V = (double)p->V, total = 0;

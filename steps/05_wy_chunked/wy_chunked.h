@@ -5,6 +5,9 @@
 
 extern const gdn_stage wy_chunked_stage;
 
+/* Flops of the chunked form for --chunk (the GPU twin does the same products). */
+double wy_chunked_flops(const gdn_problem *p, const gdn_settings *s);
+
 /* C (m x n, row stride ldc) += A (m x k, stride lda) B (k x n, stride ldb). */
 void matmul_add(real_t *C, size_t ldc, const real_t *A, size_t lda, const real_t *B, size_t ldb, size_t m, size_t k,
                 size_t n);

@@ -1,0 +1,45 @@
+/* cuda_check.h -- every CUDA call and kernel launch checked, the failing call named.
+ *
+ *     CUDA_CHECK(cudaMalloc(&x, bytes));       returns -1 from the enclosing function, after
+ *                                              gdn_set_error("file:line: cudaMalloc(...): <reason>")
+ *     kernel<<<grid, block>>>(...);
+ *     CUDA_CHECK_LAUNCH("fold_segments");      a bad launch configuration, named
+ *
+ * Kernel faults that happen later (an illegal address) surface at the next synchronising
+ * call, which is checked the same way; the runner synchronises after every timed pass.
+ */
+#ifndef GDN_CUDA_CHECK_H
+#define GDN_CUDA_CHECK_H
+
+#include <cuda_runtime.h>
+
+#include "error.h"
+
+#define CUDA_CHECK(call)                                                                                  \
+    do {                                                                                                  \
+        cudaError_t status_ = (call);                                                                     \
+        if (status_ != cudaSuccess)                                                                       \
+            return gdn_set_error("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(status_)); \
+    } while (0)
+
+#define CUDA_CHECK_LAUNCH(kernel_name)                                                                    \
+    do {                                                                                                  \
+        cudaError_t status_ = cudaGetLastError();                                                         \
+        if (status_ != cudaSuccess)                                                                       \
+            return gdn_set_error("%s:%d: launch of %s: %s", __FILE__, __LINE__, kernel_name,              \
+                                 cudaGetErrorString(status_));                                            \
+    } while (0)
+
+/* Blocks of `per_block` covering `count` items, refusing grids CUDA cannot launch. */
+static inline int gdn_blocks_for(size_t count, size_t per_block, unsigned *blocks)
+{
+    size_t needed = (count + per_block - 1) / per_block;
+    *blocks = 0;
+    if (needed == 0 || needed > 2147483647u)
+        return gdn_set_error("%zu items need %zu blocks of %zu: outside what one launch can cover", count, needed,
+                             per_block);
+    *blocks = (unsigned)needed;
+    return 0;
+}
+
+#endif

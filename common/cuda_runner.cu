@@ -1,0 +1,148 @@
+/* cuda_runner.cu -- how the driver runs a GPU stage (the gdn_runner of stage.h).
+ *
+ * open:  copy the problem to the device once, allocate o, ht, the stage's workspace and a
+ *        cache-flush buffer; refuse, with the byte counts, a problem the GPU cannot hold.
+ * run:   a timed repetition first overwrites a buffer twice the size of the L2 cache, so no
+ *        pass finds its inputs still cached by the one before (a real layer would not);
+ *        then the pass runs between two CUDA events and its time is theirs, measured on the
+ *        device, not the host's launch time. A poisoned run (warm-up, checked run) fills o
+ *        and ht with NaN bytes first and copies them back after.
+ * close: free it all.
+ */
+#include <stdlib.h>
+
+#include "cuda_check.h"
+#include "device.h"
+#include "stage.h"
+
+static_assert(sizeof(real_t) == sizeof(float), "GPU stages are built in the float build only");
+
+typedef struct {
+    const gdn_stage *stage;
+    const gdn_problem *host;
+    const gdn_settings *settings;
+    gdn_device_problem p;
+    gdn_device_result r;
+    float *buffers[8];               /* q k v g beta h0 o ht, to free */
+    unsigned char *flush;
+    size_t flush_bytes;
+    int flush_value;
+    cudaEvent_t start, stop;
+} cuda_context;
+
+int gdn_cuda_device_present(void)
+{
+    int count = 0;
+    cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess)
+        return gdn_set_error("no usable CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(status)), 0;
+    if (count == 0)
+        return gdn_set_error("no CUDA device (cudaGetDeviceCount found 0)"), 0;
+    return 1;
+}
+
+static int upload(float **device, const float *host, size_t count)
+{
+    CUDA_CHECK(cudaMalloc((void **)device, count * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(*device, host, count * sizeof(float), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_settings *s, void **context)
+{
+    if (!gdn_cuda_device_present())
+        return -1;
+    if (!stage->device_forward)
+        return gdn_set_error("%s has no GPU forward pass", stage->name);
+    cuda_context *c = (cuda_context *)calloc(1, sizeof *c);
+    if (!c)
+        return gdn_set_error("out of memory");
+    *context = c;
+    c->stage = stage;
+    c->host = host;
+    c->settings = s;
+
+    size_t tokens = gdn_tokens(host), states = gdn_state_count(host), workspace = 0;
+    if (stage->device_workspace_bytes && stage->device_workspace_bytes(host, s, &workspace))
+        return -1;
+    int l2_bytes = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
+    c->flush_bytes = 2 * (size_t)l2_bytes;
+
+    /* the bytes this problem needs on the device, all of them, before allocating any */
+    size_t io = sizeof(float) * (tokens * (2 * host->K + 2 * host->V + 2) + (host->h0 ? 2 : 1) * states);
+    size_t total = io + workspace + c->flush_bytes, free_bytes = 0, device_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &device_bytes));
+    if (total > free_bytes || total < io)
+        return gdn_set_error("%s needs %zu bytes of GPU memory (%.1f GiB: inputs and outputs %zu, workspace %zu, "
+                             "cache flush %zu), more than the %zu bytes (%.1f GiB) free",
+                             stage->name, total, total / 1073741824.0, io, workspace, c->flush_bytes, free_bytes,
+                             free_bytes / 1073741824.0);
+
+    c->p.B = host->B, c->p.T = host->T, c->p.H = host->H, c->p.K = host->K, c->p.V = host->V;
+    c->p.scale = (float)host->scale;
+    float **q = &c->buffers[0], **k = &c->buffers[1], **v = &c->buffers[2], **g = &c->buffers[3],
+          **beta = &c->buffers[4], **h0 = &c->buffers[5];
+    if (upload(q, host->q, tokens * host->K) || upload(k, host->k, tokens * host->K) ||
+        upload(v, host->v, tokens * host->V) || upload(g, host->g, tokens) || upload(beta, host->beta, tokens) ||
+        (host->h0 && upload(h0, host->h0, states)))
+        return -1;
+    c->p.q = *q, c->p.k = *k, c->p.v = *v, c->p.g = *g, c->p.beta = *beta, c->p.h0 = *h0;
+    CUDA_CHECK(cudaMalloc((void **)&c->buffers[6], tokens * host->V * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&c->buffers[7], states * sizeof(float)));
+    c->r.o = c->buffers[6];
+    c->r.ht = c->buffers[7];
+    c->r.workspace_bytes = workspace;
+    if (workspace)
+        CUDA_CHECK(cudaMalloc(&c->r.workspace, workspace)); /* cudaMalloc aligns to 256 bytes */
+    CUDA_CHECK(cudaMalloc((void **)&c->flush, c->flush_bytes));
+    CUDA_CHECK(cudaEventCreate(&c->start));
+    CUDA_CHECK(cudaEventCreate(&c->stop));
+    return 0;
+}
+
+static int cuda_run(void *context, int poisoned, gdn_result *r, double *seconds)
+{
+    cuda_context *c = (cuda_context *)context;
+    size_t o_bytes = gdn_tokens(c->host) * c->host->V * sizeof(float),
+           ht_bytes = gdn_state_count(c->host) * sizeof(float);
+    if (poisoned) { /* all-ones bytes are a NaN in float */
+        CUDA_CHECK(cudaMemset(c->r.o, 0xFF, o_bytes));
+        CUDA_CHECK(cudaMemset(c->r.ht, 0xFF, ht_bytes));
+    } else {
+        c->flush_value = (c->flush_value + 1) & 0xFF;
+        CUDA_CHECK(cudaMemset(c->flush, c->flush_value, c->flush_bytes));
+    }
+    CUDA_CHECK(cudaEventRecord(c->start));
+    if (c->stage->device_forward(&c->p, c->settings, &c->r))
+        return -1;
+    CUDA_CHECK(cudaEventRecord(c->stop));
+    CUDA_CHECK(cudaEventSynchronize(c->stop)); /* a fault inside a kernel surfaces here */
+    CUDA_CHECK(cudaGetLastError());
+    float milliseconds = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&milliseconds, c->start, c->stop));
+    *seconds = 1e-3 * milliseconds;
+    if (poisoned) {
+        CUDA_CHECK(cudaMemcpy(r->o, c->r.o, o_bytes, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(r->ht, c->r.ht, ht_bytes, cudaMemcpyDeviceToHost));
+    }
+    return 0;
+}
+
+static void cuda_close(void *context)
+{
+    cuda_context *c = (cuda_context *)context;
+    if (!c)
+        return;
+    for (int i = 0; i < 8; i++)
+        cudaFree(c->buffers[i]);
+    cudaFree(c->r.workspace);
+    cudaFree(c->flush);
+    if (c->start)
+        cudaEventDestroy(c->start);
+    if (c->stop)
+        cudaEventDestroy(c->stop);
+    free(c);
+}
+
+extern "C" const gdn_runner gdn_cuda_runner = {cuda_open, cuda_run, cuda_close};

@@ -1,0 +1,51 @@
+/* device.h -- a problem and its results in GPU memory, as the GPU stages receive them.
+ *
+ * The CUDA runner (cuda_runner.cu) copies the host problem (problem.h) to the device once,
+ * before any timing, in the same layout: q, k [B, T, H, K], v, o [B, T, H, V], g, beta
+ * [B, T, H], h0, ht [B, H, K, V], fp32 row-major. A GPU stage's device_forward reads these
+ * pointers and launches its kernels on the default stream; it must not allocate (the runner
+ * hands it the workspace it asked for) and must check every launch (cuda_check.h).
+ */
+#ifndef GDN_DEVICE_H
+#define GDN_DEVICE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gdn_device_problem {
+    size_t B, T, H, K, V;
+    float scale;
+    const float *q, *k, *v, *g, *beta;
+    const float *h0;                 /* NULL: a zero initial state */
+} gdn_device_problem;
+
+typedef struct gdn_device_result {
+    float *o, *ht;
+    void *workspace;                 /* device_workspace_bytes() bytes, 256-byte aligned */
+    size_t workspace_bytes;
+} gdn_device_result;
+
+/* Token (b, t, h)'s index, as gdn_token() on the host: its q row is at q + index * K. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline size_t gdn_device_token(const gdn_device_problem *p, size_t b, size_t t, size_t h)
+{
+    return (b * p->T + t) * p->H + h;
+}
+
+/* The runner GPU stages name in their gdn_stage (defined in cuda_runner.cu). */
+struct gdn_runner;
+extern const struct gdn_runner gdn_cuda_runner;
+
+/* 1 when a CUDA device can be used; else 0, with the reason in gdn_last_error(). */
+int gdn_cuda_device_present(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

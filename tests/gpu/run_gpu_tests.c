@@ -1,0 +1,25 @@
+/* run_gpu_tests.c -- the Check runner of the GPU stages (tests/gpu/).
+ *
+ * Separate from tests/run_tests.c because it runs without fork (CK_NOFORK): a CUDA context
+ * does not survive fork(), and one context for the whole run is also faster than one per
+ * test. Where no CUDA device answers it prints one line saying why and passes, so `make
+ * test` passes on machines without a GPU (CI); on a GPU machine every test runs. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../../common/device.h"
+#include "../test_support.h"
+
+int main(void)
+{
+    if (!gdn_cuda_device_present()) {
+        printf("GPU suites skipped: %s\n", gdn_last_error());
+        return EXIT_SUCCESS;
+    }
+    SRunner *runner = srunner_create(gpu_stages_suite());
+    srunner_set_fork_status(runner, CK_NOFORK);
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
