@@ -56,7 +56,7 @@ GPU_OBJECTS    := $(foreach s,$(GPU_STAGES),$(call gpu_object,$(s)))
 CUDA_RUNNER    := $(if $(GPU_STAGES),$(BUILD)/common/cuda_runner.o)
 
 # Measuring tools under plots/, built into bin/ beside the stages.
-TOOLS := $(BIN)/fma_peak $(BIN)/precision_study
+TOOLS := $(BIN)/fma_peak $(BIN)/precision_study $(BIN)/make_problem
 
 TEST_SOURCES := $(wildcard tests/*.c)
 TEST_OBJECTS := $(TEST_SOURCES:%.c=$(BUILD)/%.o)
@@ -147,6 +147,10 @@ $(BIN)/fma_peak: $(BUILD)/plots/fma_peak.o $(call stage_object,05_wy_chunked) $(
 	@mkdir -p $(dir $@)
 	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+$(BIN)/make_problem: $(BUILD)/plots/make_problem.o $(COMMON_OBJECTS)
+	@mkdir -p $(dir $@)
+	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 $(BIN)/precision_study: $(BUILD)/plots/precision_study.o $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
 	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -163,7 +167,7 @@ $(BUILD)/tests/gpu/%.o: tests/gpu/%.c | require-test
 	$(call quiet,CC)$(CC) $(CFLAGS) -MMD $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
 
 $(BUILD)/run_gpu_tests: $(GPU_TEST_SOURCES:%.c=$(BUILD)/%.o) $(BUILD)/tests/test_support.o $(GPU_OBJECTS) $(STAGE_OBJECTS) $(CUDA_RUNNER) $(COMMON_OBJECTS)
-	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) $^ -o $@ -Xcompiler -fopenmp $(shell pkg-config --libs check 2>/dev/null) -lm
+	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) $^ -o $@ -Xcompiler -fopenmp $(patsubst -pthread,-Xcompiler -pthread,$(shell pkg-config --libs check 2>/dev/null)) -lm
 
 -include $(shell find build -name '*.d' 2>/dev/null)
 

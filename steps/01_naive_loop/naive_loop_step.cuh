@@ -49,6 +49,7 @@ __device__ void naive_loop_run_tokens(const gdn_device_problem &p, size_t b, siz
                                       size_t value_offset, float *o, token_tile<MAX_K> &tile)
 {
     constexpr int SPLIT = threads_per_column(MAX_K), ROWS = rows_per_thread(MAX_K);
+    constexpr unsigned BLOCK_THREADS = COLUMNS_PER_BLOCK * SPLIT;
     const unsigned local_column = threadIdx.x / SPLIT, first_row4 = threadIdx.x % SPLIT * ROWS / 4;
     const long long value_column = (long long)(first_column + local_column) - (long long)value_offset;
     const bool has_value = value_column >= 0 && value_column < (long long)p.V && threadIdx.x % SPLIT == 0;
@@ -57,16 +58,21 @@ __device__ void naive_loop_run_tokens(const gdn_device_problem &p, size_t b, siz
         const unsigned count = t_end - tile_start < TOKENS_PER_TILE ? (unsigned)(t_end - tile_start) : TOKENS_PER_TILE;
         const size_t first_token = gdn_device_token(&p, b, tile_start, h);
         __syncthreads(); /* the previous tile is no longer read */
+        /* Loops with a trip count known at compile time, unrolled: every thread issues all its
+         * loads of the tile before the first one returns, instead of one load's latency per
+         * iteration (which, measured, made this loop 4x slower per token). */
         float *k_tile = (float *)tile.k, *q_tile = (float *)tile.q;
-        for (unsigned n = threadIdx.x; n < TOKENS_PER_TILE * MAX_K; n += blockDim.x) {
-            unsigned t = n / MAX_K, i = n % MAX_K;
+#pragma unroll
+        for (unsigned r = 0; r < TOKENS_PER_TILE * MAX_K / BLOCK_THREADS; r++) {
+            unsigned n = threadIdx.x + r * BLOCK_THREADS, t = n / MAX_K, i = n % MAX_K;
             bool real = t < count && i < K;
             size_t at = (first_token + t * row_stride) * K + i;
             k_tile[n] = real ? p.k[at] : 0.0f;
             q_tile[n] = real && o ? p.q[at] : 0.0f;
         }
-        for (unsigned n = threadIdx.x; n < TOKENS_PER_TILE * COLUMNS_PER_BLOCK; n += blockDim.x) {
-            unsigned t = n / COLUMNS_PER_BLOCK, j = n % COLUMNS_PER_BLOCK;
+#pragma unroll
+        for (unsigned r = 0; r < TOKENS_PER_TILE * COLUMNS_PER_BLOCK / BLOCK_THREADS; r++) {
+            unsigned n = threadIdx.x + r * BLOCK_THREADS, t = n / COLUMNS_PER_BLOCK, j = n % COLUMNS_PER_BLOCK;
             long long c = (long long)(first_column + j) - (long long)value_offset;
             tile.v[t][j] = t < count && c >= 0 && c < (long long)V ? p.v[(first_token + t * row_stride) * V + c] : 0.0f;
         }

@@ -31,7 +31,7 @@
 #include "../../common/stage.h"
 #include "../01_naive_loop/naive_loop_step.cuh"
 
-enum { FOLD_BLOCKS_PER_SM = 8, SCAN_COLUMNS = 8, MAX_SEGMENTS = 4096 };
+enum { FOLD_BLOCKS_PER_SM = 4, SCAN_COLUMNS = 8, MAX_SEGMENTS = 4096 };
 
 /* First token of segment s of P (s = P gives T): equal segments. */
 __host__ __device__ static inline size_t segment_begin(size_t s, size_t P, size_t T) { return s * T / P; }

@@ -29,7 +29,7 @@ extern "C" { /* the CPU twin's header, for its flop count: C linkage */
 #include "wy_chunked.h"
 }
 
-enum { MAX_K = 128, MAX_CHUNK = 64, THREADS = 256, STATE_COLUMNS = 16, OUTPUT_COLUMNS = 64 };
+enum { MAX_K = 128, MAX_CHUNK = 64, THREADS = 256, STATE_COLUMNS = 4, OUTPUT_COLUMNS = 64 };
 
 /* Where kernel 1 leaves a chunk's state-independent results; rows in head-major token order
  * (head T + t), so a chunk's rows are contiguous. */
@@ -67,17 +67,22 @@ __global__ void __launch_bounds__(THREADS) prepare_chunks_kernel(gdn_device_prob
     double *gamma = shared;
     float *keys = (float *)(gamma + C), *Tm = keys + C * KP, *scaled_beta = Tm + C * CP, *beta = scaled_beta + C;
 
+#pragma unroll 8 /* several loads in flight per thread, not one */
     for (size_t e = threadIdx.x; e < n * K; e += blockDim.x)
         keys[e / K * KP + e % K] = p.k[gdn_device_token(&p, b, t0 + e / K, h) * K + e % K];
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) { /* gates and betas first, all at once */
+        size_t token = gdn_device_token(&p, b, t0 + i, h);
+        gamma[i] = p.g[token];
+        beta[i] = p.beta[token];
+    }
+    __syncthreads();
     if (threadIdx.x == 0) { /* eq. 9, summed in double as the CPU stage does (see wy_chunked.c) */
         double sum = 0;
         for (size_t i = 0; i < n; i++) {
-            size_t token = gdn_device_token(&p, b, t0 + i, h);
-            sum += p.g[token];
+            sum += gamma[i];
             gamma[i] = sum;
             w.gamma[row0 + i] = sum;
-            beta[i] = p.beta[token];
-            scaled_beta[i] = p.beta[token] * expf((float)sum);
+            scaled_beta[i] = beta[i] * expf((float)sum);
         }
     }
     __syncthreads();
@@ -123,6 +128,7 @@ __global__ void __launch_bounds__(THREADS) prepare_chunks_kernel(gdn_device_prob
     for (size_t e = threadIdx.x; e < n * V; e += blockDim.x) {
         size_t i = e / V, c = e % V;
         float sum = 0.0f;
+#pragma unroll 8
         for (size_t l = 0; l <= i; l++)
             sum += Tm[i * CP + l] * beta[l] * p.v[gdn_device_token(&p, b, t0 + l, h) * V + c];
         w.U[(row0 + i) * V + c] = sum;
@@ -130,53 +136,104 @@ __global__ void __launch_bounds__(THREADS) prepare_chunks_kernel(gdn_device_prob
 }
 
 /* Kernel 2: one block per (head, STATE_COLUMNS columns of S), serial over the chunks.
- * Shared: S[K][STATE_COLUMNS], W[C][K], decayed keys[C][K], Vnew[C][STATE_COLUMNS]. */
+ * Shared: S[K][STATE_COLUMNS], W[C][K], decayed keys[C][K], U and then Vnew [C][STATE_COLUMNS].
+ * The chain is latency-bound, so two things keep it short: the next chunk's W, keys and U
+ * are loaded into registers while this chunk computes (they do not depend on S), and every
+ * loop has a trip count known at compile time, unrolled, so a thread's loads and its FMA
+ * chains are independent and in flight together. */
+enum { PER_THREAD_WK = MAX_CHUNK * MAX_K / THREADS, PER_THREAD_CS = MAX_CHUNK * STATE_COLUMNS / THREADS,
+       PER_THREAD_KS = MAX_K * STATE_COLUMNS / THREADS };
+
 __global__ void __launch_bounds__(THREADS) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *ht)
 {
     extern __shared__ float tiles[];
     const size_t K = p.K, V = p.V, chunks = chunks_of(p.T, C), tiles_per_head = (V + STATE_COLUMNS - 1) / STATE_COLUMNS;
     const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * STATE_COLUMNS;
-    float *S = tiles, *Wt = S + K * STATE_COLUMNS, *keys = Wt + C * K, *Vnew = keys + C * K;
+    /* tiles sized for the largest chunk, rows past the chunk zero: the unrolled loops below
+     * may read them, and must only ever read numbers */
+    float *S = tiles, *Wt = S + MAX_K * STATE_COLUMNS, *keys = Wt + MAX_CHUNK * K, *Vnew = keys + MAX_CHUNK * K;
+    float next_w[PER_THREAD_WK], next_keys[PER_THREAD_WK], next_u[PER_THREAD_CS];
 
-    for (size_t e = threadIdx.x; e < K * STATE_COLUMNS; e += blockDim.x) {
-        size_t m = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
-        S[e] = p.h0 && column < V ? p.h0[(head * K + m) * V + column] : 0.0f;
+    /* the state-independent inputs of chunk `chunk`, into this thread's registers */
+    auto prefetch = [&](size_t chunk) {
+        const size_t t0 = chunk * C, n = p.T - t0 < C ? p.T - t0 : C, row0 = head * p.T + t0;
+#pragma unroll
+        for (int r = 0; r < PER_THREAD_WK; r++) {
+            size_t e = threadIdx.x + r * THREADS;
+            next_w[r] = e < n * K ? w.W[row0 * K + e] : 0.0f;
+            next_keys[r] = e < n * K ? w.decayed_keys[row0 * K + e] : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < PER_THREAD_CS; r++) {
+            size_t e = threadIdx.x + r * THREADS, i = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
+            next_u[r] = i < n && column < V ? w.U[(row0 + i) * V + column] : 0.0f;
+        }
+    };
+
+#pragma unroll
+    for (int r = 0; r < PER_THREAD_KS; r++) {
+        size_t e = threadIdx.x + r * THREADS, m = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
+        S[e] = p.h0 && m < K && column < V ? p.h0[(head * K + m) * V + column] : 0.0f;
     }
+    prefetch(0);
     for (size_t chunk = 0; chunk < chunks; chunk++) {
         const size_t t0 = chunk * C, n = p.T - t0 < C ? p.T - t0 : C, row0 = head * p.T + t0;
         __syncthreads(); /* S is complete; the previous chunk's tiles are no longer read */
-        for (size_t e = threadIdx.x; e < K * STATE_COLUMNS; e += blockDim.x) {
-            size_t m = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
-            if (column < V)
+#pragma unroll
+        for (int r = 0; r < PER_THREAD_WK; r++) {
+            size_t e = threadIdx.x + r * THREADS;
+            if (e < MAX_CHUNK * K)
+                Wt[e] = next_w[r], keys[e] = next_keys[r];
+        }
+#pragma unroll
+        for (int r = 0; r < PER_THREAD_CS; r++)
+            Vnew[threadIdx.x + r * THREADS] = next_u[r];
+#pragma unroll
+        for (int r = 0; r < PER_THREAD_KS; r++) {
+            size_t e = threadIdx.x + r * THREADS, m = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
+            if (m < K && column < V)
                 w.states[((head * chunks + chunk) * K + m) * V + column] = S[e];
         }
-        for (size_t e = threadIdx.x; e < n * K; e += blockDim.x) {
-            Wt[e] = w.W[row0 * K + e];
-            keys[e] = w.decayed_keys[row0 * K + e];
-        }
         __syncthreads();
-        /* Vnew = U - W S0 (eq. 13) */
-        for (size_t e = threadIdx.x; e < n * STATE_COLUMNS; e += blockDim.x) {
-            size_t i = e / STATE_COLUMNS, c = e % STATE_COLUMNS, column = column0 + c;
-            float value = 0.0f;
-            if (column < V) {
-                value = w.U[(row0 + i) * V + column];
-                for (size_t m = 0; m < K; m++)
-                    value -= Wt[i * K + m] * S[m * STATE_COLUMNS + c];
-                w.new_values[(row0 + i) * V + column] = value;
+        if (chunk + 1 < chunks)
+            prefetch(chunk + 1);
+        /* Vnew = U - W S0 (eq. 13): each thread PER_THREAD_CS entries, each its own FMA chain */
+        float value[PER_THREAD_CS];
+#pragma unroll
+        for (int r = 0; r < PER_THREAD_CS; r++)
+            value[r] = Vnew[threadIdx.x + r * THREADS];
+        for (size_t m = 0; m < K; m++)
+#pragma unroll
+            for (int r = 0; r < PER_THREAD_CS; r++) {
+                size_t e = threadIdx.x + r * THREADS, i = e / STATE_COLUMNS, c = e % STATE_COLUMNS;
+                value[r] -= Wt[i * K + m] * S[m * STATE_COLUMNS + c];
             }
-            Vnew[e] = value;
+        __syncthreads(); /* every thread has read U from Vnew's tile */
+#pragma unroll
+        for (int r = 0; r < PER_THREAD_CS; r++) {
+            size_t e = threadIdx.x + r * THREADS, i = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
+            bool real = i < n && column < V;
+            Vnew[e] = real ? value[r] : 0.0f;
+            if (real)
+                w.new_values[(row0 + i) * V + column] = value[r];
         }
         __syncthreads();
         /* S = exp(gamma_C) S0 + sum_j exp(gamma_C - gamma_j) k_j Vnew_j^T (eq. 15) */
         const float decay = expf((float)w.gamma[row0 + n - 1]);
-        for (size_t e = threadIdx.x; e < K * STATE_COLUMNS; e += blockDim.x) {
-            size_t m = e / STATE_COLUMNS, c = e % STATE_COLUMNS;
-            float value = decay * S[e];
-            for (size_t i = 0; i < n; i++)
-                value += keys[i * K + m] * Vnew[i * STATE_COLUMNS + c];
-            S[e] = value;
-        }
+        float state[PER_THREAD_KS];
+#pragma unroll
+        for (int r = 0; r < PER_THREAD_KS; r++)
+            state[r] = decay * S[threadIdx.x + r * THREADS];
+        for (size_t i = 0; i < n; i++)
+#pragma unroll
+            for (int r = 0; r < PER_THREAD_KS; r++) {
+                size_t e = threadIdx.x + r * THREADS, m = e / STATE_COLUMNS, c = e % STATE_COLUMNS;
+                if (m < K)
+                    state[r] += keys[i * K + m] * Vnew[i * STATE_COLUMNS + c];
+            }
+#pragma unroll
+        for (int r = 0; r < PER_THREAD_KS; r++)
+            S[threadIdx.x + r * THREADS] = state[r];
     }
     __syncthreads();
     for (size_t e = threadIdx.x; e < K * STATE_COLUMNS; e += blockDim.x) {
@@ -199,6 +256,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     double *gamma = shared;
     float *q = (float *)(gamma + C), *k = q + C * KP, *P = k + C * KP, *S = P + C * CP, *Vnew = S + K * OUTPUT_COLUMNS;
 
+#pragma unroll 8 /* several loads in flight per thread, not one */
     for (size_t e = threadIdx.x; e < n * K; e += blockDim.x) {
         size_t token = gdn_device_token(&p, b, t0 + e / K, h);
         q[e / K * KP + e % K] = p.q[token * K + e % K];
@@ -206,10 +264,12 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     }
     for (size_t i = threadIdx.x; i < n; i += blockDim.x)
         gamma[i] = w.gamma[row0 + i];
+#pragma unroll 8 /* several loads in flight per thread, not one */
     for (size_t e = threadIdx.x; e < K * OUTPUT_COLUMNS; e += blockDim.x) {
         size_t m = e / OUTPUT_COLUMNS, column = column0 + e % OUTPUT_COLUMNS;
         S[e] = column < V ? w.states[((head * chunks + chunk) * K + m) * V + column] : 0.0f;
     }
+#pragma unroll 8 /* several loads in flight per thread, not one */
     for (size_t e = threadIdx.x; e < n * OUTPUT_COLUMNS; e += blockDim.x) {
         size_t i = e / OUTPUT_COLUMNS, column = column0 + e % OUTPUT_COLUMNS;
         Vnew[e] = column < V ? w.new_values[(row0 + i) * V + column] : 0.0f;
@@ -264,7 +324,7 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
         gdn_blocks_for(heads * chunks * ((V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &output_blocks))
         return -1;
     size_t prepare_bytes = C * sizeof(double) + (C * (K + 1) + C * (C + 1) + 2 * C) * sizeof(float);
-    size_t state_bytes = (K * STATE_COLUMNS + 2 * C * K + C * STATE_COLUMNS) * sizeof(float);
+    size_t state_bytes = (MAX_K * STATE_COLUMNS + 2 * MAX_CHUNK * K + MAX_CHUNK * STATE_COLUMNS) * sizeof(float);
     size_t output_bytes = C * sizeof(double) +
                           (2 * C * (K + 1) + C * (C + 1) + K * OUTPUT_COLUMNS + C * OUTPUT_COLUMNS) * sizeof(float);
     LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, prepare_bytes, *p, C, w);

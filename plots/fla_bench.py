@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""fla_bench.py -- time FLA's Triton chunk_gated_delta_rule on our problems, the peer users would pick.
+
+    python3 plots/fla_bench.py [--reps N] [--dtypes bf16,fp32] PROBLEM_DIR[:OURS_DIR] ...
+
+PROBLEM_DIR holds q k v g beta [h0] .npy as bin/make_problem writes them (the inputs our
+stages draw for the same sizes and seed). For each problem and dtype, FLA's forward is timed
+eagerly (Python launch overhead included, as users call it) and replayed from a CUDA graph
+(the kernels alone), each the median of --reps runs after warm-up, with CUDA events, and a
+2 x L2-sized buffer overwritten before every run, as our CUDA runner does. With :OURS_DIR
+(a stage's --out folder) FLA's o and ht are compared with ours: proof of the same inputs.
+Prints one `result peer=...` line per measurement. Needs PyTorch, Triton, einops and FLA
+(fla-core + flash-linear-attention) importable.
+"""
+import argparse
+import math
+import sys
+
+import numpy as np
+import torch
+from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+
+def median_ms(run, reps, flush):
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        flush.add_(1)
+        start.record()
+        run()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+    return float(np.median(times))
+
+
+def relative(x, ref):
+    x, ref = x.astype(np.float64).ravel(), ref.astype(np.float64).ravel()
+    if not (np.isfinite(x).all() and np.isfinite(ref).all()):
+        return float("nan")
+    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--dtypes", default="bf16,fp32")
+    parser.add_argument("problems", nargs="+")
+    args = parser.parse_args()
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    name = torch.cuda.get_device_name(0)
+    for spec in args.problems:
+        folder, _, ours = spec.partition(":")
+        arrays = {}
+        for tensor in ("q", "k", "v", "g", "beta", "h0"):
+            try:
+                arrays[tensor] = np.load(f"{folder}/{tensor}.npy")
+            except FileNotFoundError:
+                if tensor != "h0":
+                    raise
+        B, T, H, K = arrays["q"].shape
+        V = arrays["v"].shape[3]
+        for dtype_name in args.dtypes.split(","):
+            dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
+            q, k, v = (torch.from_numpy(arrays[t]).cuda().to(dtype) for t in ("q", "k", "v"))
+            g = torch.from_numpy(arrays["g"]).cuda().float()
+            beta = torch.from_numpy(arrays["beta"]).cuda().to(dtype)
+            h0 = torch.from_numpy(arrays["h0"]).cuda().float() if "h0" in arrays else None
+
+            def run():
+                return chunk_gated_delta_rule(q, k, v, g, beta, scale=1.0 / math.sqrt(K), initial_state=h0,
+                                              output_final_state=True)
+
+            try:
+                for _ in range(3):
+                    o, ht = run()
+                torch.cuda.synchronize()
+                eager = median_ms(run, args.reps, flush)
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(3):
+                        run()
+                torch.cuda.current_stream().wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    o, ht = run()
+                graph.replay()
+                torch.cuda.synchronize()
+                replayed = median_ms(graph.replay, args.reps, flush)
+            except Exception as error:  # report, do not hide: one line, then the next case
+                print(f"result peer=fla_chunk dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
+                      f"error={type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+                continue
+            check = ""
+            if ours:
+                o_ours, ht_ours = np.load(f"{ours}/o.npy"), np.load(f"{ours}/ht.npy")
+                check = (f" err_o_vs_ours={relative(o.float().cpu().numpy(), o_ours):.3e}"
+                         f" err_ht_vs_ours={relative(ht.float().cpu().numpy(), ht_ours):.3e}")
+            for mode, ms in (("eager", eager), ("graph", replayed)):
+                print(f"result peer=fla_chunk mode={mode} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
+                      f"median_ms={ms:.4f}{check} device=\"{name}\"", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
