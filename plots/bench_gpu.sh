@@ -21,6 +21,9 @@ python3 -c 'import fla.ops.gated_delta_rule' 2>/dev/null && have_fla=1
 # field NAME LINE: the value of NAME=... in a result line
 field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }
 
+# ratio A B: A / B with two decimals (0 when B is not positive)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }'; }
+
 # measure NAME B T H K V REPS: one problem, every GPU stage, then FLA; appends rows to $rows
 measure() {
     name=$1 B=$2 T=$3 H=$4 K=$5 V=$6 reps=$7
@@ -36,7 +39,7 @@ measure() {
         option=$(field segments "$line")$(field chunk "$line")
         err=$(field err_ref "$line")
         printf '%s %s %s %s %s %s %s %s %s %s %s\n' "$name" "${stage}_cuda" "$B" "$T" "$H" "$K" "$V" \
-            "${option:--}" "${ms:-nan}" "$(awk -v a="$base" -v b="${ms:-0}" 'BEGIN{printf "%.2f", b > 0 ? a / b : 0}')" \
+            "${option:--}" "${ms:-nan}" "$(ratio "$base" "${ms:-0}")" \
             "${err:--}" >> "$rows"
     done
     if [ "$have_fla" = 1 ]; then
@@ -44,7 +47,7 @@ measure() {
             mode=$(field mode "$line") dtype=$(field dtype "$line") ms=$(field median_ms "$line")
             err=$(field err_o_vs_ours "$line")
             printf '%s fla_%s_%s %s %s %s %s %s - %s %s %s\n' "$name" "$mode" "$dtype" "$B" "$T" "$H" "$K" "$V" \
-                "${ms:-nan}" "$(awk -v a="$base" -v b="${ms:-0}" 'BEGIN{printf "%.2f", b > 0 ? a / b : 0}')" \
+                "${ms:-nan}" "$(ratio "$base" "${ms:-0}")" \
                 "${err:--}" >> "$rows"
         done
     fi

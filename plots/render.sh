@@ -15,3 +15,4 @@ render scaling_threads.gp sweep_threads.dat
 render chunk_tradeoff.gp sweep_chunk.dat
 render segments.gp sweep_segments.dat
 render precision.gp precision.dat
+render gpu_progression.gp gpu_vs_T.dat
