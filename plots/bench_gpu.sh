@@ -4,6 +4,8 @@
 #
 #   sh plots/bench_gpu.sh bin plots/data        (on a machine with a CUDA device)
 #
+# SHAPES (default "seed long sweep") picks the parts to run, FLA_DTYPES (default bf16,fp32)
+# the input types FLA is timed with.
 # Writes OUTDIR/gpu_shapes.dat (the issue's two shapes) and OUTDIR/gpu_vs_T.dat (a T sweep at
 # B=1 H=8 K=V=64), each headed by the machine. Every stage is checked against stage
 # 01_cuda's output on the same inputs (err_vs_01); FLA against 05_cuda's (its bf16 inputs
@@ -43,7 +45,7 @@ measure() {
             "${err:--}" >> "$rows"
     done
     if [ "$have_fla" = 1 ]; then
-        python3 plots/fla_bench.py --reps 30 --dtypes bf16,fp32 "$dir:$work/${name}_wy_chunked" | while read -r line; do
+        python3 plots/fla_bench.py --reps 30 --dtypes "${FLA_DTYPES:-bf16,fp32}" "$dir:$work/${name}_wy_chunked" | while read -r line; do
             mode=$(field mode "$line") dtype=$(field dtype "$line") ms=$(field median_ms "$line")
             err=$(field err_o_vs_ours "$line")
             printf '%s fla_%s_%s %s %s %s %s %s - %s %s %s\n' "$name" "$mode" "$dtype" "$B" "$T" "$H" "$K" "$V" \
@@ -54,14 +56,17 @@ measure() {
 }
 
 columns="# name stage B T H K V option median_ms speedup_vs_01_cuda err_vs_01_cuda(stages)|err_o_vs_05_cuda(fla)"
+shapes=${SHAPES:-seed long sweep}
 rows=$out/gpu_shapes.dat
 { echo "$header"; echo "$columns"; } > "$rows"
 [ "$have_fla" = 1 ] || echo "# FLA not importable here: its rows are missing" >> "$rows"
-measure seed 1 16384 8 64 64 20
-measure long 1 65536 8 128 128 5
-rows=$out/gpu_vs_T.dat
-{ echo "$header"; echo "$columns"; } > "$rows"
-for T in 1024 4096 16384 65536; do
-    measure "T$T" 1 "$T" 8 64 64 10
-done
+case " $shapes " in *" seed "*) measure seed 1 16384 8 64 64 20 ;; esac
+case " $shapes " in *" long "*) measure long 1 65536 8 128 128 5 ;; esac
+case " $shapes " in *" sweep "*)
+    rows=$out/gpu_vs_T.dat
+    { echo "$header"; echo "$columns"; } > "$rows"
+    for T in 1024 4096 16384 65536; do
+        measure "T$T" 1 "$T" 8 64 64 10
+    done ;;
+esac
 cat "$out/gpu_shapes.dat"

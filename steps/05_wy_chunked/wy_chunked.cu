@@ -34,272 +34,355 @@ enum { MAX_K = 128, MAX_CHUNK = 64, THREADS = 256, STATE_COLUMNS = 4, OUTPUT_COL
 /* Where kernel 1 leaves a chunk's state-independent results; rows in head-major token order
  * (head T + t), so a chunk's rows are contiguous. */
 typedef struct {
-    double *gamma;          /* [heads T] cumulative log-gate within the chunk */
-    float *W, *decayed_keys; /* [heads T][K] */
-    float *U, *new_values;  /* [heads T][V] */
-    float *states;          /* [heads chunks][K][V]: S0 of every chunk */
+    double *gamma;           /* [heads T] cumulative log-gate within the chunk */
+    float *chain_inputs;     /* [heads chunks][chain_block_floats]: what kernel 2 reads per chunk (below) */
+    float *U, *new_values;   /* [heads T][V] */
+    float *states;           /* [heads chunks][K][V]: S0 of every chunk */
 } chunk_workspace;
+
+/* Kernel 2's per-chunk input block, laid out exactly as its shared-memory tiles so that it is
+ * copied with 16-byte loads and no index arithmetic: W as 64 rows of KW = round_up4(K) + 4
+ * floats, then the decayed keys transposed, K rows of CHUNK_STRIDE = 68 floats (a chunk's
+ * 64 tokens and 4 of padding); zeros in the padding and past the chunk's last token. The
+ * padding makes float4 loads of 8 consecutive rows hit 32 different banks. */
+constexpr int CHUNK_STRIDE = MAX_CHUNK + 4;
+__host__ __device__ static inline size_t round_up4(size_t x) { return (x + 3) / 4 * 4; }
+__host__ __device__ static inline size_t padded_k(size_t K) { return round_up4(K) + 4; }
+__host__ __device__ static inline size_t chain_block_floats(size_t K) { return MAX_CHUNK * padded_k(K) + K * CHUNK_STRIDE; }
 
 __host__ __device__ static inline size_t chunks_of(size_t T, size_t C) { return (T + C - 1) / C; }
 
 static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, size_t C)
 {
-    const size_t rows = p->B * p->H * p->T;
+    const size_t rows = p->B * p->H * p->T, chunks = p->B * p->H * chunks_of(p->T, C);
     chunk_workspace w;
     w.gamma = (double *)base;
-    w.W = (float *)(w.gamma + rows);
-    w.decayed_keys = w.W + rows * p->K;
-    w.U = w.decayed_keys + rows * p->K;
+    w.chain_inputs = (float *)(w.gamma + (rows + 1) / 2 * 2); /* 16-byte aligned: kernel 2 reads float4 */
+    w.U = w.chain_inputs + chunks * chain_block_floats(p->K);
     w.new_values = w.U + rows * p->V;
     w.states = w.new_values + rows * p->V;
-    (void)C;
     return w;
 }
 
-/* Kernel 1: one block per (head, chunk). Shared: gamma[C] (double), keys[C][K + 1],
- * Tm[C][C + 1], scaled_beta[C] = beta exp(gamma), beta[C]. */
-__global__ void __launch_bounds__(THREADS) prepare_chunks_kernel(gdn_device_problem p, size_t C, chunk_workspace w)
+/* e / d and e % d without an integer division, which costs about 25 instructions on the GPU
+ * when d is not known at compile time (the copy loops below were measured spending most of
+ * their instructions there). For e < 2^16 and d <= 128, (e + 0.5) / d is at least 0.5 / d
+ * away from an integer, and the float product moves it by far less. */
+__device__ __forceinline__ static int split_index(int e, int d, float inverse_d, int *remainder)
+{
+    int quotient = (int)(((float)e + 0.5f) * inverse_d);
+    *remainder = e - quotient * d;
+    return quotient;
+}
+
+/* The register tile (as in a tiled SGEMM): 16 x 16 threads cover a 64 x 64 product, each
+ * thread a 4 x 4 block of it, rows 4 ty .. 4 ty + 3 and columns 4 tx .. 4 tx + 3. Per step
+ * of the inner dimension a thread loads 4 values of A and one float4 of B and does 16 FMAs,
+ * where one output per thread would load 2 values per FMA: shared memory, not the FMA
+ * units, was what limited the first version of this stage.
+ *     acc += A[rows][0 .. depth) B[0 .. depth)[columns]
+ * A: shared, row stride lda (odd strides avoid bank conflicts); B: shared, row stride ldb, a
+ * multiple of 4 (16-byte loads). In a warp, the 2 row groups of A are broadcasts and the 16
+ * float4 of B fill 2 wavefronts, the least 256 bytes can take. */
+__device__ __forceinline__ static void multiply_tile_4x4(float (&acc)[4][4], const float *A, int lda, const float *B, int ldb, int depth)
+{
+    const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
+    for (int l = 0; l < depth; l++) {
+        const float4 b = *(const float4 *)(B + l * ldb + column);
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const float a = A[(row + r) * lda + l];
+            acc[r][0] += a * b.x;
+            acc[r][1] += a * b.y;
+            acc[r][2] += a * b.z;
+            acc[r][3] += a * b.w;
+        }
+    }
+}
+
+__device__ __forceinline__ static void clear_tile(float (&acc)[4][4])
+{
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+        acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+}
+
+/* Kernel 1: one block per (head, chunk). Shared, for a chunk padded to 64 rows with zeros:
+ * gamma[64] (double), keys[64][K + 1] and keys_t[K][64] (both layouts of the chunk's k, for
+ * K K^T), Tm[64][65], right[64][64] (64 columns of [beta exp(gamma) K | beta V] at a time),
+ * beta[64], scaled_beta[64] = beta exp(gamma). */
+__global__ void __launch_bounds__(THREADS, 1) prepare_chunks_kernel(gdn_device_problem p, size_t C, chunk_workspace w)
 {
     extern __shared__ double shared[];
-    const size_t K = p.K, V = p.V, KP = K + 1, CP = C + 1, chunks = chunks_of(p.T, C);
-    const size_t head = blockIdx.x / chunks, t0 = blockIdx.x % chunks * C, n = p.T - t0 < C ? p.T - t0 : C;
-    const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
+    const int K = (int)p.K, KA = K + 1, TP = MAX_CHUNK + 1;
+    const size_t V = p.V, chunks = chunks_of(p.T, C), chunk = blockIdx.x % chunks, head = blockIdx.x / chunks;
+    const size_t t0 = chunk * C, b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
+    const int n = (int)(p.T - t0 < C ? p.T - t0 : C), KW = (int)padded_k(p.K);
+    const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
+    float *chain = w.chain_inputs + (head * chunks + chunk) * chain_block_floats(p.K);
     double *gamma = shared;
-    float *keys = (float *)(gamma + C), *Tm = keys + C * KP, *scaled_beta = Tm + C * CP, *beta = scaled_beta + C;
+    float *keys = (float *)(gamma + MAX_CHUNK), *keys_t = keys + MAX_CHUNK * KA, *Tm = keys_t + K * MAX_CHUNK;
+    float *right = Tm + MAX_CHUNK * TP, *beta = right + MAX_CHUNK * MAX_CHUNK, *scaled_beta = beta + MAX_CHUNK;
 
+    const float inverse_K = 1.0f / (float)K;
 #pragma unroll 8 /* several loads in flight per thread, not one */
-    for (size_t e = threadIdx.x; e < n * K; e += blockDim.x)
-        keys[e / K * KP + e % K] = p.k[gdn_device_token(&p, b, t0 + e / K, h) * K + e % K];
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x) { /* gates and betas first, all at once */
-        size_t token = gdn_device_token(&p, b, t0 + i, h);
-        gamma[i] = p.g[token];
-        beta[i] = p.beta[token];
+    for (int e = threadIdx.x; e < MAX_CHUNK * K; e += THREADS) {
+        int c, i = split_index(e, K, inverse_K, &c);
+        float value = i < n ? p.k[gdn_device_token(&p, b, t0 + i, h) * K + c] : 0.0f;
+        keys[i * KA + c] = value;
+        keys_t[c * MAX_CHUNK + i] = value;
+    }
+    for (int i = threadIdx.x; i < MAX_CHUNK; i += THREADS) { /* gates and betas, all at once */
+        size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
+        gamma[i] = i < n ? p.g[token] : 0.0;
+        beta[i] = i < n ? p.beta[token] : 0.0f;
     }
     __syncthreads();
     if (threadIdx.x == 0) { /* eq. 9, summed in double as the CPU stage does (see wy_chunked.c) */
         double sum = 0;
-        for (size_t i = 0; i < n; i++) {
+        for (int i = 0; i < n; i++) {
             sum += gamma[i];
             gamma[i] = sum;
             w.gamma[row0 + i] = sum;
             scaled_beta[i] = beta[i] * expf((float)sum);
         }
+        for (int i = n; i < MAX_CHUNK; i++)
+            gamma[i] = sum, scaled_beta[i] = 0.0f;
     }
     __syncthreads();
 
     /* I + M, M[i, j] = beta_i (k_i . k_j) exp(gamma_i - gamma_j) for j < i (eq. 10) */
-    for (size_t e = threadIdx.x; e < n * n; e += blockDim.x) {
-        size_t i = e / n, j = e % n;
-        float value = i == j ? 1.0f : 0.0f;
-        if (j < i) {
-            float dot = 0.0f;
-            for (size_t c = 0; c < K; c++)
-                dot += keys[i * KP + c] * keys[j * KP + c];
-            value = beta[i] * dot * expf((float)(gamma[i] - gamma[j]));
+    float acc[4][4];
+    clear_tile(acc);
+    multiply_tile_4x4(acc, keys, KA, keys_t, MAX_CHUNK, K);
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int i = row + r, j = column + c;
+            Tm[i * TP + j] = i == j ? 1.0f : j < i && i < n ? beta[i] * acc[r][c] * expf((float)(gamma[i] - gamma[j])) : 0.0f;
         }
-        Tm[i * CP + j] = value;
-    }
     __syncthreads();
     /* Tm = (I + M)^-1 in place, row by row (eq. 11): Tm[i, c] = -(M[i, c] + sum_{c<l<i} M[i, l] Tm[l, c]).
-     * Row i still holds M while its new values are summed; they are written after a barrier. */
-    for (size_t i = 1; i < n; i++) {
-        size_t c = threadIdx.x;
-        float value = 0.0f;
-        if (c < i) {
-            value = -Tm[i * CP + c];
-            for (size_t l = c + 1; l < i; l++)
-                value -= Tm[i * CP + l] * Tm[l * CP + c];
-        }
+     * Row i still holds M while its new values are summed; they are written after a barrier.
+     * Rows are sequential, so each row's sums are split four ways (thread 4 c + part sums
+     * l = c + 1 + part, + 5, ...) and joined with two shuffles inside groups of four lanes:
+     * the dependent chain of a row is a quarter as long, and all 8 warps take part. */
+    const int solve_column = threadIdx.x / 4, part = threadIdx.x % 4;
+    for (int i = 1; i < n; i++) {
+        float partial = 0.0f;
+        if (solve_column < i)
+#pragma unroll 4
+            for (int l = solve_column + 1 + part; l < i; l += 4)
+                partial += Tm[i * TP + l] * Tm[l * TP + solve_column];
+        partial += __shfl_xor_sync(0xffffffffu, partial, 1);
+        partial += __shfl_xor_sync(0xffffffffu, partial, 2);
+        const float value = solve_column < i ? -(Tm[i * TP + solve_column] + partial) : 0.0f;
         __syncthreads();
-        if (c < i)
-            Tm[i * CP + c] = value;
+        if (solve_column < i && part == 0)
+            Tm[i * TP + solve_column] = value;
         __syncthreads();
     }
 
-    /* W = Tm (beta exp(gamma) K), U = Tm (beta V) (eq. 12); Tm is lower triangular */
-    for (size_t e = threadIdx.x; e < n * K; e += blockDim.x) {
-        size_t i = e / K, c = e % K;
-        float sum = 0.0f;
-        for (size_t l = 0; l <= i; l++)
-            sum += Tm[i * CP + l] * scaled_beta[l] * keys[l * KP + c];
-        w.W[(row0 + i) * K + c] = sum;
-        w.decayed_keys[(row0 + i) * K + c] = keys[i * KP + c] * expf((float)(gamma[n - 1] - gamma[i]));
-    }
-    for (size_t e = threadIdx.x; e < n * V; e += blockDim.x) {
-        size_t i = e / V, c = e % V;
-        float sum = 0.0f;
+    /* [W | U] = Tm [beta exp(gamma) K | beta V] (eq. 12), 64 columns at a time */
+    for (size_t first = 0; first < (size_t)K + V; first += MAX_CHUNK) {
 #pragma unroll 8
-        for (size_t l = 0; l <= i; l++)
-            sum += Tm[i * CP + l] * beta[l] * p.v[gdn_device_token(&p, b, t0 + l, h) * V + c];
-        w.U[(row0 + i) * V + c] = sum;
+        for (int e = threadIdx.x; e < MAX_CHUNK * MAX_CHUNK; e += THREADS) {
+            int l = e / MAX_CHUNK;
+            size_t c = first + e % MAX_CHUNK;
+            float value = 0.0f;
+            if (l < n && c < (size_t)K)
+                value = scaled_beta[l] * keys[l * KA + c];
+            else if (l < n && c < K + V)
+                value = beta[l] * p.v[gdn_device_token(&p, b, t0 + l, h) * V + (c - K)];
+            right[e] = value;
+        }
+        __syncthreads();
+        clear_tile(acc);
+        multiply_tile_4x4(acc, Tm, TP, right, MAX_CHUNK, n);
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                size_t i = row + r, out = first + column + c;
+                if (out < (size_t)K) /* all 64 rows: zeros past the chunk */
+                    chain[i * KW + out] = i < (size_t)n ? acc[r][c] : 0.0f;
+                else if (i < (size_t)n && out < K + V)
+                    w.U[(row0 + i) * V + (out - K)] = acc[r][c];
+            }
+        __syncthreads(); /* right is refilled next */
+    }
+    /* W's padding columns, then the keys decayed to the chunk's end, transposed:
+     * exp(gamma_C - gamma_j) k_j (eq. 15), zero past the chunk and in the padding */
+    for (int e = threadIdx.x; e < MAX_CHUNK * (KW - K); e += THREADS)
+        chain[e / (KW - K) * KW + K + e % (KW - K)] = 0.0f;
+    float *decayed = chain + MAX_CHUNK * KW;
+    for (int e = threadIdx.x; e < K * CHUNK_STRIDE; e += THREADS) {
+        int c = e / CHUNK_STRIDE, j = e % CHUNK_STRIDE;
+        decayed[e] = j < n ? keys_t[c * MAX_CHUNK + j] * expf((float)(gamma[n - 1] - gamma[j])) : 0.0f;
     }
 }
 
-/* Kernel 2: one block per (head, STATE_COLUMNS columns of S), serial over the chunks.
- * Shared: S[K][STATE_COLUMNS], W[C][K], decayed keys[C][K], U and then Vnew [C][STATE_COLUMNS].
- * The chain is latency-bound, so two things keep it short: the next chunk's W, keys and U
- * are loaded into registers while this chunk computes (they do not depend on S), and every
- * loop has a trip count known at compile time, unrolled, so a thread's loads and its FMA
- * chains are independent and in flight together. */
-enum { PER_THREAD_WK = MAX_CHUNK * MAX_K / THREADS, PER_THREAD_CS = MAX_CHUNK * STATE_COLUMNS / THREADS,
-       PER_THREAD_KS = MAX_K * STATE_COLUMNS / THREADS };
+/* Kernel 2: one block per (head, STATE_COLUMNS = 4 columns of S), serial over the chunks;
+ * thread (i, c) = (tid / 4, tid % 4) owns Vnew[i, c], thread (m, c) owns S[m, c] (and m + 64).
+ * Shared: the chunk's input block as kernel 1 laid it out (W[64][KW], keys_t[K][68]), then
+ * S_t[4][KW] (S0 transposed) and Vnew_t[4][68]:
+ *   Vnew = U - W S0 (eq. 13): dot products along m, rows of W against rows of S_t;
+ *   S = exp(gamma_C) S0 + Kdec^T Vnew (eq. 15): along j, rows of keys_t against rows of Vnew_t;
+ * four floats per load, four partial sums per dot product. The chain is latency-bound, so the
+ * next chunk's block, U and decay are loaded into registers while this chunk computes (they
+ * do not depend on S). */
+constexpr int PER_THREAD4 = (MAX_CHUNK * (MAX_K + 4) + MAX_K * CHUNK_STRIDE + 4 * THREADS - 1) / (4 * THREADS);
 
-__global__ void __launch_bounds__(THREADS) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *ht)
+__global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *ht)
 {
-    extern __shared__ float tiles[];
-    const size_t K = p.K, V = p.V, chunks = chunks_of(p.T, C), tiles_per_head = (V + STATE_COLUMNS - 1) / STATE_COLUMNS;
+    extern __shared__ float4 tiles4[];
+    const int K = (int)p.K, KW = (int)padded_k(p.K), block4 = (int)chain_block_floats(p.K) / 4;
+    const size_t V = p.V, chunks = chunks_of(p.T, C), tiles_per_head = (V + STATE_COLUMNS - 1) / STATE_COLUMNS;
     const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * STATE_COLUMNS;
-    /* tiles sized for the largest chunk, rows past the chunk zero: the unrolled loops below
-     * may read them, and must only ever read numbers */
-    float *S = tiles, *Wt = S + MAX_K * STATE_COLUMNS, *keys = Wt + MAX_CHUNK * K, *Vnew = keys + MAX_CHUNK * K;
-    float next_w[PER_THREAD_WK], next_keys[PER_THREAD_WK], next_u[PER_THREAD_CS];
+    const int i = threadIdx.x / STATE_COLUMNS, c = threadIdx.x % STATE_COLUMNS;
+    const size_t column = column0 + c;
+    float *Wt = (float *)tiles4, *keys_t = Wt + MAX_CHUNK * KW, *S_t = keys_t + K * CHUNK_STRIDE;
+    float *Vnew_t = S_t + STATE_COLUMNS * KW;
+    float4 next_block[PER_THREAD4];
+    float next_u = 0.0f, next_decay = 1.0f;
 
-    /* the state-independent inputs of chunk `chunk`, into this thread's registers */
-    auto prefetch = [&](size_t chunk) {
-        const size_t t0 = chunk * C, n = p.T - t0 < C ? p.T - t0 : C, row0 = head * p.T + t0;
-#pragma unroll
-        for (int r = 0; r < PER_THREAD_WK; r++) {
-            size_t e = threadIdx.x + r * THREADS;
-            next_w[r] = e < n * K ? w.W[row0 * K + e] : 0.0f;
-            next_keys[r] = e < n * K ? w.decayed_keys[row0 * K + e] : 0.0f;
-        }
-#pragma unroll
-        for (int r = 0; r < PER_THREAD_CS; r++) {
-            size_t e = threadIdx.x + r * THREADS, i = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
-            next_u[r] = i < n && column < V ? w.U[(row0 + i) * V + column] : 0.0f;
-        }
-    };
+    for (int e = threadIdx.x; e < STATE_COLUMNS * KW + STATE_COLUMNS * CHUNK_STRIDE; e += THREADS)
+        S_t[e] = 0.0f; /* padding must read as zero */
+    __syncthreads();
+    for (int m = i; m < K; m += THREADS / STATE_COLUMNS)
+        S_t[c * KW + m] = p.h0 && column < V ? p.h0[(head * K + m) * V + column] : 0.0f;
 
-#pragma unroll
-    for (int r = 0; r < PER_THREAD_KS; r++) {
-        size_t e = threadIdx.x + r * THREADS, m = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
-        S[e] = p.h0 && m < K && column < V ? p.h0[(head * K + m) * V + column] : 0.0f;
-    }
-    prefetch(0);
+/* the state-independent inputs of chunk `chunk_index`, into this thread's registers */
+#define PREFETCH(chunk_index)                                                                            \
+    do {                                                                                                 \
+        const size_t t0_ = (chunk_index) * C, n_ = p.T - t0_ < C ? p.T - t0_ : C, row0_ = head * p.T + t0_; \
+        const float4 *block_ = (const float4 *)(w.chain_inputs + (head * chunks + (chunk_index)) * block4 * 4); \
+        _Pragma("unroll") for (int r = 0; r < PER_THREAD4; r++) {                                         \
+            int e = threadIdx.x + r * THREADS;                                                           \
+            next_block[r] = e < block4 ? block_[e] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);                 \
+        }                                                                                                \
+        next_u = (size_t)i < n_ && column < V ? w.U[(row0_ + i) * V + column] : 0.0f;                    \
+        next_decay = expf((float)w.gamma[row0_ + n_ - 1]);                                               \
+    } while (0)
+
+    PREFETCH(0);
     for (size_t chunk = 0; chunk < chunks; chunk++) {
         const size_t t0 = chunk * C, n = p.T - t0 < C ? p.T - t0 : C, row0 = head * p.T + t0;
         __syncthreads(); /* S is complete; the previous chunk's tiles are no longer read */
 #pragma unroll
-        for (int r = 0; r < PER_THREAD_WK; r++) {
-            size_t e = threadIdx.x + r * THREADS;
-            if (e < MAX_CHUNK * K)
-                Wt[e] = next_w[r], keys[e] = next_keys[r];
-        }
-#pragma unroll
-        for (int r = 0; r < PER_THREAD_CS; r++)
-            Vnew[threadIdx.x + r * THREADS] = next_u[r];
-#pragma unroll
-        for (int r = 0; r < PER_THREAD_KS; r++) {
-            size_t e = threadIdx.x + r * THREADS, m = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
-            if (m < K && column < V)
-                w.states[((head * chunks + chunk) * K + m) * V + column] = S[e];
-        }
+        for (int r = 0; r < PER_THREAD4; r++)
+            if (threadIdx.x + r * THREADS < block4)
+                tiles4[threadIdx.x + r * THREADS] = next_block[r];
+        const float u = next_u, decay = next_decay;
+        for (int m = i; m < K; m += THREADS / STATE_COLUMNS)
+            if (column < V)
+                w.states[((head * chunks + chunk) * K + m) * V + column] = S_t[c * KW + m];
         __syncthreads();
         if (chunk + 1 < chunks)
-            prefetch(chunk + 1);
-        /* Vnew = U - W S0 (eq. 13): each thread PER_THREAD_CS entries, each its own FMA chain */
-        float value[PER_THREAD_CS];
-#pragma unroll
-        for (int r = 0; r < PER_THREAD_CS; r++)
-            value[r] = Vnew[threadIdx.x + r * THREADS];
-        for (size_t m = 0; m < K; m++)
-#pragma unroll
-            for (int r = 0; r < PER_THREAD_CS; r++) {
-                size_t e = threadIdx.x + r * THREADS, i = e / STATE_COLUMNS, c = e % STATE_COLUMNS;
-                value[r] -= Wt[i * K + m] * S[m * STATE_COLUMNS + c];
-            }
-        __syncthreads(); /* every thread has read U from Vnew's tile */
-#pragma unroll
-        for (int r = 0; r < PER_THREAD_CS; r++) {
-            size_t e = threadIdx.x + r * THREADS, i = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
-            bool real = i < n && column < V;
-            Vnew[e] = real ? value[r] : 0.0f;
-            if (real)
-                w.new_values[(row0 + i) * V + column] = value[r];
+            PREFETCH(chunk + 1);
+
+        /* Vnew[i, c] = U[i, c] - sum_m W[i, m] S0[m, c] (eq. 13): four partial sums, one per lane of the float4 */
+        const float4 *w_row = (const float4 *)(Wt + i * KW), *s_column = (const float4 *)(S_t + c * KW);
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int m4 = 0; m4 < KW / 4; m4++) {
+            float4 a = w_row[m4], s = s_column[m4];
+            sum.x += a.x * s.x, sum.y += a.y * s.y, sum.z += a.z * s.z, sum.w += a.w * s.w;
         }
+        const bool real = (size_t)i < n && column < V;
+        const float value = real ? u - ((sum.x + sum.y) + (sum.z + sum.w)) : 0.0f;
+        Vnew_t[c * CHUNK_STRIDE + i] = value;
+        if (real)
+            w.new_values[(row0 + i) * V + column] = value;
         __syncthreads();
-        /* S = exp(gamma_C) S0 + sum_j exp(gamma_C - gamma_j) k_j Vnew_j^T (eq. 15) */
-        const float decay = expf((float)w.gamma[row0 + n - 1]);
-        float state[PER_THREAD_KS];
-#pragma unroll
-        for (int r = 0; r < PER_THREAD_KS; r++)
-            state[r] = decay * S[threadIdx.x + r * THREADS];
-        for (size_t i = 0; i < n; i++)
-#pragma unroll
-            for (int r = 0; r < PER_THREAD_KS; r++) {
-                size_t e = threadIdx.x + r * THREADS, m = e / STATE_COLUMNS, c = e % STATE_COLUMNS;
-                if (m < K)
-                    state[r] += keys[i * K + m] * Vnew[i * STATE_COLUMNS + c];
+
+        /* S[m, c] = exp(gamma_C) S0[m, c] + sum_j Kdec[j, m] Vnew[j, c] (eq. 15) */
+        const float4 *v_column = (const float4 *)(Vnew_t + c * CHUNK_STRIDE);
+        for (int m = i; m < K; m += THREADS / STATE_COLUMNS) {
+            const float4 *k_row = (const float4 *)(keys_t + m * CHUNK_STRIDE);
+            float4 update = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int j4 = 0; j4 < MAX_CHUNK / 4; j4++) {
+                float4 a = k_row[j4], v = v_column[j4];
+                update.x += a.x * v.x, update.y += a.y * v.y, update.z += a.z * v.z, update.w += a.w * v.w;
             }
-#pragma unroll
-        for (int r = 0; r < PER_THREAD_KS; r++)
-            S[threadIdx.x + r * THREADS] = state[r];
+            S_t[c * KW + m] = decay * S_t[c * KW + m] + ((update.x + update.y) + (update.z + update.w));
+        }
     }
     __syncthreads();
-    for (size_t e = threadIdx.x; e < K * STATE_COLUMNS; e += blockDim.x) {
-        size_t m = e / STATE_COLUMNS, column = column0 + e % STATE_COLUMNS;
+    for (int m = i; m < K; m += THREADS / STATE_COLUMNS)
         if (column < V)
-            ht[(head * K + m) * V + column] = S[e];
-    }
+            ht[(head * K + m) * V + column] = S_t[c * KW + m];
 }
+#undef PREFETCH
 
-/* Kernel 3: one block per (head, chunk, OUTPUT_COLUMNS columns of o). Shared: gamma[C]
- * (double), q[C][K + 1], k[C][K + 1], P[C][C + 1], S0[K][OUTPUT_COLUMNS], Vnew[C][OUTPUT_COLUMNS]. */
+/* Kernel 3: one block per (head, chunk, 64 columns of o). Shared, padded to 64 rows with
+ * zeros: gamma[64] (double), q[64][K + 1], k_t[K][64], P[64][65], S0[K][64], Vnew[64][64].
+ *     P = lower(Q K^T exp(gamma_i - gamma_j))                       (eq. 14)
+ *     o = scale (exp(gamma) Q S0 + P Vnew)                          (eq. 14)
+ * all three products as 4 x 4 register tiles. */
 __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *o)
 {
     extern __shared__ double shared[];
-    const size_t K = p.K, V = p.V, KP = K + 1, CP = C + 1, chunks = chunks_of(p.T, C);
-    const size_t tiles_per_chunk = (V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
+    const int K = (int)p.K, KA = K + 1, TP = MAX_CHUNK + 1;
+    const size_t V = p.V, chunks = chunks_of(p.T, C), tiles_per_chunk = (V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
     const size_t column0 = blockIdx.x % tiles_per_chunk * OUTPUT_COLUMNS, head_chunk = blockIdx.x / tiles_per_chunk;
     const size_t head = head_chunk / chunks, chunk = head_chunk % chunks, t0 = chunk * C;
-    const size_t n = p.T - t0 < C ? p.T - t0 : C, b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
+    const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
+    const int n = (int)(p.T - t0 < C ? p.T - t0 : C);
+    const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
     double *gamma = shared;
-    float *q = (float *)(gamma + C), *k = q + C * KP, *P = k + C * KP, *S = P + C * CP, *Vnew = S + K * OUTPUT_COLUMNS;
+    float *q = (float *)(gamma + MAX_CHUNK), *k_t = q + MAX_CHUNK * KA, *P = k_t + K * MAX_CHUNK;
+    float *S = P + MAX_CHUNK * TP, *Vnew = S + K * OUTPUT_COLUMNS;
 
+    const float inverse_K = 1.0f / (float)K;
 #pragma unroll 8 /* several loads in flight per thread, not one */
-    for (size_t e = threadIdx.x; e < n * K; e += blockDim.x) {
-        size_t token = gdn_device_token(&p, b, t0 + e / K, h);
-        q[e / K * KP + e % K] = p.q[token * K + e % K];
-        k[e / K * KP + e % K] = p.k[token * K + e % K];
+    for (int e = threadIdx.x; e < MAX_CHUNK * K; e += THREADS) {
+        int c, i = split_index(e, K, inverse_K, &c);
+        size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
+        q[i * KA + c] = i < n ? p.q[token * K + c] : 0.0f;
+        k_t[c * MAX_CHUNK + i] = i < n ? p.k[token * K + c] : 0.0f;
     }
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
-        gamma[i] = w.gamma[row0 + i];
-#pragma unroll 8 /* several loads in flight per thread, not one */
-    for (size_t e = threadIdx.x; e < K * OUTPUT_COLUMNS; e += blockDim.x) {
-        size_t m = e / OUTPUT_COLUMNS, column = column0 + e % OUTPUT_COLUMNS;
-        S[e] = column < V ? w.states[((head * chunks + chunk) * K + m) * V + column] : 0.0f;
+    for (int i = threadIdx.x; i < MAX_CHUNK; i += THREADS)
+        gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
+#pragma unroll 8
+    for (int e = threadIdx.x; e < K * OUTPUT_COLUMNS; e += THREADS) {
+        size_t m = e / OUTPUT_COLUMNS, out = column0 + e % OUTPUT_COLUMNS;
+        S[e] = out < V ? w.states[((head * chunks + chunk) * K + m) * V + out] : 0.0f;
     }
-#pragma unroll 8 /* several loads in flight per thread, not one */
-    for (size_t e = threadIdx.x; e < n * OUTPUT_COLUMNS; e += blockDim.x) {
-        size_t i = e / OUTPUT_COLUMNS, column = column0 + e % OUTPUT_COLUMNS;
-        Vnew[e] = column < V ? w.new_values[(row0 + i) * V + column] : 0.0f;
+#pragma unroll 8
+    for (int e = threadIdx.x; e < MAX_CHUNK * OUTPUT_COLUMNS; e += THREADS) {
+        size_t i = e / OUTPUT_COLUMNS, out = column0 + e % OUTPUT_COLUMNS;
+        Vnew[e] = (int)i < n && out < V ? w.new_values[(row0 + i) * V + out] : 0.0f;
     }
     __syncthreads();
-    /* P = lower(Q K^T exp(gamma_i - gamma_j)) (eq. 14), only j <= i: exponents <= 0 */
-    for (size_t e = threadIdx.x; e < n * n; e += blockDim.x) {
-        size_t i = e / n, j = e % n;
-        float value = 0.0f;
-        if (j <= i) {
-            for (size_t c = 0; c < K; c++)
-                value += q[i * KP + c] * k[j * KP + c];
-            value *= expf((float)(gamma[i] - gamma[j]));
+
+    float acc[4][4];
+    clear_tile(acc);
+    multiply_tile_4x4(acc, q, KA, k_t, MAX_CHUNK, K); /* Q K^T */
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) { /* only j <= i: exponents <= 0 */
+            int i = row + r, j = column + c;
+            P[i * TP + j] = j <= i && i < n ? acc[r][c] * expf((float)(gamma[i] - gamma[j])) : 0.0f;
         }
-        P[i * CP + j] = value;
+    clear_tile(acc);
+    multiply_tile_4x4(acc, q, KA, S, OUTPUT_COLUMNS, K); /* Q S0 */
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float decay = row + r < n ? expf((float)gamma[row + r]) : 0.0f;
+        acc[r][0] *= decay, acc[r][1] *= decay, acc[r][2] *= decay, acc[r][3] *= decay;
     }
-    __syncthreads();
-    /* o_i = scale (exp(gamma_i) q_i^T S0 + sum_{j <= i} P[i, j] Vnew_j) (eq. 14) */
-    for (size_t e = threadIdx.x; e < n * OUTPUT_COLUMNS; e += blockDim.x) {
-        size_t i = e / OUTPUT_COLUMNS, c = e % OUTPUT_COLUMNS, column = column0 + c;
-        if (column >= V)
-            continue;
-        float from_state = 0.0f, within = 0.0f;
-        for (size_t m = 0; m < K; m++)
-            from_state += q[i * KP + m] * S[m * OUTPUT_COLUMNS + c];
-        for (size_t j = 0; j <= i; j++)
-            within += P[i * CP + j] * Vnew[j * OUTPUT_COLUMNS + c];
-        o[gdn_device_token(&p, b, t0 + i, h) * V + column] =
-            p.scale * (expf((float)gamma[i]) * from_state + within);
-    }
+    __syncthreads(); /* P complete */
+    multiply_tile_4x4(acc, P, TP, Vnew, OUTPUT_COLUMNS, n); /* + P Vnew */
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            size_t i = row + r, out = column0 + column + c;
+            if ((int)i < n && out < V)
+                o[gdn_device_token(&p, b, t0 + i, h) * V + out] = p.scale * acc[r][c];
+        }
 }
 
 /* Launch with `bytes` of dynamic shared memory, allowing more than the default 48 KB. */
@@ -323,25 +406,27 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
         gdn_blocks_for(heads * ((V + STATE_COLUMNS - 1) / STATE_COLUMNS), 1, &state_blocks) ||
         gdn_blocks_for(heads * chunks * ((V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &output_blocks))
         return -1;
-    size_t prepare_bytes = C * sizeof(double) + (C * (K + 1) + C * (C + 1) + 2 * C) * sizeof(float);
-    size_t state_bytes = (MAX_K * STATE_COLUMNS + 2 * MAX_CHUNK * K + MAX_CHUNK * STATE_COLUMNS) * sizeof(float);
-    size_t output_bytes = C * sizeof(double) +
-                          (2 * C * (K + 1) + C * (C + 1) + K * OUTPUT_COLUMNS + C * OUTPUT_COLUMNS) * sizeof(float);
+    const size_t M = MAX_CHUNK, KW = padded_k(K);
+    size_t prepare_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + M * M + 2 * M) * sizeof(float);
+    size_t state_bytes = (chain_block_floats(K) + STATE_COLUMNS * KW + STATE_COLUMNS * CHUNK_STRIDE) * sizeof(float);
+    size_t output_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
     LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, prepare_bytes, *p, C, w);
     LAUNCH_WITH_SHARED(chunk_states_kernel, state_blocks, state_bytes, *p, C, w, r->ht);
     LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, output_bytes, *p, C, w, r->o);
     return 0;
 }
 
-/* gamma (double) and W, decayed keys, U, Vnew per token; one K x V state per chunk. */
+/* gamma (double), U, Vnew per token; kernel 2's input block and one K x V state per chunk. */
 static int wy_chunked_cuda_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
-    size_t rows, states, heads = p->B * p->H;
-    size_t row_factors[3] = {heads, p->T, sizeof(double) + (2 * p->K + 2 * p->V) * sizeof(float)};
-    size_t state_factors[4] = {heads, chunks_of(p->T, s->chunk), p->K * p->V, sizeof(float)};
-    if (gdn_multiply_sizes(&rows, 3, row_factors) || gdn_multiply_sizes(&states, 4, state_factors))
+    size_t rows, states, keys, heads = p->B * p->H, chunks = chunks_of(p->T, s->chunk);
+    size_t row_factors[3] = {heads, p->T, sizeof(double) + 2 * p->V * sizeof(float)};
+    size_t key_factors[4] = {heads, chunks, chain_block_floats(p->K), sizeof(float)};
+    size_t state_factors[4] = {heads, chunks, p->K * p->V, sizeof(float)};
+    if (gdn_multiply_sizes(&rows, 3, row_factors) || gdn_multiply_sizes(&keys, 4, key_factors) ||
+        gdn_multiply_sizes(&states, 4, state_factors))
         return -1;
-    *bytes = rows + states;
+    *bytes = rows + sizeof(double) + keys + states; /* + the alignment gap after gamma */
     return 0;
 }
 
