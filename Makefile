@@ -18,8 +18,15 @@ $(error PRECISION must be float or double, not '$(PRECISION)')
 endif
 
 BUILD   := build/$(PRECISION)
+# SANITIZE=1: every CPU binary and test built with AddressSanitizer and UndefinedBehavior-
+# Sanitizer (any report fails the run), into their own bin/sanitize/ and build/*-sanitize/.
+ifeq ($(SANITIZE),1)
+BIN     := $(subst bin,bin/sanitize,$(BIN))
+BUILD   := $(BUILD)-sanitize
+SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g
+endif
 CFLAGS  ?= -O3 -march=native
-CFLAGS  += -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L $(PRECISION_FLAGS)
+CFLAGS  += -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L $(PRECISION_FLAGS) $(SANITIZE_FLAGS)
 LDLIBS  := -lm
 
 # Stages are the folders steps/NN_name; each builds bin/NN_name from steps/NN_name/name.c.
@@ -44,7 +51,7 @@ CUDA_ARCH   ?= sm_90a
 NVCCFLAGS   ?= -O3
 NVCCFLAGS   += -std=c++20 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra -Xptxas -warn-spills,-warn-lmem-usage
 HAVE_NVCC   := $(shell command -v $(NVCC) 2>/dev/null)
-ifeq ($(PRECISION),float)
+ifeq ($(PRECISION)$(SANITIZE),float)
 ifneq ($(HAVE_NVCC),)
 GPU_STAGES  := $(sort $(foreach f,$(wildcard steps/*/*.cu),$(notdir $(patsubst %/,%,$(dir $(f))))))
 endif
@@ -70,7 +77,7 @@ GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 
 all: $(STAGE_BINARIES) $(GPU_BINARIES) $(TOOLS)
 ifeq ($(HAVE_NVCC),)
-ifeq ($(PRECISION),float)
+ifeq ($(PRECISION)$(SANITIZE),float)
 	@echo "note: $(NVCC) not found, GPU stages not built (install the CUDA toolkit: https://developer.nvidia.com/cuda-downloads)"
 endif
 endif

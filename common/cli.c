@@ -15,7 +15,8 @@
 
 enum {
     OPTION_B = 256, OPTION_T, OPTION_H, OPTION_K, OPTION_V, OPTION_SEED, OPTION_SCALE, OPTION_IN, OPTION_OUT,
-    OPTION_CHECK, OPTION_REPS, OPTION_THREADS, OPTION_H0, OPTION_CHUNK, OPTION_SEGMENTS, OPTION_HELP
+    OPTION_CHECK, OPTION_REPS, OPTION_THREADS, OPTION_H0, OPTION_CHUNK, OPTION_SEGMENTS, OPTION_NO_INPUT_CHECK,
+    OPTION_HELP
 };
 
 static const struct option long_options[] = {
@@ -26,7 +27,8 @@ static const struct option long_options[] = {
     {"out", required_argument, NULL, OPTION_OUT},       {"check-against", required_argument, NULL, OPTION_CHECK},
     {"reps", required_argument, NULL, OPTION_REPS},     {"threads", required_argument, NULL, OPTION_THREADS},
     {"h0", no_argument, NULL, OPTION_H0},               {"chunk", required_argument, NULL, OPTION_CHUNK},
-    {"segments", required_argument, NULL, OPTION_SEGMENTS}, {"help", no_argument, NULL, OPTION_HELP},
+    {"segments", required_argument, NULL, OPTION_SEGMENTS},
+    {"no-input-check", no_argument, NULL, OPTION_NO_INPUT_CHECK},  {"help", no_argument, NULL, OPTION_HELP},
     {NULL, 0, NULL, 0}};
 
 static void print_help(const gdn_stage *stage)
@@ -37,7 +39,9 @@ static void print_help(const gdn_stage *stage)
            "  --seed N             generator seed (default 1); same seed, same inputs everywhere\n"
            "  --h0                 draw a random initial state h0 (default: zero state)\n"
            "  --scale X            output scale (default 1/sqrt(K))\n"
-           "  --in DIR             read q k v g beta [h0] .npy from DIR instead of generating\n"
+           "  --in DIR             read q k v g beta [h0] .npy from DIR instead of generating; every\n"
+           "                       value is checked first (finite, g <= 0, 0 <= beta <= 1)\n"
+           "  --no-input-check     with --in: skip that check (one pass over the inputs)\n"
            "  --out DIR            write o.npy and ht.npy to DIR\n"
            "  --check-against REF  compare with REF: 'oracle' (fp64 loop) or a DIR holding o.npy ht.npy;\n"
            "                       may be given twice (once each); a failed check exits 1\n"
@@ -102,7 +106,7 @@ void gdn_tool_options(int argc, char **argv, const char *tool, const char *const
 int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_settings *s)
 {
     *s = (gdn_settings){.B = 1, .T = 1024, .H = 4, .K = 64, .V = 64, .seed = 1, .reps = 5,
-                        .threads = omp_get_max_threads()};
+                        .threads = omp_get_max_threads(), .check_inputs = 1};
     const size_t size_limit = (size_t)1 << 40; /* larger is refused by the memory check anyway */
     int sizes_given = 0, seed_given = 0;
     size_t value;
@@ -176,6 +180,7 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
             *(option == OPTION_CHUNK ? &s->chunk : &s->segments) = value;
             break;
         }
+        case OPTION_NO_INPUT_CHECK: s->check_inputs = 0; break;
         case OPTION_HELP: print_help(stage); return 1;
         case ':': return gdn_set_error("%s needs a value", argv[optind - 1]);
         default: return gdn_set_error("unknown option '%s' (see --help)", argv[previous]);
@@ -183,6 +188,8 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
     }
     if (optind < argc)
         return gdn_set_error("unexpected argument '%s' (options start with --; see --help)", argv[optind]);
+    if (!s->check_inputs && !s->in_dir)
+        return gdn_set_error("--no-input-check applies to --in only (generated inputs are valid by construction)");
     if (s->in_dir && (sizes_given || seed_given || s->with_h0))
         return gdn_set_error("--in takes sizes, seed and h0 from the folder's files; drop --B/--T/--H/--K/--V/--seed/--h0");
     return 0;

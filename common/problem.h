@@ -48,8 +48,10 @@ int gdn_problem_alloc(gdn_problem *p, size_t B, size_t T, size_t H, size_t K, si
 void gdn_problem_free(gdn_problem *p);
 /* Draw the inputs from the seeded generator exactly as DESIGN.md section 3 says. */
 void gdn_problem_generate(gdn_problem *p, uint64_t seed);
-/* Read q k v g beta [h0] .npy from a folder; sizes come from the files. */
-int gdn_problem_load(gdn_problem *p, const char *dir);
+/* Read q k v g beta [h0] .npy from a folder; sizes come from the files. With check_values,
+ * every value is then validated (gdn_problem_validate): one pass, refused with the tensor
+ * and the first bad element named. */
+int gdn_problem_load(gdn_problem *p, const char *dir, int check_values);
 int gdn_problem_save(const gdn_problem *p, const char *dir);
 /* Check what the contract requires of the values: finite, g <= 0, 0 <= beta <= 1.
  * dir (or NULL) prefixes the file names in the message. */

@@ -82,8 +82,11 @@ int gdn_stage_run_once(const gdn_stage *stage, const gdn_problem *p, const gdn_s
     const gdn_runner *runner = stage->runner ? stage->runner : &host_runner;
     void *context = NULL;
     double seconds;
-    if (runner->open(stage, p, s, &context))
+    if (runner->open(stage, p, s, &context)) {
+        if (context)
+            runner->close(context);
         return -1;
+    }
     int status = runner->run(context, 1, r, &seconds);
     runner->close(context);
     return status;
@@ -91,18 +94,67 @@ int gdn_stage_run_once(const gdn_stage *stage, const gdn_problem *p, const gdn_s
 
 static int fail(const char *stage) { fprintf(stderr, "%s: error: %s\n", stage, gdn_last_error()); return 1; }
 
+/* The checks --check-against asks for; adds to checks[] and returns 1 when one fails, or
+ * -1 when a reference cannot be computed or read. */
+static int run_checks(const gdn_stage *stage, const gdn_settings *s, const gdn_problem *p, const gdn_result *r,
+                      char *checks, size_t size)
+{
+    int failed = 0;
+    size_t used = 0;
+    if (s->check_oracle) {
+        size_t o_count = gdn_tokens(p) * p->V, ht_count = gdn_state_count(p);
+        double *o = malloc((o_count + ht_count) * sizeof *o);
+        if (!o || gdn_oracle(p, o, o + o_count)) {
+            free(o);
+            return o ? -1 : gdn_set_error("out of memory for the oracle's results");
+        }
+        gdn_difference d = compare_result(p, r, o, o + o_count);
+        free(o);
+        used += (size_t)snprintf(checks + used, size - used, " err_oracle=%.3e maxabs_oracle=%.3e", d.relative,
+                                 d.max_absolute);
+        if (!gdn_within(d, GDN_TOLERANCE_VS_ORACLE)) {
+            fprintf(stderr, "%s: error: differs from the fp64 oracle: relative %.3e > tolerance %.0e%s\n",
+                    stage->name, d.relative, GDN_TOLERANCE_VS_ORACLE, d.non_finite ? " (NaN or Inf in o or ht)" : "");
+            failed = 1;
+        }
+    }
+    if (s->check_dir) {
+        npy_array o = {0}, ht = {0};
+        if (load_reference(p, s->check_dir, &o, &ht)) {
+            npy_free(&o);
+            npy_free(&ht);
+            return -1;
+        }
+        gdn_difference d = compare_result(p, r, o.data, ht.data);
+        npy_free(&o);
+        npy_free(&ht);
+        snprintf(checks + used, size - used, " err_ref=%.3e maxabs_ref=%.3e", d.relative, d.max_absolute);
+        if (!gdn_within(d, GDN_TOLERANCE_VS_STAGE)) {
+            fprintf(stderr, "%s: error: differs from %s: relative %.3e > tolerance %.0e%s\n", stage->name,
+                    s->check_dir, d.relative, GDN_TOLERANCE_VS_STAGE, d.non_finite ? " (NaN or Inf)" : "");
+            failed = 1;
+        }
+    }
+    return failed;
+}
+
 int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
 {
     gdn_settings s;
-    gdn_problem p;
+    gdn_problem p = {0};
     gdn_result r = {0};
+    const gdn_runner *runner = stage->runner ? stage->runner : &host_runner;
+    void *context = NULL;
+    double *times = NULL;
+    int status = 1; /* until everything below has worked */
     int parsed = gdn_parse_command_line(argc, argv, stage, &s);
     if (parsed != 0)
         return parsed > 0 ? 0 : fail(stage->name);
     omp_set_num_threads(s.threads);
 
-    if (s.in_dir ? gdn_problem_load(&p, s.in_dir) : gdn_problem_alloc(&p, s.B, s.T, s.H, s.K, s.V, s.with_h0))
-        return fail(stage->name);
+    if (s.in_dir ? gdn_problem_load(&p, s.in_dir, s.check_inputs)
+                 : gdn_problem_alloc(&p, s.B, s.T, s.H, s.K, s.V, s.with_h0))
+        goto failed;
     if (!s.in_dir)
         gdn_problem_generate(&p, s.seed);
     if (s.scale > 0.0)
@@ -110,63 +162,35 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
     if (stage->resolve_options)
         stage->resolve_options(&p, &s);
     if (gdn_result_alloc(&r, &p))
-        return fail(stage->name);
+        goto failed;
 
     /* One warm-up run (first touch of memory, thread start-up, GPU clocks), then reps timed
      * runs, then one more run whose outputs are checked and saved. Outputs are poisoned with NaN
      * before the warm-up and before the checked run, so an output a stage forgets to write
      * cannot pass. The timed runs are not poisoned: poisoning from this one thread would leave
      * every output line in its cache and bill the stage's threads for fetching them back. */
-    const gdn_runner *runner = stage->runner ? stage->runner : &host_runner;
-    void *context = NULL;
-    double *times = malloc((size_t)s.reps * sizeof *times);
-    if (!times || runner->open(stage, &p, &s, &context))
-        return fail(stage->name);
+    times = malloc((size_t)s.reps * sizeof *times);
+    if (!times) {
+        gdn_set_error("out of memory");
+        goto failed;
+    }
+    if (runner->open(stage, &p, &s, &context))
+        goto failed;
     for (int rep = -1; rep <= s.reps; rep++) {
         double seconds;
         if (runner->run(context, rep < 0 || rep == s.reps, &r, &seconds))
-            return fail(stage->name);
+            goto failed;
         if (rep >= 0 && rep < s.reps)
             times[rep] = seconds;
     }
     runner->close(context);
+    context = NULL;
     double median_seconds = gdn_median(times, (size_t)s.reps);
-    free(times);
 
-    int status = 0;
     char checks[512] = "";
-    size_t used = 0;
-    if (s.check_oracle) {
-        size_t o_count = gdn_tokens(&p) * p.V, ht_count = gdn_state_count(&p);
-        double *o = malloc((o_count + ht_count) * sizeof *o);
-        if (!o || gdn_oracle(&p, o, o + o_count))
-            return fail(stage->name);
-        gdn_difference d = compare_result(&p, &r, o, o + o_count);
-        free(o);
-        used += (size_t)snprintf(checks + used, sizeof checks - used, " err_oracle=%.3e maxabs_oracle=%.3e",
-                                 d.relative, d.max_absolute);
-        if (!gdn_within(d, GDN_TOLERANCE_VS_ORACLE)) {
-            fprintf(stderr, "%s: error: differs from the fp64 oracle: relative %.3e > tolerance %.0e%s\n",
-                    stage->name, d.relative, GDN_TOLERANCE_VS_ORACLE, d.non_finite ? " (NaN or Inf in o or ht)" : "");
-            status = 1;
-        }
-    }
-    if (s.check_dir) {
-        npy_array o = {0}, ht = {0};
-        if (load_reference(&p, s.check_dir, &o, &ht))
-            return fail(stage->name);
-        gdn_difference d = compare_result(&p, &r, o.data, ht.data);
-        npy_free(&o);
-        npy_free(&ht);
-        snprintf(checks + used, sizeof checks - used, " err_ref=%.3e maxabs_ref=%.3e", d.relative, d.max_absolute);
-        if (!gdn_within(d, GDN_TOLERANCE_VS_STAGE)) {
-            fprintf(stderr, "%s: error: differs from %s: relative %.3e > tolerance %.0e%s\n", stage->name,
-                    s.check_dir, d.relative, GDN_TOLERANCE_VS_STAGE, d.non_finite ? " (NaN or Inf)" : "");
-            status = 1;
-        }
-    }
-    if (s.out_dir && gdn_result_save(&r, &p, s.out_dir))
-        return fail(stage->name);
+    int check = run_checks(stage, &s, &p, &r, checks, sizeof checks);
+    if (check < 0 || (s.out_dir && gdn_result_save(&r, &p, s.out_dir)))
+        goto failed;
 
     char options[96] = "";
     if (stage->options & GDN_OPTION_CHUNK)
@@ -178,6 +202,14 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
            "median_ms=%.4f gflops=%.3f%s\n",
            stage->name, REAL_NAME, p.B, p.T, p.H, p.K, p.V, p.h0 != NULL, s.threads, options, s.reps,
            1e3 * median_seconds, flops / median_seconds * 1e-9, checks);
+    status = check; /* 0, or 1 when a check failed (said on stderr above) */
+    goto finish;
+failed:
+    fail(stage->name);
+finish:
+    if (context)
+        runner->close(context);
+    free(times);
     gdn_result_free(&r);
     gdn_problem_free(&p);
     return status;

@@ -30,6 +30,7 @@ typedef struct {
     double scale;                  /* 0: the default 1/sqrt(K) */
     int with_h0;                   /* draw a random initial state */
     const char *in_dir, *out_dir;  /* NULL when not given */
+    int check_inputs;              /* 1 unless --no-input-check: validate --in's values */
     int check_oracle;              /* --check-against oracle */
     const char *check_dir;         /* --check-against DIR (o.npy, ht.npy) */
     int reps;                      /* timed runs after one warm-up */

@@ -116,7 +116,8 @@ START_TEST(binary_checks_against_oracle_and_reports)
 END_TEST
 
 /* Bad inputs through a binary: each arguments line, after set-up, gives this message. */
-enum setup { PLAIN, NPY_DTYPE, NPY_FORTRAN, NPY_TRUNCATED, NPY_SHAPE, NPY_HEADER, GATE_POSITIVE, Q_NAN, REF_SHAPE };
+enum setup { PLAIN, NPY_DTYPE, NPY_FORTRAN, NPY_TRUNCATED, NPY_SHAPE, NPY_HEADER, GATE_POSITIVE, Q_NAN, K_INF, BETA_ABOVE,
+             REF_SHAPE };
 static const struct {
     enum setup setup;
     const char *arguments; /* %s is the temporary folder */
@@ -143,6 +144,9 @@ static const struct {
     {NPY_HEADER, "--in %s", "beta.npy: malformed header", 0, 0},
     {GATE_POSITIVE, "--in %s", "/g.npy: element 3 (b=0, t=1, h=1) is 0.5, outside [-inf, 0]", 0, 0},
     {Q_NAN, "--in %s", "/q.npy: element 5 (b=0, t=0, h=1) is nan; inputs must be finite", 0, 0},
+    {K_INF, "--in %s", "/k.npy: element 9 (b=0, t=1, h=0) is -inf; inputs must be finite", 0, 0},
+    {BETA_ABOVE, "--in %s", "/beta.npy: element 4 (b=0, t=2, h=0) is 1.5, outside [0, 1]", 0, 0},
+    {PLAIN, "--no-input-check", "--no-input-check applies to --in only", 0, 0},
     {REF_SHAPE, "--T 8 --H 2 --K 4 --V 4 --check-against %s", "o.npy: shape (1, 8, 1, 4) does not match", 0, 0},
 };
 
@@ -169,6 +173,8 @@ START_TEST(binary_bad_input_one_line_and_exit_status)
     case NPY_HEADER: write_npy_text(dir, "beta", "{'descr': '<f4', 'fortran_order': False, }", 64); break;
     case GATE_POSITIVE: p.g[3] = (real_t)0.5; ck_assert_int_eq(gdn_problem_save(&p, dir), 0); break;
     case Q_NAN: p.q[5] = (real_t)NAN; ck_assert_int_eq(gdn_problem_save(&p, dir), 0); break;
+    case K_INF: p.k[9] = (real_t)-INFINITY; ck_assert_int_eq(gdn_problem_save(&p, dir), 0); break;
+    case BETA_ABOVE: p.beta[4] = (real_t)1.5; ck_assert_int_eq(gdn_problem_save(&p, dir), 0); break;
     case REF_SHAPE: {
         gdn_problem wrong = test_problem((test_shape){1, 8, 1, 4, 4}, 0, 1);
         gdn_result r = test_run(&naive_loop_stage, &wrong, 1, 0, 0);
@@ -214,6 +220,29 @@ START_TEST(binary_two_phase_scan_clamps_segments_and_says_so)
 }
 END_TEST
 
+/* --no-input-check skips the one validating pass: the bad value reaches the stage (and its
+ * output), where without the option the same folder is refused by name. */
+START_TEST(binary_no_input_check_skips_validation)
+{
+    char dir[64], arguments[256], text[1024], errors[1024];
+    test_make_temp_dir(dir, sizeof dir);
+    gdn_problem p = test_problem((test_shape){1, 8, 2, 4, 4}, 0, 950);
+    p.q[5] = (real_t)NAN;
+    ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --no-input-check --out %s/out", dir, dir);
+    int status = run_binary("01_naive_loop", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "%s", errors);
+    ck_assert_msg(strstr(text, "result stage=01_naive_loop") != NULL, "%s", text);
+    snprintf(arguments, sizeof arguments, "%s/out/o.npy", dir);
+    npy_array o;
+    ck_assert_int_eq(npy_read(arguments, &o), 0);
+    ck_assert(isnan(o.data[1 * 4])); /* token (t=0, h=1) read the NaN query */
+    npy_free(&o);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
 Suite *binaries_suite(void)
 {
     Suite *suite = suite_create("binaries");
@@ -223,6 +252,7 @@ Suite *binaries_suite(void)
     tcase_add_loop_test(files, binary_reads_numpy_and_matches_numpy_float64, 0, cpu_stage_count);
     tcase_add_loop_test(files, binary_checks_against_oracle_and_reports, 0, cpu_stage_count);
     tcase_add_test(files, binary_two_phase_scan_clamps_segments_and_says_so);
+    tcase_add_test(files, binary_no_input_check_skips_validation);
     suite_add_tcase(suite, files);
     TCase *bad = tcase_create("bad_input");
     tcase_set_timeout(bad, 60);
