@@ -115,3 +115,37 @@ void test_remove_dir(const char *path)
     snprintf(command, sizeof command, "rm -rf '%s'", path);
     ck_assert_int_eq(system(command), 0);
 }
+
+/* The numerical edge cases every stage is run on (tests/test_edge_cases.c, tests/gpu/). */
+const char *const test_edge_case_names[] = {
+    "g = 0 (no decay) over T = 65536", "g = -1e4 (alpha underflows to 0)", "g = -200 (alpha below float's range)",
+    "beta = 0 (no write), with h0",    "beta = 1",                          "k = 0 for every third token",
+    "K = 1",                           "V = 1",                             "K = V = 1",
+    "T = 1 with h0",
+};
+const int test_edge_case_count = sizeof test_edge_case_names / sizeof *test_edge_case_names;
+
+gdn_problem test_edge_case(int which, int case_number)
+{
+    static const test_shape shapes[] = {{1, 65536, 1, 4, 4}, {1, 100, 2, 8, 8}, {1, 100, 2, 8, 8}, {1, 40, 2, 8, 8},
+                                        {2, 50, 2, 8, 12},   {1, 90, 2, 8, 8},  {2, 60, 2, 1, 5},  {2, 60, 2, 6, 1},
+                                        {1, 70, 3, 1, 1},    {3, 1, 2, 16, 8}};
+    int with_h0 = which == 3 || which == 9 || which == 1;
+    gdn_problem p = test_problem(shapes[which], with_h0, case_number);
+    for (size_t i = 0; i < gdn_tokens(&p); i++) {
+        switch (which) {
+        case 0: p.g[i] = 0; break;
+        case 1: p.g[i] = (real_t)-1e4; break;
+        case 2: p.g[i] = (real_t)-200; break;
+        case 3: p.beta[i] = 0; break;
+        case 4: p.beta[i] = 1; break;
+        case 5:
+            if (i % 3 == 0)
+                for (size_t c = 0; c < p.K; c++)
+                    p.k[i * p.K + c] = 0;
+            break;
+        default: break;
+        }
+    }
+    return p;
+}

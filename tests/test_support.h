@@ -24,6 +24,12 @@ gdn_problem test_problem(test_shape shape, int with_h0, int case_number);
 /* Overwrite g with values spread log-uniformly over [low, high] (both < 0). */
 void test_set_gates(gdn_problem *p, double low, double high, int case_number);
 
+/* Numerical edge cases (no decay over a long sequence, gates that underflow, beta 0 and 1,
+ * zero keys, K or V of 1, one token): case `which` of test_edge_case_count, fresh inputs. */
+extern const char *const test_edge_case_names[];
+extern const int test_edge_case_count;
+gdn_problem test_edge_case(int which, int case_number);
+
 /* Run a stage through its runner (outputs poisoned first) with the given threads (CPU) or on
  * the GPU; fails the test on error. */
 gdn_result test_run(const gdn_stage *stage, const gdn_problem *p, int threads, size_t chunk, size_t segments);
@@ -52,6 +58,7 @@ Suite *parallel_scan_suite(void);
 Suite *two_phase_scan_suite(void);
 Suite *wy_chunked_suite(void);
 Suite *binaries_suite(void);
+Suite *edge_cases_suite(void);
 Suite *gpu_stages_suite(void); /* tests/gpu/, in its own runner */
 
 #endif

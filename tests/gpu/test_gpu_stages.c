@@ -1,6 +1,7 @@
 /* test_gpu_stages.c -- every GPU stage equals its CPU twin, the GPU stage before it, and the
  * oracle, over the shape grid and beyond: K = V = 128, many heads, extreme gates, every
  * segment count and chunk size, long sequences; and the limits are refused with one line. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,6 +131,21 @@ START_TEST(gpu_extreme_gates_and_beta)
 }
 END_TEST
 
+/* _i: (stage, edge case of test_support.c): no decay over 65536 tokens, underflowing gates,
+ * beta 0 and 1, zero keys, K or V of 1, one token. */
+START_TEST(gpu_stage_equals_oracle_on_edge_case)
+{
+    int stage = _i % 4, which = _i / 4;
+    gdn_problem p = test_edge_case(which, 3900 + _i);
+    gdn_result gpu = test_run(gpu_stages[stage], &p, 1, 0, 0);
+    char what[160];
+    snprintf(what, sizeof what, "%s, %s", gpu_stages[stage]->name, test_edge_case_names[which]);
+    assert_close(test_against_oracle(&p, &gpu), GDN_TOLERANCE_VS_ORACLE, what);
+    gdn_result_free(&gpu);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 /* K past the register and shared-memory limits, and a chunk too large, are refused by name. */
 START_TEST(gpu_limits_are_refused)
 {
@@ -176,6 +192,7 @@ Suite *gpu_stages_suite(void)
     suite_add_tcase(suite, options);
     TCase *edges = tcase_create("edges");
     tcase_add_loop_test(edges, gpu_extreme_gates_and_beta, 0, 12);
+    tcase_add_loop_test(edges, gpu_stage_equals_oracle_on_edge_case, 0, 4 * test_edge_case_count);
     tcase_add_loop_test(edges, gpu_limits_are_refused, 0, 4);
     tcase_add_test(edges, gpu_chunk_limit_is_refused);
     suite_add_tcase(suite, edges);
