@@ -25,6 +25,12 @@ BIN     := $(subst bin,bin/sanitize,$(BIN))
 BUILD   := $(BUILD)-sanitize
 SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g
 endif
+# VALGRIND_BUILD=1 (used by `make valgrind`): no -march=native, whose AVX-512 valgrind cannot run.
+ifeq ($(VALGRIND_BUILD),1)
+BIN     := $(subst bin,bin/valgrind,$(BIN))
+BUILD   := $(BUILD)-valgrind
+CFLAGS  ?= -O2 -g
+endif
 CFLAGS  ?= -O3 -march=native
 CFLAGS  += -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L $(PRECISION_FLAGS) $(SANITIZE_FLAGS)
 LDLIBS  := -lm
@@ -51,7 +57,7 @@ CUDA_ARCH   ?= sm_90a
 NVCCFLAGS   ?= -O3
 NVCCFLAGS   += -std=c++20 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra -Xptxas -warn-spills,-warn-lmem-usage
 HAVE_NVCC   := $(shell command -v $(NVCC) 2>/dev/null)
-ifeq ($(PRECISION)$(SANITIZE),float)
+ifeq ($(PRECISION)$(SANITIZE)$(VALGRIND_BUILD),float)
 ifneq ($(HAVE_NVCC),)
 GPU_STAGES  := $(sort $(foreach f,$(wildcard steps/*/*.cu),$(notdir $(patsubst %/,%,$(dir $(f))))))
 endif
@@ -72,12 +78,12 @@ TEST_RUNNER  := $(BUILD)/run_tests
 GPU_TEST_SOURCES := $(wildcard tests/gpu/*.c)
 GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 
-.PHONY: all demo test test-one bench plots diffs docs clean help require-build require-test
+.PHONY: all demo test test-one bench plots diffs docs clean help require-build require-test fuzz valgrind
 .DEFAULT_GOAL := all
 
 all: $(STAGE_BINARIES) $(GPU_BINARIES) $(TOOLS)
 ifeq ($(HAVE_NVCC),)
-ifeq ($(PRECISION)$(SANITIZE),float)
+ifeq ($(PRECISION)$(SANITIZE)$(VALGRIND_BUILD),float)
 	@echo "note: $(NVCC) not found, GPU stages not built (install the CUDA toolkit: https://developer.nvidia.com/cuda-downloads)"
 endif
 endif
@@ -91,6 +97,9 @@ help:
 	@echo "  make plots        render plots/*.png from plots/data/ with gnuplot"
 	@echo "  make diffs        write build/diffs/NN_from_MM.diff (each stage against the one before)"
 	@echo "                    and refresh the generated blocks (diffs, tables) in docs/ and README.md"
+	@echo "  make SANITIZE=1 test   the same suites built with AddressSanitizer + UBSan (bin/sanitize/)"
+	@echo "  make fuzz SECONDS=60   libFuzzer (clang) on the .npy reader and the command line"
+	@echo "  make valgrind     valgrind memcheck on one run of every CPU binary; fails on any error"
 	@echo "  make clean        remove bin/ and build/"
 	@echo "Set-up: demo and test install what is missing (apt-get) or print the command to run."
 
@@ -202,6 +211,43 @@ bench: all
 plots:
 	@sh common/require.sh plots
 	@sh plots/render.sh
+
+# ---- robustness: fuzzing (clang's libFuzzer) and valgrind ----
+FUZZ_CC    ?= clang
+SECONDS    ?= 60
+FUZZ_FLAGS := -g -O1 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -Wall -Wextra \
+              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+build/fuzz/fuzz_npy: tests/fuzz/fuzz_npy.c common/npy.c common/error.c
+	@mkdir -p $(dir $@)
+	$(call quiet,FUZZ_CC)$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -lm
+build/fuzz/fuzz_cli: tests/fuzz/fuzz_cli.c common/cli.c common/error.c
+	@mkdir -p $(dir $@)
+	$(call quiet,FUZZ_CC)$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -lm
+
+# Each target runs SECONDS seconds from a copy of its committed seed corpus (tests/fuzz/corpus/);
+# a crash is saved as build/fuzz/crash-* and fails the target: add it to the corpus, fix, re-run.
+fuzz: build/fuzz/fuzz_npy build/fuzz/fuzz_cli
+	@for target in npy cli; do \
+	    mkdir -p build/fuzz/corpus_$$target && cp tests/fuzz/corpus/$$target/* build/fuzz/corpus_$$target/ && \
+	    echo "== fuzz_$$target, $(SECONDS) s ==" && \
+	    build/fuzz/fuzz_$$target -max_total_time=$(SECONDS) -print_final_stats=1 -close_fd_mask=3 \
+	        -artifact_prefix=build/fuzz/ build/fuzz/corpus_$$target 2>&1 | \
+	        grep -E 'stat::number_of_executed_units|stat::new_units_added|ERROR|SUMMARY|Test unit written' || exit 1; \
+	    ! ls build/fuzz/crash-* >/dev/null 2>&1 || exit 1; \
+	done
+
+# valgrind memcheck on one small run of every CPU binary (a float build without -march=native,
+# in bin/valgrind/): any error or definite leak fails.
+VALGRIND_RUN := --B 2 --T 37 --H 2 --K 8 --V 12 --h0 --reps 1 --threads 2 --check-against oracle
+valgrind:
+	@sh common/require.sh valgrind
+	@$(MAKE) --no-print-directory VALGRIND_BUILD=1 PRECISION=float $(STAGES:%=bin/valgrind/%)
+	@for stage in $(STAGES); do \
+	    valgrind --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite,indirect -q \
+	        bin/valgrind/$$stage $(VALGRIND_RUN) > build/valgrind_$$stage.log 2>&1; \
+	    status=$$?; echo "valgrind $$stage: exit $$status"; \
+	    [ $$status = 0 ] || { cat build/valgrind_$$stage.log; exit 1; }; \
+	done
 
 diffs:
 	@sh common/diffs.sh write build/diffs $(STAGES)

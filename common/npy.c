@@ -108,12 +108,19 @@ static int parse_header(const char *path, const char *header, size_t *item_size,
 int npy_read(const char *path, npy_array *out)
 {
     memset(out, 0, sizeof *out);
-    if (!host_is_little_endian())
-        return gdn_set_error("%s: this reader needs a little-endian host", path);
     FILE *file = fopen(path, "rb");
     if (!file)
         return gdn_set_error("%s: cannot open: %s", path, strerror(errno));
+    int status = npy_read_stream(file, path, out);
+    fclose(file);
+    return status;
+}
 
+int npy_read_stream(FILE *file, const char *path, npy_array *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!host_is_little_endian())
+        return gdn_set_error("%s: this reader needs a little-endian host", path);
     int status = -1;
     char *header = NULL;
     unsigned char prefix[10];
@@ -209,7 +216,6 @@ int npy_read(const char *path, npy_array *out)
     status = 0;
 done:
     free(header);
-    fclose(file);
     if (status != 0)
         npy_free(out);
     return status;

@@ -15,6 +15,7 @@
 #define GDN_NPY_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "real.h"
 
@@ -28,6 +29,9 @@ typedef struct {
 } npy_array;
 
 int npy_read(const char *path, npy_array *out);
+/* The same from an open stream (seekable: fmemopen works); path only names it in messages.
+ * The fuzz target (tests/fuzz/) reads from memory this way. */
+int npy_read_stream(FILE *file, const char *path, npy_array *out);
 void npy_free(npy_array *array);
 int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape);
 

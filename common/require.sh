@@ -20,6 +20,7 @@ test)
     pkg-config --exists check 2>/dev/null || need_package check
     ;;
 plots) have_command gnuplot || need_package gnuplot-nox ;;
+valgrind) have_command valgrind || need_package valgrind ;;
 esac
 
 [ -z "$missing" ] && exit 0

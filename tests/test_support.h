@@ -59,6 +59,7 @@ Suite *two_phase_scan_suite(void);
 Suite *wy_chunked_suite(void);
 Suite *binaries_suite(void);
 Suite *edge_cases_suite(void);
+Suite *fuzz_corpus_suite(void);
 Suite *gpu_stages_suite(void); /* tests/gpu/, in its own runner */
 
 #endif
