@@ -36,7 +36,10 @@ CFLAGS  += -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L $(PRECISION
 LDLIBS  := -lm
 
 # Stages are the folders steps/NN_name; each builds bin/NN_name from steps/NN_name/name.c.
-STAGES := $(sort $(notdir $(wildcard steps/[0-9][0-9]_*)))
+# Stage 08 runs under MPI: built with mpicc, where there is one, and not by the generic rules.
+STAGES     := $(sort $(notdir $(wildcard steps/[0-9][0-9]_*)))
+MPI_STAGES := 08_context_parallel
+CPU_STAGES := $(filter-out $(MPI_STAGES),$(STAGES))
 # A stage may reuse an earlier stage's pieces (the lesson builds on them); list them here.
 USES_03_parallel_scan  := 02_affine
 USES_04_two_phase_scan := 01_naive_loop
@@ -46,8 +49,8 @@ COMMON_SOURCES := $(filter-out common/main.c,$(wildcard common/*.c))
 COMMON_OBJECTS := $(COMMON_SOURCES:%.c=$(BUILD)/%.o)
 stage_source    = steps/$(1)/$(shell echo $(1) | sed 's/^[0-9]*_//').c
 stage_object    = $(BUILD)/steps/$(1).o
-STAGE_OBJECTS  := $(foreach s,$(STAGES),$(call stage_object,$(s)))
-STAGE_BINARIES := $(STAGES:%=$(BIN)/%)
+STAGE_OBJECTS  := $(foreach s,$(CPU_STAGES),$(call stage_object,$(s))) $(BUILD)/steps/08_summaries.o
+STAGE_BINARIES := $(CPU_STAGES:%=$(BIN)/%)
 
 # GPU twins: a stage folder holding name.cu also builds bin/NN_name_cuda (float build only;
 # GPU stages compute in fp32). nvcc compiles for CUDA_ARCH; the binaries link the CPU twin's
@@ -68,6 +71,11 @@ GPU_BINARIES   := $(GPU_STAGES:%=$(BIN)/%_cuda)
 GPU_OBJECTS    := $(foreach s,$(GPU_STAGES),$(call gpu_object,$(s)))
 CUDA_RUNNER    := $(if $(GPU_STAGES),$(BUILD)/common/cuda_runner.o)
 
+# Stage 08 (MPI): built where mpicc is found, except in sanitizer and valgrind builds.
+MPICC     ?= mpicc
+HAVE_MPI  := $(if $(SANITIZE)$(VALGRIND_BUILD),,$(shell command -v $(MPICC) 2>/dev/null))
+MPI_BINARIES := $(if $(HAVE_MPI),$(BIN)/08_context_parallel)
+
 # Measuring tools under plots/, built into bin/ beside the stages.
 TOOLS := $(BIN)/fma_peak $(BIN)/precision_study $(BIN)/make_problem
 
@@ -81,7 +89,7 @@ GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 .PHONY: all demo test test-one bench plots diffs docs clean help require-build require-test fuzz valgrind
 .DEFAULT_GOAL := all
 
-all: $(STAGE_BINARIES) $(GPU_BINARIES) $(TOOLS)
+all: $(STAGE_BINARIES) $(MPI_BINARIES) $(GPU_BINARIES) $(TOOLS)
 ifeq ($(HAVE_NVCC),)
 ifeq ($(PRECISION)$(SANITIZE)$(VALGRIND_BUILD),float)
 	@echo "note: $(NVCC) not found, GPU stages not built (install the CUDA toolkit: https://developer.nvidia.com/cuda-downloads)"
@@ -134,7 +142,20 @@ $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$
 	@mkdir -p $$(dir $$@)
 	$$(call quiet,LINK)$$(CC) $$(CFLAGS) $$^ -o $$@ $$(LDLIBS)
 endef
-$(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
+$(foreach s,$(CPU_STAGES),$(eval $(call stage_rules,$(s))))
+
+# Stage 08: its MPI driver with mpicc; its summaries (no MPI) with $(CC), for the tests too.
+# Not in sanitizer or valgrind builds: Open MPI's own allocations would drown their reports.
+$(BUILD)/steps/08_summaries.o: steps/08_context_parallel/summaries.c | require-build
+	@mkdir -p $(dir $@)
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -c $< -o $@
+$(BUILD)/steps/08_context_parallel.o: steps/08_context_parallel/context_parallel.c | require-build
+	@mkdir -p $(dir $@)
+	$(call quiet,MPICC)$(MPICC) $(CFLAGS) -MMD -c $< -o $@
+$(BIN)/08_context_parallel: $(BUILD)/steps/08_context_parallel.o $(BUILD)/steps/08_summaries.o \
+                            $(call stage_object,02_affine) $(call stage_object,05_wy_chunked) $(COMMON_OBJECTS)
+	@mkdir -p $(dir $@)
+	$(call quiet,LINK)$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 define gpu_rules
 $(call gpu_object,$(1)): $(call gpu_source,$(1)) | require-build
@@ -241,8 +262,8 @@ fuzz: build/fuzz/fuzz_npy build/fuzz/fuzz_cli
 VALGRIND_RUN := --B 2 --T 37 --H 2 --K 8 --V 12 --h0 --reps 1 --threads 2 --check-against oracle
 valgrind:
 	@sh common/require.sh valgrind
-	@$(MAKE) --no-print-directory VALGRIND_BUILD=1 PRECISION=float $(STAGES:%=bin/valgrind/%)
-	@for stage in $(STAGES); do \
+	@$(MAKE) --no-print-directory VALGRIND_BUILD=1 PRECISION=float $(CPU_STAGES:%=bin/valgrind/%)
+	@for stage in $(CPU_STAGES); do \
 	    valgrind --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite,indirect -q \
 	        bin/valgrind/$$stage $(VALGRIND_RUN) > build/valgrind_$$stage.log 2>&1; \
 	    status=$$?; echo "valgrind $$stage: exit $$status"; \

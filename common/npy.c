@@ -227,21 +227,30 @@ void npy_free(npy_array *array)
     array->data = NULL;
 }
 
-int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape)
+size_t npy_header(unsigned char *bytes, size_t ndim, const size_t *shape)
 {
     char shape_text[256];
-    char header[512];
     npy_shape_text(ndim, shape, shape_text, sizeof shape_text);
     const char *descr = sizeof(real_t) == 4 ? "<f4" : "<f8";
-    int length = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr,
-                          shape_text);
+    char *header = (char *)bytes + 10;
+    int length = snprintf(header, NPY_HEADER_MAX - 10, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                          descr, shape_text);
     /* NumPy pads magic + version + length + header + '\n' to a multiple of 64 bytes */
     size_t total = 10 + (size_t)length + 1;
     size_t padded = (total + 63) / 64 * 64;
     size_t header_size = padded - 10;
     memset(header + length, ' ', header_size - (size_t)length - 1);
     header[header_size - 1] = '\n';
+    const unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(header_size & 0xff),
+                                      (unsigned char)(header_size >> 8)};
+    memcpy(bytes, prefix, 10);
+    return padded;
+}
 
+int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape)
+{
+    unsigned char header[NPY_HEADER_MAX];
+    size_t header_bytes = npy_header(header, ndim, shape);
     size_t count = 1;
     for (size_t d = 0; d < ndim; d++)
         count *= shape[d];
@@ -249,10 +258,7 @@ int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *s
     FILE *file = fopen(path, "wb");
     if (!file)
         return gdn_set_error("%s: cannot create: %s", path, strerror(errno));
-    unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(header_size & 0xff),
-                                (unsigned char)(header_size >> 8)};
-    int ok = fwrite(prefix, 1, 10, file) == 10 && fwrite(header, 1, header_size, file) == header_size &&
-             fwrite(data, sizeof(real_t), count, file) == count;
+    int ok = fwrite(header, 1, header_bytes, file) == header_bytes && fwrite(data, sizeof(real_t), count, file) == count;
     if (fclose(file) != 0)
         ok = 0;
     if (!ok)

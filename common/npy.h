@@ -34,6 +34,11 @@ int npy_read(const char *path, npy_array *out);
 int npy_read_stream(FILE *file, const char *path, npy_array *out);
 void npy_free(npy_array *array);
 int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape);
+/* The bytes npy_write puts before the data (magic, version, length, padded dict), into
+ * bytes[NPY_HEADER_MAX]; returns how many: the data starts at that offset. Stage 08's
+ * processes write one file together (MPI-IO) at offsets counted from it. */
+#define NPY_HEADER_MAX 512
+size_t npy_header(unsigned char *bytes, size_t ndim, const size_t *shape);
 
 /* "(2, 3, 4)" into buffer, for messages. */
 const char *npy_shape_text(size_t ndim, const size_t *shape, char *buffer, size_t size);

@@ -103,15 +103,20 @@ void gdn_problem_free(gdn_problem *p)
 /* log(sigmoid(z)) without overflow: -log(1 + exp(-z)) for z > 0, z - log(1 + exp(z)) otherwise. */
 static double log_sigmoid(double z) { return z > 0 ? -log1p(exp(-z)) : z - log1p(exp(z)); }
 
-void gdn_problem_generate(gdn_problem *p, uint64_t seed)
+void gdn_problem_generate(gdn_problem *p, uint64_t seed) { gdn_problem_generate_slice(p, seed, p->T, 0); }
+
+void gdn_problem_generate_slice(gdn_problem *p, uint64_t seed, size_t T_global, size_t t_offset)
 {
-    /* Counter-based draws: each element is a function of its index alone, so the loops
-     * can run in any order and in parallel and still give the same inputs. */
+    /* Counter-based draws: each element is a function of its global index alone, so the loops
+     * can run in any order and in parallel, and a slice gets exactly the values the whole
+     * problem has there. */
     long long tokens = (long long)gdn_tokens(p);
     size_t K = p->K, V = p->V;
 #pragma omp parallel for schedule(static)
     for (long long token = 0; token < tokens; token++) {
-        size_t first_k = (size_t)token * K, first_v = (size_t)token * V;
+        size_t b = (size_t)token / (p->T * p->H), t = (size_t)token / p->H % p->T, h = (size_t)token % p->H;
+        size_t global = (b * T_global + t_offset + t) * p->H + h;
+        size_t first_k = global * K, first_v = global * V, local_k = (size_t)token * K, local_v = (size_t)token * V;
         /* k: N(0, 1), normalised to unit length per token (in double, then rounded) */
         double squares = 0.0;
         for (size_t i = 0; i < K; i++) {
@@ -120,13 +125,13 @@ void gdn_problem_generate(gdn_problem *p, uint64_t seed)
         }
         double inverse_norm = 1.0 / sqrt(squares);
         for (size_t i = 0; i < K; i++) {
-            p->q[first_k + i] = (real_t)random_normal(seed, STREAM_Q, first_k + i);
-            p->k[first_k + i] = (real_t)(random_normal(seed, STREAM_K, first_k + i) * inverse_norm);
+            p->q[local_k + i] = (real_t)random_normal(seed, STREAM_Q, first_k + i);
+            p->k[local_k + i] = (real_t)(random_normal(seed, STREAM_K, first_k + i) * inverse_norm);
         }
         for (size_t i = 0; i < V; i++)
-            p->v[first_v + i] = (real_t)random_normal(seed, STREAM_V, first_v + i);
-        p->g[token] = (real_t)log_sigmoid(random_normal(seed, STREAM_G, (size_t)token));
-        p->beta[token] = (real_t)(1.0 / (1.0 + exp(-random_normal(seed, STREAM_BETA, (size_t)token))));
+            p->v[local_v + i] = (real_t)random_normal(seed, STREAM_V, first_v + i);
+        p->g[token] = (real_t)log_sigmoid(random_normal(seed, STREAM_G, global));
+        p->beta[token] = (real_t)(1.0 / (1.0 + exp(-random_normal(seed, STREAM_BETA, global))));
     }
     if (p->h0)
         for (size_t i = 0; i < gdn_state_count(p); i++)

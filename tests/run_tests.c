@@ -15,6 +15,7 @@ int main(void)
     srunner_add_suite(runner, wy_chunked_suite());
     srunner_add_suite(runner, edge_cases_suite());
     srunner_add_suite(runner, fuzz_corpus_suite());
+    srunner_add_suite(runner, context_parallel_suite());
     srunner_add_suite(runner, binaries_suite());
     srunner_set_fork_status(runner, CK_FORK);
     srunner_run_all(runner, CK_NORMAL);

@@ -26,32 +26,10 @@ static const int cpu_stage_count = sizeof cpu_stages / sizeof *cpu_stages;
 static int run_binary(const char *stage, const char *arguments, char *out, size_t out_size, char *err,
                       size_t err_size)
 {
-    char dir[64], command[8192], path[128];
-    test_make_temp_dir(dir, sizeof dir);
-    snprintf(command, sizeof command, "%s/%s %s >%s/stdout 2>%s/stderr", BIN_DIR, stage, arguments, dir, dir);
-    int status = system(command);
-    ck_assert_msg(WIFEXITED(status), "%s did not exit normally (crashed?)", command);
-    const char *names[2] = {"stdout", "stderr"};
-    char *buffers[2] = {out, err};
-    size_t sizes[2] = {out_size, err_size};
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        FILE *file = fopen(path, "r");
-        ck_assert_ptr_nonnull(file);
-        size_t n = fread(buffers[i], 1, sizes[i] - 1, file);
-        buffers[i][n] = '\0';
-        fclose(file);
-    }
-    test_remove_dir(dir);
-    return WEXITSTATUS(status);
+    return test_run_program("", stage, arguments, out, out_size, err, err_size);
 }
 
-static double read_field(const char *line, const char *key)
-{
-    const char *at = strstr(line, key);
-    ck_assert_msg(at != NULL, "no %s in '%s'", key, line);
-    return strtod(at + strlen(key), NULL);
-}
+static double read_field(const char *line, const char *key) { return test_read_field(line, key); }
 
 /* --in/--out: a problem saved by the library, run by the binary, equals the in-process run bit for bit. */
 START_TEST(binary_in_out_round_trip_equals_in_process)

@@ -46,6 +46,13 @@ gdn_difference test_against_result(const gdn_problem *p, const gdn_result *r, co
  * does), then data_bytes zero bytes. For testing how malformed files are refused. */
 void test_write_raw_npy(const char *path, const char *dict, size_t data_bytes);
 
+/* Run BIN_DIR/binary with arguments, after launcher ("" or an mpirun line); stdout and stderr
+ * captured; returns the exit status (a crash fails the test). */
+int test_run_program(const char *launcher, const char *binary, const char *arguments, char *out, size_t out_size,
+                     char *err, size_t err_size);
+/* The number after key in a result line (the test fails when key is missing). */
+double test_read_field(const char *line, const char *key);
+
 /* Temporary folders for the binaries' tests. */
 void test_make_temp_dir(char *path, size_t size);
 void test_remove_dir(const char *path);
@@ -60,6 +67,7 @@ Suite *wy_chunked_suite(void);
 Suite *binaries_suite(void);
 Suite *edge_cases_suite(void);
 Suite *fuzz_corpus_suite(void);
+Suite *context_parallel_suite(void);
 Suite *gpu_stages_suite(void); /* tests/gpu/, in its own runner */
 
 #endif

@@ -1,0 +1,191 @@
+/* test_context_parallel.c -- stage 08: the operand order of its MPI operator, and the binary
+ * under `mpirun --oversubscribe -np N` for N = 1 to 4, equal to stage 05 (in-process) over
+ * slices of unequal length, fewer chunks than ranks and T = 1; errors end every rank with one
+ * line. Where Open MPI or the binary is missing, the mpirun tests say so and pass. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/npy.h"
+#include "../common/random.h"
+#include "../steps/02_affine/affine.h"
+#include "../steps/05_wy_chunked/wy_chunked.h"
+#include "../steps/08_context_parallel/summaries.h"
+#include "test_support.h"
+
+/* Two random summaries of 2 heads: combine_summaries(earlier, later) must leave later o earlier
+ * in `later` (applied to a state: earlier first, then later), and the swapped call must give
+ * a different map, so a reversed MPI operator could not pass the mpirun tests either. */
+START_TEST(combine_summaries_applies_earlier_first)
+{
+    enum { HEADS = 2, K = 5, V = 3, VALUES = HEADS * K * (K + V) };
+    real_t earlier[VALUES], later[VALUES], combined[VALUES], reversed[VALUES], scratch[K * (K + V)];
+    real_t S[K * V], middle[K * V], expected[K * V], got[K * V];
+    for (size_t i = 0; i < VALUES; i++) {
+        earlier[i] = reversed[i] = (real_t)random_normal(7, STREAM_TEST, i);
+        later[i] = combined[i] = (real_t)random_normal(7, STREAM_TEST + 1, i);
+    }
+    for (size_t i = 0; i < K * V; i++)
+        S[i] = (real_t)random_normal(7, STREAM_TEST + 2, i);
+    combine_summaries(earlier, combined, HEADS, K, V, scratch); /* the order the MPI operator uses */
+    combine_summaries(later, reversed, HEADS, K, V, scratch);   /* the classic bug */
+    double right = 0, wrong = 0;
+    for (size_t head = 0; head < HEADS; head++) {
+        apply_affine(middle, affine_map_at(earlier, head, K, V), S, K, V);
+        apply_affine(expected, affine_map_at(later, head, K, V), middle, K, V);
+        apply_affine(got, affine_map_at(combined, head, K, V), S, K, V);
+        for (size_t i = 0; i < K * V; i++)
+            right = fmax(right, fabs((double)got[i] - expected[i]) / (1 + fabs(expected[i])));
+        apply_affine(got, affine_map_at(reversed, head, K, V), S, K, V);
+        for (size_t i = 0; i < K * V; i++)
+            wrong = fmax(wrong, fabs((double)got[i] - expected[i]) / (1 + fabs(expected[i])));
+    }
+    ck_assert_msg(right < 1e-5, "combine_summaries(earlier, later) is off by %g", right);
+    ck_assert_msg(wrong > 1e-2, "the reversed order should differ, differs by %g only", wrong);
+    ck_assert_uint_eq(summary_values(HEADS, K, V), VALUES);
+}
+END_TEST
+
+/* The mpirun line, or NULL (with a note) where Open MPI or the binary is missing. */
+static const char *mpirun_line(int ranks)
+{
+    static char line[256];
+    char path[256];
+    snprintf(path, sizeof path, "%s/08_context_parallel", BIN_DIR);
+    if (access(path, X_OK) != 0 || system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("08_context_parallel: mpirun tests skipped: %s\n",
+               access(path, X_OK) != 0 ? "the binary was not built (no mpicc, or a sanitizer build)" : "no mpirun");
+        return NULL;
+    }
+    /* as root, Open MPI asks for consent; -q keeps mpirun's own banners out of stderr (the
+     * program's one line is what is tested); the vader setting avoids CMA, which containers forbid */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    snprintf(line, sizeof line,
+             "mpirun -q --oversubscribe -np %d --mca btl_vader_single_copy_mechanism none",
+             ranks);
+    return line;
+}
+
+static const struct {
+    test_shape shape;
+    int with_h0;
+    size_t chunk;
+} cases[] = {
+    {{2, 200, 2, 16, 24}, 1, 64}, /* 4 chunks: unequal slices for 3 ranks */
+    {{1, 300, 1, 32, 32}, 0, 16}, /* 19 chunks, the last one short */
+    {{1, 64, 2, 8, 16}, 1, 64},   /* one chunk: every rank but the last has none */
+    {{1, 1, 1, 8, 8}, 1, 64},     /* T = 1, fewer tokens than ranks */
+};
+enum { CASES = sizeof cases / sizeof *cases };
+
+/* _i: (ranks 1..4, case). The binary reads the problem, checks itself against stage 05's
+ * result and writes o.npy with MPI-IO; the file is compared here too. */
+START_TEST(context_parallel_equals_wy_chunked)
+{
+    int ranks = 1 + _i % 4, which = _i / 4;
+    const char *launcher = mpirun_line(ranks);
+    if (!launcher)
+        return;
+    char dir[64], in[128], reference[128], out[128], arguments[512], text[2048], errors[4096], path[160];
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(reference, sizeof reference, "%s/reference", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    gdn_problem p = test_problem(cases[which].shape, cases[which].with_h0, 5000 + _i);
+    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
+    gdn_result r = test_run(&wy_chunked_stage, &p, 1, cases[which].chunk, 0);
+    ck_assert_int_eq(gdn_result_save(&r, &p, reference), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --chunk %zu --reps 1 --threads 1 --check-against %s --out %s", in,
+             cases[which].chunk, reference, out);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "%d ranks: exit %d: %s", ranks, status, errors);
+    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "%s", text);
+    ck_assert_int_eq((int)test_read_field(text, "ranks="), ranks);
+    /* the file the ranks wrote together equals stage 05's result */
+    npy_array o, ht;
+    snprintf(path, sizeof path, "%s/o.npy", out);
+    ck_assert_msg(npy_read(path, &o) == 0, "%s", gdn_last_error());
+    snprintf(path, sizeof path, "%s/ht.npy", out);
+    ck_assert_msg(npy_read(path, &ht) == 0, "%s", gdn_last_error());
+    gdn_result mine = {0};
+    ck_assert_int_eq(gdn_result_alloc(&mine, &p), 0);
+    for (size_t i = 0; i < o.count; i++)
+        mine.o[i] = (real_t)o.data[i];
+    for (size_t i = 0; i < ht.count; i++)
+        mine.ht[i] = (real_t)ht.data[i];
+    ck_assert_uint_eq(o.count, gdn_tokens(&p) * p.V);
+    assert_close(test_against_result(&p, &mine, &r), GDN_TOLERANCE_VS_STAGE, "08's o.npy and ht.npy vs 05");
+    npy_free(&o);
+    npy_free(&ht);
+    gdn_result_free(&mine);
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
+/* Drawn, not read: each rank draws only its slice, and the whole equals stage 05 on the
+ * whole problem drawn in one piece. */
+START_TEST(context_parallel_draws_the_same_problem)
+{
+    const char *launcher = mpirun_line(3);
+    if (!launcher)
+        return;
+    char dir[64], arguments[512], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    gdn_problem p;
+    ck_assert_int_eq(gdn_problem_alloc(&p, 2, 150, 2, 8, 12, 1), 0);
+    gdn_problem_generate(&p, 5);
+    gdn_result r = test_run(&wy_chunked_stage, &p, 1, 16, 0);
+    ck_assert_int_eq(gdn_result_save(&r, &p, dir), 0);
+    snprintf(arguments, sizeof arguments,
+             "--B 2 --T 150 --H 2 --K 8 --V 12 --h0 --seed 5 --chunk 16 --reps 2 --threads 1 --check-against %s", dir);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "exit %d: %s", status, errors);
+    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "%s", text);
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
+/* A bad input (a NaN in q) stops all three ranks with one line, and no result line. */
+START_TEST(context_parallel_errors_are_collective)
+{
+    const char *launcher = mpirun_line(3);
+    if (!launcher)
+        return;
+    char dir[64], arguments[256], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    gdn_problem p = test_problem((test_shape){1, 200, 2, 8, 8}, 0, 5100);
+    p.q[130 * 8 + 3] = (real_t)NAN;
+    ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --threads 1", dir);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_int_ne(status, 0);
+    ck_assert_msg(strstr(errors, "08_context_parallel: error: ") != NULL, "%s", errors);
+    ck_assert_msg(strstr(errors, "q.npy: element 1043 (b=0, t=65, h=0) is nan") != NULL, "%s", errors);
+    ck_assert_msg(strchr(errors, '\n') == strrchr(errors, '\n'), "more than one line: '%s'", errors);
+    ck_assert_str_eq(text, "");
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
+Suite *context_parallel_suite(void)
+{
+    Suite *suite = suite_create("08_context_parallel");
+    TCase *order = tcase_create("order");
+    tcase_add_test(order, combine_summaries_applies_earlier_first);
+    suite_add_tcase(suite, order);
+    TCase *mpi = tcase_create("mpirun");
+    tcase_set_timeout(mpi, 120);
+    tcase_add_loop_test(mpi, context_parallel_equals_wy_chunked, 0, 4 * CASES);
+    tcase_add_test(mpi, context_parallel_draws_the_same_problem);
+    tcase_add_test(mpi, context_parallel_errors_are_collective);
+    suite_add_tcase(suite, mpi);
+    return suite;
+}
