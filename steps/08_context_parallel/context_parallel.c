@@ -461,7 +461,7 @@ int main(int argc, char **argv)
             medians[i] = gdn_median(times + (size_t)i * (size_t)s.reps, (size_t)s.reps);
         double median = sum ? gdn_median(sum, (size_t)s.reps) : 0;
         printf("result stage=08_context_parallel precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d ranks=%d "
-               "threads=%d chunk=%zu reps=%d median_ms=%.4f fold_ms=%.4f stitch_ms=%.4f replay_ms=%.4f "
+               "threads=%d chunk=%zu reps=%d median_ms=%.4f phase1_ms=%.4f exscan_ms=%.4f phase3_ms=%.4f "
                "summary_bytes=%zu gflops=%.3f%s\n",
                REAL_NAME, sizes[0], sizes[1], sizes[2], K, V, h0 != NULL, ranks, s.threads, s.chunk, s.reps,
                1e3 * median, 1e3 * medians[0], 1e3 * medians[1], 1e3 * medians[2], values * sizeof(real_t),

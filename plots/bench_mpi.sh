@@ -1,0 +1,32 @@
+#!/bin/sh
+# bench_mpi.sh BIN OUT -- strong scaling of stage 08: one long sequence (B=1 H=8 K=V=64,
+# T=2^20 unless T is set), ranks 1, 2, 4, ... up to the cores here, one thread per rank.
+# Writes OUT (a .dat file headed by the machine): ranks median_ms phase1_ms exscan_ms phase3_ms
+# speedup_vs_1_rank summary_bytes. phase1 is the fold (rank 0: its replay), exscan the one
+# collective (after a barrier, so it is communication, not waiting), phase3 the replay.
+set -eu
+bin=${1:-bin}
+out=${2:-plots/data/mpi_scaling.dat}
+T=${T:-1048576}
+cores=$(nproc)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+{
+    echo "# machine: $cpu, $cores cores; Open MPI $(mpirun --version | head -1 | awk '{print $NF}')"
+    echo "# made by: sh plots/bench_mpi.sh $bin $out (T=$T) on $(date -u +%Y-%m-%d)"
+    echo "# ranks median_ms phase1_ms exscan_ms phase3_ms speedup_vs_1_rank summary_bytes"
+} > "$out"
+field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+ranks=1
+base=""
+while [ "$ranks" -le "$cores" ]; do
+    line=$(mpirun -q -np "$ranks" --bind-to core --mca btl_vader_single_copy_mechanism none \
+        "$bin/08_context_parallel" --B 1 --T "$T" --H 8 --K 64 --V 64 --threads 1 --reps 3)
+    ms=$(field median_ms "$line")
+    [ -n "$base" ] || base=$ms
+    printf '%s %s %s %s %s %s %s\n' "$ranks" "$ms" "$(field phase1_ms "$line")" "$(field exscan_ms "$line")" \
+        "$(field phase3_ms "$line")" "$(awk -v a="$base" -v b="$ms" 'BEGIN { printf "%.2f", a / b }')" \
+        "$(field summary_bytes "$line")" >> "$out"
+    ranks=$((ranks * 2))
+done
+cat "$out"
