@@ -18,6 +18,8 @@ case "$what" in
 test)
     have_command pkg-config || need_package pkg-config
     pkg-config --exists check 2>/dev/null || need_package check
+    # stage 08 and its tests run under Open MPI (skipped with a line where it is missing)
+    { have_command mpicc && have_command mpirun; } || { need_package libopenmpi-dev; need_package openmpi-bin; }
     ;;
 plots) have_command gnuplot || need_package gnuplot-nox ;;
 valgrind) have_command valgrind || need_package valgrind ;;

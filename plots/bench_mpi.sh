@@ -14,7 +14,7 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 {
     echo "# machine: $cpu, $cores cores; Open MPI $(mpirun --version | head -1 | awk '{print $NF}')"
     echo "# made by: sh plots/bench_mpi.sh $bin $out (T=$T) on $(date -u +%Y-%m-%d)"
-    echo "# ranks median_ms phase1_ms exscan_ms phase3_ms speedup_vs_1_rank summary_bytes"
+    echo "ranks median_ms phase1_ms exscan_ms phase3_ms speedup_vs_1_rank summary_bytes"
 } > "$out"
 field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 ranks=1
