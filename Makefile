@@ -73,7 +73,7 @@ CUDA_RUNNER    := $(if $(GPU_STAGES),$(BUILD)/common/cuda_runner.o)
 
 # Stage 08 (MPI): built where mpicc is found, except in sanitizer and valgrind builds.
 MPICC     ?= mpicc
-HAVE_MPI  := $(if $(SANITIZE)$(VALGRIND_BUILD),,$(shell command -v $(MPICC) 2>/dev/null))
+HAVE_MPI  := $(if $(SANITIZE),,$(shell command -v $(MPICC) 2>/dev/null))
 MPI_BINARIES := $(if $(HAVE_MPI),$(BIN)/08_context_parallel)
 
 # Measuring tools under plots/, built into bin/ beside the stages.
@@ -258,17 +258,28 @@ fuzz: build/fuzz/fuzz_npy build/fuzz/fuzz_cli
 	done
 
 # valgrind memcheck on one small run of every CPU binary (a float build without -march=native,
-# in bin/valgrind/): any error or definite leak fails.
-VALGRIND_RUN := --B 2 --T 37 --H 2 --K 8 --V 12 --h0 --reps 1 --threads 2 --check-against oracle
+# in bin/valgrind/): any error or definite leak fails. Stage 08 runs on 2 ranks under mpirun,
+# with Open MPI's own leaks suppressed (tests/valgrind-openmpi.supp says which, and why).
+VALGRIND_RUN   := --B 2 --T 37 --H 2 --K 8 --V 12 --h0 --reps 1 --threads 2 --check-against oracle
+VALGRIND_FLAGS := -q --num-callers=50 --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite,indirect
 valgrind:
 	@sh common/require.sh valgrind
-	@$(MAKE) --no-print-directory VALGRIND_BUILD=1 PRECISION=float $(CPU_STAGES:%=bin/valgrind/%)
+	@$(MAKE) --no-print-directory VALGRIND_BUILD=1 PRECISION=float $(CPU_STAGES:%=bin/valgrind/%) \
+	    $(if $(HAVE_MPI),bin/valgrind/08_context_parallel)
 	@for stage in $(CPU_STAGES); do \
-	    valgrind --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite,indirect -q \
-	        bin/valgrind/$$stage $(VALGRIND_RUN) > build/valgrind_$$stage.log 2>&1; \
+	    valgrind $(VALGRIND_FLAGS) bin/valgrind/$$stage $(VALGRIND_RUN) > build/valgrind_$$stage.log 2>&1; \
 	    status=$$?; echo "valgrind $$stage: exit $$status"; \
 	    [ $$status = 0 ] || { cat build/valgrind_$$stage.log; exit 1; }; \
 	done
+ifneq ($(HAVE_MPI),)
+	@OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -q -np 2 \
+	    --mca btl_vader_single_copy_mechanism none valgrind $(VALGRIND_FLAGS) \
+	    --suppressions=/usr/share/openmpi/openmpi-valgrind.supp --suppressions=tests/valgrind-openmpi.supp \
+	    bin/valgrind/08_context_parallel --B 2 --T 150 --H 2 --K 8 --V 12 --h0 --reps 1 --threads 1 --chunk 16 \
+	    > build/valgrind_08_context_parallel.log 2>&1; \
+	    status=$$?; echo "valgrind 08_context_parallel (2 ranks): exit $$status"; \
+	    [ $$status = 0 ] || { cat build/valgrind_08_context_parallel.log; exit 1; }
+endif
 
 diffs:
 	@sh common/diffs.sh write build/diffs $(STAGES)

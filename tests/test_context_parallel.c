@@ -154,6 +154,31 @@ START_TEST(context_parallel_draws_the_same_problem)
 }
 END_TEST
 
+/* _i: the numerical edge cases of test_support.c on 3 ranks, against stage 05 in-process
+ * (which the edge-case suite checks against the oracle). */
+START_TEST(context_parallel_edge_cases)
+{
+    const char *launcher = mpirun_line(3, 0);
+    if (!launcher)
+        return;
+    char dir[64], in[128], reference[128], arguments[512], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(reference, sizeof reference, "%s/reference", dir);
+    gdn_problem p = test_edge_case(_i, 5200 + _i);
+    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
+    gdn_result r = test_run(&wy_chunked_stage, &p, 1, 16, 0);
+    ck_assert_int_eq(gdn_result_save(&r, &p, reference), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --chunk 16 --reps 1 --threads 1 --check-against %s", in, reference);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "%s: exit %d: %s", test_edge_case_names[_i], status, errors);
+    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "%s: %s", test_edge_case_names[_i], text);
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
 /* A bad input (a NaN in q) stops all three ranks with one line, and no result line. */
 START_TEST(context_parallel_errors_are_collective)
 {
@@ -187,6 +212,7 @@ Suite *context_parallel_suite(void)
     tcase_set_timeout(mpi, 120);
     tcase_add_loop_test(mpi, context_parallel_equals_wy_chunked, 0, 4 * CASES);
     tcase_add_test(mpi, context_parallel_draws_the_same_problem);
+    tcase_add_loop_test(mpi, context_parallel_edge_cases, 0, test_edge_case_count);
     tcase_add_test(mpi, context_parallel_errors_are_collective);
     suite_add_tcase(suite, mpi);
     return suite;
