@@ -86,7 +86,7 @@ TEST_RUNNER  := $(BUILD)/run_tests
 GPU_TEST_SOURCES := $(wildcard tests/gpu/*.c)
 GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 
-.PHONY: all demo test test-one bench plots diffs docs clean help require-build require-test fuzz valgrind
+.PHONY: all demo test test-one test-large bench plots diffs docs clean help require-build require-test fuzz valgrind
 .DEFAULT_GOAL := all
 
 all: $(STAGE_BINARIES) $(MPI_BINARIES) $(GPU_BINARIES) $(TOOLS)
@@ -108,6 +108,7 @@ help:
 	@echo "  make SANITIZE=1 test   the same suites built with AddressSanitizer + UBSan (bin/sanitize/)"
 	@echo "  make fuzz SECONDS=60   libFuzzer (clang) on the .npy reader and the command line"
 	@echo "  make valgrind     valgrind memcheck on one run of every CPU binary; fails on any error"
+	@echo "  make test-large   stage 01 on a problem whose q holds 2^31 + 128 values (17 GB, minutes)"
 	@echo "  make clean        remove bin/ and build/"
 	@echo "Set-up: demo and test install what is missing (apt-get) or print the command to run."
 
@@ -256,6 +257,11 @@ fuzz: build/fuzz/fuzz_npy build/fuzz/fuzz_cli
 	        grep -E 'stat::number_of_executed_units|stat::new_units_added|ERROR|SUMMARY|Test unit written' || exit 1; \
 	    ! ls build/fuzz/crash-* >/dev/null 2>&1 || exit 1; \
 	done
+
+# Index arithmetic past 32 bits, for real: q and k of 2^31 + 128 values each (17 GB of
+# memory, about 3 minutes on 2 cores; not in CI). Stage 01 must match the fp64 oracle.
+test-large: all
+	$(BIN)/01_naive_loop --B 1 --T 16777217 --H 1 --K 128 --V 1 --reps 1 --check-against oracle
 
 # valgrind memcheck on one small run of every CPU binary (a float build without -march=native,
 # in bin/valgrind/): any error or definite leak fails. Stage 08 runs on 2 ranks under mpirun,
