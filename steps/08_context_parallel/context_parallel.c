@@ -165,7 +165,9 @@ static void summary_from_augmented(real_t *summary, const real_t *X, size_t head
     }
 }
 
-/* The MPI operator: inout = inout o in, the lower ranks' summary (in) applied first. */
+/* The MPI operator: inout = inout o in, the lower ranks' summary (in) applied first.
+ * MPI_User_function carries no pointer for user data, so the sizes and the scratch map
+ * travel in these file-scope variables, set once before the first MPI_Exscan. */
 static size_t op_heads, op_K, op_V;
 static real_t *op_scratch;
 static void compose_operator(void *in, void *inout, int *count, MPI_Datatype *type)
@@ -183,10 +185,10 @@ typedef struct {
     real_t *summary, *prefix;
     MPI_Datatype summary_type;
     MPI_Op compose;
-} cp_state;
+} rank_state;
 
 /* S_r = A h0 + B for every head: the prefix map applied to h0 (or to zero), into slice.h0. */
-static void set_start_states(cp_state *c, size_t heads, const real_t *prefix, const real_t *h0)
+static void set_start_states(rank_state *c, size_t heads, const real_t *prefix, const real_t *h0)
 {
     const size_t K = c->slice.K, V = c->slice.V;
     for (size_t head = 0; head < heads; head++) {
@@ -200,7 +202,7 @@ static void set_start_states(cp_state *c, size_t heads, const real_t *prefix, co
 }
 
 /* One forward pass; phase times in seconds[0..2]. */
-static int forward(cp_state *c, const gdn_settings *s, size_t heads, const real_t *h0, double seconds[3])
+static int forward(rank_state *c, const gdn_settings *s, size_t heads, const real_t *h0, double seconds[3])
 {
     const size_t K = c->slice.K, V = c->slice.V, W = K + V;
     const int has_tokens = c->slice.T > 0, first = rank == 0, last = rank + 1 == ranks;
@@ -310,7 +312,6 @@ static int check_against(const char *dir, const gdn_problem *slice, const gdn_re
 }
 
 /* --out DIR: o.npy written by every rank at its rows' offsets (MPI-IO), ht.npy by the last rank. */
-static int mkdir_for_outputs(const char *dir);
 static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_result *out, size_t sizes[5],
                          size_t begin)
 {
@@ -360,7 +361,7 @@ static const gdn_stage context_parallel_stage = {
 
 /* The augmented slice for the fold: q, k, g, beta shared with the slice; v = [0 | v] and
  * h0 = [I | 0] of its own, K + V values wide. */
-static int make_augmented(cp_state *c)
+static int make_augmented(rank_state *c)
 {
     const gdn_problem *p = &c->slice;
     gdn_problem *a = &c->augmented;
@@ -373,7 +374,7 @@ static int make_augmented(cp_state *c)
     return gdn_result_alloc(&c->augmented_out, a);
 }
 
-static void release(cp_state *c, real_t *h0)
+static void release(rank_state *c, real_t *h0)
 {
     free(c->augmented.v);
     free(c->augmented.h0);
@@ -406,7 +407,7 @@ int main(int argc, char **argv)
         s.chunk = 64;
     omp_set_num_threads(s.threads);
 
-    cp_state c = {0};
+    rank_state c = {0};
     size_t sizes[5] = {0}, begin = 0;
     real_t *h0 = NULL;
     int status = load_slice(&s, &c.slice, sizes, &begin, &h0);
