@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../common/npy.h"
+#include "fuzz/arguments.h"
 #include "test_support.h"
 
 static const gdn_stage corpus_stage = {
@@ -69,9 +70,7 @@ START_TEST(cli_corpus_is_parsed_or_refused)
         size_t size = fread(text, 1, sizeof text - 1, file);
         fclose(file);
         text[size] = '\0';
-        int argc = 1;
-        for (size_t at = 0; at <= size && argc < 33; at += strlen(text + at) + 1)
-            argv[argc++] = text + at;
+        int argc = split_arguments(text, size, argv, 32);
         gdn_settings settings;
         int parsed = gdn_parse_command_line(argc, argv, &corpus_stage, &settings);
         ck_assert_msg(parsed >= -1 && parsed <= 1, "%s: returned %d", names[i], parsed);

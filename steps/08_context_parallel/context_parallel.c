@@ -223,14 +223,8 @@ static int forward(rank_state *c, const gdn_settings *s, size_t heads, const rea
         }
     } else if (has_tokens && !last) {
         gdn_problem *a = &c->augmented;
-        for (size_t token = 0; token < gdn_tokens(a); token++) {
-            memset(a->v + token * W, 0, K * sizeof(real_t));
+        for (size_t token = 0; token < gdn_tokens(a); token++) /* values [0 | v] */
             memcpy(a->v + token * W + K, c->slice.v + token * V, V * sizeof(real_t));
-        }
-        for (size_t head = 0; head < heads; head++)
-            for (size_t i = 0; i < K; i++)
-                for (size_t j = 0; j < W; j++)
-                    a->h0[(head * K + i) * W + j] = i == j ? 1 : 0;
         if (wy_chunked_stage.forward(a, &chunked, &c->augmented_out))
             return -1;
         summary_from_augmented(c->summary, c->augmented_out.ht, heads, K, V);
@@ -367,10 +361,14 @@ static int make_augmented(rank_state *c)
     gdn_problem *a = &c->augmented;
     *a = (gdn_problem){.B = p->B, .T = p->T, .H = p->H, .K = p->K, .V = p->K + p->V, .scale = p->scale,
                        .q = p->q, .k = p->k, .g = p->g, .beta = p->beta};
-    a->v = malloc(gdn_tokens(a) * a->V * sizeof(real_t));
+    a->v = calloc(gdn_tokens(a) * a->V, sizeof(real_t)); /* the [0 | ...] half stays zero */
     a->h0 = malloc(gdn_state_count(a) * sizeof(real_t));
     if (!a->v || !a->h0)
         return gdn_set_error("out of memory for the fold's augmented slice (%zu values)", gdn_tokens(a) * a->V);
+    for (size_t head = 0; head < a->B * a->H; head++) /* h0 = [I | 0]: the same every pass, set once */
+        for (size_t i = 0; i < a->K; i++)
+            for (size_t j = 0; j < a->V; j++)
+                a->h0[(head * a->K + i) * a->V + j] = i == j ? 1 : 0;
     return gdn_result_alloc(&c->augmented_out, a);
 }
 

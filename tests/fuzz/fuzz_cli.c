@@ -9,6 +9,7 @@
 
 #include "../../common/error.h"
 #include "../../common/stage.h"
+#include "arguments.h"
 
 static const gdn_stage fuzz_stage = {
     .name = "fuzz", .idea = "command-line fuzzing", .options = GDN_OPTION_CHUNK | GDN_OPTION_SEGMENTS};
@@ -20,12 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(text, data, size);
     text[size] = '\0';
-    int argc = 1;
-    for (size_t at = 0; at <= size && argc < 33;) {
-        argv[argc++] = text + at;
-        at += strlen(text + at) + 1;
-    }
-    argv[argc] = NULL;
+    int argc = split_arguments(text, size, argv, 32);
     gdn_settings settings;
     gdn_set_error("%s", "");
     int parsed = gdn_parse_command_line(argc, argv, &fuzz_stage, &settings);
