@@ -9,10 +9,13 @@ bin=${1:-bin}
 out=${2:-plots/data/mpi_scaling.dat}
 T=${T:-1048576}
 cores=$(nproc)
+# Physical cores: one rank per core while they last, then one per hardware thread.
+physical=$(lscpu -p=core,socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
+[ "$physical" -gt 0 ] || physical=$cores
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 {
-    echo "# machine: $cpu, $cores cores; Open MPI $(mpirun --version | head -1 | awk '{print $NF}')"
+    echo "# machine: $cpu, $cores hardware threads on $physical cores; Open MPI $(mpirun --version | head -1 | awk '{print $NF}')"
     echo "# made by: sh plots/bench_mpi.sh $bin $out (T=$T) on $(date -u +%Y-%m-%d)"
     echo "ranks median_ms phase1_ms exscan_ms phase3_ms speedup_vs_1_rank summary_bytes"
 } > "$out"
@@ -20,7 +23,10 @@ field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 ranks=1
 base=""
 while [ "$ranks" -le "$cores" ]; do
-    line=$(mpirun -q -np "$ranks" --bind-to core --mca btl_vader_single_copy_mechanism none \
+    binding="--bind-to core"
+    [ "$ranks" -le "$physical" ] || binding="--use-hwthread-cpus --bind-to hwthread"
+    # shellcheck disable=SC2086 # $binding is two words on purpose
+    line=$(mpirun -q -np "$ranks" $binding --mca btl_vader_single_copy_mechanism none \
         "$bin/08_context_parallel" --B 1 --T "$T" --H 8 --K 64 --V 64 --threads 1 --reps 3)
     ms=$(field median_ms "$line")
     [ -n "$base" ] || base=$ms
