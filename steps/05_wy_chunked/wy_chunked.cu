@@ -4,11 +4,12 @@
  * state S0 at the chunk's start: Vnew = U - W S0 (eq. 13) and the state update (eq. 15).
  * Everything else depends on the chunk's own inputs, so it leaves the serial chain:
  *   1. prepare_chunks (parallel over every chunk of every head): gamma (eq. 9), M and
- *      Tm = (I + M)^-1 by forward substitution (eq. 10-11), W and U (eq. 12), and the keys
+ *      Tm = (I + M)^-1 by 16 x 16 blocks (eq. 10-11), W and U (eq. 12), and the keys
  *      decayed to the chunk's end, exp(gamma_C - gamma_j) k_j.
  *   2. chunk_states (serial over chunks, parallel over heads and STATE_COLUMNS-wide column
  *      tiles of S): per chunk, save S0, Vnew = U - W S0, S = exp(gamma_C) S0 + Kdec^T Vnew.
- *      S stays in shared memory for the whole sequence; a chunk step is two small products.
+ *      S stays in shared memory for the whole sequence; a chunk step is two small products,
+ *      and the inputs of the next two chunks are copied in (cp.async) while it runs.
  *   3. chunk_outputs (parallel over every chunk again): o = scale (exp(gamma) Q S0 + P Vnew)
  *      with P = lower(Q K^T exp(gamma_i - gamma_j)) (eq. 14), from the saved S0 and Vnew.
  * This is how FLA splits its Triton forward too. Plain fp32 FMAs on shared-memory tiles:
@@ -25,6 +26,7 @@
 #include "../../common/cuda_check.h"
 #include "../../common/device.h"
 #include "../../common/stage.h"
+#include <cuda_pipeline_primitives.h>
 extern "C" { /* the CPU twin's header, for its flop count: C linkage */
 #include "wy_chunked.h"
 }
@@ -36,19 +38,27 @@ enum { MAX_K = 128, MAX_CHUNK = 64, THREADS = 256, STATE_COLUMNS = 4, OUTPUT_COL
 typedef struct {
     double *gamma;           /* [heads T] cumulative log-gate within the chunk */
     float *chain_inputs;     /* [heads chunks][chain_block_floats]: what kernel 2 reads per chunk (below) */
-    float *U, *new_values;   /* [heads T][V] */
+    float *new_values;       /* [heads T][V] */
     float *states;           /* [heads chunks][K][V]: S0 of every chunk */
 } chunk_workspace;
 
 /* Kernel 2's per-chunk input block, laid out exactly as its shared-memory tiles so that it is
- * copied with 16-byte loads and no index arithmetic: W as 64 rows of KW = round_up4(K) + 4
- * floats, then the decayed keys transposed, K rows of CHUNK_STRIDE = 68 floats (a chunk's
- * 64 tokens and 4 of padding); zeros in the padding and past the chunk's last token. The
- * padding makes float4 loads of 8 consecutive rows hit 32 different banks. */
+ * copied 16 bytes at a time with no index arithmetic:
+ *   W           64 rows of KW = round_up4(K) + 4 floats
+ *   keys_t      the keys decayed to the chunk's end, transposed: K rows of CHUNK_STRIDE = 68
+ *               floats (a chunk's 64 tokens and 4 of padding)
+ *   U_t         U transposed, round_up4(V) rows of CHUNK_STRIDE: a 4-column tile of S reads
+ *               4 consecutive rows
+ *   decay       exp(gamma_C), then 3 floats of padding
+ * Zeros in W's and keys_t's padding and past the chunk's last token. The padding makes
+ * float4 loads of 8 consecutive rows hit 32 different banks. */
 constexpr int CHUNK_STRIDE = MAX_CHUNK + 4;
 __host__ __device__ static inline size_t round_up4(size_t x) { return (x + 3) / 4 * 4; }
 __host__ __device__ static inline size_t padded_k(size_t K) { return round_up4(K) + 4; }
-__host__ __device__ static inline size_t chain_block_floats(size_t K) { return MAX_CHUNK * padded_k(K) + K * CHUNK_STRIDE; }
+__host__ __device__ static inline size_t chain_keys_offset(size_t K) { return MAX_CHUNK * padded_k(K); }
+__host__ __device__ static inline size_t chain_u_offset(size_t K) { return chain_keys_offset(K) + K * CHUNK_STRIDE; }
+__host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V) { return chain_u_offset(K) + round_up4(V) * CHUNK_STRIDE; }
+__host__ __device__ static inline size_t chain_block_floats(size_t K, size_t V) { return chain_decay_offset(K, V) + 4; }
 
 __host__ __device__ static inline size_t chunks_of(size_t T, size_t C) { return (T + C - 1) / C; }
 
@@ -58,8 +68,7 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, siz
     chunk_workspace w;
     w.gamma = (double *)base;
     w.chain_inputs = (float *)(w.gamma + (rows + 1) / 2 * 2); /* 16-byte aligned: kernel 2 reads float4 */
-    w.U = w.chain_inputs + chunks * chain_block_floats(p->K);
-    w.new_values = w.U + rows * p->V;
+    w.new_values = w.chain_inputs + chunks * chain_block_floats(p->K, p->V);
     w.states = w.new_values + rows * p->V;
     return w;
 }
@@ -107,6 +116,70 @@ __device__ __forceinline__ static void clear_tile(float (&acc)[4][4])
         acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
 }
 
+/* The triangular solve of eq. 11 by blocks. I + M is unit lower triangular; cut into 16 x 16
+ * blocks L_ab (a, b = 0 .. 3), its inverse X is block lower triangular too, with
+ *     X_aa = L_aa^-1                                  (each diagonal block on its own)
+ *     X_ab = -X_aa (sum_{b <= c < a} L_ac X_cb)        for b < a, block row by block row.
+ * The first line is four independent 16-row substitutions; the second is three steps of two
+ * small products. Eight barriers in all, where the row-by-row solve took 126. */
+enum { SOLVE_BLOCK = 16, SOLVE_BLOCKS = MAX_CHUNK / SOLVE_BLOCK };
+
+/* X_aa = (I + M_aa)^-1 for the four diagonal blocks, M_aa in Tm's strict lower part. Thread
+ * (a, c), one of 64, owns column c of X_aa and keeps it in registers: row i of the forward
+ * substitution, x_i = -sum_{l < i} M[i, l] x_l (with x_c = 1 and x_l = 0 above it), needs only
+ * its own column and row i of M, read by every thread of the block at once (a broadcast). So
+ * the 15 dependent rows need no barrier and no shuffle. The loops have compile-time bounds,
+ * which keeps x[] in registers. */
+__device__ static void invert_diagonal_blocks(float *Tm, int ldt)
+{
+    const int a = threadIdx.x / SOLVE_BLOCK, c = threadIdx.x % SOLVE_BLOCK;
+    float x[SOLVE_BLOCK];
+    if (a < SOLVE_BLOCKS) {
+        const float *M = Tm + a * SOLVE_BLOCK * ldt + a * SOLVE_BLOCK;
+#pragma unroll
+        for (int i = 0; i < SOLVE_BLOCK; i++) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int l = 0; l < i; l++)
+                sum += M[i * ldt + l] * x[l];
+            x[i] = i < c ? 0.0f : i == c ? 1.0f : -sum;
+        }
+    }
+    __syncthreads(); /* every thread has read M_aa before any X_aa overwrites it */
+    if (a < SOLVE_BLOCKS)
+#pragma unroll
+        for (int i = 0; i < SOLVE_BLOCK; i++)
+            Tm[(a * SOLVE_BLOCK + i) * ldt + a * SOLVE_BLOCK + c] = x[i];
+}
+
+/* X_ab for b < a, one block row a at a time; rows above a are final when row a starts.
+ *     Y = M[rows of a, 0 .. 16 a) X[0 .. 16 a, 0 .. 16 a)    (X lower triangular: l >= j only)
+ *     X[rows of a, 0 .. 16 a) = -X_aa Y
+ * Y goes to `scratch` (16 x 48 floats). M's block row a is overwritten only after Y is made. */
+__device__ static void join_diagonal_blocks(float *Tm, int ldt, float *scratch)
+{
+    for (int a = 1; a < SOLVE_BLOCKS; a++) {
+        const int width = a * SOLVE_BLOCK, first_row = a * SOLVE_BLOCK;
+        for (int e = threadIdx.x; e < SOLVE_BLOCK * width; e += THREADS) {
+            const int i = e / width, j = e % width; /* width is 16, 32 or 48: cheap */
+            float sum = 0.0f;
+            for (int l = j; l < width; l++)
+                sum += Tm[(first_row + i) * ldt + l] * Tm[l * ldt + j];
+            scratch[i * width + j] = sum;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < SOLVE_BLOCK * width; e += THREADS) {
+            const int i = e / width, j = e % width;
+            float sum = 0.0f;
+#pragma unroll
+            for (int l = 0; l < SOLVE_BLOCK; l++) /* X_aa is lower triangular: l <= i */
+                sum += l <= i ? Tm[(first_row + i) * ldt + first_row + l] * scratch[l * width + j] : 0.0f;
+            Tm[(first_row + i) * ldt + j] = -sum;
+        }
+        __syncthreads();
+    }
+}
+
 /* Kernel 1: one block per (head, chunk). Shared, for a chunk padded to 64 rows with zeros:
  * gamma[64] (double), keys[64][K + 1] and keys_t[K][64] (both layouts of the chunk's k, for
  * K K^T), Tm[64][65], right[64][64] (64 columns of [beta exp(gamma) K | beta V] at a time),
@@ -119,7 +192,7 @@ __global__ void __launch_bounds__(THREADS, 1) prepare_chunks_kernel(gdn_device_p
     const size_t t0 = chunk * C, b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
     const int n = (int)(p.T - t0 < C ? p.T - t0 : C), KW = (int)padded_k(p.K);
     const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
-    float *chain = w.chain_inputs + (head * chunks + chunk) * chain_block_floats(p.K);
+    float *chain = w.chain_inputs + (head * chunks + chunk) * chain_block_floats(p.K, V);
     double *gamma = shared;
     float *keys = (float *)(gamma + MAX_CHUNK), *keys_t = keys + MAX_CHUNK * KA, *Tm = keys_t + K * MAX_CHUNK;
     float *right = Tm + MAX_CHUNK * TP, *beta = right + MAX_CHUNK * MAX_CHUNK, *scaled_beta = beta + MAX_CHUNK;
@@ -148,6 +221,8 @@ __global__ void __launch_bounds__(THREADS, 1) prepare_chunks_kernel(gdn_device_p
         }
         for (int i = n; i < MAX_CHUNK; i++)
             gamma[i] = sum, scaled_beta[i] = 0.0f;
+        float *decay = chain + chain_decay_offset(K, V);
+        decay[0] = expf((float)sum), decay[1] = decay[2] = decay[3] = 0.0f;
     }
     __syncthreads();
 
@@ -163,26 +238,11 @@ __global__ void __launch_bounds__(THREADS, 1) prepare_chunks_kernel(gdn_device_p
             Tm[i * TP + j] = i == j ? 1.0f : j < i && i < n ? beta[i] * acc[r][c] * expf((float)(gamma[i] - gamma[j])) : 0.0f;
         }
     __syncthreads();
-    /* Tm = (I + M)^-1 in place, row by row (eq. 11): Tm[i, c] = -(M[i, c] + sum_{c<l<i} M[i, l] Tm[l, c]).
-     * Row i still holds M while its new values are summed; they are written after a barrier.
-     * Rows are sequential, so each row's sums are split four ways (thread 4 c + part sums
-     * l = c + 1 + part, + 5, ...) and joined with two shuffles inside groups of four lanes:
-     * the dependent chain of a row is a quarter as long, and all 8 warps take part. */
-    const int solve_column = threadIdx.x / 4, part = threadIdx.x % 4;
-    for (int i = 1; i < n; i++) {
-        float partial = 0.0f;
-        if (solve_column < i)
-#pragma unroll 4
-            for (int l = solve_column + 1 + part; l < i; l += 4)
-                partial += Tm[i * TP + l] * Tm[l * TP + solve_column];
-        partial += __shfl_xor_sync(0xffffffffu, partial, 1);
-        partial += __shfl_xor_sync(0xffffffffu, partial, 2);
-        const float value = solve_column < i ? -(Tm[i * TP + solve_column] + partial) : 0.0f;
-        __syncthreads();
-        if (solve_column < i && part == 0)
-            Tm[i * TP + solve_column] = value;
-        __syncthreads();
-    }
+    /* Tm = (I + M)^-1 in place (eq. 11), by 16 x 16 blocks: a row-by-row forward substitution
+     * would be 63 dependent steps with two barriers each, which was most of this kernel. */
+    invert_diagonal_blocks(Tm, TP);
+    __syncthreads();
+    join_diagonal_blocks(Tm, TP, right);
 
     /* [W | U] = Tm [beta exp(gamma) K | beta V] (eq. 12), 64 columns at a time */
     for (size_t first = 0; first < (size_t)K + V; first += MAX_CHUNK) {
@@ -207,8 +267,8 @@ __global__ void __launch_bounds__(THREADS, 1) prepare_chunks_kernel(gdn_device_p
                 size_t i = row + r, out = first + column + c;
                 if (out < (size_t)K) /* all 64 rows: zeros past the chunk */
                     chain[i * KW + out] = i < (size_t)n ? acc[r][c] : 0.0f;
-                else if (i < (size_t)n && out < K + V)
-                    w.U[(row0 + i) * V + (out - K)] = acc[r][c];
+                else if (out < K + V) /* U transposed, zeros past the chunk */
+                    chain[chain_u_offset(K) + (out - K) * CHUNK_STRIDE + i] = i < (size_t)n ? acc[r][c] : 0.0f;
             }
         __syncthreads(); /* right is refilled next */
     }
@@ -216,7 +276,7 @@ __global__ void __launch_bounds__(THREADS, 1) prepare_chunks_kernel(gdn_device_p
      * exp(gamma_C - gamma_j) k_j (eq. 15), zero past the chunk and in the padding */
     for (int e = threadIdx.x; e < MAX_CHUNK * (KW - K); e += THREADS)
         chain[e / (KW - K) * KW + K + e % (KW - K)] = 0.0f;
-    float *decayed = chain + MAX_CHUNK * KW;
+    float *decayed = chain + chain_keys_offset(K);
     for (int e = threadIdx.x; e < K * CHUNK_STRIDE; e += THREADS) {
         int c = e / CHUNK_STRIDE, j = e % CHUNK_STRIDE;
         decayed[e] = j < n ? keys_t[c * MAX_CHUNK + j] * expf((float)(gamma[n - 1] - gamma[j])) : 0.0f;
@@ -225,62 +285,71 @@ __global__ void __launch_bounds__(THREADS, 1) prepare_chunks_kernel(gdn_device_p
 
 /* Kernel 2: one block per (head, STATE_COLUMNS = 4 columns of S), serial over the chunks;
  * thread (i, c) = (tid / 4, tid % 4) owns Vnew[i, c], thread (m, c) owns S[m, c] (and m + 64).
- * Shared: the chunk's input block as kernel 1 laid it out (W[64][KW], keys_t[K][68]), then
- * S_t[4][KW] (S0 transposed) and Vnew_t[4][68]:
+ * Per chunk it needs its part of the chunk's input block: W, keys_t, its 4 rows of U_t and
+ * the decay (chain_stage_floats). These do not depend on S, so they are copied ahead into a
+ * ring of CHAIN_STAGES shared-memory slots with cp.async (copies that go from global to shared
+ * memory without passing through registers, and that the thread waits for only when it
+ * needs them): while chunk n computes, the copies of chunks n + 1 and n + 2 are in flight.
+ * One chunk ahead was not enough: the block (35 KB at K = 64) comes from DRAM, and the
+ * latency of a load from there is longer than a chunk step. Then, per chunk:
  *   Vnew = U - W S0 (eq. 13): dot products along m, rows of W against rows of S_t;
  *   S = exp(gamma_C) S0 + Kdec^T Vnew (eq. 15): along j, rows of keys_t against rows of Vnew_t;
- * four floats per load, four partial sums per dot product. The chain is latency-bound, so the
- * next chunk's block, U and decay are loaded into registers while this chunk computes (they
- * do not depend on S). */
-constexpr int PER_THREAD4 = (MAX_CHUNK * (MAX_K + 4) + MAX_K * CHUNK_STRIDE + 4 * THREADS - 1) / (4 * THREADS);
+ * four floats per load, four partial sums per dot product. S_t[4][KW] (S transposed) and
+ * Vnew_t[4][68] follow the ring in shared memory. */
+constexpr int CHAIN_STAGES = 3;
+__host__ __device__ static inline size_t chain_stage_floats(size_t K)
+{
+    return chain_u_offset(K) + STATE_COLUMNS * CHUNK_STRIDE + 4;
+}
+
+/* Start copying block's part for the column tile at column0 into one slot of the ring: W and
+ * keys_t whole, then 4 rows of U_t, then the decay, as consecutive float4 (see chain_stage_floats). */
+__device__ static void fetch_chain_inputs(float4 *slot, const float4 *block, size_t K, size_t V, size_t column0)
+{
+    const int shared4 = (int)(chain_u_offset(K) / 4), u4 = STATE_COLUMNS * CHUNK_STRIDE / 4;
+    const float4 *u = block + (chain_u_offset(K) + column0 * CHUNK_STRIDE) / 4;
+    for (int e = threadIdx.x; e < shared4 + u4 + 1; e += THREADS) {
+        const float4 *from = e < shared4 ? block + e : e < shared4 + u4 ? u + (e - shared4) : block + chain_decay_offset(K, V) / 4;
+        __pipeline_memcpy_async(slot + e, from, sizeof(float4));
+    }
+}
 
 __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *ht)
 {
     extern __shared__ float4 tiles4[];
-    const int K = (int)p.K, KW = (int)padded_k(p.K), block4 = (int)chain_block_floats(p.K) / 4;
+    const int K = (int)p.K, KW = (int)padded_k(p.K), stage4 = (int)chain_stage_floats(p.K) / 4;
     const size_t V = p.V, chunks = chunks_of(p.T, C), tiles_per_head = (V + STATE_COLUMNS - 1) / STATE_COLUMNS;
     const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * STATE_COLUMNS;
     const int i = threadIdx.x / STATE_COLUMNS, c = threadIdx.x % STATE_COLUMNS;
-    const size_t column = column0 + c;
-    float *Wt = (float *)tiles4, *keys_t = Wt + MAX_CHUNK * KW, *S_t = keys_t + K * CHUNK_STRIDE;
-    float *Vnew_t = S_t + STATE_COLUMNS * KW;
-    float4 next_block[PER_THREAD4];
-    float next_u = 0.0f, next_decay = 1.0f;
+    const size_t column = column0 + c, block4 = chain_block_floats(p.K, V) / 4;
+    const float4 *blocks = (const float4 *)w.chain_inputs + head * chunks * block4;
+    float *S_t = (float *)(tiles4 + CHAIN_STAGES * stage4), *Vnew_t = S_t + STATE_COLUMNS * KW;
 
     for (int e = threadIdx.x; e < STATE_COLUMNS * KW + STATE_COLUMNS * CHUNK_STRIDE; e += THREADS)
         S_t[e] = 0.0f; /* padding must read as zero */
     __syncthreads();
     for (int m = i; m < K; m += THREADS / STATE_COLUMNS)
         S_t[c * KW + m] = p.h0 && column < V ? p.h0[(head * K + m) * V + column] : 0.0f;
+    for (int ahead = 0; ahead < CHAIN_STAGES - 1; ahead++) {
+        if ((size_t)ahead < chunks)
+            fetch_chain_inputs(tiles4 + ahead * stage4, blocks + ahead * block4, K, V, column0);
+        __pipeline_commit(); /* one group per chunk, empty past the end, so that the count below holds */
+    }
 
-/* the state-independent inputs of chunk `chunk_index`, into this thread's registers */
-#define PREFETCH(chunk_index)                                                                            \
-    do {                                                                                                 \
-        const size_t t0_ = (chunk_index) * C, n_ = p.T - t0_ < C ? p.T - t0_ : C, row0_ = head * p.T + t0_; \
-        const float4 *block_ = (const float4 *)(w.chain_inputs + (head * chunks + (chunk_index)) * block4 * 4); \
-        _Pragma("unroll") for (int r = 0; r < PER_THREAD4; r++) {                                         \
-            int e = threadIdx.x + r * THREADS;                                                           \
-            next_block[r] = e < block4 ? block_[e] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);                 \
-        }                                                                                                \
-        next_u = (size_t)i < n_ && column < V ? w.U[(row0_ + i) * V + column] : 0.0f;                    \
-        next_decay = expf((float)w.gamma[row0_ + n_ - 1]);                                               \
-    } while (0)
-
-    PREFETCH(0);
     for (size_t chunk = 0; chunk < chunks; chunk++) {
         const size_t t0 = chunk * C, n = p.T - t0 < C ? p.T - t0 : C, row0 = head * p.T + t0;
-        __syncthreads(); /* S is complete; the previous chunk's tiles are no longer read */
-#pragma unroll
-        for (int r = 0; r < PER_THREAD4; r++)
-            if (threadIdx.x + r * THREADS < block4)
-                tiles4[threadIdx.x + r * THREADS] = next_block[r];
-        const float u = next_u, decay = next_decay;
+        const float *slot = (const float *)(tiles4 + chunk % CHAIN_STAGES * stage4);
+        const float *Wt = slot, *keys_t = slot + chain_keys_offset(K), *u_t = slot + chain_u_offset(K);
+        __syncthreads(); /* S is complete; the slot refilled next (chunk - 1's) is no longer read */
+        const size_t next = chunk + CHAIN_STAGES - 1;
+        if (next < chunks)
+            fetch_chain_inputs(tiles4 + next % CHAIN_STAGES * stage4, blocks + next * block4, K, V, column0);
+        __pipeline_commit();
         for (int m = i; m < K; m += THREADS / STATE_COLUMNS)
             if (column < V)
                 w.states[((head * chunks + chunk) * K + m) * V + column] = S_t[c * KW + m];
-        __syncthreads();
-        if (chunk + 1 < chunks)
-            PREFETCH(chunk + 1);
+        __pipeline_wait_prior(CHAIN_STAGES - 1); /* this thread's copies of this chunk have landed */
+        __syncthreads();                          /* and so have everyone's */
 
         /* Vnew[i, c] = U[i, c] - sum_m W[i, m] S0[m, c] (eq. 13): four partial sums, one per lane of the float4 */
         const float4 *w_row = (const float4 *)(Wt + i * KW), *s_column = (const float4 *)(S_t + c * KW);
@@ -290,13 +359,14 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
             sum.x += a.x * s.x, sum.y += a.y * s.y, sum.z += a.z * s.z, sum.w += a.w * s.w;
         }
         const bool real = (size_t)i < n && column < V;
-        const float value = real ? u - ((sum.x + sum.y) + (sum.z + sum.w)) : 0.0f;
+        const float value = real ? u_t[c * CHUNK_STRIDE + i] - ((sum.x + sum.y) + (sum.z + sum.w)) : 0.0f;
         Vnew_t[c * CHUNK_STRIDE + i] = value;
         if (real)
             w.new_values[(row0 + i) * V + column] = value;
         __syncthreads();
 
         /* S[m, c] = exp(gamma_C) S0[m, c] + sum_j Kdec[j, m] Vnew[j, c] (eq. 15) */
+        const float decay = u_t[STATE_COLUMNS * CHUNK_STRIDE];
         const float4 *v_column = (const float4 *)(Vnew_t + c * CHUNK_STRIDE);
         for (int m = i; m < K; m += THREADS / STATE_COLUMNS) {
             const float4 *k_row = (const float4 *)(keys_t + m * CHUNK_STRIDE);
@@ -313,7 +383,6 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         if (column < V)
             ht[(head * K + m) * V + column] = S_t[c * KW + m];
 }
-#undef PREFETCH
 
 /* Kernel 3: one block per (head, chunk, 64 columns of o). Shared, padded to 64 rows with
  * zeros: gamma[64] (double), q[64][K + 1], k_t[K][64], P[64][65], S0[K][64], Vnew[64][64].
@@ -408,7 +477,7 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
         return -1;
     const size_t M = MAX_CHUNK, KW = padded_k(K);
     size_t prepare_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + M * M + 2 * M) * sizeof(float);
-    size_t state_bytes = (chain_block_floats(K) + STATE_COLUMNS * KW + STATE_COLUMNS * CHUNK_STRIDE) * sizeof(float);
+    size_t state_bytes = (CHAIN_STAGES * chain_stage_floats(K) + STATE_COLUMNS * KW + STATE_COLUMNS * CHUNK_STRIDE) * sizeof(float);
     size_t output_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
     LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, prepare_bytes, *p, C, w);
     LAUNCH_WITH_SHARED(chunk_states_kernel, state_blocks, state_bytes, *p, C, w, r->ht);
@@ -416,12 +485,12 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     return 0;
 }
 
-/* gamma (double), U, Vnew per token; kernel 2's input block and one K x V state per chunk. */
+/* gamma (double) and Vnew per token; kernel 2's input block (with U) and one K x V state per chunk. */
 static int wy_chunked_cuda_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
     size_t rows, states, keys, heads = p->B * p->H, chunks = chunks_of(p->T, s->chunk);
-    size_t row_factors[3] = {heads, p->T, sizeof(double) + 2 * p->V * sizeof(float)};
-    size_t key_factors[4] = {heads, chunks, chain_block_floats(p->K), sizeof(float)};
+    size_t row_factors[3] = {heads, p->T, sizeof(double) + p->V * sizeof(float)};
+    size_t key_factors[4] = {heads, chunks, chain_block_floats(p->K, p->V), sizeof(float)};
     size_t state_factors[4] = {heads, chunks, p->K * p->V, sizeof(float)};
     if (gdn_multiply_sizes(&rows, 3, row_factors) || gdn_multiply_sizes(&keys, 4, key_factors) ||
         gdn_multiply_sizes(&states, 4, state_factors))
