@@ -129,8 +129,9 @@ enum { SOLVE_BLOCK = 16, SOLVE_BLOCKS = MAX_CHUNK / SOLVE_BLOCK };
  * substitution, x_i = -sum_{l < i} M[i, l] x_l (with x_c = 1 and x_l = 0 above it), needs only
  * its own column and row i of M, read by every thread of the block at once (a broadcast). So
  * the 15 dependent rows need no barrier and no shuffle. The loops have compile-time bounds,
- * which keeps x[] in registers. */
-__device__ static void invert_diagonal_blocks(float *Tm, int ldt)
+ * which keeps x[] in registers. Kept out of line: inlined, it pushed kernel 1 past the 85
+ * registers a thread that three blocks per SM allow, into spills. */
+__device__ __noinline__ static void invert_diagonal_blocks(float *Tm, int ldt)
 {
     const int a = threadIdx.x / SOLVE_BLOCK, c = threadIdx.x % SOLVE_BLOCK;
     float x[SOLVE_BLOCK];
@@ -183,8 +184,11 @@ __device__ static void join_diagonal_blocks(float *Tm, int ldt, float *scratch)
 /* Kernel 1: one block per (head, chunk). Shared, for a chunk padded to 64 rows with zeros:
  * gamma[64] (double), keys[64][K + 1] and keys_t[K][64] (both layouts of the chunk's k, for
  * K K^T), Tm[64][65], right[64][64] (64 columns of [beta exp(gamma) K | beta V] at a time),
- * beta[64], scaled_beta[64] = beta exp(gamma). */
-__global__ void __launch_bounds__(THREADS, 1) prepare_chunks_kernel(gdn_device_problem p, size_t C, chunk_workspace w)
+ * beta[64], scaled_beta[64] = beta exp(gamma).
+ * At most 85 registers a thread (the 3 in the bounds), so that three blocks share an SM
+ * and one block's barriers are hidden by the others' work: it took 112 with room for
+ * them, and ran with two blocks. */
+__global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, size_t C, chunk_workspace w)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, KA = K + 1, TP = MAX_CHUNK + 1;
@@ -221,7 +225,7 @@ __global__ void __launch_bounds__(THREADS, 1) prepare_chunks_kernel(gdn_device_p
         }
         for (int i = n; i < MAX_CHUNK; i++)
             gamma[i] = sum, scaled_beta[i] = 0.0f;
-        float *decay = chain + chain_decay_offset(K, V);
+        float *decay = chain + chain_decay_offset(K, V); /* kernel 2's, and its padding */
         decay[0] = expf((float)sum), decay[1] = decay[2] = decay[3] = 0.0f;
     }
     __syncthreads();
@@ -308,10 +312,13 @@ __device__ static void fetch_chain_inputs(float4 *slot, const float4 *block, siz
 {
     const int shared4 = (int)(chain_u_offset(K) / 4), u4 = STATE_COLUMNS * CHUNK_STRIDE / 4;
     const float4 *u = block + (chain_u_offset(K) + column0 * CHUNK_STRIDE) / 4;
-    for (int e = threadIdx.x; e < shared4 + u4 + 1; e += THREADS) {
-        const float4 *from = e < shared4 ? block + e : e < shared4 + u4 ? u + (e - shared4) : block + chain_decay_offset(K, V) / 4;
-        __pipeline_memcpy_async(slot + e, from, sizeof(float4));
-    }
+#pragma unroll 4
+    for (int e = threadIdx.x; e < shared4; e += THREADS)
+        __pipeline_memcpy_async(slot + e, block + e, sizeof(float4));
+    if (threadIdx.x < u4)
+        __pipeline_memcpy_async(slot + shared4 + threadIdx.x, u + threadIdx.x, sizeof(float4));
+    else if (threadIdx.x == u4)
+        __pipeline_memcpy_async(slot + shared4 + u4, block + chain_decay_offset(K, V) / 4, sizeof(float4));
 }
 
 __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *ht)
@@ -354,6 +361,7 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         /* Vnew[i, c] = U[i, c] - sum_m W[i, m] S0[m, c] (eq. 13): four partial sums, one per lane of the float4 */
         const float4 *w_row = (const float4 *)(Wt + i * KW), *s_column = (const float4 *)(S_t + c * KW);
         float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
         for (int m4 = 0; m4 < KW / 4; m4++) {
             float4 a = w_row[m4], s = s_column[m4];
             sum.x += a.x * s.x, sum.y += a.y * s.y, sum.z += a.z * s.z, sum.w += a.w * s.w;
