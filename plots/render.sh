@@ -16,4 +16,4 @@ render chunk_tradeoff.gp sweep_chunk.dat
 render segments.gp sweep_segments.dat
 render precision.gp precision.dat
 render gpu_progression.gp gpu_vs_T.dat
-render mpi_scaling.gp mpi_scaling_2cores.dat
+render mpi_scaling.gp mpi_scaling_16cores.dat
