@@ -6,7 +6,7 @@
  *   1. prepare_chunks (parallel over every chunk of every head): gamma (eq. 9), M and
  *      Tm = (I + M)^-1 by 16 x 16 blocks (eq. 10-11), W and U (eq. 12), and the keys
  *      decayed to the chunk's end, exp(gamma_C - gamma_j) k_j.
- *   2. chunk_states (serial over chunks, parallel over heads and STATE_COLUMNS-wide column
+ *   2. chunk_states (serial over chunks, parallel over heads and 4- or 8-wide column
  *      tiles of S): per chunk, save S0, Vnew = U - W S0, S = exp(gamma_C) S0 + Kdec^T Vnew.
  *      S stays in shared memory for the whole sequence; a chunk step is two small products,
  *      and the inputs of the next two chunks are copied in (cp.async) while it runs.
@@ -31,7 +31,7 @@ extern "C" { /* the CPU twin's header, for its flop count: C linkage */
 #include "wy_chunked.h"
 }
 
-enum { MAX_K = 128, MAX_CHUNK = 64, THREADS = 256, STATE_COLUMNS = 4, OUTPUT_COLUMNS = 64 };
+enum { MAX_K = 128, MAX_CHUNK = 64, THREADS = 256, MAX_STATE_COLUMNS = 8, OUTPUT_COLUMNS = 64 };
 
 /* Where kernel 1 leaves a chunk's state-independent results; rows in head-major token order
  * (head T + t), so a chunk's rows are contiguous. */
@@ -47,8 +47,8 @@ typedef struct {
  *   W           64 rows of KW = round_up4(K) + 4 floats
  *   keys_t      the keys decayed to the chunk's end, transposed: K rows of CHUNK_STRIDE = 68
  *               floats (a chunk's 64 tokens and 4 of padding)
- *   U_t         U transposed, round_up4(V) rows of CHUNK_STRIDE: a 4-column tile of S reads
- *               4 consecutive rows
+ *   U_t         U transposed, V rows of CHUNK_STRIDE rounded up to MAX_STATE_COLUMNS: a
+ *               column tile of S reads consecutive rows
  *   decay       exp(gamma_C), then 3 floats of padding
  * Zeros in W's and keys_t's padding and past the chunk's last token. The padding makes
  * float4 loads of 8 consecutive rows hit 32 different banks. */
@@ -57,7 +57,10 @@ __host__ __device__ static inline size_t round_up4(size_t x) { return (x + 3) / 
 __host__ __device__ static inline size_t padded_k(size_t K) { return round_up4(K) + 4; }
 __host__ __device__ static inline size_t chain_keys_offset(size_t K) { return MAX_CHUNK * padded_k(K); }
 __host__ __device__ static inline size_t chain_u_offset(size_t K) { return chain_keys_offset(K) + K * CHUNK_STRIDE; }
-__host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V) { return chain_u_offset(K) + round_up4(V) * CHUNK_STRIDE; }
+__host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V)
+{
+    return chain_u_offset(K) + (V + MAX_STATE_COLUMNS - 1) / MAX_STATE_COLUMNS * MAX_STATE_COLUMNS * CHUNK_STRIDE;
+}
 __host__ __device__ static inline size_t chain_block_floats(size_t K, size_t V) { return chain_decay_offset(K, V) + 4; }
 
 __host__ __device__ static inline size_t chunks_of(size_t T, size_t C) { return (T + C - 1) / C; }
@@ -287,30 +290,39 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     }
 }
 
-/* Kernel 2: one block per (head, STATE_COLUMNS = 4 columns of S), serial over the chunks;
- * thread (i, c) = (tid / 4, tid % 4) owns Vnew[i, c], thread (m, c) owns S[m, c] (and m + 64).
- * Per chunk it needs its part of the chunk's input block: W, keys_t, its 4 rows of U_t and
- * the decay (chain_stage_floats). These do not depend on S, so they are copied ahead into a
- * ring of CHAIN_STAGES shared-memory slots with cp.async (copies that go from global to shared
- * memory without passing through registers, and that the thread waits for only when it
- * needs them): while chunk n computes, the copies of chunks n + 1 and n + 2 are in flight.
+/* Kernel 2: one block per (head, COLUMNS = 4 or 8 columns of S), serial over the chunks.
+ * Per chunk it needs its part of the chunk's input block: W, keys_t, its COLUMNS rows of U_t
+ * and the decay (chain_stage_floats). These do not depend on S, so they are copied ahead into
+ * a ring of CHAIN_STAGES shared-memory slots with cp.async (copies that go from global to
+ * shared memory without passing through registers, and that the thread waits for only when
+ * it needs them): while chunk n computes, the copies of chunks n + 1 and n + 2 are in flight.
  * One chunk ahead was not enough: the block (35 KB at K = 64) comes from DRAM, and the
  * latency of a load from there is longer than a chunk step. Then, per chunk:
- *   Vnew = U - W S0 (eq. 13): dot products along m, rows of W against rows of S_t;
- *   S = exp(gamma_C) S0 + Kdec^T Vnew (eq. 15): along j, rows of keys_t against rows of Vnew_t;
- * four floats per load, four partial sums per dot product. S_t[4][KW] (S transposed) and
- * Vnew_t[4][68] follow the ring in shared memory. */
-constexpr int CHAIN_STAGES = 3;
-__host__ __device__ static inline size_t chain_stage_floats(size_t K)
+ *   Vnew = U - W S0 (eq. 13)                   row i of W against the COLUMNS columns of S0
+ *   S = exp(gamma_C) S0 + Kdec^T Vnew (eq. 15)  row m of keys_t against the columns of Vnew
+ * Thread (row, part) owns row `row` (0 .. 63; for S also row + 64) and a quarter of the dot
+ * products' length (float4 number part, part + 4, ...), for every column of the tile: each
+ * float4 of W or keys_t it loads serves COLUMNS columns (register reuse, where one thread per
+ * output loaded two float4 for every four FMAs and was limited by shared-memory bandwidth).
+ * The four parts are summed with two shuffles. The eight lanes of a quarter warp share one
+ * part and hold eight consecutive rows: row strides of 17 or 33 float4 put their loads in
+ * eight different bank groups, and the S or Vnew value they need is one broadcast.
+ * S_t[COLUMNS][KW] (S transposed) and Vnew_t[COLUMNS][68] follow the ring in shared memory.
+ * COLUMNS = 8 halves the blocks when 4-column tiles would be more than one per SM (so a
+ * second wave of serial chains would wait for the first). */
+constexpr int CHAIN_STAGES = 3, PARTS = 4;
+__host__ __device__ static inline size_t chain_stage_floats(size_t K, int columns)
 {
-    return chain_u_offset(K) + STATE_COLUMNS * CHUNK_STRIDE + 4;
+    return chain_u_offset(K) + columns * CHUNK_STRIDE + 4;
 }
 
 /* Start copying block's part for the column tile at column0 into one slot of the ring: W and
- * keys_t whole, then 4 rows of U_t, then the decay, as consecutive float4 (see chain_stage_floats). */
+ * keys_t whole, then COLUMNS rows of U_t, then the decay, as consecutive float4. */
+template <int COLUMNS>
 __device__ static void fetch_chain_inputs(float4 *slot, const float4 *block, size_t K, size_t V, size_t column0)
 {
-    const int shared4 = (int)(chain_u_offset(K) / 4), u4 = STATE_COLUMNS * CHUNK_STRIDE / 4;
+    const int shared4 = (int)(chain_u_offset(K) / 4), u4 = COLUMNS * CHUNK_STRIDE / 4;
+    static_assert(COLUMNS * CHUNK_STRIDE / 4 < THREADS, "one float4 of U_t per thread");
     const float4 *u = block + (chain_u_offset(K) + column0 * CHUNK_STRIDE) / 4;
 #pragma unroll 4
     for (int e = threadIdx.x; e < shared4; e += THREADS)
@@ -321,25 +333,39 @@ __device__ static void fetch_chain_inputs(float4 *slot, const float4 *block, siz
         __pipeline_memcpy_async(slot + shared4 + u4, block + chain_decay_offset(K, V) / 4, sizeof(float4));
 }
 
+/* acc[c] summed over the four parts: lanes 8 and 16 apart (see the mapping above) */
+template <int COLUMNS>
+__device__ __forceinline__ static void sum_parts(float (&acc)[COLUMNS])
+{
+#pragma unroll
+    for (int c = 0; c < COLUMNS; c++) {
+        acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], 8);
+        acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], 16);
+    }
+}
+
+template <int COLUMNS>
 __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *ht)
 {
     extern __shared__ float4 tiles4[];
-    const int K = (int)p.K, KW = (int)padded_k(p.K), stage4 = (int)chain_stage_floats(p.K) / 4;
-    const size_t V = p.V, chunks = chunks_of(p.T, C), tiles_per_head = (V + STATE_COLUMNS - 1) / STATE_COLUMNS;
-    const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * STATE_COLUMNS;
-    const int i = threadIdx.x / STATE_COLUMNS, c = threadIdx.x % STATE_COLUMNS;
-    const size_t column = column0 + c, block4 = chain_block_floats(p.K, V) / 4;
+    const int K = (int)p.K, KW = (int)padded_k(p.K), stage4 = (int)chain_stage_floats(p.K, COLUMNS) / 4;
+    const size_t V = p.V, chunks = chunks_of(p.T, C), tiles_per_head = (V + COLUMNS - 1) / COLUMNS;
+    const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * COLUMNS;
+    const int lane = threadIdx.x % 32, row = threadIdx.x / 32 * 8 + lane % 8, part = lane / 8;
+    const size_t block4 = chain_block_floats(p.K, V) / 4;
     const float4 *blocks = (const float4 *)w.chain_inputs + head * chunks * block4;
-    float *S_t = (float *)(tiles4 + CHAIN_STAGES * stage4), *Vnew_t = S_t + STATE_COLUMNS * KW;
+    float *S_t = (float *)(tiles4 + CHAIN_STAGES * stage4), *Vnew_t = S_t + COLUMNS * KW;
 
-    for (int e = threadIdx.x; e < STATE_COLUMNS * KW + STATE_COLUMNS * CHUNK_STRIDE; e += THREADS)
+    for (int e = threadIdx.x; e < COLUMNS * KW + COLUMNS * CHUNK_STRIDE; e += THREADS)
         S_t[e] = 0.0f; /* padding must read as zero */
     __syncthreads();
-    for (int m = i; m < K; m += THREADS / STATE_COLUMNS)
-        S_t[c * KW + m] = p.h0 && column < V ? p.h0[(head * K + m) * V + column] : 0.0f;
+    for (int e = threadIdx.x; e < K * COLUMNS; e += THREADS) {
+        const int m = e / COLUMNS, c = e % COLUMNS; /* consecutive threads, consecutive columns */
+        S_t[c * KW + m] = p.h0 && column0 + c < V ? p.h0[(head * K + m) * V + column0 + c] : 0.0f;
+    }
     for (int ahead = 0; ahead < CHAIN_STAGES - 1; ahead++) {
         if ((size_t)ahead < chunks)
-            fetch_chain_inputs(tiles4 + ahead * stage4, blocks + ahead * block4, K, V, column0);
+            fetch_chain_inputs<COLUMNS>(tiles4 + ahead * stage4, blocks + ahead * block4, K, V, column0);
         __pipeline_commit(); /* one group per chunk, empty past the end, so that the count below holds */
     }
 
@@ -350,46 +376,73 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         __syncthreads(); /* S is complete; the slot refilled next (chunk - 1's) is no longer read */
         const size_t next = chunk + CHAIN_STAGES - 1;
         if (next < chunks)
-            fetch_chain_inputs(tiles4 + next % CHAIN_STAGES * stage4, blocks + next * block4, K, V, column0);
+            fetch_chain_inputs<COLUMNS>(tiles4 + next % CHAIN_STAGES * stage4, blocks + next * block4, K, V, column0);
         __pipeline_commit();
-        for (int m = i; m < K; m += THREADS / STATE_COLUMNS)
-            if (column < V)
-                w.states[((head * chunks + chunk) * K + m) * V + column] = S_t[c * KW + m];
+        for (int e = threadIdx.x; e < K * COLUMNS; e += THREADS) {
+            const int m = e / COLUMNS, c = e % COLUMNS;
+            if (column0 + c < V)
+                w.states[((head * chunks + chunk) * K + m) * V + column0 + c] = S_t[c * KW + m];
+        }
         __pipeline_wait_prior(CHAIN_STAGES - 1); /* this thread's copies of this chunk have landed */
         __syncthreads();                          /* and so have everyone's */
 
-        /* Vnew[i, c] = U[i, c] - sum_m W[i, m] S0[m, c] (eq. 13): four partial sums, one per lane of the float4 */
-        const float4 *w_row = (const float4 *)(Wt + i * KW), *s_column = (const float4 *)(S_t + c * KW);
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-        for (int m4 = 0; m4 < KW / 4; m4++) {
-            float4 a = w_row[m4], s = s_column[m4];
-            sum.x += a.x * s.x, sum.y += a.y * s.y, sum.z += a.z * s.z, sum.w += a.w * s.w;
+        /* Vnew[row, c] = U[row, c] - sum_m W[row, m] S0[m, c] (eq. 13) */
+        float acc[COLUMNS];
+#pragma unroll
+        for (int c = 0; c < COLUMNS; c++)
+            acc[c] = 0.0f;
+        for (int m4 = part; m4 < KW / 4; m4 += PARTS) {
+            const float4 a = ((const float4 *)(Wt + row * KW))[m4];
+#pragma unroll
+            for (int c = 0; c < COLUMNS; c++) {
+                const float4 s = ((const float4 *)(S_t + c * KW))[m4];
+                acc[c] += a.x * s.x, acc[c] += a.y * s.y, acc[c] += a.z * s.z, acc[c] += a.w * s.w;
+            }
         }
-        const bool real = (size_t)i < n && column < V;
-        const float value = real ? u_t[c * CHUNK_STRIDE + i] - ((sum.x + sum.y) + (sum.z + sum.w)) : 0.0f;
-        Vnew_t[c * CHUNK_STRIDE + i] = value;
-        if (real)
-            w.new_values[(row0 + i) * V + column] = value;
+        sum_parts<COLUMNS>(acc);
+#pragma unroll
+        for (int c = 0; c < COLUMNS; c++) { /* each lane keeps the columns of its part */
+            if (c % PARTS != part) /* (not a loop from part: acc[] needs compile-time indices to stay in registers) */
+                continue;
+            const bool real = (size_t)row < n && column0 + c < V;
+            const float value = real ? u_t[c * CHUNK_STRIDE + row] - acc[c] : 0.0f;
+            Vnew_t[c * CHUNK_STRIDE + row] = value;
+            if (real)
+                w.new_values[(row0 + row) * V + column0 + c] = value;
+        }
         __syncthreads();
 
         /* S[m, c] = exp(gamma_C) S0[m, c] + sum_j Kdec[j, m] Vnew[j, c] (eq. 15) */
-        const float decay = u_t[STATE_COLUMNS * CHUNK_STRIDE];
-        const float4 *v_column = (const float4 *)(Vnew_t + c * CHUNK_STRIDE);
-        for (int m = i; m < K; m += THREADS / STATE_COLUMNS) {
-            const float4 *k_row = (const float4 *)(keys_t + m * CHUNK_STRIDE);
-            float4 update = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            for (int j4 = 0; j4 < MAX_CHUNK / 4; j4++) {
-                float4 a = k_row[j4], v = v_column[j4];
-                update.x += a.x * v.x, update.y += a.y * v.y, update.z += a.z * v.z, update.w += a.w * v.w;
+        const float decay = u_t[COLUMNS * CHUNK_STRIDE];
+        for (int first = 0; first < K; first += MAX_CHUNK) { /* every lane, so that the shuffles meet */
+            const int m = first + row;
+            const float *k_row = keys_t + (m < K ? m : 0) * CHUNK_STRIDE; /* a real row; discarded past K */
+#pragma unroll
+            for (int c = 0; c < COLUMNS; c++)
+                acc[c] = 0.0f;
+#pragma unroll
+            for (int step = 0; step < MAX_CHUNK / 4 / PARTS; step++) { /* float4 number j4 = 4 step + part */
+                const int j4 = step * PARTS + part;
+                const float4 a = ((const float4 *)k_row)[j4];
+#pragma unroll
+                for (int c = 0; c < COLUMNS; c++) {
+                    const float4 v = ((const float4 *)(Vnew_t + c * CHUNK_STRIDE))[j4];
+                    acc[c] += a.x * v.x, acc[c] += a.y * v.y, acc[c] += a.z * v.z, acc[c] += a.w * v.w;
+                }
             }
-            S_t[c * KW + m] = decay * S_t[c * KW + m] + ((update.x + update.y) + (update.z + update.w));
+            sum_parts<COLUMNS>(acc);
+#pragma unroll
+            for (int c = 0; c < COLUMNS; c++)
+                if (c % PARTS == part && m < K)
+                    S_t[c * KW + m] = decay * S_t[c * KW + m] + acc[c];
         }
     }
     __syncthreads();
-    for (int m = i; m < K; m += THREADS / STATE_COLUMNS)
-        if (column < V)
-            ht[(head * K + m) * V + column] = S_t[c * KW + m];
+    for (int e = threadIdx.x; e < K * COLUMNS; e += THREADS) {
+        const int m = e / COLUMNS, c = e % COLUMNS;
+        if (column0 + c < V)
+            ht[(head * K + m) * V + column0 + c] = S_t[c * KW + m];
+    }
 }
 
 /* Kernel 3: one block per (head, chunk, 64 columns of o). Shared, padded to 64 rows with
@@ -478,17 +531,24 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     if (C > MAX_CHUNK)
         return gdn_set_error("--chunk %zu: the GPU chunked form takes chunks of at most %d tokens", C, MAX_CHUNK);
     chunk_workspace w = workspace_at(r->workspace, p, C);
+    static int sms = 0; /* asked once: the runner calls this for every repetition */
+    if (sms == 0)
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int state_columns = heads * ((V + 3) / 4) > (size_t)sms ? 8 : 4; /* see kernel 2 */
     unsigned prepare_blocks, state_blocks, output_blocks;
     if (gdn_blocks_for(heads * chunks, 1, &prepare_blocks) ||
-        gdn_blocks_for(heads * ((V + STATE_COLUMNS - 1) / STATE_COLUMNS), 1, &state_blocks) ||
+        gdn_blocks_for(heads * ((V + state_columns - 1) / state_columns), 1, &state_blocks) ||
         gdn_blocks_for(heads * chunks * ((V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &output_blocks))
         return -1;
     const size_t M = MAX_CHUNK, KW = padded_k(K);
     size_t prepare_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + M * M + 2 * M) * sizeof(float);
-    size_t state_bytes = (CHAIN_STAGES * chain_stage_floats(K) + STATE_COLUMNS * KW + STATE_COLUMNS * CHUNK_STRIDE) * sizeof(float);
+    size_t state_bytes = (CHAIN_STAGES * chain_stage_floats(K, state_columns) + state_columns * (KW + CHUNK_STRIDE)) * sizeof(float);
     size_t output_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
     LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, prepare_bytes, *p, C, w);
-    LAUNCH_WITH_SHARED(chunk_states_kernel, state_blocks, state_bytes, *p, C, w, r->ht);
+    if (state_columns == 8)
+        LAUNCH_WITH_SHARED(chunk_states_kernel<8>, state_blocks, state_bytes, *p, C, w, r->ht);
+    else
+        LAUNCH_WITH_SHARED(chunk_states_kernel<4>, state_blocks, state_bytes, *p, C, w, r->ht);
     LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, output_bytes, *p, C, w, r->o);
     return 0;
 }
