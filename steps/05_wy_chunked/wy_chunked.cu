@@ -184,6 +184,40 @@ __device__ static void join_diagonal_blocks(float *Tm, int ldt, float *scratch)
     }
 }
 
+/* gamma = the running sum of the chunk's log-gates (eq. 9), by the 32 lanes of one warp:
+ * lane l adds its two gates, a scan of those pairs across the lanes (5 shuffle steps) gives
+ * what comes before them. Summing the 64 one after another, in one thread, kept the other
+ * seven warps of the block waiting at the next barrier (ncu put a tenth of kernel 1's stall
+ * samples there). Zeros past the chunk's n tokens make gamma[i >= n] the chunk's total.
+ * Also writes scaled_beta = beta exp(gamma), gamma to the workspace (for kernel 3), and
+ * kernel 2's decay exp(gamma_C) with its 3 floats of padding. Out of line, as
+ * invert_diagonal_blocks below and for the same reason. */
+__device__ __noinline__ static void cumulative_gates(double *gamma, const float *beta, float *scaled_beta, int n, double *gamma_out, float *decay)
+{
+    const int lane = threadIdx.x, i = 2 * lane;
+    const double first = i < n ? gamma[i] : 0.0, second = i + 1 < n ? gamma[i + 1] : 0.0;
+    double running = first + second; /* becomes the sum of pairs 0 .. lane */
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+        const double other = __shfl_up_sync(0xffffffffu, running, offset);
+        if (lane >= offset)
+            running += other;
+    }
+    double before = __shfl_up_sync(0xffffffffu, running, 1);
+    if (lane == 0)
+        before = 0.0;
+    const double total = __shfl_sync(0xffffffffu, running, 31);
+    gamma[i] = before + first;
+    gamma[i + 1] = before + first + second;
+    for (int j = i; j < i + 2; j++) {
+        scaled_beta[j] = j < n ? beta[j] * expf((float)gamma[j]) : 0.0f;
+        if (j < n)
+            gamma_out[j] = gamma[j];
+    }
+    if (lane < 4)
+        decay[lane] = lane == 0 ? expf((float)total) : 0.0f;
+}
+
 /* Kernel 1: one block per (head, chunk). Shared, for a chunk padded to 64 rows with zeros:
  * gamma[64] (double), keys[64][K + 1] and keys_t[K][64] (both layouts of the chunk's k, for
  * K K^T), Tm[64][65], right[64][64] (64 columns of [beta exp(gamma) K | beta V] at a time),
@@ -218,19 +252,8 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
         beta[i] = i < n ? p.beta[token] : 0.0f;
     }
     __syncthreads();
-    if (threadIdx.x == 0) { /* eq. 9, summed in double as the CPU stage does (see wy_chunked.c) */
-        double sum = 0;
-        for (int i = 0; i < n; i++) {
-            sum += gamma[i];
-            gamma[i] = sum;
-            w.gamma[row0 + i] = sum;
-            scaled_beta[i] = beta[i] * expf((float)sum);
-        }
-        for (int i = n; i < MAX_CHUNK; i++)
-            gamma[i] = sum, scaled_beta[i] = 0.0f;
-        float *decay = chain + chain_decay_offset(K, V); /* kernel 2's, and its padding */
-        decay[0] = expf((float)sum), decay[1] = decay[2] = decay[3] = 0.0f;
-    }
+    if (threadIdx.x < 32) /* eq. 9 by one warp, in double as the CPU stage (see wy_chunked.c) */
+        cumulative_gates(gamma, beta, scaled_beta, n, w.gamma + row0, chain + chain_decay_offset(K, V));
     __syncthreads();
 
     /* I + M, M[i, j] = beta_i (k_i . k_j) exp(gamma_i - gamma_j) for j < i (eq. 10) */
@@ -344,6 +367,18 @@ __device__ __forceinline__ static void sum_parts(float (&acc)[COLUMNS])
     }
 }
 
+/* acc[4 q + part], picked with selects: indexing acc[] with the run-time part would move it
+ * to local memory, and a loop over the columns with a test per column compiled to branches. */
+template <int COLUMNS>
+__device__ __forceinline__ static float own_column(const float (&acc)[COLUMNS], int q, int part)
+{
+    float value = acc[q * PARTS];
+#pragma unroll
+    for (int r = 1; r < PARTS; r++)
+        value = part == r ? acc[q * PARTS + r] : value;
+    return value;
+}
+
 template <int COLUMNS>
 __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *ht)
 {
@@ -355,6 +390,8 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
     const size_t block4 = chain_block_floats(p.K, V) / 4;
     const float4 *blocks = (const float4 *)w.chain_inputs + head * chunks * block4;
     float *S_t = (float *)(tiles4 + CHAIN_STAGES * stage4), *Vnew_t = S_t + COLUMNS * KW;
+    /* where this tile's S0 and Vnew go, advanced a chunk at a time (not recomputed in size_t) */
+    float *states = w.states + head * chunks * K * V + column0, *new_values = w.new_values + head * p.T * V + column0;
 
     for (int e = threadIdx.x; e < COLUMNS * KW + COLUMNS * CHUNK_STRIDE; e += THREADS)
         S_t[e] = 0.0f; /* padding must read as zero */
@@ -370,7 +407,7 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
     }
 
     for (size_t chunk = 0; chunk < chunks; chunk++) {
-        const size_t t0 = chunk * C, n = p.T - t0 < C ? p.T - t0 : C, row0 = head * p.T + t0;
+        const size_t n = p.T - chunk * C < C ? p.T - chunk * C : C;
         const float *slot = (const float *)(tiles4 + chunk % CHAIN_STAGES * stage4);
         const float *Wt = slot, *keys_t = slot + chain_keys_offset(K), *u_t = slot + chain_u_offset(K);
         __syncthreads(); /* S is complete; the slot refilled next (chunk - 1's) is no longer read */
@@ -381,8 +418,9 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         for (int e = threadIdx.x; e < K * COLUMNS; e += THREADS) {
             const int m = e / COLUMNS, c = e % COLUMNS;
             if (column0 + c < V)
-                w.states[((head * chunks + chunk) * K + m) * V + column0 + c] = S_t[c * KW + m];
+                states[m * V + c] = S_t[c * KW + m];
         }
+        states += K * V;
         __pipeline_wait_prior(CHAIN_STAGES - 1); /* this thread's copies of this chunk have landed */
         __syncthreads();                          /* and so have everyone's */
 
@@ -401,14 +439,13 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         }
         sum_parts<COLUMNS>(acc);
 #pragma unroll
-        for (int c = 0; c < COLUMNS; c++) { /* each lane keeps the columns of its part */
-            if (c % PARTS != part) /* (not a loop from part: acc[] needs compile-time indices to stay in registers) */
-                continue;
+        for (int q = 0; q < COLUMNS / PARTS; q++) { /* each lane keeps column c = 4 q + part */
+            const int c = q * PARTS + part;
             const bool real = (size_t)row < n && column0 + c < V;
-            const float value = real ? u_t[c * CHUNK_STRIDE + row] - acc[c] : 0.0f;
+            const float value = real ? u_t[c * CHUNK_STRIDE + row] - own_column(acc, q, part) : 0.0f;
             Vnew_t[c * CHUNK_STRIDE + row] = value;
             if (real)
-                w.new_values[(row0 + row) * V + column0 + c] = value;
+                new_values[row * V + c] = value;
         }
         __syncthreads();
 
@@ -432,10 +469,13 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
             }
             sum_parts<COLUMNS>(acc);
 #pragma unroll
-            for (int c = 0; c < COLUMNS; c++)
-                if (c % PARTS == part && m < K)
-                    S_t[c * KW + m] = decay * S_t[c * KW + m] + acc[c];
+            for (int q = 0; q < COLUMNS / PARTS; q++) {
+                const int c = q * PARTS + part;
+                if (m < K)
+                    S_t[c * KW + m] = decay * S_t[c * KW + m] + own_column(acc, q, part);
+            }
         }
+        new_values += C * V;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < K * COLUMNS; e += THREADS) {
