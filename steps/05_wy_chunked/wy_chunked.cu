@@ -27,11 +27,14 @@
 #include "../../common/device.h"
 #include "../../common/stage.h"
 #include <cuda_pipeline_primitives.h>
+
+#include "wy_chunked_solve.cuh" /* the gate sums and the blocked triangular solve of kernel 1 */
 extern "C" { /* the CPU twin's header, for its flop count: C linkage */
 #include "wy_chunked.h"
 }
 
 enum { MAX_K = 128, MAX_CHUNK = 64, THREADS = 256, MAX_STATE_COLUMNS = 8, OUTPUT_COLUMNS = 64 };
+static_assert(MAX_CHUNK == SOLVE_CHUNK, "kernel 1's chunk is the solve's");
 
 /* Where kernel 1 leaves a chunk's state-independent results; rows in head-major token order
  * (head T + t), so a chunk's rows are contiguous. */
@@ -117,105 +120,6 @@ __device__ __forceinline__ static void clear_tile(float (&acc)[4][4])
 #pragma unroll
     for (int r = 0; r < 4; r++)
         acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
-}
-
-/* The triangular solve of eq. 11 by blocks. I + M is unit lower triangular; cut into 16 x 16
- * blocks L_ab (a, b = 0 .. 3), its inverse X is block lower triangular too, with
- *     X_aa = L_aa^-1                                  (each diagonal block on its own)
- *     X_ab = -X_aa (sum_{b <= c < a} L_ac X_cb)        for b < a, block row by block row.
- * The first line is four independent 16-row substitutions; the second is three steps of two
- * small products. Eight barriers in all, where the row-by-row solve took 126. */
-enum { SOLVE_BLOCK = 16, SOLVE_BLOCKS = MAX_CHUNK / SOLVE_BLOCK };
-
-/* X_aa = (I + M_aa)^-1 for the four diagonal blocks, M_aa in Tm's strict lower part. Thread
- * (a, c), one of 64, owns column c of X_aa and keeps it in registers: row i of the forward
- * substitution, x_i = -sum_{l < i} M[i, l] x_l (with x_c = 1 and x_l = 0 above it), needs only
- * its own column and row i of M, read by every thread of the block at once (a broadcast). So
- * the 15 dependent rows need no barrier and no shuffle. The loops have compile-time bounds,
- * which keeps x[] in registers. Kept out of line: inlined, it pushed kernel 1 past the 85
- * registers a thread that three blocks per SM allow, into spills. */
-__device__ __noinline__ static void invert_diagonal_blocks(float *Tm, int ldt)
-{
-    const int a = threadIdx.x / SOLVE_BLOCK, c = threadIdx.x % SOLVE_BLOCK;
-    float x[SOLVE_BLOCK];
-    if (a < SOLVE_BLOCKS) {
-        const float *M = Tm + a * SOLVE_BLOCK * ldt + a * SOLVE_BLOCK;
-#pragma unroll
-        for (int i = 0; i < SOLVE_BLOCK; i++) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int l = 0; l < i; l++)
-                sum += M[i * ldt + l] * x[l];
-            x[i] = i < c ? 0.0f : i == c ? 1.0f : -sum;
-        }
-    }
-    __syncthreads(); /* every thread has read M_aa before any X_aa overwrites it */
-    if (a < SOLVE_BLOCKS)
-#pragma unroll
-        for (int i = 0; i < SOLVE_BLOCK; i++)
-            Tm[(a * SOLVE_BLOCK + i) * ldt + a * SOLVE_BLOCK + c] = x[i];
-}
-
-/* X_ab for b < a, one block row a at a time; rows above a are final when row a starts.
- *     Y = M[rows of a, 0 .. 16 a) X[0 .. 16 a, 0 .. 16 a)    (X lower triangular: l >= j only)
- *     X[rows of a, 0 .. 16 a) = -X_aa Y
- * Y goes to `scratch` (16 x 48 floats). M's block row a is overwritten only after Y is made. */
-__device__ static void join_diagonal_blocks(float *Tm, int ldt, float *scratch)
-{
-    for (int a = 1; a < SOLVE_BLOCKS; a++) {
-        const int width = a * SOLVE_BLOCK, first_row = a * SOLVE_BLOCK;
-        for (int e = threadIdx.x; e < SOLVE_BLOCK * width; e += THREADS) {
-            const int i = e / width, j = e % width; /* width is 16, 32 or 48: cheap */
-            float sum = 0.0f;
-            for (int l = j; l < width; l++)
-                sum += Tm[(first_row + i) * ldt + l] * Tm[l * ldt + j];
-            scratch[i * width + j] = sum;
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < SOLVE_BLOCK * width; e += THREADS) {
-            const int i = e / width, j = e % width;
-            float sum = 0.0f;
-#pragma unroll
-            for (int l = 0; l < SOLVE_BLOCK; l++) /* X_aa is lower triangular: l <= i */
-                sum += l <= i ? Tm[(first_row + i) * ldt + first_row + l] * scratch[l * width + j] : 0.0f;
-            Tm[(first_row + i) * ldt + j] = -sum;
-        }
-        __syncthreads();
-    }
-}
-
-/* gamma = the running sum of the chunk's log-gates (eq. 9), by the 32 lanes of one warp:
- * lane l adds its two gates, a scan of those pairs across the lanes (5 shuffle steps) gives
- * what comes before them. Summing the 64 one after another, in one thread, kept the other
- * seven warps of the block waiting at the next barrier (ncu put a tenth of kernel 1's stall
- * samples there). Zeros past the chunk's n tokens make gamma[i >= n] the chunk's total.
- * Also writes scaled_beta = beta exp(gamma), gamma to the workspace (for kernel 3), and
- * kernel 2's decay exp(gamma_C) with its 3 floats of padding. Out of line, as
- * invert_diagonal_blocks below and for the same reason. */
-__device__ __noinline__ static void cumulative_gates(double *gamma, const float *beta, float *scaled_beta, int n, double *gamma_out, float *decay)
-{
-    const int lane = threadIdx.x, i = 2 * lane;
-    const double first = i < n ? gamma[i] : 0.0, second = i + 1 < n ? gamma[i + 1] : 0.0;
-    double running = first + second; /* becomes the sum of pairs 0 .. lane */
-#pragma unroll
-    for (int offset = 1; offset < 32; offset *= 2) {
-        const double other = __shfl_up_sync(0xffffffffu, running, offset);
-        if (lane >= offset)
-            running += other;
-    }
-    double before = __shfl_up_sync(0xffffffffu, running, 1);
-    if (lane == 0)
-        before = 0.0;
-    const double total = __shfl_sync(0xffffffffu, running, 31);
-    gamma[i] = before + first;
-    gamma[i + 1] = before + first + second;
-    for (int j = i; j < i + 2; j++) {
-        scaled_beta[j] = j < n ? beta[j] * expf((float)gamma[j]) : 0.0f;
-        if (j < n)
-            gamma_out[j] = gamma[j];
-    }
-    if (lane < 4)
-        decay[lane] = lane == 0 ? expf((float)total) : 0.0f;
 }
 
 /* Kernel 1: one block per (head, chunk). Shared, for a chunk padded to 64 rows with zeros:
