@@ -34,7 +34,7 @@ extern "C" { /* the CPU twin's header, for its flop count: C linkage */
 }
 
 enum { MAX_K = 128, MAX_CHUNK = 64, THREADS = 256, MAX_STATE_COLUMNS = 8, OUTPUT_COLUMNS = 64 };
-static_assert(MAX_CHUNK == SOLVE_CHUNK, "kernel 1's chunk is the solve's");
+static_assert((int)MAX_CHUNK == (int)SOLVE_CHUNK, "kernel 1's chunk is the solve's");
 
 /* Where kernel 1 leaves a chunk's state-independent results; rows in head-major token order
  * (head T + t), so a chunk's rows are contiguous. */
