@@ -2,6 +2,7 @@
  *
  * open:  copy the problem to the device once, allocate o, ht, the stage's workspace and a
  *        cache-flush buffer; refuse, with the byte counts, a problem the GPU cannot hold.
+ *        For a stage on bf16 inputs, also convert q, k and v to bf16 there, untimed.
  * run:   a timed repetition first overwrites a buffer twice the size of the L2 cache, so no
  *        pass finds its inputs still cached by the one before (a real layer would not);
  *        then the pass runs between two CUDA events and its time is theirs, measured on the
@@ -9,6 +10,7 @@
  *        and ht with NaN bytes first and copies them back after.
  * close: free it all.
  */
+#include <cuda_bf16.h>
 #include <stdlib.h>
 
 #include "cuda_check.h"
@@ -24,6 +26,7 @@ typedef struct {
     gdn_device_problem p;
     gdn_device_result r;
     float *buffers[8];               /* q k v g beta h0 o ht, to free */
+    __nv_bfloat16 *bf16_buffers[3];  /* q k v in bf16, for stages with bf16_inputs */
     unsigned char *flush;
     size_t flush_bytes;
     int flush_value;
@@ -45,6 +48,21 @@ static int upload(float **device, const float *host, size_t count)
 {
     CUDA_CHECK(cudaMalloc((void **)device, count * sizeof(float)));
     CUDA_CHECK(cudaMemcpy(*device, host, count * sizeof(float), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+/* bf16 copies of the inputs: exact, since the driver has already rounded them to bf16 values */
+__global__ static void convert_to_bf16(const float *from, __nv_bfloat16 *to, size_t count)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        to[i] = __float2bfloat16_rn(from[i]);
+}
+
+static int upload_bf16(__nv_bfloat16 **device, const float *device_floats, size_t count)
+{
+    CUDA_CHECK(cudaMalloc((void **)device, count * sizeof(__nv_bfloat16)));
+    convert_to_bf16<<<1024, 256>>>(device_floats, *device, count);
+    CUDA_CHECK_LAUNCH("convert_to_bf16");
     return 0;
 }
 
@@ -71,6 +89,8 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
 
     /* the bytes this problem needs on the device, all of them, before allocating any */
     size_t io = sizeof(float) * (tokens * (2 * host->K + 2 * host->V + 2) + (host->h0 ? 2 : 1) * states);
+    if (stage->bf16_inputs)
+        io += sizeof(__nv_bfloat16) * tokens * (2 * host->K + host->V);
     size_t total = io + workspace + c->flush_bytes, free_bytes = 0, device_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &device_bytes));
     if (total > free_bytes || total < io)
@@ -88,6 +108,15 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
         (host->h0 && upload(h0, host->h0, states)))
         return -1;
     c->p.q = *q, c->p.k = *k, c->p.v = *v, c->p.g = *g, c->p.beta = *beta, c->p.h0 = *h0;
+    if (stage->bf16_inputs) {
+        if (upload_bf16(&c->bf16_buffers[0], *q, tokens * host->K) ||
+            upload_bf16(&c->bf16_buffers[1], *k, tokens * host->K) || upload_bf16(&c->bf16_buffers[2], *v, tokens * host->V))
+            return -1;
+        CUDA_CHECK(cudaDeviceSynchronize());
+        c->p.q_bf16 = (const unsigned short *)c->bf16_buffers[0];
+        c->p.k_bf16 = (const unsigned short *)c->bf16_buffers[1];
+        c->p.v_bf16 = (const unsigned short *)c->bf16_buffers[2];
+    }
     CUDA_CHECK(cudaMalloc((void **)&c->buffers[6], tokens * host->V * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void **)&c->buffers[7], states * sizeof(float)));
     c->r.o = c->buffers[6];
@@ -136,6 +165,8 @@ static void cuda_close(void *context)
         return;
     for (int i = 0; i < 8; i++)
         cudaFree(c->buffers[i]);
+    for (int i = 0; i < 3; i++)
+        cudaFree(c->bf16_buffers[i]);
     cudaFree(c->r.workspace);
     cudaFree(c->flush);
     if (c->start)

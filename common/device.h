@@ -20,6 +20,9 @@ typedef struct gdn_device_problem {
     float scale;
     const float *q, *k, *v, *g, *beta;
     const float *h0;                 /* NULL: a zero initial state */
+    /* For stages with bf16_inputs (stage.h): q, k and v again as bf16 bit patterns, same
+     * layout, converted on the GPU before any timing; NULL for the others. */
+    const unsigned short *q_bf16, *k_bf16, *v_bf16;
 } gdn_device_problem;
 
 typedef struct gdn_device_result {

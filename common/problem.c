@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "half.h"
 #include "npy.h"
 #include "random.h"
 
@@ -136,6 +137,15 @@ void gdn_problem_generate_slice(gdn_problem *p, uint64_t seed, size_t T_global, 
     if (p->h0)
         for (size_t i = 0; i < gdn_state_count(p); i++)
             p->h0[i] = (real_t)random_normal(seed, STREAM_H0, i);
+}
+
+void gdn_problem_round_to_bf16(gdn_problem *p)
+{
+    real_t *tensors[3] = {p->q, p->k, p->v};
+    size_t counts[3] = {gdn_tokens(p) * p->K, gdn_tokens(p) * p->K, gdn_tokens(p) * p->V};
+    for (int i = 0; i < 3; i++)
+        for (size_t j = 0; j < counts[i]; j++)
+            tensors[i][j] = (real_t)bf16_to_float(float_to_bf16((float)tensors[i][j]));
 }
 
 /* Copy a .npy array (read as double) into a newly allocated real_t tensor. */

@@ -48,6 +48,9 @@ int gdn_problem_alloc(gdn_problem *p, size_t B, size_t T, size_t H, size_t K, si
 void gdn_problem_free(gdn_problem *p);
 /* Draw the inputs from the seeded generator exactly as DESIGN.md section 3 says. */
 void gdn_problem_generate(gdn_problem *p, uint64_t seed);
+
+/* Round q, k and v in place to the nearest bf16 values (half.h), for stages on bf16 inputs. */
+void gdn_problem_round_to_bf16(gdn_problem *p);
 /* The same draws for tokens t_offset .. t_offset + p->T - 1 of a problem T_global long
  * (stage 08: each process draws only its slice of the sequence). */
 void gdn_problem_generate_slice(gdn_problem *p, uint64_t seed, size_t T_global, size_t t_offset);

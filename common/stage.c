@@ -101,6 +101,8 @@ static int run_checks(const gdn_stage *stage, const gdn_settings *s, const gdn_p
 {
     int failed = 0;
     size_t used = 0;
+    const double oracle_tolerance = stage->bf16_inputs ? GDN_TOLERANCE_BF16 : GDN_TOLERANCE_VS_ORACLE,
+                 stage_tolerance = stage->bf16_inputs ? GDN_TOLERANCE_BF16 : GDN_TOLERANCE_VS_STAGE;
     if (s->check_oracle) {
         size_t o_count = gdn_tokens(p) * p->V, ht_count = gdn_state_count(p);
         double *o = malloc((o_count + ht_count) * sizeof *o);
@@ -112,9 +114,9 @@ static int run_checks(const gdn_stage *stage, const gdn_settings *s, const gdn_p
         free(o);
         used += (size_t)snprintf(checks + used, size - used, " err_oracle=%.3e maxabs_oracle=%.3e", d.relative,
                                  d.max_absolute);
-        if (!gdn_within(d, GDN_TOLERANCE_VS_ORACLE)) {
+        if (!gdn_within(d, oracle_tolerance)) {
             fprintf(stderr, "%s: error: differs from the fp64 oracle: relative %.3e > tolerance %.0e%s\n",
-                    stage->name, d.relative, GDN_TOLERANCE_VS_ORACLE, d.non_finite ? " (NaN or Inf in o or ht)" : "");
+                    stage->name, d.relative, oracle_tolerance, d.non_finite ? " (NaN or Inf in o or ht)" : "");
             failed = 1;
         }
     }
@@ -129,9 +131,9 @@ static int run_checks(const gdn_stage *stage, const gdn_settings *s, const gdn_p
         npy_free(&o);
         npy_free(&ht);
         snprintf(checks + used, size - used, " err_ref=%.3e maxabs_ref=%.3e", d.relative, d.max_absolute);
-        if (!gdn_within(d, GDN_TOLERANCE_VS_STAGE)) {
+        if (!gdn_within(d, stage_tolerance)) {
             fprintf(stderr, "%s: error: differs from %s: relative %.3e > tolerance %.0e%s\n", stage->name,
-                    s->check_dir, d.relative, GDN_TOLERANCE_VS_STAGE, d.non_finite ? " (NaN or Inf)" : "");
+                    s->check_dir, d.relative, stage_tolerance, d.non_finite ? " (NaN or Inf)" : "");
             failed = 1;
         }
     }
@@ -159,6 +161,8 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
         gdn_problem_generate(&p, s.seed);
     if (s.scale > 0.0)
         p.scale = s.scale;
+    if (stage->bf16_inputs)
+        gdn_problem_round_to_bf16(&p);
     if (stage->resolve_options)
         stage->resolve_options(&p, &s);
     if (gdn_result_alloc(&r, &p))

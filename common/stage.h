@@ -61,6 +61,10 @@ typedef struct gdn_stage {
     int (*device_forward)(const struct gdn_device_problem *p, const gdn_settings *s, struct gdn_device_result *r);
     int (*device_workspace_bytes)(const gdn_problem *p, const gdn_settings *s, size_t *bytes);
     const gdn_runner *runner;      /* NULL: the host runner (CPU stages); GPU stages: &gdn_cuda_runner */
+    /* 1: the stage reads q, k and v in bf16. The driver rounds them to bf16 values before
+     * anything runs, so the oracle and --check-against see the inputs the stage sees, and
+     * checks against GDN_TOLERANCE_BF16; the CUDA runner also keeps bf16 copies on the GPU. */
+    int bf16_inputs;
 } gdn_stage;
 
 /* How the driver runs a stage's forward pass and times it. The host runner (stage.c) calls

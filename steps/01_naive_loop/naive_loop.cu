@@ -74,4 +74,5 @@ extern "C" const gdn_stage naive_loop_cuda_stage = {
     .device_forward = naive_loop_cuda_forward,
     .device_workspace_bytes = NULL,
     .runner = &gdn_cuda_runner,
+    .bf16_inputs = 0,
 };

@@ -193,4 +193,5 @@ extern "C" const gdn_stage parallel_scan_cuda_stage = {
     .device_forward = parallel_scan_cuda_forward,
     .device_workspace_bytes = parallel_scan_cuda_workspace,
     .runner = &gdn_cuda_runner,
+    .bf16_inputs = 0,
 };

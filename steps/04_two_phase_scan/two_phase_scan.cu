@@ -206,4 +206,5 @@ extern "C" const gdn_stage two_phase_scan_cuda_stage = {
     .device_forward = two_phase_scan_cuda_forward,
     .device_workspace_bytes = two_phase_scan_cuda_workspace,
     .runner = &gdn_cuda_runner,
+    .bf16_inputs = 0,
 };

@@ -528,4 +528,5 @@ extern "C" const gdn_stage wy_chunked_cuda_stage = {
     .device_forward = wy_chunked_cuda_forward,
     .device_workspace_bytes = wy_chunked_cuda_workspace,
     .runner = &gdn_cuda_runner,
+    .bf16_inputs = 0,
 };
