@@ -39,11 +39,14 @@ LDLIBS  := -lm
 # Stage 08 runs under MPI: built with mpicc, where there is one, and not by the generic rules.
 STAGES     := $(sort $(notdir $(wildcard steps/[0-9][0-9]_*)))
 MPI_STAGES := 08_context_parallel
-CPU_STAGES := $(filter-out $(MPI_STAGES),$(STAGES))
+# Stages from 06 on run only on the GPU: their folder holds name.cu and no name.c.
+GPU_ONLY_STAGES := $(foreach s,$(STAGES),$(if $(wildcard steps/$(s)/$(shell echo $(s) | sed 's/^[0-9]*_//').c),,$(s)))
+CPU_STAGES := $(filter-out $(MPI_STAGES) $(GPU_ONLY_STAGES),$(STAGES))
 # A stage may reuse an earlier stage's pieces (the lesson builds on them); list them here.
 USES_03_parallel_scan  := 02_affine
 USES_04_two_phase_scan := 01_naive_loop
 USES_05_wy_chunked     :=
+USES_06_warp_specialized := 05_wy_chunked
 
 COMMON_SOURCES := $(filter-out common/main.c,$(wildcard common/*.c))
 COMMON_OBJECTS := $(COMMON_SOURCES:%.c=$(BUILD)/%.o)
@@ -62,13 +65,15 @@ NVCCFLAGS   += -std=c++20 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra -Xptxas -w
 HAVE_NVCC   := $(shell command -v $(NVCC) 2>/dev/null)
 ifeq ($(PRECISION)$(SANITIZE)$(VALGRIND_BUILD),float)
 ifneq ($(HAVE_NVCC),)
-GPU_STAGES  := $(sort $(foreach f,$(wildcard steps/*/*.cu),$(notdir $(patsubst %/,%,$(dir $(f))))))
+GPU_STAGES  := $(filter-out $(GPU_ONLY_STAGES),$(sort $(foreach f,$(wildcard steps/*/*.cu),$(notdir $(patsubst %/,%,$(dir $(f)))))))
+GPU_ONLY_BUILT := $(GPU_ONLY_STAGES)
 endif
 endif
 gpu_source      = steps/$(1)/$(shell echo $(1) | sed 's/^[0-9]*_//').cu
 gpu_object      = $(BUILD)/steps/$(1)_cuda.o
 GPU_BINARIES   := $(GPU_STAGES:%=$(BIN)/%_cuda)
-GPU_OBJECTS    := $(foreach s,$(GPU_STAGES),$(call gpu_object,$(s)))
+GPU_OBJECTS    := $(foreach s,$(GPU_STAGES),$(call gpu_object,$(s))) $(foreach s,$(GPU_ONLY_BUILT),$(call stage_object,$(s)))
+GPU_ONLY_BINARIES := $(GPU_ONLY_BUILT:%=$(BIN)/%)
 CUDA_RUNNER    := $(if $(GPU_STAGES),$(BUILD)/common/cuda_runner.o)
 
 # Stage 08 (MPI): built where mpicc is found.
@@ -89,7 +94,7 @@ GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 .PHONY: all demo test test-one test-large bench plots diffs docs clean help require-build require-test fuzz valgrind
 .DEFAULT_GOAL := all
 
-all: $(STAGE_BINARIES) $(MPI_BINARIES) $(GPU_BINARIES) $(TOOLS)
+all: $(STAGE_BINARIES) $(MPI_BINARIES) $(GPU_BINARIES) $(GPU_ONLY_BINARIES) $(TOOLS)
 ifeq ($(HAVE_NVCC),)
 ifeq ($(PRECISION)$(SANITIZE)$(VALGRIND_BUILD),float)
 	@echo "note: $(NVCC) not found, GPU stages not built (install the CUDA toolkit: https://developer.nvidia.com/cuda-downloads)"
@@ -173,6 +178,22 @@ $(BIN)/$(1)_cuda: $(BUILD)/main_$(1)_cuda.o $(call gpu_object,$(1)) $(call stage
 	$$(call quiet,LINK)$$(NVCC) -arch=$(CUDA_ARCH) $$^ -o $$@ -Xcompiler -fopenmp -lm
 endef
 $(foreach s,$(GPU_STAGES),$(eval $(call gpu_rules,$(s))))
+
+# GPU-only stages: bin/NN_name from steps/NN_name/name.cu, and the earlier stages it USES
+define gpu_only_rules
+$(call stage_object,$(1)): $(call gpu_source,$(1)) | require-build
+	@mkdir -p $$(dir $$@)
+	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -c $$< -o $$@
+
+$(BUILD)/main_$(1).o: common/main.c | require-build
+	@mkdir -p $$(dir $$@)
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage -c $$< -o $$@
+
+$(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$(1)),$(call stage_object,$(u))) $(CUDA_RUNNER) $(COMMON_OBJECTS)
+	@mkdir -p $$(dir $$@)
+	$$(call quiet,LINK)$$(NVCC) -arch=$(CUDA_ARCH) $$^ -o $$@ -Xcompiler -fopenmp -lm
+endef
+$(foreach s,$(GPU_ONLY_BUILT),$(eval $(call gpu_only_rules,$(s))))
 
 $(BUILD)/common/cuda_runner.o: common/cuda_runner.cu | require-build
 	@mkdir -p $(dir $@)

@@ -1,28 +1,43 @@
 #!/bin/sh
 # diffs.sh -- the lesson of each stage as a diff against the stage before it.
-#   diffs.sh write OUT STAGE...   OUT/NN_from_MM.diff for each consecutive pair of stages
-#   diffs.sh show FROM TO         print the diff of steps/FROM/*.c against steps/TO/*.c
-# The diffs compare each stage's source file (steps/NN_name/name.c); docs/ chapters include
-# them through common/refresh_docs.sh, so the text shown there is always the code's.
+#   diffs.sh write OUT STAGE...   OUT/NN_from_MM.diff for each stage and the one it builds on
+#   diffs.sh show FROM TO         print the diff of FROM's source against TO's
+# A stage's source is steps/NN_name/name.c, or name.cu for a stage that runs only on the GPU
+# (06 on). Each stage is compared with the stage before it that has the same kind of source:
+# a CUDA-only stage with the previous stage's GPU twin (06 against 05's wy_chunked.cu), a C
+# stage with the previous C stage (08 against 05). docs/ chapters include the diffs through
+# common/refresh_docs.sh, so the text shown there is always the code's.
 set -eu
-source_of() { echo "steps/$1/$(echo "$1" | sed 's/^[0-9]*_//').c"; }
+name_of() { echo "$1" | sed 's/^[0-9]*_//'; }
+gpu_only() { [ ! -f "steps/$1/$(name_of "$1").c" ]; }
+source_of() { # STAGE KIND (c or cu)
+    echo "steps/$1/$(name_of "$1").$2"
+}
+kind_of() { if gpu_only "$1"; then echo cu; else echo c; fi; }
 show() {
+    kind=$(kind_of "$2")
     # diff exits 1 when the files differ, which is the point; labels without timestamps
-    diff -u --label "$(source_of "$1")" --label "$(source_of "$2")" "$(source_of "$1")" "$(source_of "$2")" || true
+    diff -u --label "$(source_of "$1" "$kind")" --label "$(source_of "$2" "$kind")" \
+        "$(source_of "$1" "$kind")" "$(source_of "$2" "$kind")" || true
 }
 case "${1:-}" in
 write)
     out=$2
     shift 2
     mkdir -p "$out"
-    previous=""
+    previous_c=""
+    previous_cu=""
     for stage in "$@"; do
+        kind=$(kind_of "$stage")
+        if [ "$kind" = c ]; then previous=$previous_c; else previous=$previous_cu; fi
         if [ -n "$previous" ]; then
             file="$out/$(echo "$stage" | cut -c1-2)_from_$(echo "$previous" | cut -c1-2).diff"
             show "$previous" "$stage" >"$file"
             echo "wrote $file: +$(grep -c '^+[^+]' "$file") -$(grep -c '^-[^-]' "$file") lines"
         fi
-        previous=$stage
+        # the stage a later stage of each kind builds on
+        [ "$kind" = c ] && previous_c=$stage
+        [ -f "$(source_of "$stage" cu)" ] && previous_cu=$stage
     done
     ;;
 show) show "$2" "$3" ;;

@@ -68,6 +68,7 @@ Suite *binaries_suite(void);
 Suite *edge_cases_suite(void);
 Suite *fuzz_corpus_suite(void);
 Suite *context_parallel_suite(void);
-Suite *gpu_stages_suite(void); /* tests/gpu/, in its own runner */
+Suite *gpu_stages_suite(void); /* tests/gpu/, in their own runner */
+Suite *tensor_core_stage_suite(void);
 
 #endif

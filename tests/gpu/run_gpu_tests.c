@@ -17,6 +17,7 @@ int main(void)
         return EXIT_SUCCESS;
     }
     SRunner *runner = srunner_create(gpu_stages_suite());
+    srunner_add_suite(runner, tensor_core_stage_suite());
     srunner_set_fork_status(runner, CK_NOFORK);
     srunner_run_all(runner, CK_NORMAL);
     int failed = srunner_ntests_failed(runner);
