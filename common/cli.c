@@ -16,7 +16,7 @@
 enum {
     OPTION_B = 256, OPTION_T, OPTION_H, OPTION_K, OPTION_V, OPTION_SEED, OPTION_SCALE, OPTION_IN, OPTION_OUT,
     OPTION_CHECK, OPTION_REPS, OPTION_THREADS, OPTION_H0, OPTION_CHUNK, OPTION_SEGMENTS, OPTION_NO_INPUT_CHECK,
-    OPTION_HELP
+    OPTION_PRECISE, OPTION_HELP
 };
 
 static const struct option long_options[] = {
@@ -27,7 +27,7 @@ static const struct option long_options[] = {
     {"out", required_argument, NULL, OPTION_OUT},       {"check-against", required_argument, NULL, OPTION_CHECK},
     {"reps", required_argument, NULL, OPTION_REPS},     {"threads", required_argument, NULL, OPTION_THREADS},
     {"h0", no_argument, NULL, OPTION_H0},               {"chunk", required_argument, NULL, OPTION_CHUNK},
-    {"segments", required_argument, NULL, OPTION_SEGMENTS},
+    {"segments", required_argument, NULL, OPTION_SEGMENTS},   {"precise", no_argument, NULL, OPTION_PRECISE},
     {"no-input-check", no_argument, NULL, OPTION_NO_INPUT_CHECK},  {"help", no_argument, NULL, OPTION_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -52,6 +52,8 @@ static void print_help(const gdn_stage *stage)
         printf("  --chunk C            tokens per chunk, 1 to 128 (default 64)\n");
     if (stage->options & GDN_OPTION_SEGMENTS)
         printf("  --segments P         segments per sequence (default: the thread count; clamped to T)\n");
+    if (stage->options & GDN_OPTION_PRECISE)
+        printf("  --precise            the state, W and Vnew enter bf16 products as two bf16 terms each\n");
     printf("  --help               this text\n\n"
            "prints one line: result stage=... median_ms=... gflops=... [err_oracle=... err_ref=...]\n");
 }
@@ -181,6 +183,11 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
             break;
         }
         case OPTION_NO_INPUT_CHECK: s->check_inputs = 0; break;
+        case OPTION_PRECISE:
+            if (!(stage->options & GDN_OPTION_PRECISE))
+                return gdn_set_error("--precise is not an option of %s (see --help)", stage->name);
+            s->precise = 1;
+            break;
         case OPTION_HELP: print_help(stage); return 1;
         case ':': return gdn_set_error("%s needs a value", argv[optind - 1]);
         default: return gdn_set_error("unknown option '%s' (see --help)", argv[previous]);

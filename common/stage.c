@@ -201,6 +201,8 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
         snprintf(options, sizeof options, " chunk=%zu", s.chunk);
     if (stage->options & GDN_OPTION_SEGMENTS)
         snprintf(options + strlen(options), sizeof options - strlen(options), " segments=%zu", s.segments);
+    if (stage->options & GDN_OPTION_PRECISE)
+        snprintf(options + strlen(options), sizeof options - strlen(options), " precise=%d", s.precise);
     double flops = stage->counted_flops(&p, &s);
     printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d threads=%d%s reps=%d "
            "median_ms=%.4f gflops=%.3f%s\n",

@@ -104,20 +104,28 @@ __device__ __forceinline__ static void clear(float (&acc)[TILES][4])
 
 /* Kernel 2's input block per chunk, laid out as its shared-memory slot (16-byte multiples):
  *   W        bf16 [64][key_stride]       A of Vnew = U - W S0
+ *   W_low    bf16 [64][key_stride]       --precise only: W - W, the part bf16 W rounded away
  *   keys_t   bf16 [round_up16(K)][72]    the keys decayed to the chunk's end, transposed: A of
  *                                         the state update S += Kdec^T Vnew
  *   U_t      fp32 [round_up16(V)][64]    U transposed: a 16-column tile is 16 whole rows
  *   decay    fp32 [4]                    exp(gamma_C) and padding
  * Zeros past the chunk's tokens, past K and past V. */
-__host__ __device__ static inline size_t chain_keys_offset(size_t K) { return (size_t)CHUNK * key_stride(K) * sizeof(bf16); }
-__host__ __device__ static inline size_t chain_u_offset(size_t K)
+__host__ __device__ static inline size_t chain_w_bytes(size_t K) { return (size_t)CHUNK * key_stride(K) * sizeof(bf16); }
+__host__ __device__ static inline size_t chain_keys_offset(size_t K, bool precise) { return chain_w_bytes(K) * (precise ? 2 : 1); }
+__host__ __device__ static inline size_t chain_u_offset(size_t K, bool precise)
 {
-    return chain_keys_offset(K) + (size_t)round_up16(K) * TOKEN_STRIDE * sizeof(bf16);
+    return chain_keys_offset(K, precise) + (size_t)round_up16(K) * TOKEN_STRIDE * sizeof(bf16);
 }
-__host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V) { return chain_u_offset(K) + (size_t)round_up16(V) * CHUNK * sizeof(float); }
-__host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V) { return chain_decay_offset(K, V) + 4 * sizeof(float); }
-/* what one chain block (16 columns) copies of it per chunk: W, keys_t, its 16 rows of U_t, the decay */
-__host__ __device__ static inline size_t chain_slot_bytes(size_t K) { return chain_u_offset(K) + CHAIN_COLUMNS * CHUNK * sizeof(float) + 4 * sizeof(float); }
+__host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V, bool precise)
+{
+    return chain_u_offset(K, precise) + (size_t)round_up16(V) * CHUNK * sizeof(float);
+}
+__host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V, bool precise) { return chain_decay_offset(K, V, precise) + 4 * sizeof(float); }
+/* what one chain block (16 columns) copies of it per chunk: W (and W_low), keys_t, its 16 rows of U_t, the decay */
+__host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise)
+{
+    return chain_u_offset(K, precise) + CHAIN_COLUMNS * CHUNK * sizeof(float) + 4 * sizeof(float);
+}
 
 typedef struct {
     double *gamma;         /* [heads T] */
@@ -126,20 +134,20 @@ typedef struct {
     bf16 *new_values_t;    /* [heads chunks][round_up16(V)][64]: Vnew transposed */
 } chunk_workspace;
 
-static size_t workspace_parts(const gdn_device_problem *p, size_t bytes[4])
+static size_t workspace_parts(const gdn_device_problem *p, bool precise, size_t bytes[4])
 {
     const size_t heads = p->B * p->H, chunks = heads * chunks_of(p->T), VP = round_up16(p->V);
     bytes[0] = (heads * p->T * sizeof(double) + 15) / 16 * 16;
-    bytes[1] = chunks * chain_block_bytes(p->K, p->V);
+    bytes[1] = chunks * chain_block_bytes(p->K, p->V, precise);
     bytes[2] = chunks * VP * round_up16(p->K) * sizeof(bf16);
     bytes[3] = chunks * VP * CHUNK * sizeof(bf16);
     return bytes[0] + bytes[1] + bytes[2] + bytes[3];
 }
 
-static chunk_workspace workspace_at(void *base, const gdn_device_problem *p)
+static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, bool precise)
 {
     size_t bytes[4];
-    workspace_parts(p, bytes);
+    workspace_parts(p, precise, bytes);
     chunk_workspace w;
     w.gamma = (double *)base;
     w.chain = (unsigned char *)base + bytes[0];
@@ -151,6 +159,7 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p)
 /* ---- kernel 1: one block per (head, chunk), 8 warps; warp w owns output rows 16 (w % 4) and
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
+template <bool PRECISE>
 __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w)
 {
     extern __shared__ double shared[];
@@ -159,7 +168,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     const size_t t0 = chunk * CHUNK, b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
     const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4);
-    unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(p.K, V);
+    unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(p.K, V, PRECISE);
     const bf16 *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
     double *gamma = shared;
     float *beta = (float *)(gamma + CHUNK), *scaled_beta = beta + CHUNK, *Tm = scaled_beta + CHUNK;
@@ -177,7 +186,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     }
     __syncthreads();
     if (threadIdx.x < 32) /* eq. 9 */
-        cumulative_gates(gamma, beta, scaled_beta, n, w.gamma + row0, (float *)(chain + chain_decay_offset(K, V)));
+        cumulative_gates(gamma, beta, scaled_beta, n, w.gamma + row0, (float *)(chain + chain_decay_offset(K, V, PRECISE)));
     __syncthreads();
 
     /* I + M, M[i, j] = beta_i (k_i . k_j) exp(gamma_i - gamma_j) for j < i (eq. 10): K K^T on
@@ -203,8 +212,8 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     /* [W | U] = Tm [beta exp(gamma) K | beta V] (eq. 12), 64 columns at a time; B^T = right_t
      * holds the 64 columns as rows. Consecutive threads read consecutive columns (coalesced
      * global loads of v) and write a column of right_t each. */
-    bf16 *W = (bf16 *)chain, *keys_t = (bf16 *)(chain + chain_keys_offset(K));
-    float *U_t = (float *)(chain + chain_u_offset(K));
+    bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K)), *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
+    float *U_t = (float *)(chain + chain_u_offset(K, PRECISE));
     for (size_t first = 0; first < (size_t)K + V; first += CHUNK) {
         __syncthreads(); /* Tm16 complete; right_t free (the solve's scratch, then the last pass) */
         for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) {
@@ -226,9 +235,12 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
             for (int r = 0; r < 4; r++) { /* rows past the chunk come out zero: right_t is zero there */
                 const int i = fragment_row(tile_row, r);
                 const size_t out = first + fragment_column(tile_column, j, r);
-                if (out < (size_t)K)
-                    W[i * LDK + out] = __float2bfloat16_rn(acc[j][r]);
-                else if (out < K + V)
+                if (out < (size_t)K) {
+                    const bf16 high = __float2bfloat16_rn(acc[j][r]);
+                    W[i * LDK + out] = high;
+                    if (PRECISE)
+                        W_low[i * LDK + out] = __float2bfloat16_rn(acc[j][r] - __bfloat162float(high));
+                } else if (out < K + V)
                     U_t[(out - K) * CHUNK + i] = acc[j][r];
             }
     }
@@ -237,8 +249,11 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
         U_t[V * CHUNK + e] = 0.0f;
     /* W's columns K .. KP, and the keys decayed to the chunk's end, transposed (eq. 15); zero
      * past the chunk and past K */
-    for (int e = threadIdx.x; e < CHUNK * (KP - K); e += THREADS)
+    for (int e = threadIdx.x; e < CHUNK * (KP - K); e += THREADS) {
         W[e / (KP - K) * LDK + K + e % (KP - K)] = __float2bfloat16_rn(0.0f);
+        if (PRECISE)
+            W_low[e / (KP - K) * LDK + K + e % (KP - K)] = __float2bfloat16_rn(0.0f);
+    }
     for (int e = threadIdx.x; e < KP * CHUNK; e += THREADS) {
         const int c = e / CHUNK, j = e % CHUNK;
         const float value = j < n && c < K ? __bfloat162float(keys[j * LDK + c]) * expf((float)(gamma[n - 1] - gamma[j])) : 0.0f;
@@ -255,29 +270,32 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  *   S = exp(gamma_C) S + Kdec^T Vnew    (eq. 15) into the accumulators, depth 64
  * The chunk's W, keys_t, U tile and decay come through a ring of CHAIN_STAGES slots, copied
  * with cp.async two chunks ahead, as in stage 05. */
-__device__ static void fetch_chain_slot(unsigned char *slot, const unsigned char *block, size_t K, size_t V, size_t column0)
+__device__ static void fetch_chain_slot(unsigned char *slot, const unsigned char *block, size_t K, size_t V, size_t column0, bool precise)
 {
-    const int shared16 = (int)(chain_u_offset(K) / 16), u16 = CHAIN_COLUMNS * CHUNK * (int)sizeof(float) / 16;
-    const uint4 *from = (const uint4 *)block, *u = (const uint4 *)(block + chain_u_offset(K) + column0 * CHUNK * sizeof(float));
+    const int shared16 = (int)(chain_u_offset(K, precise) / 16), u16 = CHAIN_COLUMNS * CHUNK * (int)sizeof(float) / 16;
+    const uint4 *from = (const uint4 *)block, *u = (const uint4 *)(block + chain_u_offset(K, precise) + column0 * CHUNK * sizeof(float));
     uint4 *to = (uint4 *)slot;
 #pragma unroll 4
     for (int e = threadIdx.x; e < shared16; e += CHAIN_THREADS)
         __pipeline_memcpy_async(to + e, from + e, 16);
     for (int e = threadIdx.x; e <= u16; e += CHAIN_THREADS)
-        __pipeline_memcpy_async(to + shared16 + e, e < u16 ? u + e : from + chain_decay_offset(K, V) / 16, 16);
+        __pipeline_memcpy_async(to + shared16 + e, e < u16 ? u + e : from + chain_decay_offset(K, V, precise) / 16, 16);
 }
 
+template <bool PRECISE>
 __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_device_problem p, chunk_workspace w, float *ht)
 {
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
     const size_t V = p.V, chunks = chunks_of(p.T), tiles_per_head = VP / CHAIN_COLUMNS;
     const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * CHAIN_COLUMNS;
-    const int warp = threadIdx.x / 32, slot_bytes = (int)chain_slot_bytes(p.K);
-    const size_t block_bytes = chain_block_bytes(p.K, V);
+    const int warp = threadIdx.x / 32, slot_bytes = (int)chain_slot_bytes(p.K, PRECISE);
+    const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
     const unsigned char *blocks = w.chain + head * chunks * block_bytes;
     unsigned char *slots = (unsigned char *)ring;
+    /* S0^T and Vnew^T in bf16, and with --precise what their rounding left, S_low and Vnew_low */
     bf16 *S_t = (bf16 *)(slots + CHAIN_STAGES * slot_bytes), *Vnew_t = S_t + CHAIN_COLUMNS * LDK;
+    bf16 *S_low = Vnew_t + CHAIN_COLUMNS * TOKEN_STRIDE, *Vnew_low = S_low + CHAIN_COLUMNS * LDK;
     bf16 *states_t = w.states_t + head * chunks * VP * KP + column0 * KP;
     bf16 *new_values_t = w.new_values_t + head * chunks * VP * CHUNK + column0 * CHUNK;
 
@@ -294,18 +312,19 @@ __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_devi
             }
     for (int ahead = 0; ahead < CHAIN_STAGES - 1; ahead++) {
         if ((size_t)ahead < chunks)
-            fetch_chain_slot(slots + ahead * slot_bytes, blocks + ahead * block_bytes, K, V, column0);
+            fetch_chain_slot(slots + ahead * slot_bytes, blocks + ahead * block_bytes, K, V, column0, PRECISE);
         __pipeline_commit();
     }
 
     for (size_t chunk = 0; chunk < chunks; chunk++) {
         const unsigned char *slot = slots + chunk % CHAIN_STAGES * slot_bytes;
-        const bf16 *W = (const bf16 *)slot, *keys_t = (const bf16 *)(slot + chain_keys_offset(K));
-        const float *U_t = (const float *)(slot + chain_u_offset(K));
+        const bf16 *W = (const bf16 *)slot, *W_low = (const bf16 *)(slot + chain_w_bytes(K));
+        const bf16 *keys_t = (const bf16 *)(slot + chain_keys_offset(K, PRECISE));
+        const float *U_t = (const float *)(slot + chain_u_offset(K, PRECISE));
         __syncthreads(); /* the slot refilled next is no longer read; S_t and Vnew_t are free */
         const size_t next = chunk + CHAIN_STAGES - 1;
         if (next < chunks)
-            fetch_chain_slot(slots + next % CHAIN_STAGES * slot_bytes, blocks + next * block_bytes, K, V, column0);
+            fetch_chain_slot(slots + next % CHAIN_STAGES * slot_bytes, blocks + next * block_bytes, K, V, column0, PRECISE);
         __pipeline_commit();
 
         /* S0^T in bf16: here for Vnew, in the workspace for kernel 3 */
@@ -321,6 +340,8 @@ __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_devi
                     const bf16 value = __float2bfloat16_rn(S[q][j][r]);
                     S_t[c * LDK + m] = value;
                     states_t[c * KP + m] = value;
+                    if (PRECISE)
+                        S_low[c * LDK + m] = __float2bfloat16_rn(S[q][j][r] - __bfloat162float(value));
                 }
         }
         states_t += VP * KP;
@@ -331,14 +352,21 @@ __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_devi
         float acc[2][4];
         clear(acc);
         warp_product(acc, W, LDK, S_t, LDK, 16 * warp, 0, KP);
+        if (PRECISE) { /* (W + W_low)(S + S_low) less the product of the two small parts */
+            warp_product(acc, W, LDK, S_low, LDK, 16 * warp, 0, KP);
+            warp_product(acc, W_low, LDK, S_t, LDK, 16 * warp, 0, KP);
+        }
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int i = fragment_row(16 * warp, r), c = fragment_column(0, j, r);
-                const bf16 value = __float2bfloat16_rn(U_t[c * CHUNK + i] - acc[j][r]);
+                const float exact = U_t[c * CHUNK + i] - acc[j][r];
+                const bf16 value = __float2bfloat16_rn(exact);
                 Vnew_t[c * TOKEN_STRIDE + i] = value;
                 new_values_t[c * CHUNK + i] = value;
+                if (PRECISE)
+                    Vnew_low[c * TOKEN_STRIDE + i] = __float2bfloat16_rn(exact - __bfloat162float(value));
             }
         new_values_t += VP * CHUNK;
         __syncthreads();
@@ -355,6 +383,8 @@ __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_devi
                 for (int r = 0; r < 4; r++)
                     S[q][j][r] *= decay;
             warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_t, TOKEN_STRIDE, 16 * (warp + 4 * q), 0, CHUNK);
+            if (PRECISE)
+                warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, 16 * (warp + 4 * q), 0, CHUNK);
         }
     }
 #pragma unroll
@@ -450,11 +480,11 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
 
 static int warp_specialized_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
-    (void)s;
+    const bool precise = s->precise;
     const size_t K = p->K, V = p->V, heads = p->B * p->H, chunks = chunks_of(p->T), LDK = key_stride(K);
     if (K > MAX_K)
         return gdn_set_error("K = %zu: stage 06 keeps K-wide tiles in shared memory, K at most %d", K, MAX_K);
-    chunk_workspace w = workspace_at(r->workspace, p);
+    chunk_workspace w = workspace_at(r->workspace, p, precise);
     unsigned prepare_blocks, state_blocks, output_blocks;
     if (gdn_blocks_for(heads * chunks, 1, &prepare_blocks) ||
         gdn_blocks_for(heads * (round_up16(V) / CHAIN_COLUMNS), 1, &state_blocks) ||
@@ -462,21 +492,25 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
         return -1;
     const size_t M = CHUNK, LDT = TOKEN_STRIDE;
     size_t prepare_bytes = M * sizeof(double) + (2 * M + M * (M + 1)) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
-    size_t state_bytes = CHAIN_STAGES * chain_slot_bytes(K) + CHAIN_COLUMNS * (LDK + LDT) * sizeof(bf16);
+    size_t state_bytes = CHAIN_STAGES * chain_slot_bytes(K, precise) + (precise ? 2 : 1) * CHAIN_COLUMNS * (LDK + LDT) * sizeof(bf16);
     size_t output_bytes = M * sizeof(double) + (2 * M * LDK + OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT) * sizeof(bf16);
-    LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, THREADS, prepare_bytes, *p, w);
-    LAUNCH_WITH_SHARED(chunk_states_kernel, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
+    if (precise) {
+        LAUNCH_WITH_SHARED(prepare_chunks_kernel<true>, prepare_blocks, THREADS, prepare_bytes, *p, w);
+        LAUNCH_WITH_SHARED(chunk_states_kernel<true>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
+    } else {
+        LAUNCH_WITH_SHARED(prepare_chunks_kernel<false>, prepare_blocks, THREADS, prepare_bytes, *p, w);
+        LAUNCH_WITH_SHARED(chunk_states_kernel<false>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
+    }
     LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, THREADS, output_bytes, *p, w, r->o);
     return 0;
 }
 
 static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
-    (void)s;
     const size_t heads = p->B * p->H;
     /* the four parts, each a product that could overflow: checked like every size here */
     size_t factors_gamma[3] = {heads, p->T, sizeof(double)}, gamma, chain, states, values;
-    size_t factors_chain[3] = {heads, chunks_of(p->T), chain_block_bytes(p->K, p->V)};
+    size_t factors_chain[3] = {heads, chunks_of(p->T), chain_block_bytes(p->K, p->V, s->precise)};
     size_t factors_states[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), (size_t)round_up16(p->K), sizeof(bf16)};
     size_t factors_values[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), CHUNK, sizeof(bf16)};
     if (gdn_multiply_sizes(&gamma, 3, factors_gamma) || gdn_multiply_sizes(&chain, 3, factors_chain) ||
@@ -495,7 +529,7 @@ static void warp_specialized_resolve_options(const gdn_problem *p, gdn_settings 
 extern "C" const gdn_stage warp_specialized_stage = {
     .name = "06_warp_specialized",
     .idea = "stage 05 on tensor cores: bf16 inputs, mma.sync products, fp32 sums and state",
-    .options = 0,
+    .options = GDN_OPTION_PRECISE,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
     .resolve_options = warp_specialized_resolve_options,

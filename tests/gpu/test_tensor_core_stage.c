@@ -11,18 +11,32 @@
 
 extern const gdn_stage wy_chunked_cuda_stage, warp_specialized_stage;
 
-/* Round p's inputs as the stage's driver does, run stage 06 and 05_cuda, compare both ways. */
+/* Stage 06 once on p, with or without --precise. */
+static gdn_result run_tensor_cores(const gdn_problem *p, int precise)
+{
+    gdn_result r;
+    gdn_settings s = {.reps = 1, .threads = 1, .precise = precise};
+    warp_specialized_stage.resolve_options(p, &s);
+    ck_assert_msg(gdn_result_alloc(&r, p) == 0, "%s", gdn_last_error());
+    ck_assert_msg(gdn_stage_run_once(&warp_specialized_stage, p, &s, &r) == 0, "06 failed: %s", gdn_last_error());
+    return r;
+}
+
+/* Round p's inputs as the stage's driver does, run stage 06 (both modes) and 05_cuda, and
+ * compare 06 with the oracle and with 05_cuda. */
 static void check_tensor_cores(gdn_problem *p, const char *what)
 {
     gdn_problem_round_to_bf16(p);
-    gdn_result tensor = test_run(&warp_specialized_stage, p, 1, 0, 0);
     gdn_result fp32 = test_run(&wy_chunked_cuda_stage, p, 1, 0, 0);
-    char label[200];
-    snprintf(label, sizeof label, "06 against the oracle, %s", what);
-    assert_close(test_against_oracle(p, &tensor), GDN_TOLERANCE_BF16, label);
-    snprintf(label, sizeof label, "06 against 05_cuda, %s", what);
-    assert_close(test_against_result(p, &tensor, &fp32), GDN_TOLERANCE_BF16, label);
-    gdn_result_free(&tensor);
+    for (int precise = 1; precise >= 0; precise--) {
+        gdn_result tensor = run_tensor_cores(p, precise);
+        char label[200];
+        snprintf(label, sizeof label, "06%s against the oracle, %s", precise ? " --precise" : "", what);
+        assert_close(test_against_oracle(p, &tensor), GDN_TOLERANCE_BF16, label);
+        snprintf(label, sizeof label, "06%s against 05_cuda, %s", precise ? " --precise" : "", what);
+        assert_close(test_against_result(p, &tensor, &fp32), GDN_TOLERANCE_BF16, label);
+        gdn_result_free(&tensor);
+    }
     gdn_result_free(&fp32);
 }
 
