@@ -132,16 +132,16 @@ typedef struct {
     unsigned char *chain;  /* [heads chunks] chain blocks */
     bf16 *states_t;        /* [heads chunks][round_up16(V)][round_up16(K)]: S0 transposed, for kernel 3 */
     bf16 *new_values_t;    /* [heads chunks][round_up16(V)][64]: Vnew transposed */
+    bf16 *states_low_t, *new_values_low_t; /* --precise only, same shapes: what bf16 rounded away */
 } chunk_workspace;
 
-static size_t workspace_parts(const gdn_device_problem *p, bool precise, size_t bytes[4])
+static void workspace_parts(const gdn_device_problem *p, bool precise, size_t bytes[4])
 {
     const size_t heads = p->B * p->H, chunks = heads * chunks_of(p->T), VP = round_up16(p->V);
     bytes[0] = (heads * p->T * sizeof(double) + 15) / 16 * 16;
     bytes[1] = chunks * chain_block_bytes(p->K, p->V, precise);
-    bytes[2] = chunks * VP * round_up16(p->K) * sizeof(bf16);
-    bytes[3] = chunks * VP * CHUNK * sizeof(bf16);
-    return bytes[0] + bytes[1] + bytes[2] + bytes[3];
+    bytes[2] = chunks * VP * round_up16(p->K) * sizeof(bf16) * (precise ? 2 : 1);
+    bytes[3] = chunks * VP * CHUNK * sizeof(bf16) * (precise ? 2 : 1);
 }
 
 static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, bool precise)
@@ -153,6 +153,8 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     w.chain = (unsigned char *)base + bytes[0];
     w.states_t = (bf16 *)(w.chain + bytes[1]);
     w.new_values_t = w.states_t + bytes[2] / sizeof(bf16);
+    w.states_low_t = precise ? w.states_t + bytes[2] / 2 / sizeof(bf16) : NULL;
+    w.new_values_low_t = precise ? w.new_values_t + bytes[3] / 2 / sizeof(bf16) : NULL;
     return w;
 }
 
@@ -298,6 +300,7 @@ __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_devi
     bf16 *S_low = Vnew_t + CHAIN_COLUMNS * TOKEN_STRIDE, *Vnew_low = S_low + CHAIN_COLUMNS * LDK;
     bf16 *states_t = w.states_t + head * chunks * VP * KP + column0 * KP;
     bf16 *new_values_t = w.new_values_t + head * chunks * VP * CHUNK + column0 * CHUNK;
+    const size_t low_offset = PRECISE ? w.states_low_t - w.states_t : 0, new_low_offset = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
 
     float S[2][2][4]; /* [m-tile of this warp][n-tile][sum]: S rows 16 (warp + 4 q) .., columns column0 + 8 j .. */
 #pragma unroll
@@ -340,8 +343,11 @@ __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_devi
                     const bf16 value = __float2bfloat16_rn(S[q][j][r]);
                     S_t[c * LDK + m] = value;
                     states_t[c * KP + m] = value;
-                    if (PRECISE)
-                        S_low[c * LDK + m] = __float2bfloat16_rn(S[q][j][r] - __bfloat162float(value));
+                    if (PRECISE) {
+                        const bf16 low = __float2bfloat16_rn(S[q][j][r] - __bfloat162float(value));
+                        S_low[c * LDK + m] = low;
+                        states_t[low_offset + c * KP + m] = low;
+                    }
                 }
         }
         states_t += VP * KP;
@@ -365,8 +371,11 @@ __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_devi
                 const bf16 value = __float2bfloat16_rn(exact);
                 Vnew_t[c * TOKEN_STRIDE + i] = value;
                 new_values_t[c * CHUNK + i] = value;
-                if (PRECISE)
-                    Vnew_low[c * TOKEN_STRIDE + i] = __float2bfloat16_rn(exact - __bfloat162float(value));
+                if (PRECISE) {
+                    const bf16 low = __float2bfloat16_rn(exact - __bfloat162float(value));
+                    Vnew_low[c * TOKEN_STRIDE + i] = low;
+                    new_values_t[new_low_offset + c * CHUNK + i] = low;
+                }
             }
         new_values_t += VP * CHUNK;
         __syncthreads();
@@ -404,6 +413,7 @@ __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_devi
  *     P = lower(Q K^T exp(gamma_i - gamma_j))                       (eq. 14)
  *     o = scale (exp(gamma) Q S0 + P Vnew)                          (eq. 14)
  * B^T operands: k as stored, S0^T and Vnew^T as kernel 2 saved them. */
+template <bool PRECISE>
 __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o)
 {
     extern __shared__ double shared[];
@@ -419,6 +429,8 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     double *gamma = shared;
     bf16 *q = (bf16 *)(gamma + CHUNK), *k = q + CHUNK * LDK, *S = k + CHUNK * LDK, *Vnew = S + OUTPUT_COLUMNS * LDK;
     bf16 *P = Vnew + OUTPUT_COLUMNS * TOKEN_STRIDE;
+    /* --precise: the low bf16 terms of S0, Vnew and P */
+    bf16 *S_low = P + CHUNK * TOKEN_STRIDE, *Vnew_low = S_low + OUTPUT_COLUMNS * LDK, *P_low = Vnew_low + OUTPUT_COLUMNS * TOKEN_STRIDE;
 
     for (int i = warp; i < CHUNK; i += THREADS / 32) { /* a row per warp */
         const size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
@@ -429,10 +441,16 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     }
     for (int c = warp; c < OUTPUT_COLUMNS; c += THREADS / 32) { /* S0^T and Vnew^T rows; zero past V */
         const bool real = column0 + c < (size_t)VP;
-        for (int m = lane; m < KP; m += 32)
+        for (int m = lane; m < KP; m += 32) {
             S[c * LDK + m] = real ? S0_t[(column0 + c) * KP + m] : zero;
-        for (int j = lane; j < CHUNK; j += 32)
+            if (PRECISE)
+                S_low[c * LDK + m] = real ? w.states_low_t[head_chunk * VP * KP + (column0 + c) * KP + m] : zero;
+        }
+        for (int j = lane; j < CHUNK; j += 32) {
             Vnew[c * TOKEN_STRIDE + j] = real ? new_values_t[(column0 + c) * CHUNK + j] : zero;
+            if (PRECISE)
+                Vnew_low[c * TOKEN_STRIDE + j] = real ? w.new_values_low_t[head_chunk * VP * CHUNK + (column0 + c) * CHUNK + j] : zero;
+        }
     }
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
@@ -446,10 +464,16 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
 #pragma unroll
         for (int r = 0; r < 4; r++) { /* only j <= i: exponents <= 0 */
             const int i = fragment_row(tile_row, r), l = fragment_column(tile_column, j, r);
-            P[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(l <= i && i < n ? acc[j][r] * expf((float)(gamma[i] - gamma[l])) : 0.0f);
+            const float exact = l <= i && i < n ? acc[j][r] * expf((float)(gamma[i] - gamma[l])) : 0.0f;
+            const bf16 high = __float2bfloat16_rn(exact);
+            P[i * TOKEN_STRIDE + l] = high;
+            if (PRECISE)
+                P_low[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(exact - __bfloat162float(high));
         }
     clear(acc);
     warp_product(acc, q, LDK, S, LDK, tile_row, tile_column, KP); /* Q S0 */
+    if (PRECISE)
+        warp_product(acc, q, LDK, S_low, LDK, tile_row, tile_column, KP);
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -459,6 +483,10 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         }
     __syncthreads(); /* P complete */
     warp_product(acc, P, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, tile_column, CHUNK); /* + P Vnew */
+    if (PRECISE) {
+        warp_product(acc, P, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, tile_row, tile_column, CHUNK);
+        warp_product(acc, P_low, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, tile_column, CHUNK);
+    }
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -494,6 +522,8 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
     size_t prepare_bytes = M * sizeof(double) + (2 * M + M * (M + 1)) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
     size_t state_bytes = CHAIN_STAGES * chain_slot_bytes(K, precise) + (precise ? 2 : 1) * CHAIN_COLUMNS * (LDK + LDT) * sizeof(bf16);
     size_t output_bytes = M * sizeof(double) + (2 * M * LDK + OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT) * sizeof(bf16);
+    if (precise)
+        output_bytes += (OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT) * sizeof(bf16);
     if (precise) {
         LAUNCH_WITH_SHARED(prepare_chunks_kernel<true>, prepare_blocks, THREADS, prepare_bytes, *p, w);
         LAUNCH_WITH_SHARED(chunk_states_kernel<true>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
@@ -501,7 +531,10 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
         LAUNCH_WITH_SHARED(prepare_chunks_kernel<false>, prepare_blocks, THREADS, prepare_bytes, *p, w);
         LAUNCH_WITH_SHARED(chunk_states_kernel<false>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
     }
-    LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, THREADS, output_bytes, *p, w, r->o);
+    if (precise)
+        LAUNCH_WITH_SHARED(chunk_outputs_kernel<true>, output_blocks, THREADS, output_bytes, *p, w, r->o);
+    else
+        LAUNCH_WITH_SHARED(chunk_outputs_kernel<false>, output_blocks, THREADS, output_bytes, *p, w, r->o);
     return 0;
 }
 
@@ -511,8 +544,9 @@ static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *
     /* the four parts, each a product that could overflow: checked like every size here */
     size_t factors_gamma[3] = {heads, p->T, sizeof(double)}, gamma, chain, states, values;
     size_t factors_chain[3] = {heads, chunks_of(p->T), chain_block_bytes(p->K, p->V, s->precise)};
-    size_t factors_states[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), (size_t)round_up16(p->K), sizeof(bf16)};
-    size_t factors_values[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), CHUNK, sizeof(bf16)};
+    const size_t terms = s->precise ? 2 : 1; /* the low terms of S0 and Vnew with --precise */
+    size_t factors_states[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), (size_t)round_up16(p->K), terms * sizeof(bf16)};
+    size_t factors_values[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), CHUNK, terms * sizeof(bf16)};
     if (gdn_multiply_sizes(&gamma, 3, factors_gamma) || gdn_multiply_sizes(&chain, 3, factors_chain) ||
         gdn_multiply_sizes(&states, 4, factors_states) || gdn_multiply_sizes(&values, 4, factors_values))
         return -1;
