@@ -36,8 +36,8 @@ write)
             echo "wrote $file: +$(grep -c '^+[^+]' "$file") -$(grep -c '^-[^-]' "$file") lines"
         fi
         # the stage a later stage of each kind builds on
-        [ "$kind" = c ] && previous_c=$stage
-        [ -f "$(source_of "$stage" cu)" ] && previous_cu=$stage
+        if [ "$kind" = c ]; then previous_c=$stage; fi
+        if [ -f "$(source_of "$stage" cu)" ]; then previous_cu=$stage; fi
     done
     ;;
 show) show "$2" "$3" ;;
