@@ -1,5 +1,5 @@
 #!/bin/sh
-# demo.sh BIN -- run every built stage on one problem and print a table:
+# demo.sh BIN -- run every built CPU stage on one problem and print a table (the GPU stages: plots/bench_gpu.sh):
 # stage, median time, speedup over stage 01, error against the previous stage and the oracle.
 # Each stage writes its o.npy and ht.npy; the next stage is checked against them.
 set -eu
@@ -17,6 +17,9 @@ for binary in "$bin"/[0-9][0-9]_*; do
     [ -x "$binary" ] || continue
     stage=$(basename "$binary")
     case "$stage" in *_cuda) continue ;; esac
+    # the CPU progression only: GPU twins and GPU-only stages (06 on: no name.c) are
+    # measured by plots/bench_gpu.sh on a GPU
+    [ -f "steps/$stage/${stage#??_}.c" ] || continue
     # stage 08 runs on 3 MPI ranks (so that one of them folds) and is checked against the stage before it only (it has no
     # oracle check: that would need the whole problem on one rank)
     launcher="" oracle_check="--check-against oracle"
