@@ -1,6 +1,7 @@
 #!/bin/sh
-# bench_gpu.sh BIN OUTDIR -- the GPU progression on one GPU: stages 01, 03, 04, 05 (CUDA)
-# and FLA's Triton chunk_gated_delta_rule on the same inputs, side by side in one run.
+# bench_gpu.sh BIN OUTDIR -- the GPU progression on one GPU: stages 01, 03, 04, 05 (CUDA), 06
+# (bf16, tensor cores) and FLA's Triton chunk_gated_delta_rule on the same inputs, side by
+# side in one run.
 #
 #   sh plots/bench_gpu.sh bin plots/data        (on a machine with a CUDA device)
 #
@@ -8,8 +9,9 @@
 # the input types FLA is timed with.
 # Writes OUTDIR/gpu_shapes.dat (the issue's two shapes) and OUTDIR/gpu_vs_T.dat (a T sweep at
 # B=1 H=8 K=V=64), each headed by the machine. Every stage is checked against stage
-# 01_cuda's output on the same inputs (err_vs_01); FLA against 05_cuda's (its bf16 inputs
-# explain its larger difference). FLA is skipped with a note when it does not import.
+# 01_cuda's output on the same inputs (err_vs_01; stage 06 rounds q, k, v to bf16 first, which
+# its difference includes); FLA against 05_cuda's (its bf16 inputs explain its larger
+# difference). FLA is skipped with a note when it does not import.
 set -eu
 bin=${1:-bin}
 out=${2:-plots/data}
@@ -32,15 +34,16 @@ measure() {
     dir=$work/$name
     "$bin"/make_problem --B "$B" --T "$T" --H "$H" --K "$K" --V "$V" --seed 7 "$dir"
     base=""
-    for stage in 01_naive_loop 03_parallel_scan 04_two_phase_scan 05_wy_chunked; do
+    for stage in 01_naive_loop_cuda 03_parallel_scan_cuda 04_two_phase_scan_cuda 05_wy_chunked_cuda 06_warp_specialized; do
         check=""
         [ -n "$base" ] && check="--check-against $work/${name}_01"
-        line=$("$bin/${stage}_cuda" --in "$dir" --reps "$reps" --out "$work/${name}_${stage#??_}" $check 2>&1 | grep '^result' || true)
+        short=${stage#??_}
+        line=$("$bin/$stage" --in "$dir" --reps "$reps" --out "$work/${name}_${short%_cuda}" $check 2>&1 | grep '^result' || true)
         [ -z "$base" ] && base=$(field median_ms "$line") && mv "$work/${name}_naive_loop" "$work/${name}_01"
         ms=$(field median_ms "$line")
         option=$(field segments "$line")$(field chunk "$line")
         err=$(field err_ref "$line")
-        printf '%s %s %s %s %s %s %s %s %s %s %s\n' "$name" "${stage}_cuda" "$B" "$T" "$H" "$K" "$V" \
+        printf '%s %s %s %s %s %s %s %s %s %s %s\n' "$name" "$stage" "$B" "$T" "$H" "$K" "$V" \
             "${option:--}" "${ms:-nan}" "$(ratio "$base" "${ms:-0}")" \
             "${err:--}" >> "$rows"
     done
