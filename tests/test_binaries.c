@@ -110,6 +110,7 @@ static const struct {
     {PLAIN, "--V -4", "--V needs a positive integer, got '-4'", 0, 0},
     {PLAIN, "--chunk 8", "--chunk is not an option of", 0, GDN_OPTION_CHUNK},
     {PLAIN, "--segments 3", "--segments is not an option of", 0, GDN_OPTION_SEGMENTS},
+    {PLAIN, "--precise", "--precise is not an option of", 0, GDN_OPTION_PRECISE},
     {PLAIN, "--chunk 129", "--chunk must be between 1 and 128, got 129", GDN_OPTION_CHUNK, 0},
     {PLAIN, "--chunk 0", "--chunk must be positive, got 0", GDN_OPTION_CHUNK, 0},
     {PLAIN, "--segments x", "--segments needs a positive integer, got 'x'", GDN_OPTION_SEGMENTS, 0},

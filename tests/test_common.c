@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../common/error.h"
+#include "../common/half.h"
 #include "../common/npy.h"
 #include "../common/random.h"
 #include "../common/timing.h"
@@ -59,6 +60,37 @@ START_TEST(problem_inputs_follow_the_contract)
     gdn_problem_free(&p);
     gdn_problem_free(&same);
     gdn_problem_free(&other);
+}
+END_TEST
+
+/* Stages on bf16 inputs: q, k and v become the nearest bf16 values (half.c's rounding, so a
+ * second rounding changes nothing), and nothing else moves. Fresh random inputs. */
+START_TEST(problem_rounds_inputs_to_bf16)
+{
+    gdn_problem p, before;
+    ck_assert_int_eq(gdn_problem_alloc(&p, 2, 37, 3, 16, 8, 1), 0);
+    ck_assert_int_eq(gdn_problem_alloc(&before, 2, 37, 3, 16, 8, 1), 0);
+    gdn_problem_generate(&p, 77);
+    gdn_problem_generate(&before, 77);
+    gdn_problem_round_to_bf16(&p);
+    size_t tokens = gdn_tokens(&p), changed = 0;
+    const real_t *rounded[3] = {p.q, p.k, p.v}, *original[3] = {before.q, before.k, before.v};
+    size_t counts[3] = {tokens * p.K, tokens * p.K, tokens * p.V};
+    for (int i = 0; i < 3; i++)
+        for (size_t j = 0; j < counts[i]; j++) {
+            float want = bf16_to_float(float_to_bf16((float)original[i][j]));
+            ck_assert_msg((float)rounded[i][j] == want, "tensor %d element %zu: %g, want %g", i, j,
+                          (double)rounded[i][j], (double)want);
+            ck_assert_msg(fabs((double)rounded[i][j] - (double)original[i][j]) <= fabs((double)original[i][j]) / 256,
+                          "tensor %d element %zu moved more than half a bf16 step", i, j);
+            changed += rounded[i][j] != original[i][j];
+        }
+    ck_assert_msg(changed > counts[0], "rounding changed only %zu values", changed); /* float values are rarely bf16 */
+    ck_assert_int_eq(memcmp(p.g, before.g, tokens * sizeof *p.g), 0);
+    ck_assert_int_eq(memcmp(p.beta, before.beta, tokens * sizeof *p.beta), 0);
+    ck_assert_int_eq(memcmp(p.h0, before.h0, gdn_state_count(&p) * sizeof *p.h0), 0);
+    gdn_problem_free(&p);
+    gdn_problem_free(&before);
 }
 END_TEST
 
@@ -209,6 +241,7 @@ static const struct {
     {{"--scale", "-1"}, "--scale needs a positive finite number, got '-1'"},
     {{"--chunk", "16"}, "--chunk is not an option of 01_naive_loop"},
     {{"--segments", "4"}, "--segments is not an option of 01_naive_loop"},
+    {{"--precise"}, "--precise is not an option of 01_naive_loop"},
     {{"extra"}, "unexpected argument 'extra'"},
     {{"--in", "somewhere", "--T", "5"}, "--in takes sizes, seed and h0 from the folder's files"},
     {{"--check-against", "oracle", "--check-against", "oracle"}, "--check-against oracle given twice"},
@@ -258,6 +291,7 @@ Suite *common_suite(void)
     tcase_add_test(generator, generator_bits_are_pinned);
     tcase_add_test(generator, generator_normals_have_unit_moments);
     tcase_add_test(generator, problem_inputs_follow_the_contract);
+    tcase_add_test(generator, problem_rounds_inputs_to_bf16);
     tcase_add_test(generator, problem_too_large_is_refused_with_its_bytes);
     suite_add_tcase(suite, generator);
     TCase *npy = tcase_create("npy");
