@@ -53,7 +53,8 @@ static void print_help(const gdn_stage *stage)
     if (stage->options & GDN_OPTION_SEGMENTS)
         printf("  --segments P         segments per sequence (default: the thread count; clamped to T)\n");
     if (stage->options & GDN_OPTION_PRECISE)
-        printf("  --precise            the state, W and Vnew enter bf16 products as two bf16 terms each\n");
+        printf("  --precise            computed operands (W, the state, Vnew, P) enter bf16 products as\n"
+               "                       two bf16 terms each: closer to fp32, about 1.5x the time\n");
     printf("  --help               this text\n\n"
            "prints one line: result stage=... median_ms=... gflops=... [err_oracle=... err_ref=...]\n");
 }

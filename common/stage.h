@@ -22,7 +22,7 @@ extern "C" {
 enum {
     GDN_OPTION_CHUNK = 1u << 0,    /* --chunk C: tokens per chunk (stage 05 on) */
     GDN_OPTION_SEGMENTS = 1u << 1, /* --segments P: segments per sequence (stage 04) */
-    GDN_OPTION_PRECISE = 1u << 2,  /* --precise: the state enters bf16 products as two bf16 terms (stage 06) */
+    GDN_OPTION_PRECISE = 1u << 2,  /* --precise: computed operands enter bf16 products as two bf16 terms (stage 06) */
 };
 
 typedef struct {
