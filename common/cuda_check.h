@@ -4,6 +4,8 @@
  *                                              gdn_set_error("file:line: cudaMalloc(...): <reason>")
  *     kernel<<<grid, block>>>(...);
  *     CUDA_CHECK_LAUNCH("fold_segments");      a bad launch configuration, named
+ *     CUDA_LAUNCH_WITH_SHARED(kernel, blocks, threads, bytes, args...);   both, for a kernel
+ *                                              with more than 48 KB of dynamic shared memory
  *
  * Kernel faults that happen later (an illegal address) surface at the next synchronising
  * call, which is checked the same way; the runner synchronises after every timed pass.
@@ -28,6 +30,15 @@
         if (status_ != cudaSuccess)                                                                       \
             return gdn_set_error("%s:%d: launch of %s: %s", __FILE__, __LINE__, kernel_name,              \
                                  cudaGetErrorString(status_));                                            \
+    } while (0)
+
+/* Launch kernel<<<blocks, threads, bytes>>>(...) with `bytes` of dynamic shared memory, allowing
+ * more than the default 48 KB (the attribute is set first), and check the launch. */
+#define CUDA_LAUNCH_WITH_SHARED(kernel, blocks, threads, bytes, ...)                                      \
+    do {                                                                                                  \
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))); \
+        kernel<<<(blocks), (threads), (bytes)>>>(__VA_ARGS__);                                            \
+        CUDA_CHECK_LAUNCH(#kernel);                                                                       \
     } while (0)
 
 /* Blocks of `per_block` covering `count` items, refusing grids CUDA cannot launch. */

@@ -459,14 +459,6 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         }
 }
 
-/* Launch with `bytes` of dynamic shared memory, allowing more than the default 48 KB. */
-#define LAUNCH_WITH_SHARED(kernel, blocks, bytes, ...)                                                   \
-    do {                                                                                                 \
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))); \
-        kernel<<<(blocks), THREADS, (bytes)>>>(__VA_ARGS__);                                             \
-        CUDA_CHECK_LAUNCH(#kernel);                                                                      \
-    } while (0)
-
 static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     const size_t K = p->K, V = p->V, C = s->chunk, heads = p->B * p->H, chunks = chunks_of(p->T, C);
@@ -488,12 +480,12 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     size_t prepare_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + M * M + 2 * M) * sizeof(float);
     size_t state_bytes = (CHAIN_STAGES * chain_stage_floats(K, state_columns) + state_columns * (KW + CHUNK_STRIDE)) * sizeof(float);
     size_t output_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
-    LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, prepare_bytes, *p, C, w);
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, THREADS, prepare_bytes, *p, C, w);
     if (state_columns == 8)
-        LAUNCH_WITH_SHARED(chunk_states_kernel<8>, state_blocks, state_bytes, *p, C, w, r->ht);
+        CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel<8>, state_blocks, THREADS, state_bytes, *p, C, w, r->ht);
     else
-        LAUNCH_WITH_SHARED(chunk_states_kernel<4>, state_blocks, state_bytes, *p, C, w, r->ht);
-    LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, output_bytes, *p, C, w, r->o);
+        CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel<4>, state_blocks, THREADS, state_bytes, *p, C, w, r->ht);
+    CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, THREADS, output_bytes, *p, C, w, r->o);
     return 0;
 }
 

@@ -137,19 +137,27 @@ typedef struct {
     bf16 *states_low_t, *new_values_low_t; /* --precise only, same shapes: what bf16 rounded away */
 } chunk_workspace;
 
-static void workspace_parts(const gdn_device_problem *p, bool precise, size_t bytes[4])
+/* The bytes of the workspace's four parts, in order: gamma (rounded up to 16 bytes, so the
+ * chain blocks after it are aligned for 16-byte copies), the chain blocks, S0^T and Vnew^T
+ * (twice each with --precise: the low terms follow). One function for the size the runner
+ * allocates and for the pointers into it, so the two cannot disagree. -1 on overflow. */
+static int workspace_parts(size_t heads, size_t T, size_t K, size_t V, bool precise, size_t bytes[4])
 {
-    const size_t heads = p->B * p->H, chunks = heads * chunks_of(p->T), VP = round_up16(p->V);
-    bytes[0] = (heads * p->T * sizeof(double) + 15) / 16 * 16;
-    bytes[1] = chunks * chain_block_bytes(p->K, p->V, precise);
-    bytes[2] = chunks * VP * round_up16(p->K) * sizeof(bf16) * (precise ? 2 : 1);
-    bytes[3] = chunks * VP * CHUNK * sizeof(bf16) * (precise ? 2 : 1);
+    const size_t terms = precise ? 2 : 1, chunks = chunks_of(T);
+    size_t gamma[3] = {heads, T, sizeof(double)}, chain[3] = {heads, chunks, chain_block_bytes(K, V, precise)};
+    size_t states[5] = {heads, chunks, (size_t)round_up16(V), (size_t)round_up16(K), terms * sizeof(bf16)};
+    size_t values[5] = {heads, chunks, (size_t)round_up16(V), CHUNK, terms * sizeof(bf16)};
+    if (gdn_multiply_sizes(&bytes[0], 3, gamma) || gdn_multiply_sizes(&bytes[1], 3, chain) ||
+        gdn_multiply_sizes(&bytes[2], 5, states) || gdn_multiply_sizes(&bytes[3], 5, values))
+        return -1;
+    bytes[0] = (bytes[0] + 15) / 16 * 16;
+    return 0;
 }
 
 static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, bool precise)
 {
     size_t bytes[4];
-    workspace_parts(p, precise, bytes);
+    workspace_parts(p->B * p->H, p->T, p->K, p->V, precise, bytes); /* sizes the runner has already checked */
     chunk_workspace w;
     w.gamma = (double *)base;
     w.chain = (unsigned char *)base + bytes[0];
@@ -500,14 +508,6 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         }
 }
 
-/* Launch with `bytes` of dynamic shared memory, allowing more than the default 48 KB. */
-#define LAUNCH_WITH_SHARED(kernel, blocks, threads, bytes, ...)                                          \
-    do {                                                                                                 \
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))); \
-        kernel<<<(blocks), (threads), (bytes)>>>(__VA_ARGS__);                                           \
-        CUDA_CHECK_LAUNCH(#kernel);                                                                      \
-    } while (0)
-
 static int warp_specialized_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     const bool precise = s->precise;
@@ -527,32 +527,25 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
     if (precise)
         output_bytes += (OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT) * sizeof(bf16);
     if (precise) {
-        LAUNCH_WITH_SHARED(prepare_chunks_kernel<true>, prepare_blocks, THREADS, prepare_bytes, *p, w);
-        LAUNCH_WITH_SHARED(chunk_states_kernel<true>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
+        CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<true>, prepare_blocks, THREADS, prepare_bytes, *p, w);
+        CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel<true>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
+        CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel<true>, output_blocks, THREADS, output_bytes, *p, w, r->o);
     } else {
-        LAUNCH_WITH_SHARED(prepare_chunks_kernel<false>, prepare_blocks, THREADS, prepare_bytes, *p, w);
-        LAUNCH_WITH_SHARED(chunk_states_kernel<false>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
+        CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<false>, prepare_blocks, THREADS, prepare_bytes, *p, w);
+        CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel<false>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
+        CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel<false>, output_blocks, THREADS, output_bytes, *p, w, r->o);
     }
-    if (precise)
-        LAUNCH_WITH_SHARED(chunk_outputs_kernel<true>, output_blocks, THREADS, output_bytes, *p, w, r->o);
-    else
-        LAUNCH_WITH_SHARED(chunk_outputs_kernel<false>, output_blocks, THREADS, output_bytes, *p, w, r->o);
     return 0;
 }
 
 static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
-    const size_t heads = p->B * p->H;
-    /* the four parts, each a product that could overflow: checked like every size here */
-    size_t factors_gamma[3] = {heads, p->T, sizeof(double)}, gamma, chain, states, values;
-    size_t factors_chain[3] = {heads, chunks_of(p->T), chain_block_bytes(p->K, p->V, s->precise)};
-    const size_t terms = s->precise ? 2 : 1; /* the low terms of S0 and Vnew with --precise */
-    size_t factors_states[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), (size_t)round_up16(p->K), terms * sizeof(bf16)};
-    size_t factors_values[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), CHUNK, terms * sizeof(bf16)};
-    if (gdn_multiply_sizes(&gamma, 3, factors_gamma) || gdn_multiply_sizes(&chain, 3, factors_chain) ||
-        gdn_multiply_sizes(&states, 4, factors_states) || gdn_multiply_sizes(&values, 4, factors_values))
+    size_t parts[4];
+    if (workspace_parts(p->B * p->H, p->T, p->K, p->V, s->precise, parts))
         return -1;
-    *bytes = gamma + 16 + chain + states + values; /* + the alignment gap after gamma */
+    *bytes = parts[0] + parts[1] + parts[2] + parts[3];
+    if (*bytes < parts[1] || *bytes < parts[2] || *bytes < parts[3])
+        return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * p->H, p->T);
     return 0;
 }
 
