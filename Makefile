@@ -47,6 +47,7 @@ USES_03_parallel_scan  := 02_affine
 USES_04_two_phase_scan := 01_naive_loop
 USES_05_wy_chunked     :=
 USES_06_warp_specialized := 05_wy_chunked
+USES_07_sequence_parallel := 05_wy_chunked
 
 COMMON_SOURCES := $(filter-out common/main.c,$(wildcard common/*.c))
 COMMON_OBJECTS := $(COMMON_SOURCES:%.c=$(BUILD)/%.o)

@@ -5,7 +5,8 @@
 # A stage's source is steps/NN_name/name.c, or name.cu for a stage that runs only on the GPU
 # (06 on). Each stage is compared with the stage before it that has the same kind of source:
 # a CUDA-only stage with the previous stage's GPU twin (06 against 05's wy_chunked.cu), a C
-# stage with the previous C stage (08 against 05). docs/ chapters include the diffs through
+# stage with the previous C stage (08 against 05). A stage that includes the one before it
+# (07 includes 06's kernels) shows its whole file as the lesson. docs/ chapters include the diffs through
 # common/refresh_docs.sh, so the text shown there is always the code's.
 set -eu
 name_of() { echo "$1" | sed 's/^[0-9]*_//'; }
@@ -16,6 +17,12 @@ source_of() { # STAGE KIND (c or cu)
 kind_of() { if gpu_only "$1"; then echo cu; else echo c; fi; }
 show() {
     kind=$(kind_of "$2")
+    # a stage that #includes the previous stage's source builds on it instead of copying it
+    # (07 includes 06): its lesson is its whole file, shown as new
+    if grep -q "#include \"../$1/$(name_of "$1").$kind\"" "$(source_of "$2" "$kind")"; then
+        diff -u --label /dev/null --label "$(source_of "$2" "$kind")" /dev/null "$(source_of "$2" "$kind")" || true
+        return
+    fi
     # diff exits 1 when the files differ, which is the point; labels without timestamps
     diff -u --label "$(source_of "$1" "$kind")" --label "$(source_of "$2" "$kind")" \
         "$(source_of "$1" "$kind")" "$(source_of "$2" "$kind")" || true

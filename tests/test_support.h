@@ -70,5 +70,7 @@ Suite *fuzz_corpus_suite(void);
 Suite *context_parallel_suite(void);
 Suite *gpu_stages_suite(void); /* tests/gpu/, in their own runner */
 Suite *tensor_core_stage_suite(void);
+Suite *sequence_parallel_suite(void);
+Suite *segment_choice_suite(void); /* host code of stage 07: runs with or without a GPU */
 
 #endif

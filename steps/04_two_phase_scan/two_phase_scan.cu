@@ -30,8 +30,9 @@
 #include "../../common/device.h"
 #include "../../common/stage.h"
 #include "../01_naive_loop/naive_loop_step.cuh"
+#include "scan_summaries.cuh" /* phase 2, shared with stage 07 */
 
-enum { FOLD_BLOCKS_PER_SM = 4, SCAN_COLUMNS = 8, MAX_SEGMENTS = 4096 };
+enum { FOLD_BLOCKS_PER_SM = 4, MAX_SEGMENTS = 4096 };
 
 /* First token of segment s of P (s = P gives T): equal segments. */
 __host__ __device__ static inline size_t segment_begin(size_t s, size_t P, size_t T) { return s * T / P; }
@@ -59,39 +60,6 @@ fold_segments_kernel(gdn_device_problem p, size_t P, float *summaries)
         for (int i = 0; i < ROWS; i++)
             if (first_row + i < K)
                 map[(first_row + i) * W + column] = state[i];
-}
-
-/* Start states of every segment: block (head, SCAN_COLUMNS columns), thread (row i, column j).
- * starts[head][s] is K x V. */
-template <int MAX_K>
-__global__ void __launch_bounds__(MAX_K * SCAN_COLUMNS)
-scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, float *starts)
-{
-    __shared__ float S[2][MAX_K][SCAN_COLUMNS];
-    const size_t head = blockIdx.x, K = p.K, V = p.V, W = K + V;
-    const unsigned i = threadIdx.x / SCAN_COLUMNS, j = threadIdx.x % SCAN_COLUMNS;
-    const size_t column = (size_t)blockIdx.y * SCAN_COLUMNS + j;
-    const bool inside = i < K && column < V;
-    S[0][i][j] = inside && p.h0 ? p.h0[(head * K + i) * V + column] : 0.0f;
-    __syncthreads();
-    int now = 0;
-    for (size_t s = 0; s < P; s++) {
-        if (inside)
-            starts[((head * P + s) * K + i) * V + column] = S[now][i][j];
-        if (s + 1 == P)
-            break;
-        /* start_{s+1}[i, j] = sum_m A_s[i, m] start_s[m, j] + B_s[i, j]  (eq. 7) */
-        const float *row = summaries + ((head * (P - 1) + s) * K + i) * W;
-        float next = 0.0f;
-        if (inside) {
-            next = row[K + column];
-            for (size_t m = 0; m < K; m++)
-                next += row[m] * S[now][m][j];
-        }
-        S[1 - now][i][j] = next;
-        __syncthreads();
-        now = 1 - now;
-    }
 }
 
 /* Every segment from its start state, writing o; the last segment writes ht. */
@@ -122,20 +90,19 @@ template <int MAX_K>
 static int launch_phases(const gdn_device_problem *p, size_t P, float *summaries, float *starts, gdn_device_result *r)
 {
     const unsigned threads = COLUMNS_PER_BLOCK * threads_per_column(MAX_K);
-    unsigned folds, fold_tiles, scans, scan_tiles, replays, replay_tiles;
+    unsigned folds, fold_tiles, replays, replay_tiles;
     if (gdn_blocks_for(p->B * p->H * (P > 1 ? P - 1 : 1), 1, &folds) ||
-        gdn_blocks_for(p->K + p->V, COLUMNS_PER_BLOCK, &fold_tiles) || gdn_blocks_for(p->B * p->H, 1, &scans) ||
-        gdn_blocks_for(p->V, SCAN_COLUMNS, &scan_tiles) || gdn_blocks_for(p->B * p->H * P, 1, &replays) ||
+        gdn_blocks_for(p->K + p->V, COLUMNS_PER_BLOCK, &fold_tiles) || gdn_blocks_for(p->B * p->H * P, 1, &replays) ||
         gdn_blocks_for(p->V, COLUMNS_PER_BLOCK, &replay_tiles))
         return -1;
-    if (fold_tiles > 65535 || scan_tiles > 65535)
+    if (fold_tiles > 65535)
         return gdn_set_error("V = %zu needs more than 65535 column tiles in one grid", p->V);
     if (P > 1) {
         fold_segments_kernel<MAX_K><<<dim3(folds, fold_tiles), threads>>>(*p, P, summaries);
         CUDA_CHECK_LAUNCH("fold_segments_kernel");
     }
-    scan_summaries_kernel<MAX_K><<<dim3(scans, scan_tiles), MAX_K * SCAN_COLUMNS>>>(*p, P, summaries, starts);
-    CUDA_CHECK_LAUNCH("scan_summaries_kernel");
+    if (launch_scan_summaries(p, P, summaries, starts))
+        return -1;
     replay_segments_kernel<MAX_K><<<dim3(replays, replay_tiles), threads>>>(*p, P, starts, r->o, r->ht);
     CUDA_CHECK_LAUNCH("replay_segments_kernel");
     return 0;

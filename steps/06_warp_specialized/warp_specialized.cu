@@ -50,7 +50,9 @@ extern "C" { /* stage 05's flop count: the same algebra */
 }
 
 typedef __nv_bfloat16 bf16;
-enum { CHUNK = 64, MAX_K = 128, THREADS = 256, CHAIN_THREADS = 128, CHAIN_COLUMNS = 16, OUTPUT_COLUMNS = 64, CHAIN_STAGES = 3 };
+/* kernel 2: 1 or MAX_GROUP_TILES groups of 4 warps per block, each group 16 columns of the
+ * state; a ring of 2 or 3 slots */
+enum { CHUNK = 64, MAX_K = 128, THREADS = 256, OUTPUT_COLUMNS = 64, MAX_GROUP_TILES = 2, GROUP_THREADS = 128 };
 static_assert((int)CHUNK == (int)SOLVE_CHUNK, "kernel 1's chunk is the solve's");
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
 
@@ -102,6 +104,39 @@ __device__ __forceinline__ static void clear(float (&acc)[TILES][4])
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 }
 
+/* A tile of up to 64 rows of bf16 into shared memory (row stride ld, in bf16): row i is the
+ * `width` values at row_of(i), zero for rows i >= rows and for columns width .. padded.
+ * Where width is a multiple of 8, 16-byte copies, every one of a thread's loads issued before
+ * the first store, so that their latencies overlap (element by element, a thread waited for
+ * each of its 32 loads in turn); else 2-byte copies. ld and padded: multiples of 8. */
+template <typename RowOf>
+__device__ __forceinline__ static void load_tile(bf16 *tile, int ld, int rows, int width, int padded, RowOf row_of)
+{
+    if (width % 8 == 0) {
+        constexpr int MOST = CHUNK * (MAX_K / 8) / THREADS; /* 16-byte pieces per thread, at most */
+        const int per_row = padded / 8;
+        uint4 staged[MOST];
+#pragma unroll
+        for (int t = 0; t < MOST; t++) {
+            const int e = threadIdx.x + t * THREADS, i = e / per_row, c = e % per_row * 8;
+            staged[t] = make_uint4(0, 0, 0, 0);
+            if (e < CHUNK * per_row && i < rows && c < width)
+                staged[t] = *(const uint4 *)(row_of(i) + c);
+        }
+#pragma unroll
+        for (int t = 0; t < MOST; t++) {
+            const int e = threadIdx.x + t * THREADS;
+            if (e < CHUNK * per_row)
+                *(uint4 *)(tile + e / per_row * ld + e % per_row * 8) = staged[t];
+        }
+    } else {
+        for (int e = threadIdx.x; e < CHUNK * padded; e += THREADS) {
+            const int i = e / padded, c = e % padded;
+            tile[i * ld + c] = i < rows && c < width ? row_of(i)[c] : __float2bfloat16_rn(0.0f);
+        }
+    }
+}
+
 /* ---- the workspace ---- */
 
 /* Kernel 2's input block per chunk, laid out as its shared-memory slot (16-byte multiples):
@@ -123,10 +158,11 @@ __host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V, 
     return chain_u_offset(K, precise) + (size_t)round_up16(V) * CHUNK * sizeof(float);
 }
 __host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V, bool precise) { return chain_decay_offset(K, V, precise) + 4 * sizeof(float); }
-/* what one chain block (16 columns) copies of it per chunk: W (and W_low), keys_t, its 16 rows of U_t, the decay */
-__host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise)
+/* what one chain block of `tiles` 16-column tiles copies of it per chunk: W (and W_low),
+ * keys_t, its 16 tiles rows of U_t, the decay */
+__host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise, int tiles)
 {
-    return chain_u_offset(K, precise) + CHAIN_COLUMNS * CHUNK * sizeof(float) + 4 * sizeof(float);
+    return chain_u_offset(K, precise) + (size_t)tiles * 16 * CHUNK * sizeof(float) + 4 * sizeof(float);
 }
 
 typedef struct {
@@ -178,7 +214,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K);
     const size_t V = p.V, chunks = chunks_of(p.T), chunk = blockIdx.x % chunks, head = blockIdx.x / chunks;
     const size_t t0 = chunk * CHUNK, b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
-    const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4);
     unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(p.K, V, PRECISE);
     const bf16 *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
@@ -186,11 +222,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     float *beta = (float *)(gamma + CHUNK), *scaled_beta = beta + CHUNK, *Tm = scaled_beta + CHUNK;
     bf16 *keys = (bf16 *)(Tm + CHUNK * (CHUNK + 1)), *Tm16 = keys + CHUNK * LDK, *right_t = Tm16 + CHUNK * TOKEN_STRIDE;
 
-    for (int i = warp; i < CHUNK; i += THREADS / 32) { /* a row per warp: coalesced */
-        const bf16 *from = k16 + gdn_device_token(&p, b, t0 + (i < n ? i : 0), h) * K;
-        for (int c = lane; c < KP; c += 32)
-            keys[i * LDK + c] = i < n && c < K ? from[c] : __float2bfloat16_rn(0.0f);
-    }
+    load_tile(keys, LDK, n, K, KP, [&](int i) { return k16 + gdn_device_token(&p, b, t0 + i, h) * K; });
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
         gamma[i] = i < n ? p.g[token] : 0.0;
@@ -226,17 +258,35 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
      * global loads of v) and write a column of right_t each. */
     bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K)), *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
     float *U_t = (float *)(chain + chain_u_offset(K, PRECISE));
+    const bool whole_values = K % 8 == 0 && V % 8 == 0; /* 8 columns of v: one aligned 16-byte load */
     for (size_t first = 0; first < (size_t)K + V; first += CHUNK) {
         __syncthreads(); /* Tm16 complete; right_t free (the solve's scratch, then the last pass) */
-        for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) {
-            const int l = e / CHUNK, c = e % CHUNK;
-            const size_t column = first + c;
-            float value = 0.0f;
-            if (l < n && column < (size_t)K)
-                value = scaled_beta[l] * __bfloat162float(keys[l * LDK + column]);
-            else if (l < n && column < K + V)
-                value = beta[l] * __bfloat162float(v16[gdn_device_token(&p, b, t0 + l, h) * V + (column - K)]);
-            right_t[c * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
+        /* thread: token l, columns first + 8 q .. + 8 (consecutive threads, consecutive pieces
+         * of a row); both of its v loads issued before either is used */
+        constexpr int PIECES = CHUNK * CHUNK / 8 / THREADS;
+        uint4 raw[PIECES];
+#pragma unroll
+        for (int t = 0; t < PIECES; t++) {
+            const int e = threadIdx.x + t * THREADS, l = e / 8;
+            const size_t column = first + e % 8 * 8;
+            raw[t] = make_uint4(0, 0, 0, 0);
+            if (whole_values && l < n && column >= (size_t)K && column < K + V)
+                raw[t] = *(const uint4 *)(v16 + gdn_device_token(&p, b, t0 + l, h) * V + (column - K));
+        }
+#pragma unroll
+        for (int t = 0; t < PIECES; t++) {
+            const int e = threadIdx.x + t * THREADS, l = e / 8, c0 = e % 8 * 8;
+            const bf16 *pieces = (const bf16 *)&raw[t];
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                const size_t column = first + c0 + q;
+                float value = 0.0f;
+                if (l < n && column < (size_t)K)
+                    value = scaled_beta[l] * __bfloat162float(keys[l * LDK + column]);
+                else if (l < n && column < K + V)
+                    value = beta[l] * __bfloat162float(whole_values ? pieces[q] : v16[gdn_device_token(&p, b, t0 + l, h) * V + (column - K)]);
+                right_t[(c0 + q) * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
+            }
         }
         __syncthreads();
         clear(acc);
@@ -273,149 +323,216 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     }
 }
 
-/* ---- kernel 2: one block per (head, 16 columns of S), 4 warps, serial over the chunks ----
- * The state tile S (K x 16) lives in the warps' MMA accumulators for the whole sequence:
- * warp w owns its rows 16 w .. and 16 (w + 4) .. (two m-tiles at K = 128), both 8-column
- * n-tiles. Per chunk:
+/* ---- kernel 2: one block per (head, segment, 16 tiles columns of S), serial over chunks ----
+ * `tiles` = blockDim.x / 128 groups of four warps (1 where blocks are few and the chain's
+ * latency is the time, 2 where they fill the GPU and W and the keys are better shared, see
+ * chain_launch_shape); group `tile` owns 16 columns of the state, and its K x 16 tile
+ * lives in the group's MMA accumulators for the whole run: warp w of a group owns rows 16 w ..
+ * and 16 (w + 4) .. (two m-tiles at K = 128), both 8-column n-tiles. Per chunk, per group:
  *   S0^T to shared memory in bf16 (B^T of the next product) and to the workspace (kernel 3)
- *   Vnew = U - W S0 (eq. 13)            warp w: token rows 16 w .., both n-tiles, depth K
+ *   Vnew = U - W S0 (eq. 13)            warp w: token rows 16 w .., depth K
  *   S = exp(gamma_C) S + Kdec^T Vnew    (eq. 15) into the accumulators, depth 64
- * The chunk's W, keys_t, U tile and decay come through a ring of CHAIN_STAGES slots, copied
- * with cp.async two chunks ahead, as in stage 05. */
-__device__ static void fetch_chain_slot(unsigned char *slot, const unsigned char *block, size_t K, size_t V, size_t column0, bool precise)
+ * W and the decayed keys serve the block's groups: one copy per block and chunk, through a
+ * ring of `stages` slots (cp.async: the next one or two chunks' copies run under this chunk's
+ * products; 3 where two blocks of 3 still fit on an SM, else 2, see chain_launch_shape). A group
+ * reads only its own S0^T and Vnew^T, so between its two products it waits for its own four
+ * warps (a named barrier), not for the block.
+ *
+ * Segments: here one per head, chunks 0 .. chunks from h0, writing ht. Stage 07 cuts the
+ * sequence into P segments and runs this kernel twice: with FOLD, on the state [A | B] of
+ * KP + V columns from [I | 0], with U's columns [0 | U], so that each segment's map comes out
+ * (eq. 6 of stage 04, a chunk at a time), and nothing is saved for kernel 3; then without,
+ * every segment from its true start state. */
+typedef struct {
+    size_t count;          /* P: segments per head; 1 in this stage */
+    const float *starts;   /* [head][segment] K x V start states (h0 here); NULL: zero */
+    float *ends;           /* without FOLD: ht, written by the last segment; with FOLD: the maps
+                              [head][segment] K x (K + V), row i = [A_i | B_i], of segments 0 .. P-2 */
+} chain_segments;
+
+/* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
+__host__ __device__ static inline size_t segment_chunk(size_t s, size_t P, size_t chunks) { return s * chunks / P; }
+
+__host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool precise, int tiles, int stages)
 {
-    const int shared16 = (int)(chain_u_offset(K, precise) / 16), u16 = CHAIN_COLUMNS * CHUNK * (int)sizeof(float) / 16;
-    const uint4 *from = (const uint4 *)block, *u = (const uint4 *)(block + chain_u_offset(K, precise) + column0 * CHUNK * sizeof(float));
-    uint4 *to = (uint4 *)slot;
-#pragma unroll 4
-    for (int e = threadIdx.x; e < shared16; e += CHAIN_THREADS)
-        __pipeline_memcpy_async(to + e, from + e, 16);
-    for (int e = threadIdx.x; e <= u16; e += CHAIN_THREADS)
-        __pipeline_memcpy_async(to + shared16 + e, e < u16 ? u + e : from + chain_decay_offset(K, V, precise) / 16, 16);
+    return stages * chain_slot_bytes(K, precise, tiles) + (size_t)tiles * (precise ? 2 : 1) * 16 * (key_stride(K) + TOKEN_STRIDE) * sizeof(bf16);
 }
 
-template <bool PRECISE>
-__global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(gdn_device_problem p, chunk_workspace w, float *ht)
+/* One chunk's slot: W (W_low) and keys_t whole; for each of the block's tiles its 16 rows
+ * of U_t (U's column u_column0 + 16 t .., skipped where the tile has no U columns: past the
+ * state, or the identity columns of a fold); the decay. */
+__device__ static void fetch_chain_slot(unsigned char *slot, const unsigned char *block, size_t K, size_t V, int u_column0,
+                                        int u_columns, bool precise)
+{
+    const int shared16 = (int)(chain_u_offset(K, precise) / 16), tile16 = 16 * CHUNK * (int)sizeof(float) / 16;
+    const int tiles = blockDim.x / GROUP_THREADS;
+    const uint4 *from = (const uint4 *)block, *u = (const uint4 *)(block + chain_u_offset(K, precise));
+    uint4 *to = (uint4 *)slot, *u_to = to + shared16;
+#pragma unroll 4
+    for (int e = threadIdx.x; e < shared16; e += blockDim.x)
+        __pipeline_memcpy_async(to + e, from + e, 16);
+    for (int e = threadIdx.x; e < tiles * tile16; e += blockDim.x) {
+        const int column = u_column0 + 16 * (e / tile16);
+        if (column >= 0 && column < u_columns)
+            __pipeline_memcpy_async(u_to + e, u + column * tile16 / 16 + e % tile16, 16);
+    }
+    if (threadIdx.x == 0)
+        __pipeline_memcpy_async(u_to + tiles * tile16, from + chain_decay_offset(K, V, precise) / 16, 16);
+}
+
+/* Wait for the four warps of group `tile` (barrier 0 is __syncthreads') */
+__device__ __forceinline__ static void group_barrier(int tile) { asm volatile("bar.sync %0, 128;" ::"r"(1 + tile) : "memory"); }
+
+template <bool PRECISE, bool FOLD>
+__global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
-    const size_t V = p.V, chunks = chunks_of(p.T), tiles_per_head = VP / CHAIN_COLUMNS;
-    const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * CHAIN_COLUMNS;
-    const int warp = threadIdx.x / 32, slot_bytes = (int)chain_slot_bytes(p.K, PRECISE);
+    const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
+    const int tiles = blockDim.x / GROUP_THREADS, group_columns = 16 * tiles;
+    const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = FOLD ? P - 1 : P;
+    const size_t groups = (columns + group_columns - 1) / group_columns, group = blockIdx.x % groups;
+    const size_t segment = blockIdx.x / groups % runs, head = blockIdx.x / groups / runs;
+    const size_t first = segment_chunk(segment, P, chunks), end = segment_chunk(segment + 1, P, chunks);
+    const int warp = threadIdx.x / 32, tile = warp / 4, row_warp = warp % 4;
+    const int column0 = (int)group * group_columns + 16 * tile; /* this group's first state column */
+    const bool active = column0 < columns, identity = FOLD && column0 < KP; /* identity: U is zero there */
+    const int slot_bytes = (int)chain_slot_bytes(p.K, PRECISE, tiles);
     const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
     const unsigned char *blocks = w.chain + head * chunks * block_bytes;
     unsigned char *slots = (unsigned char *)ring;
-    /* S0^T and Vnew^T in bf16, and with --precise what their rounding left, S_low and Vnew_low */
-    bf16 *S_t = (bf16 *)(slots + CHAIN_STAGES * slot_bytes), *Vnew_t = S_t + CHAIN_COLUMNS * LDK;
-    bf16 *S_low = Vnew_t + CHAIN_COLUMNS * TOKEN_STRIDE, *Vnew_low = S_low + CHAIN_COLUMNS * LDK;
-    bf16 *states_t = w.states_t + head * chunks * VP * KP + column0 * KP;
-    bf16 *new_values_t = w.new_values_t + head * chunks * VP * CHUNK + column0 * CHUNK;
+    /* this group's S0^T and Vnew^T in bf16, and with --precise what their rounding left */
+    bf16 *S_t = (bf16 *)(slots + stages * slot_bytes) + tile * (PRECISE ? 2 : 1) * 16 * (LDK + TOKEN_STRIDE);
+    bf16 *Vnew_t = S_t + 16 * LDK, *S_low = Vnew_t + 16 * TOKEN_STRIDE, *Vnew_low = S_low + 16 * LDK;
+    bf16 *states_t = w.states_t + (head * chunks + first) * VP * KP + column0 * KP;
+    bf16 *new_values_t = w.new_values_t + (head * chunks + first) * VP * CHUNK + column0 * CHUNK;
     const size_t low_offset = PRECISE ? w.states_low_t - w.states_t : 0, new_low_offset = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
 
-    float S[2][2][4]; /* [m-tile of this warp][n-tile][sum]: S rows 16 (warp + 4 q) .., columns column0 + 8 j .. */
+    float S[2][2][4]; /* [m-tile of this warp][n-tile][sum]: rows 16 (row_warp + 4 q) .., columns column0 + 8 j .. */
 #pragma unroll
     for (int q = 0; q < 2; q++)
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * (warp + 4 * q), r);
-                const size_t column = column0 + fragment_column(0, j, r);
-                S[q][j][r] = p.h0 && m < K && column < V ? p.h0[(head * K + m) * V + column] : 0.0f;
+                const int m = fragment_row(16 * (row_warp + 4 * q), r), c = column0 + fragment_column(0, j, r);
+                float start = 0.0f;
+                if (FOLD)
+                    start = m == c && m < K ? 1.0f : 0.0f; /* [I | 0] */
+                else if (segments.starts && m < K && c < (int)V)
+                    start = segments.starts[((head * P + segment) * K + m) * V + c];
+                S[q][j][r] = start;
             }
-    for (int ahead = 0; ahead < CHAIN_STAGES - 1; ahead++) {
-        if ((size_t)ahead < chunks)
-            fetch_chain_slot(slots + ahead * slot_bytes, blocks + ahead * block_bytes, K, V, column0, PRECISE);
+    for (size_t ahead = first; ahead < first + stages - 1; ahead++) {
+        if (ahead < end)
+            fetch_chain_slot(slots + (ahead - first) * slot_bytes, blocks + ahead * block_bytes, K, V,
+                             (int)group * group_columns - value_column0, VP, PRECISE);
         __pipeline_commit();
     }
 
-    for (size_t chunk = 0; chunk < chunks; chunk++) {
-        const unsigned char *slot = slots + chunk % CHAIN_STAGES * slot_bytes;
+    for (size_t chunk = first; chunk < end; chunk++) {
+        const unsigned char *slot = slots + (chunk - first) % stages * slot_bytes;
         const bf16 *W = (const bf16 *)slot, *W_low = (const bf16 *)(slot + chain_w_bytes(K));
         const bf16 *keys_t = (const bf16 *)(slot + chain_keys_offset(K, PRECISE));
         const float *U_t = (const float *)(slot + chain_u_offset(K, PRECISE));
         __syncthreads(); /* the slot refilled next is no longer read; S_t and Vnew_t are free */
-        const size_t next = chunk + CHAIN_STAGES - 1;
-        if (next < chunks)
-            fetch_chain_slot(slots + next % CHAIN_STAGES * slot_bytes, blocks + next * block_bytes, K, V, column0, PRECISE);
+        const size_t next = chunk + stages - 1;
+        if (next < end)
+            fetch_chain_slot(slots + (next - first) % stages * slot_bytes, blocks + next * block_bytes, K, V,
+                             (int)group * group_columns - value_column0, VP, PRECISE);
         __pipeline_commit();
 
-        /* S0^T in bf16: here for Vnew, in the workspace for kernel 3 */
+        /* S0^T in bf16: here for Vnew, in the workspace for kernel 3 (not in a fold) */
 #pragma unroll
         for (int q = 0; q < 2; q++) {
-            if (16 * (warp + 4 * q) >= KP)
+            if (!active || 16 * (row_warp + 4 * q) >= KP)
                 continue;
 #pragma unroll
             for (int j = 0; j < 2; j++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    const int m = fragment_row(16 * (warp + 4 * q), r), c = fragment_column(0, j, r);
+                    const int m = fragment_row(16 * (row_warp + 4 * q), r), c = fragment_column(0, j, r);
                     const bf16 value = __float2bfloat16_rn(S[q][j][r]);
                     S_t[c * LDK + m] = value;
-                    states_t[c * KP + m] = value;
+                    if (!FOLD)
+                        states_t[c * KP + m] = value;
                     if (PRECISE) {
                         const bf16 low = __float2bfloat16_rn(S[q][j][r] - __bfloat162float(value));
                         S_low[c * LDK + m] = low;
-                        states_t[low_offset + c * KP + m] = low;
+                        if (!FOLD)
+                            states_t[low_offset + c * KP + m] = low;
                     }
                 }
         }
         states_t += VP * KP;
-        __pipeline_wait_prior(CHAIN_STAGES - 1);
+        if (stages == 3) /* this chunk's copy done; the next ones may still be in flight */
+            __pipeline_wait_prior(2);
+        else
+            __pipeline_wait_prior(1);
         __syncthreads();
+        if (!active)
+            continue;
 
-        /* Vnew = U - W S0 (eq. 13): rows 16 warp .. of the chunk */
+        /* Vnew = U - W S0 (eq. 13): rows 16 row_warp .. of the chunk */
         float acc[2][4];
         clear(acc);
-        warp_product(acc, W, LDK, S_t, LDK, 16 * warp, 0, KP);
+        warp_product(acc, W, LDK, S_t, LDK, 16 * row_warp, 0, KP);
         if (PRECISE) { /* (W + W_low)(S + S_low) less the product of the two small parts */
-            warp_product(acc, W, LDK, S_low, LDK, 16 * warp, 0, KP);
-            warp_product(acc, W_low, LDK, S_t, LDK, 16 * warp, 0, KP);
+            warp_product(acc, W, LDK, S_low, LDK, 16 * row_warp, 0, KP);
+            warp_product(acc, W_low, LDK, S_t, LDK, 16 * row_warp, 0, KP);
         }
+        const float *U_tile = U_t + tile * 16 * CHUNK;
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                const int i = fragment_row(16 * warp, r), c = fragment_column(0, j, r);
-                const float exact = U_t[c * CHUNK + i] - acc[j][r];
+                const int i = fragment_row(16 * row_warp, r), c = fragment_column(0, j, r);
+                const float exact = (identity ? 0.0f : U_tile[c * CHUNK + i]) - acc[j][r];
                 const bf16 value = __float2bfloat16_rn(exact);
                 Vnew_t[c * TOKEN_STRIDE + i] = value;
-                new_values_t[c * CHUNK + i] = value;
+                if (!FOLD)
+                    new_values_t[c * CHUNK + i] = value;
                 if (PRECISE) {
                     const bf16 low = __float2bfloat16_rn(exact - __bfloat162float(value));
                     Vnew_low[c * TOKEN_STRIDE + i] = low;
-                    new_values_t[new_low_offset + c * CHUNK + i] = low;
+                    if (!FOLD)
+                        new_values_t[new_low_offset + c * CHUNK + i] = low;
                 }
             }
         new_values_t += VP * CHUNK;
-        __syncthreads();
+        group_barrier(tile);
 
         /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15), in the accumulators */
-        const float decay = U_t[CHAIN_COLUMNS * CHUNK]; /* after the wait: it came with the slot */
+        const float decay = U_t[group_columns * CHUNK]; /* after the wait: it came with the slot */
 #pragma unroll
         for (int q = 0; q < 2; q++) {
-            if (16 * (warp + 4 * q) >= KP)
+            if (16 * (row_warp + 4 * q) >= KP)
                 continue;
 #pragma unroll
             for (int j = 0; j < 2; j++)
 #pragma unroll
                 for (int r = 0; r < 4; r++)
                     S[q][j][r] *= decay;
-            warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_t, TOKEN_STRIDE, 16 * (warp + 4 * q), 0, CHUNK);
+            warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_t, TOKEN_STRIDE, 16 * (row_warp + 4 * q), 0, CHUNK);
             if (PRECISE)
-                warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, 16 * (warp + 4 * q), 0, CHUNK);
+                warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, 16 * (row_warp + 4 * q), 0, CHUNK);
         }
     }
+    if (!active || (!FOLD && segment + 1 != P))
+        return;
 #pragma unroll
     for (int q = 0; q < 2; q++)
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * (warp + 4 * q), r);
-                const size_t column = column0 + fragment_column(0, j, r);
-                if (m < K && column < V)
-                    ht[(head * K + m) * V + column] = S[q][j][r];
+                const int m = fragment_row(16 * (row_warp + 4 * q), r), c = column0 + fragment_column(0, j, r);
+                if (m >= K)
+                    continue;
+                if (!FOLD && c < (int)V)
+                    segments.ends[(head * K + m) * V + c] = S[q][j][r];
+                else if (FOLD && (c < K || (c >= KP && c - KP < (int)V))) /* row m of [A | B] */
+                    segments.ends[((head * (P - 1) + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = S[q][j][r];
             }
 }
 
@@ -432,9 +549,9 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     const size_t column0 = blockIdx.x % tiles_per_chunk * OUTPUT_COLUMNS, head_chunk = blockIdx.x / tiles_per_chunk;
     const size_t head = head_chunk / chunks, chunk = head_chunk % chunks, t0 = chunk * CHUNK;
     const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
-    const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4);
-    const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16, zero = __float2bfloat16_rn(0.0f);
+    const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16;
     const bf16 *S0_t = w.states_t + head_chunk * VP * KP, *new_values_t = w.new_values_t + head_chunk * VP * CHUNK;
     double *gamma = shared;
     bf16 *q = (bf16 *)(gamma + CHUNK), *k = q + CHUNK * LDK, *S = k + CHUNK * LDK, *Vnew = S + OUTPUT_COLUMNS * LDK;
@@ -442,25 +559,16 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     /* --precise: the low bf16 terms of S0, Vnew and P */
     bf16 *S_low = P + CHUNK * TOKEN_STRIDE, *Vnew_low = S_low + OUTPUT_COLUMNS * LDK, *P_low = Vnew_low + OUTPUT_COLUMNS * TOKEN_STRIDE;
 
-    for (int i = warp; i < CHUNK; i += THREADS / 32) { /* a row per warp */
-        const size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
-        for (int c = lane; c < KP; c += 32) {
-            q[i * LDK + c] = i < n && c < K ? q16[token * K + c] : zero;
-            k[i * LDK + c] = i < n && c < K ? k16[token * K + c] : zero;
-        }
-    }
-    for (int c = warp; c < OUTPUT_COLUMNS; c += THREADS / 32) { /* S0^T and Vnew^T rows; zero past V */
-        const bool real = column0 + c < (size_t)VP;
-        for (int m = lane; m < KP; m += 32) {
-            S[c * LDK + m] = real ? S0_t[(column0 + c) * KP + m] : zero;
-            if (PRECISE)
-                S_low[c * LDK + m] = real ? w.states_low_t[head_chunk * VP * KP + (column0 + c) * KP + m] : zero;
-        }
-        for (int j = lane; j < CHUNK; j += 32) {
-            Vnew[c * TOKEN_STRIDE + j] = real ? new_values_t[(column0 + c) * CHUNK + j] : zero;
-            if (PRECISE)
-                Vnew_low[c * TOKEN_STRIDE + j] = real ? w.new_values_low_t[head_chunk * VP * CHUNK + (column0 + c) * CHUNK + j] : zero;
-        }
+    load_tile(q, LDK, n, K, KP, [&](int i) { return q16 + gdn_device_token(&p, b, t0 + i, h) * K; });
+    load_tile(k, LDK, n, K, KP, [&](int i) { return k16 + gdn_device_token(&p, b, t0 + i, h) * K; });
+    /* S0^T and Vnew^T rows of this block's columns; zero past V */
+    const int columns = VP - (int)column0 < OUTPUT_COLUMNS ? VP - (int)column0 : OUTPUT_COLUMNS;
+    const size_t low_states = PRECISE ? w.states_low_t - w.states_t : 0, low_values = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
+    load_tile(S, LDK, columns, KP, KP, [&](int c) { return S0_t + (column0 + c) * KP; });
+    load_tile(Vnew, TOKEN_STRIDE, columns, CHUNK, CHUNK, [&](int c) { return new_values_t + (column0 + c) * CHUNK; });
+    if (PRECISE) {
+        load_tile(S_low, LDK, columns, KP, KP, [&](int c) { return S0_t + low_states + (column0 + c) * KP; });
+        load_tile(Vnew_low, TOKEN_STRIDE, columns, CHUNK, CHUNK, [&](int c) { return new_values_t + low_values + (column0 + c) * CHUNK; });
     }
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
@@ -508,34 +616,93 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         }
 }
 
+/* ---- the three passes, each launched and checked (stage 07 launches them too) ---- */
+
+template <bool PRECISE>
+static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
+{
+    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE;
+    const size_t bytes = M * sizeof(double) + (2 * M + M * (M + 1)) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
+    unsigned blocks;
+    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T), 1, &blocks))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<PRECISE>, blocks, THREADS, bytes, *p, w);
+    return 0;
+}
+
+/* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
+ * Tiles: where one-tile blocks are too few to fill the GPU MAX_GROUP_TILES times over, the
+ * chain's latency is the time, and one tile has the shortest chunk step; else more tiles per
+ * block share each copy of W and the keys. Slots: 3 where two such blocks still fit on an SM
+ * (copies two chunks ahead), else 2, so that at K = 128 two blocks share an SM. */
+typedef struct {
+    int tiles, stages;
+    size_t bytes;
+} chain_shape;
+
+static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t K, bool precise)
+{
+    int sms = 132, per_sm = 228 * 1024;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0) != cudaSuccess)
+        cudaGetLastError(); /* keep the H200's numbers; a missing device is reported by the launch */
+    chain_shape shape;
+    shape.tiles = one_tile_blocks < (size_t)MAX_GROUP_TILES * (size_t)sms ? 1 : MAX_GROUP_TILES;
+    shape.stages = 2 * chain_shared_bytes(K, precise, shape.tiles, 3) <= (size_t)per_sm ? 3 : 2;
+    shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages);
+    return shape;
+}
+
+/* Kernel 2 over every segment of every head (with FOLD: segments 0 .. P-2, K + V columns). */
+template <bool PRECISE, bool FOLD>
+static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments)
+{
+    const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = FOLD ? segments.count - 1 : segments.count;
+    const chain_shape shape = chain_launch_shape(p->B * p->H * runs * (columns / 16), p->K, PRECISE);
+    const size_t group_columns = 16 * (size_t)shape.tiles;
+    unsigned blocks;
+    if (gdn_blocks_for(p->B * p->H * runs * ((columns + group_columns - 1) / group_columns), 1, &blocks))
+        return -1;
+    void (*chunk_states)(gdn_device_problem, chunk_workspace, chain_segments, int) = chunk_states_kernel<PRECISE, FOLD>;
+    CUDA_LAUNCH_WITH_SHARED(chunk_states, blocks, GROUP_THREADS * shape.tiles, shape.bytes, *p, w, segments, shape.stages);
+    return 0;
+}
+
+template <bool PRECISE>
+static int launch_chunk_outputs(const gdn_device_problem *p, chunk_workspace w, float *o)
+{
+    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE, terms = PRECISE ? 2 : 1;
+    const size_t bytes = M * sizeof(double) + (2 * M * LDK + terms * (OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT)) * sizeof(bf16);
+    unsigned blocks;
+    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &blocks))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel<PRECISE>, blocks, THREADS, bytes, *p, w, o);
+    return 0;
+}
+
+static int check_key_width(size_t K)
+{
+    return K > MAX_K ? gdn_set_error("K = %zu: stages 06 and 07 keep K-wide tiles in shared memory, K at most %d", K, MAX_K) : 0;
+}
+
+#ifndef WARP_SPECIALIZED_KERNELS_ONLY /* stage 07 includes this file for its kernels, and stops here */
+
+template <bool PRECISE>
+static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
+{
+    const chain_segments whole = {1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
+    return launch_prepare_chunks<PRECISE>(p, w) || launch_chunk_states<PRECISE, false>(p, w, whole) ||
+                   launch_chunk_outputs<PRECISE>(p, w, r->o)
+               ? -1
+               : 0;
+}
+
 static int warp_specialized_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
-    const bool precise = s->precise;
-    const size_t K = p->K, V = p->V, heads = p->B * p->H, chunks = chunks_of(p->T), LDK = key_stride(K);
-    if (K > MAX_K)
-        return gdn_set_error("K = %zu: stage 06 keeps K-wide tiles in shared memory, K at most %d", K, MAX_K);
-    chunk_workspace w = workspace_at(r->workspace, p, precise);
-    unsigned prepare_blocks, state_blocks, output_blocks;
-    if (gdn_blocks_for(heads * chunks, 1, &prepare_blocks) ||
-        gdn_blocks_for(heads * (round_up16(V) / CHAIN_COLUMNS), 1, &state_blocks) ||
-        gdn_blocks_for(heads * chunks * ((V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &output_blocks))
+    if (check_key_width(p->K))
         return -1;
-    const size_t M = CHUNK, LDT = TOKEN_STRIDE;
-    size_t prepare_bytes = M * sizeof(double) + (2 * M + M * (M + 1)) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
-    size_t state_bytes = CHAIN_STAGES * chain_slot_bytes(K, precise) + (precise ? 2 : 1) * CHAIN_COLUMNS * (LDK + LDT) * sizeof(bf16);
-    size_t output_bytes = M * sizeof(double) + (2 * M * LDK + OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT) * sizeof(bf16);
-    if (precise)
-        output_bytes += (OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT) * sizeof(bf16);
-    if (precise) {
-        CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<true>, prepare_blocks, THREADS, prepare_bytes, *p, w);
-        CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel<true>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
-        CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel<true>, output_blocks, THREADS, output_bytes, *p, w, r->o);
-    } else {
-        CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<false>, prepare_blocks, THREADS, prepare_bytes, *p, w);
-        CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel<false>, state_blocks, CHAIN_THREADS, state_bytes, *p, w, r->ht);
-        CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel<false>, output_blocks, THREADS, output_bytes, *p, w, r->o);
-    }
-    return 0;
+    chunk_workspace w = workspace_at(r->workspace, p, s->precise);
+    return s->precise ? warp_specialized_passes<true>(p, w, r) : warp_specialized_passes<false>(p, w, r);
 }
 
 static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
@@ -567,3 +734,5 @@ extern "C" const gdn_stage warp_specialized_stage = {
     .runner = &gdn_cuda_runner,
     .bf16_inputs = 1,
 };
+
+#endif /* WARP_SPECIALIZED_KERNELS_ONLY */

@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""kernel_times.py -- stage 07's kernels' times from `ncu --csv --metrics gpu__time_duration.sum`.
+
+    ncu --csv --metrics gpu__time_duration.sum BIN ARGS --reps 1 | python3 plots/kernel_times.py
+
+Prints "prepare fold scan chain outputs" in microseconds, the first launch of each (the
+warm-up pass); "-" for a kernel that did not run (P = 1 has no fold and no scan).
+"""
+import csv
+import sys
+
+SCALE = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+
+
+def kind(name):
+    if "prepare_chunks" in name:
+        return "prepare"
+    if "scan_summaries" in name:
+        return "scan"
+    if "chunk_outputs" in name:
+        return "outputs"
+    if "chunk_states" in name:  # chunk_states_kernel<PRECISE, FOLD>
+        arguments = name[name.index("<") + 1:name.index(">")].split(",")
+        return "fold" if arguments[1].strip() in ("true", "(bool)1", "1") else "chain"
+    return None
+
+
+def main():
+    rows = [row for row in csv.reader(sys.stdin) if row]
+    header = next((row for row in rows if "Kernel Name" in row and "Metric Value" in row), None)
+    first = {}
+    if header:
+        name, unit, value, metric = (header.index(c) for c in ("Kernel Name", "Metric Unit", "Metric Value", "Metric Name"))
+        for row in rows:
+            if len(row) == len(header) and row[metric] == "gpu__time_duration.sum" and kind(row[name]):
+                first.setdefault(kind(row[name]), float(row[value].replace(",", "")) * SCALE.get(row[unit], 1.0))
+    print(" ".join("%.1f" % first[k] if k in first else "-" for k in ("prepare", "fold", "scan", "chain", "outputs")))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

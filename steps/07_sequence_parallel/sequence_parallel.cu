@@ -1,0 +1,181 @@
+/* 07_sequence_parallel -- stage 06 with stage 04's three phases: one GPU busy on one long sequence.
+ *
+ * The idea (docs/07_sequence_parallel.md): stage 06's chain kernel runs the chunks of a head
+ * one after the other, with one block per (head, 64 state columns). With few heads (one long
+ * sequence, or heads sharded over GPUs) most of the 132 SMs idle, and the time is the number
+ * of chunks times the latency of one chunk step. Cut each sequence into P segments of whole
+ * chunks and do what stage 04 did with tokens, now with stage 06's chunk steps:
+ *   1. fold:    segments 0 .. P-2 each carry the map of their chunks, the state [A | B]
+ *               (K x (K + V)) from [I | 0] with U's columns [0 | U] (eq. 6 of stage 04,
+ *               one chunk at a time: S -> (exp(gamma_C) I - Kdec^T W) S + Kdec^T U). Stage
+ *               06's chain kernel with FOLD; tensor cores, fp32 accumulators.
+ *   2. scan:    start_0 = h0, start_{s+1} = A_s start_s + B_s (eq. 7 of stage 04), in fp32,
+ *               stage 04's scan kernel as it is.
+ *   3. replay:  stage 06's chain kernel on every segment from its true start state, saving
+ *               S0 and Vnew of every chunk as before; the last segment writes ht.
+ * Kernel 1 (prepare) and kernel 3 (outputs) of stage 06 run unchanged before and after:
+ * they were parallel over every chunk already. Exact: no warm-up chunks, no reliance on the
+ * gates forgetting; the only new rounding is A and B, fp32 sums of bf16 products like S.
+ *
+ * Cost: stage 06's work, plus the fold, (K + V) / V times the chain's work on segments
+ * 0 .. P-2, plus the scan, 2 K^2 V (P - 1) flops per head; workspace: stage 06's plus
+ * P - 1 maps K x (K + V) and P start states K x V per head (fp32).
+ * Depth: chunks / P fold steps + P - 1 scan steps + chunks / P replay steps, against chunks.
+ * P: the least modelled time (sequence_parallel_segments, below), from B H, T and the SMs;
+ * 1 where the heads fill the GPU, so that the stage is stage 06 there. --segments overrides.
+ *
+ * Build and run:  make bin/07_sequence_parallel && bin/07_sequence_parallel --T 65536 --H 8 --check-against oracle
+ */
+#define WARP_SPECIALIZED_KERNELS_ONLY /* stage 06's kernels and launchers, not its stage */
+#include "../06_warp_specialized/warp_specialized.cu"
+#include "../04_two_phase_scan/scan_summaries.cuh" /* phase 2 */
+#include <stdio.h>
+
+extern "C" {
+#include "sequence_parallel.h"
+}
+
+enum { MAX_AUTOMATIC_SEGMENTS = 128 };
+
+/* The workspace: stage 06's, then the maps of segments 0 .. P-2, then the start states. */
+static int sequence_parallel_parts(const gdn_problem *p, const gdn_settings *s, size_t bytes[6])
+{
+    const size_t heads = p->B * p->H, P = s->segments;
+    size_t maps[4] = {heads, P - 1, p->K * (p->K + p->V), sizeof(float)}, starts[4] = {heads, P, p->K * p->V, sizeof(float)};
+    if (workspace_parts(heads, p->T, p->K, p->V, s->precise, bytes) || gdn_multiply_sizes(&bytes[4], 4, maps) ||
+        gdn_multiply_sizes(&bytes[5], 4, starts))
+        return -1;
+    return 0;
+}
+
+static int sequence_parallel_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+{
+    size_t parts[6];
+    if (sequence_parallel_parts(p, s, parts))
+        return -1;
+    *bytes = 0;
+    for (int i = 0; i < 6; i++) {
+        if (*bytes + parts[i] < *bytes)
+            return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * p->H, p->T);
+        *bytes += parts[i];
+    }
+    return 0;
+}
+
+template <bool PRECISE>
+static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk_workspace w, float *maps, float *starts,
+                                    gdn_device_result *r)
+{
+    if (launch_prepare_chunks<PRECISE>(p, w))
+        return -1;
+    if (P == 1) { /* stage 06 */
+        const chain_segments whole = {1, p->h0, r->ht};
+        if (launch_chunk_states<PRECISE, false>(p, w, whole))
+            return -1;
+    } else {
+        const chain_segments fold = {P, NULL, maps}, replay = {P, starts, r->ht};
+        if (launch_chunk_states<PRECISE, true>(p, w, fold) || launch_scan_summaries(p, P, maps, starts) ||
+            launch_chunk_states<PRECISE, false>(p, w, replay))
+            return -1;
+    }
+    return launch_chunk_outputs<PRECISE>(p, w, r->o);
+}
+
+static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
+{
+    if (check_key_width(p->K))
+        return -1;
+    gdn_problem sizes = {};
+    sizes.B = p->B, sizes.T = p->T, sizes.H = p->H, sizes.K = p->K, sizes.V = p->V;
+    size_t parts[6];
+    sequence_parallel_parts(&sizes, s, parts); /* sizes the runner has already checked */
+    chunk_workspace w = workspace_at(r->workspace, p, s->precise);
+    float *maps = (float *)((unsigned char *)r->workspace + parts[0] + parts[1] + parts[2] + parts[3]);
+    float *starts = maps + parts[4] / sizeof(float);
+    return s->precise ? sequence_parallel_passes<true>(p, s->segments, w, maps, starts, r)
+                      : sequence_parallel_passes<false>(p, s->segments, w, maps, starts, r);
+}
+
+/* Stage 06's flops, plus the fold (the chain's W S0 and update on K + V columns, over the
+ * chunks of segments 0 .. P-2) and the scan. */
+static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *s)
+{
+    const size_t P = s->segments ? s->segments : 1, chunks = chunks_of(p->T);
+    const double K = (double)p->K, V = (double)p->V;
+    const double folded_tokens = (double)(P > 1 ? segment_chunk(P - 1, P, chunks) * CHUNK : 0);
+    return wy_chunked_flops(p, s) + (double)(p->B * p->H) * (folded_tokens * 4 * K * (K + V) + (double)(P - 1) * 2 * K * K * V);
+}
+
+/* The model behind the automatic P, in chunk steps of one chain block: a launch of n blocks
+ * runs in ceil(n / slots) waves, each as long as one block's chunks (a chunk step's latency
+ * hardly grows with more blocks: it is a chain of dependent products, not a full SM).
+ *   P = 1:  waves(heads * groups(V)) * chunks
+ *   P > 1:  waves(heads * (P - 1) * groups(K + V)) * ceil(chunks / P)         fold
+ *         + waves(heads * P * groups(V)) * ceil(chunks / P)                   replay
+ *         + SCAN_STEP * (P - 1) + EXTRA_LAUNCHES                              scan, 2 launches
+ * groups(n): 16-column blocks of an n-column state (stage 06's one-tile chain blocks, which it
+ * launches while they do not fill the GPU twice over). The two constants are guesses in chunk
+ * steps, checked by the benchmark (docs/07): a scan step (K FMAs from L2) costs about half a
+ * chunk step, two extra launches about two. */
+static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t slots, size_t P)
+{
+    const double SCAN_STEP = 0.5, EXTRA_LAUNCHES = 2.0;
+    const size_t KP = (size_t)round_up16(K), VP = (size_t)round_up16(V);
+    const size_t value_groups = VP / 16, fold_groups = (KP + VP) / 16;
+    const double steps = (double)((chunks + P - 1) / P);
+    const double replay = (double)((heads * P * value_groups + slots - 1) / slots) * steps;
+    if (P == 1)
+        return replay;
+    const double fold = (double)((heads * (P - 1) * fold_groups + slots - 1) / slots) * steps;
+    return fold + replay + SCAN_STEP * (double)(P - 1) + EXTRA_LAUNCHES;
+}
+
+extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t slots)
+{
+    size_t best = 1;
+    if (slots == 0)
+        slots = 1;
+    for (size_t P = 2; P <= MAX_AUTOMATIC_SEGMENTS && P <= chunks; P++)
+        if (modelled_steps(heads, K, V, chunks, slots, P) < modelled_steps(heads, K, V, chunks, slots, best))
+            best = P;
+    return best;
+}
+
+/* P: --segments, else the model's choice for this GPU (132 SMs and one chain block each, an
+ * H200 at K = 128, when no device answers); at most one segment per chunk. */
+static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings *s)
+{
+    s->chunk = CHUNK;
+    const size_t chunks = chunks_of(p->T);
+    if (s->segments == 0) {
+        int sms = 132, per_sm = 1;
+        const chain_shape shape = chain_launch_shape(1, p->K, s->precise); /* one-tile blocks: few heads */
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
+            cudaFuncSetAttribute(chunk_states_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) !=
+                cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chunk_states_kernel<false, false>, GROUP_THREADS, shape.bytes) !=
+                cudaSuccess ||
+            per_sm < 1)
+            sms = 132, per_sm = 1;
+        cudaGetLastError(); /* a missing device is reported by the runner, not here */
+        s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms * (size_t)per_sm);
+    }
+    if (s->segments > chunks) {
+        fprintf(stderr, "07_sequence_parallel: note: %zu segments for %zu chunks of %d tokens; clamped to %zu\n", s->segments,
+                chunks, (int)CHUNK, chunks);
+        s->segments = chunks;
+    }
+}
+
+extern "C" const gdn_stage sequence_parallel_stage = {
+    .name = "07_sequence_parallel",
+    .idea = "stage 06 in three phases (fold segments, scan their maps, replay): parallel along one sequence",
+    .options = GDN_OPTION_PRECISE | GDN_OPTION_SEGMENTS,
+    .forward = NULL,
+    .counted_flops = sequence_parallel_flops,
+    .resolve_options = sequence_parallel_resolve_options,
+    .device_forward = sequence_parallel_forward,
+    .device_workspace_bytes = sequence_parallel_workspace,
+    .runner = &gdn_cuda_runner,
+    .bf16_inputs = 1,
+};

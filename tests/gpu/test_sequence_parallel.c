@@ -1,0 +1,188 @@
+/* test_sequence_parallel.c -- stage 07 (fold segments, scan their maps, replay; bf16 inputs,
+ * tensor cores) equals the fp64 oracle and stage 06, all on the same bf16-rounded inputs,
+ * within GDN_TOLERANCE_BF16, for P = 1, 2, 7 and 64 segments and the automatic P, segments of
+ * unequal length, with and without h0, with --precise, with extreme gates; and the automatic
+ * P is 1 where the heads fill the GPU (that part runs without a GPU too). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/oracle.h"
+
+#include "../../common/random.h"
+#include "../../steps/07_sequence_parallel/sequence_parallel.h"
+#include "../test_support.h"
+
+extern const gdn_stage warp_specialized_stage;
+
+/* A stage once on p with --segments (0: automatic) and --precise; the P it ran with in *used. */
+static gdn_result run_with(const gdn_stage *stage, const gdn_problem *p, size_t segments, int precise, size_t *used)
+{
+    gdn_result r;
+    gdn_settings s = {.reps = 1, .threads = 1, .segments = segments, .precise = precise};
+    stage->resolve_options(p, &s);
+    if (used)
+        *used = s.segments;
+    ck_assert_msg(gdn_result_alloc(&r, p) == 0, "%s", gdn_last_error());
+    ck_assert_msg(gdn_stage_run_once(stage, p, &s, &r) == 0, "%s failed: %s", stage->name, gdn_last_error());
+    return r;
+}
+
+/* Round p's inputs as the driver does; stage 07 with each P of `segments` (0: automatic; a
+ * count of `count`) in both modes, against the oracle (computed once) and against stage 06 in
+ * the same mode. */
+static void check_segments(gdn_problem *p, const size_t *segments, int count, const char *what)
+{
+    gdn_problem_round_to_bf16(p);
+    const size_t o_count = gdn_tokens(p) * p->V, ht_count = gdn_state_count(p);
+    double *oracle = malloc((o_count + ht_count) * sizeof *oracle);
+    ck_assert_ptr_nonnull(oracle);
+    ck_assert_msg(gdn_oracle(p, oracle, oracle + o_count) == 0, "%s", gdn_last_error());
+    for (int precise = 0; precise <= 1; precise++) {
+        gdn_result whole = run_with(&warp_specialized_stage, p, 0, precise, NULL);
+        for (int i = 0; i < count; i++) {
+            size_t used;
+            gdn_result cut = run_with(&sequence_parallel_stage, p, segments[i], precise, &used);
+            ck_assert(used >= 1 && (segments[i] == 0 || used == segments[i] || used == (p->T + 63) / 64));
+            char label[200];
+            snprintf(label, sizeof label, "07 P=%zu%s against the oracle, %s", used, precise ? " --precise" : "", what);
+            assert_close(gdn_worse(gdn_compare(cut.o, oracle, o_count), gdn_compare(cut.ht, oracle + o_count, ht_count)),
+                         GDN_TOLERANCE_BF16, label);
+            snprintf(label, sizeof label, "07 P=%zu%s against 06, %s", used, precise ? " --precise" : "", what);
+            assert_close(test_against_result(p, &cut, &whole), GDN_TOLERANCE_BF16, label);
+            gdn_result_free(&cut);
+        }
+        gdn_result_free(&whole);
+    }
+    free(oracle);
+}
+
+/* _i: (grid shape, with or without h0); P automatic, 2 and 7 (clamped to the chunks) */
+START_TEST(segments_on_the_grid)
+{
+    const size_t segments[] = {0, 2, 7};
+    gdn_problem p = test_problem(test_grid[_i % test_grid_count], _i / test_grid_count, 5000 + _i);
+    check_segments(&p, segments, 3, "grid");
+    gdn_problem_free(&p);
+}
+END_TEST
+
+/* _i: (shape, with or without h0): many chunks, so that P = 64 cuts whole chunks, and chunk
+ * counts P does not divide (segments of unequal length), a partial last chunk, K = V = 128,
+ * K and V off the multiples of 16, several heads and batches. */
+static const test_shape long_shapes[] = {{1, 4096 + 100, 2, 64, 64}, {1, 8192, 1, 128, 128}, {2, 4500, 3, 48, 80},
+                                         {1, 1000, 4, 64, 64}};
+START_TEST(segments_on_long_sequences)
+{
+    const int count = sizeof long_shapes / sizeof long_shapes[0];
+    const size_t segments[] = {0, 1, 2, 7, 64};
+    test_shape shape = long_shapes[_i % count];
+    char what[80];
+    snprintf(what, sizeof what, "B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d", shape.B, shape.T, shape.H, shape.K, shape.V,
+             _i / count);
+    gdn_problem p = test_problem(shape, _i / count, 5100 + _i);
+    check_segments(&p, segments, 5, what);
+    gdn_problem_free(&p);
+}
+END_TEST
+
+/* _i: gates of -1e4 (a segment's map A collapses to 0), no decay at all (A near I), beta 0 or 1 */
+START_TEST(segments_with_extreme_gates)
+{
+    const size_t segments[] = {2, 7};
+    test_shape shape = {1, 900, 2, 64, 64};
+    gdn_problem p = test_problem(shape, 1, 5200 + _i);
+    for (size_t i = 0; i < gdn_tokens(&p); i++) {
+        double u = random_uniform(5201 + _i, STREAM_TEST, i);
+        if (_i == 0)
+            p.g[i] = u < 0.1 ? (real_t)-1e4 : p.g[i];
+        else if (_i == 1)
+            p.g[i] = 0;
+        else
+            p.beta[i] = u < 0.5 ? 0 : 1, p.g[i] = u < 0.25 || u > 0.9 ? (real_t)-1e4 : 0;
+    }
+    check_segments(&p, segments, 2, _i == 0 ? "gates of -1e4" : _i == 1 ? "no decay" : "beta 0 or 1");
+    gdn_problem_free(&p);
+}
+END_TEST
+
+START_TEST(segments_refuse_large_keys)
+{
+    test_shape shape = {1, 4, 1, 129, 8};
+    gdn_problem p = test_problem(shape, 0, 5300);
+    gdn_problem_round_to_bf16(&p);
+    gdn_result r;
+    ck_assert_int_eq(gdn_result_alloc(&r, &p), 0);
+    gdn_settings s = {.reps = 1, .threads = 1, .segments = 2};
+    sequence_parallel_stage.resolve_options(&p, &s);
+    ck_assert_int_ne(gdn_stage_run_once(&sequence_parallel_stage, &p, &s, &r), 0);
+    ck_assert_msg(strstr(gdn_last_error(), "K = 129") != NULL, "%s", gdn_last_error());
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+}
+END_TEST
+
+/* ---- the automatic P: a host function, tested with or without a GPU ---- */
+
+/* Chain blocks an H200 runs at once as stage 06 launches them for few heads (one 16-column
+ * tile per block): 3 per SM at K = 64, 2 at K = 128 (shared memory). */
+static size_t h200_slots(size_t K) { return 132 * (K <= 64 ? 3 : 2); }
+
+/* Where B H alone fills the GPU, P = 1: the shapes of stage 06's benchmark. */
+START_TEST(automatic_segments_one_where_heads_fill_the_gpu)
+{
+    const size_t shapes[][5] = {{8, 4096, 16, 128, 128}, {1, 8192, 96, 128, 128}, {4, 4096, 64, 128, 128},
+                                {2, 16384, 16, 128, 128}, {1, 4096, 256, 64, 64}};
+    for (int i = 0; i < 5; i++) {
+        const size_t *s = shapes[i];
+        size_t P = sequence_parallel_segments(s[0] * s[2], s[3], s[4], (s[1] + 63) / 64, h200_slots(s[3]));
+        ck_assert_msg(P == 1, "B=%zu T=%zu H=%zu K=%zu V=%zu: P = %zu, not 1", s[0], s[1], s[2], s[3], s[4], P);
+    }
+}
+END_TEST
+
+/* Few heads and long sequences: P > 1, at most the chunk count and 128; one chunk: 1; more
+ * heads never ask for more segments. (At 16 heads of K = V = 128 the model finds no gain:
+ * 16 x 8 one-tile chain blocks already fill half the GPU, and a fold costs twice a replay.) */
+START_TEST(automatic_segments_cut_long_sequences)
+{
+    const size_t shapes[][5] = {{1, 16384, 8, 64, 64}, {1, 131072, 8, 64, 64}, {1, 65536, 8, 128, 128}, {1, 16384, 1, 64, 64}};
+    for (int i = 0; i < 4; i++) {
+        const size_t *s = shapes[i], chunks = (s[1] + 63) / 64;
+        size_t P = sequence_parallel_segments(s[0] * s[2], s[3], s[4], chunks, h200_slots(s[3]));
+        ck_assert_msg(P > 1 && P <= chunks && P <= 128, "B=%zu T=%zu H=%zu: P = %zu", s[0], s[1], s[2], P);
+    }
+    ck_assert_uint_eq(sequence_parallel_segments(1, 64, 64, 1, 396), 1);
+    ck_assert_uint_le(sequence_parallel_segments(1, 64, 64, 3, 396), 3);
+    size_t previous = 1000;
+    for (size_t heads = 1; heads <= 512; heads *= 2) {
+        size_t P = sequence_parallel_segments(heads, 128, 128, 1024, 264);
+        ck_assert_msg(P <= previous, "heads %zu: P = %zu > %zu at half the heads", heads, P, previous);
+        previous = P;
+    }
+    ck_assert_uint_eq(previous, 1);
+}
+END_TEST
+
+Suite *sequence_parallel_suite(void)
+{
+    Suite *suite = suite_create("sequence_parallel");
+    TCase *cases = tcase_create("07_sequence_parallel");
+    tcase_set_timeout(cases, 600);
+    tcase_add_loop_test(cases, segments_on_the_grid, 0, 2 * test_grid_count);
+    tcase_add_loop_test(cases, segments_on_long_sequences, 0, 2 * (int)(sizeof long_shapes / sizeof long_shapes[0]));
+    tcase_add_loop_test(cases, segments_with_extreme_gates, 0, 3);
+    tcase_add_test(cases, segments_refuse_large_keys);
+    suite_add_tcase(suite, cases);
+    return suite;
+}
+
+Suite *segment_choice_suite(void)
+{
+    Suite *suite = suite_create("segment_choice");
+    TCase *cases = tcase_create("07_automatic_segments");
+    tcase_add_test(cases, automatic_segments_one_where_heads_fill_the_gpu);
+    tcase_add_test(cases, automatic_segments_cut_long_sequences);
+    suite_add_tcase(suite, cases);
+    return suite;
+}
