@@ -9,7 +9,8 @@
 # time at its own clocks, so the parts add up to a little more than the timed pass); and
 # OUTDIR/stage07_vs_T.dat: time against T at B = 1, K = V = 64, H = 1 and 8.
 # Every row is checked: 06 and 07 against each other (err_07_vs_06), FLA against 07
-# (err_fla_vs_07). Set SHAPES to "shapes" or "sweep" for one part.
+# (err_fla_vs_07). Set SHAPES to "shapes" or "sweep" for one part, ALL06=1 to add stage
+# 06's other three benchmark shapes (B H large: P = 1).
 set -eu
 bin=${1:-bin}
 out=${2:-plots/data}
@@ -62,6 +63,11 @@ case " $shapes " in *" shapes "*)
     measure one_head 1 16384 1 64 64 20 1
     measure heads16 1 65536 16 128 128 10 1
     measure full 8 4096 16 128 128 10 1
+    if [ "${ALL06:-0}" = 1 ]; then # stage 06's other benchmark shapes, where B H fills the GPU and P = 1
+        measure b1h96 1 8192 96 128 128 10 0
+        measure b4h64 4 4096 64 128 128 10 0
+        measure b2h16 2 16384 16 128 128 10 0
+    fi
     cat "$rows" ;;
 esac
 case " $shapes " in *" sweep "*)

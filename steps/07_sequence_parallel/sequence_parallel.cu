@@ -112,14 +112,16 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  *   P = 1:  waves(heads * groups(V)) * chunks
  *   P > 1:  waves(heads * (P - 1) * groups(K + V)) * ceil(chunks / P)         fold
  *         + waves(heads * P * groups(V)) * ceil(chunks / P)                   replay
- *         + SCAN_STEP * (P - 1) + EXTRA_LAUNCHES                              scan, 2 launches
+ *         + SCAN_STEP * (P - 1) + FIXED                                       scan, the rest
  * groups(n): 16-column blocks of an n-column state (stage 06's one-tile chain blocks, which it
- * launches while they do not fill the GPU twice over). The two constants are guesses in chunk
- * steps, checked by the benchmark (docs/07): a scan step (K FMAs from L2) costs about half a
- * chunk step, two extra launches about two. */
+ * launches while they do not fill the GPU twice over). SCAN_STEP: a scan step (K FMAs, a
+ * slice of A from L2) guessed at half a chunk step. FIXED: what cutting costs whatever P is
+ * (two more launches, a fold's and a replay's pipeline start), fitted to the H200 run of
+ * docs/07: at T = 1024 (16 chunks), P = 8 and 6 took 70 and 73 us where P = 1 took 60 and
+ * 62, about 12 chunk steps more than the model without it said. */
 static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t slots, size_t P)
 {
-    const double SCAN_STEP = 0.5, EXTRA_LAUNCHES = 2.0;
+    const double SCAN_STEP = 0.5, FIXED = 14.0;
     const size_t KP = (size_t)round_up16(K), VP = (size_t)round_up16(V);
     const size_t value_groups = VP / 16, fold_groups = (KP + VP) / 16;
     const double steps = (double)((chunks + P - 1) / P);
@@ -127,7 +129,7 @@ static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, si
     if (P == 1)
         return replay;
     const double fold = (double)((heads * (P - 1) * fold_groups + slots - 1) / slots) * steps;
-    return fold + replay + SCAN_STEP * (double)(P - 1) + EXTRA_LAUNCHES;
+    return fold + replay + SCAN_STEP * (double)(P - 1) + FIXED;
 }
 
 extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t slots)

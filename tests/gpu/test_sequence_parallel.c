@@ -153,6 +153,9 @@ START_TEST(automatic_segments_cut_long_sequences)
         ck_assert_msg(P > 1 && P <= chunks && P <= 128, "B=%zu T=%zu H=%zu: P = %zu", s[0], s[1], s[2], P);
     }
     ck_assert_uint_eq(sequence_parallel_segments(1, 64, 64, 1, 396), 1);
+    /* 16 chunks: cutting them cost more than it saved when measured (docs/07) */
+    ck_assert_uint_eq(sequence_parallel_segments(1, 64, 64, 16, 396), 1);
+    ck_assert_uint_eq(sequence_parallel_segments(8, 64, 64, 16, 396), 1);
     ck_assert_uint_le(sequence_parallel_segments(1, 64, 64, 3, 396), 3);
     size_t previous = 1000;
     for (size_t heads = 1; heads <= 512; heads *= 2) {
