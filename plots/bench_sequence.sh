@@ -17,7 +17,8 @@ out=${2:-plots/data}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown GPU)
-header="# machine: $gpu; made by: sh plots/bench_sequence.sh $bin $out on $(date -u +%Y-%m-%d)"
+header="# machine: $gpu, $(nproc) CPU cores
+# made by: sh plots/bench_sequence.sh $bin $out on $(date -u +%Y-%m-%d)"
 have_fla=0
 python3 -c 'import fla.ops.gated_delta_rule' 2>/dev/null && have_fla=1
 field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }

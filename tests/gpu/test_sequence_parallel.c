@@ -1,7 +1,8 @@
 /* test_sequence_parallel.c -- stage 07 (fold segments, scan their maps, replay; bf16 inputs,
  * tensor cores) equals the fp64 oracle and stage 06, all on the same bf16-rounded inputs,
  * within GDN_TOLERANCE_BF16, for P = 1, 2, 7 and 64 segments and the automatic P, segments of
- * unequal length, with and without h0, with --precise, with extreme gates; and the automatic
+ * unequal length, with and without h0, with --precise, with slow gates (state carried across
+ * segments) and extreme ones; and the automatic
  * P is 1 where the heads fill the GPU (that part runs without a GPU too). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,24 @@ START_TEST(segments_on_long_sequences)
              _i / count);
     gdn_problem p = test_problem(shape, _i / count, 5100 + _i);
     check_segments(&p, segments, 5, what);
+    gdn_problem_free(&p);
+}
+END_TEST
+
+/* _i: (shape, P of 2, 7, 64). Slow gates, log-uniform in [-1e-2, -1e-4]: a chunk keeps at least
+ * e^-0.64 of its start state, so every segment's output depends on the segments before it
+ * and a wrong start shows. (The generator's gates, log sigmoid of a normal, forget a chunk's
+ * start within the chunk: there a stitch off by a rounding leaves no trace at all.) */
+static const test_shape slow_shapes[] = {{1, 4096 + 100, 2, 64, 64}, {1, 8192, 1, 128, 128}};
+START_TEST(segments_with_slow_gates)
+{
+    const size_t segments[] = {2, 7, 64};
+    test_shape shape = slow_shapes[_i / 3];
+    gdn_problem p = test_problem(shape, 1, 5150 + _i);
+    test_set_gates(&p, -1e-2, -1e-4, 5150 + _i);
+    char what[80];
+    snprintf(what, sizeof what, "slow gates, T=%zu H=%zu K=%zu", shape.T, shape.H, shape.K);
+    check_segments(&p, &segments[_i % 3], 1, what);
     gdn_problem_free(&p);
 }
 END_TEST
@@ -174,6 +193,7 @@ Suite *sequence_parallel_suite(void)
     tcase_set_timeout(cases, 600);
     tcase_add_loop_test(cases, segments_on_the_grid, 0, 2 * test_grid_count);
     tcase_add_loop_test(cases, segments_on_long_sequences, 0, 2 * (int)(sizeof long_shapes / sizeof long_shapes[0]));
+    tcase_add_loop_test(cases, segments_with_slow_gates, 0, 6);
     tcase_add_loop_test(cases, segments_with_extreme_gates, 0, 3);
     tcase_add_test(cases, segments_refuse_large_keys);
     suite_add_tcase(suite, cases);
