@@ -52,7 +52,7 @@ measure() {
     rm -rf "$dir" "$work/${name}_06" "$work/${name}_07"
 }
 
-columns="# name B T H K V P ms_06 ms_07 ms_fla_eager ms_fla_graph fla_graph/07 06/07 us_prepare us_fold us_scan us_chain us_outputs err_07_vs_06 err_fla_vs_07"
+columns="name B T H K V P ms_06 ms_07 ms_fla_eager ms_fla_graph fla_graph/07 06/07 us_prepare us_fold us_scan us_chain us_outputs err_07_vs_06 err_fla_vs_07"
 shapes=${SHAPES:-shapes sweep}
 case " $shapes " in *" shapes "*)
     rows=$out/stage07_shapes.dat

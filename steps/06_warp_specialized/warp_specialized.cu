@@ -10,9 +10,10 @@
  *
  * This is the first step of the stage, and its name says where it is going, not where it is:
  * the products are on tensor cores, the chain's state lives in the registers of its MMA
- * accumulators for the whole sequence, and the chain's inputs arrive through a 3-slot
+ * accumulators for the whole sequence, and the chain's inputs arrive through a 2- or 3-slot
  * cp.async ring; the warp specialization (producer warps feeding the ring while consumer
- * warps compute, TMA and mbarriers) is the next step, and so is wgmma.
+ * warps compute, TMA and mbarriers) is the next step, and so is wgmma. The chain kernel also
+ * runs a sequence as segments (one here; stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; Tm and the scaled keys and values before W = Tm (beta e^gamma K) and U = Tm
