@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     }
 }
 
-/* ---- kernel 2: one block per (head, segment, 16 tiles columns of S), serial over chunks ----
+/* ---- kernel 2: one block per (head, segment, 16 x tiles columns of S), serial over chunks ----
  * `tiles` = blockDim.x / 128 groups of four warps (1 where blocks are few and the chain's
  * latency is the time, 2 where they fill the GPU and W and the keys are better shared, see
  * chain_launch_shape); group `tile` owns 16 columns of the state, and its K x 16 tile

@@ -68,6 +68,37 @@ START_TEST(segments_on_the_grid)
 }
 END_TEST
 
+/* _i: (shape, with or without h0): stage 06's extra shapes (one token, a partial chunk, K = V =
+ * 128, K and V off the multiples of 16, B H = 256, V tiles past V, 1000 tokens of one head),
+ * P automatic, 2 and 7 (clamped to the chunks) */
+static const test_shape more_shapes[] = {{1, 1, 1, 64, 64},    {1, 100, 3, 64, 64}, {1, 300, 2, 128, 128},
+                                         {2, 150, 1, 100, 72}, {4, 70, 64, 32, 32}, {2, 77, 40, 64, 30},
+                                         {1, 1000, 1, 64, 64}, {1, 64, 2, 128, 16}};
+START_TEST(segments_on_more_shapes)
+{
+    const int count = sizeof more_shapes / sizeof more_shapes[0];
+    const size_t segments[] = {0, 2, 7};
+    test_shape shape = more_shapes[_i % count];
+    char what[80];
+    snprintf(what, sizeof what, "B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d", shape.B, shape.T, shape.H, shape.K, shape.V,
+             _i / count);
+    gdn_problem p = test_problem(shape, _i / count, 5400 + _i);
+    check_segments(&p, segments, 3, what);
+    gdn_problem_free(&p);
+}
+END_TEST
+
+/* _i: the edge cases of test_support.c but the first (left out of every bf16 suite; see
+ * test_tensor_core_stage.c), with P = 2 and 7 */
+START_TEST(segments_on_edge_cases)
+{
+    const size_t segments[] = {2, 7};
+    gdn_problem p = test_edge_case(1 + _i, 5500 + _i);
+    check_segments(&p, segments, 2, test_edge_case_names[1 + _i]);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 /* _i: (shape, with or without h0): many chunks, so that P = 64 cuts whole chunks, and chunk
  * counts P does not divide (segments of unequal length), a partial last chunk, K = V = 128,
  * K and V off the multiples of 16, several heads and batches. */
@@ -192,9 +223,11 @@ Suite *sequence_parallel_suite(void)
     TCase *cases = tcase_create("07_sequence_parallel");
     tcase_set_timeout(cases, 600);
     tcase_add_loop_test(cases, segments_on_the_grid, 0, 2 * test_grid_count);
+    tcase_add_loop_test(cases, segments_on_more_shapes, 0, 2 * (int)(sizeof more_shapes / sizeof more_shapes[0]));
     tcase_add_loop_test(cases, segments_on_long_sequences, 0, 2 * (int)(sizeof long_shapes / sizeof long_shapes[0]));
     tcase_add_loop_test(cases, segments_with_slow_gates, 0, 6);
     tcase_add_loop_test(cases, segments_with_extreme_gates, 0, 3);
+    tcase_add_loop_test(cases, segments_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_test(cases, segments_refuse_large_keys);
     suite_add_tcase(suite, cases);
     return suite;
