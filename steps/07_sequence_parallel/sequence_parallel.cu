@@ -1,7 +1,7 @@
 /* 07_sequence_parallel -- stage 06 with stage 04's three phases: one GPU busy on one long sequence.
  *
  * The idea (docs/07_sequence_parallel.md): stage 06's chain kernel runs the chunks of a head
- * one after the other, with one block per (head, 64 state columns). With few heads (one long
+ * one after the other, with one block per (head, 16 state columns). With few heads (one long
  * sequence, or heads sharded over GPUs) most of the 132 SMs idle, and the time is the number
  * of chunks times the latency of one chunk step. Cut each sequence into P segments of whole
  * chunks and do what stage 04 did with tokens, now with stage 06's chunk steps:
