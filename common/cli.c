@@ -51,7 +51,8 @@ static void print_help(const gdn_stage *stage)
     if (stage->options & GDN_OPTION_CHUNK)
         printf("  --chunk C            tokens per chunk, 1 to 128 (default 64)\n");
     if (stage->options & GDN_OPTION_SEGMENTS)
-        printf("  --segments P         segments per sequence (default: the thread count; clamped to T)\n");
+        printf("  --segments P         segments per sequence (default: the stage's choice from the sizes and\n"
+               "                       the machine, e.g. the thread count on a CPU; clamped to what T allows)\n");
     if (stage->options & GDN_OPTION_PRECISE)
         printf("  --precise            computed operands (W, the state, Vnew, P) enter bf16 products as\n"
                "                       two bf16 terms each: closer to fp32, about 1.5x the time\n");

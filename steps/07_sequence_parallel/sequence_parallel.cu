@@ -107,8 +107,9 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
 }
 
 /* The model behind the automatic P, in chunk steps of one chain block: a launch of n blocks
- * runs in ceil(n / slots) waves, each as long as one block's chunks (a chunk step's latency
- * hardly grows with more blocks: it is a chain of dependent products, not a full SM).
+ * runs in ceil(n / slots) waves, each as long as one block's chunks. (It takes a chunk step's
+ * latency to be the same however many blocks run; measured, it grows from 1.65 us to about
+ * 4 when hundreds of blocks stream their inputs at once, docs/07. The model ignores that.)
  *   P = 1:  waves(heads * groups(V)) * chunks
  *   P > 1:  waves(heads * (P - 1) * groups(K + V)) * ceil(chunks / P)         fold
  *         + waves(heads * P * groups(V)) * ceil(chunks / P)                   replay
