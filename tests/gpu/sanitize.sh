@@ -1,20 +1,30 @@
 #!/bin/sh
 # sanitize.sh BIN -- compute-sanitizer's memcheck, racecheck and synccheck on every GPU binary,
 # on small problems that still reach every code path (partial tiles and chunks, K = 128 with
-# two threads per column, h0). Run on a machine with a CUDA device; exits non-zero on any report.
+# two threads per column, h0; for 06 and 07 both modes, one- and two-tile chain blocks, a fold
+# and a replay). Run on a machine with a CUDA device; exits non-zero on any report.
 set -u
 bin=${1:-bin}
 status=0
+# sanitize BINARY SHAPE: the three tools on one run
+sanitize() {
+    for tool in memcheck racecheck synccheck; do
+        log=$(compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/$1" $2 --reps 1 --check-against oracle 2>&1)
+        rc=$?
+        summary=$(printf '%s\n' "$log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' | tail -1)
+        printf '%-24s %-10s %-56s rc=%d %s\n' "$1" "$tool" "$2" "$rc" "$summary"
+        [ "$rc" = 0 ] || status=1
+    done
+}
 for stage in 01_naive_loop 03_parallel_scan 04_two_phase_scan 05_wy_chunked; do
     for shape in "--B 2 --T 77 --H 2 --K 32 --V 40 --h0" "--B 1 --T 70 --H 1 --K 128 --V 72"; do
-        for tool in memcheck racecheck synccheck; do
-            log=$(compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/${stage}_cuda" $shape --reps 1 \
-                  --check-against oracle 2>&1)
-            rc=$?
-            summary=$(printf '%s\n' "$log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' | tail -1)
-            printf '%-24s %-10s %-40s rc=%d %s\n' "${stage}_cuda" "$tool" "$shape" "$rc" "$summary"
-            [ "$rc" = 0 ] || status=1
-        done
+        sanitize "${stage}_cuda" "$shape"
     done
+done
+for mode in "" "--precise"; do
+    sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode"
+    sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 72 $mode" # two-tile chain blocks
+    sanitize 07_sequence_parallel "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 --segments 3 $mode"
+    sanitize 07_sequence_parallel "--B 1 --T 200 --H 1 --K 128 --V 72 --h0 $mode"
 done
 exit $status
