@@ -48,15 +48,61 @@ void test_set_gates(gdn_problem *p, double low, double high, int case_number)
 
 gdn_result test_run(const gdn_stage *stage, const gdn_problem *p, int threads, size_t chunk, size_t segments)
 {
-    gdn_result r;
     gdn_settings s = {.B = p->B, .T = p->T, .H = p->H, .K = p->K, .V = p->V, .reps = 1, .threads = threads,
                       .chunk = chunk, .segments = segments};
     omp_set_num_threads(threads);
+    return test_run_settings(stage, p, &s);
+}
+
+gdn_result test_run_settings(const gdn_stage *stage, const gdn_problem *p, gdn_settings *s)
+{
+    gdn_result r;
     if (stage->resolve_options) /* defaults for options left at 0, as the binaries do */
-        stage->resolve_options(p, &s);
+        stage->resolve_options(p, s);
     ck_assert_msg(gdn_result_alloc(&r, p) == 0, "%s", gdn_last_error());
-    ck_assert_msg(gdn_stage_run_once(stage, p, &s, &r) == 0, "%s failed: %s", stage->name, gdn_last_error());
+    ck_assert_msg(gdn_stage_run_once(stage, p, s, &r) == 0, "%s failed: %s", stage->name, gdn_last_error());
     return r;
+}
+
+const test_shape test_bf16_shapes[] = {{1, 1, 1, 64, 64},    {1, 100, 3, 64, 64}, {1, 300, 2, 128, 128},
+                                       {2, 150, 1, 100, 72}, {4, 70, 64, 32, 32}, {2, 77, 40, 64, 30},
+                                       {1, 1000, 1, 64, 64}, {1, 64, 2, 128, 16}};
+const int test_bf16_shape_count = sizeof test_bf16_shapes / sizeof test_bf16_shapes[0];
+
+void test_describe_shape(char *what, size_t size, test_shape shape, int with_h0)
+{
+    snprintf(what, size, "B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d", shape.B, shape.T, shape.H, shape.K, shape.V, with_h0);
+}
+
+const char *const test_extreme_gate_names[3] = {"gates of -1e4", "no decay", "beta 0 or 1"};
+
+void test_set_extreme_gates(gdn_problem *p, int which, uint64_t seed)
+{
+    for (size_t i = 0; i < gdn_tokens(p); i++) {
+        double u = random_uniform(seed, STREAM_TEST, i);
+        if (which == 0)
+            p->g[i] = u < 0.1 ? (real_t)-1e4 : p->g[i];
+        else if (which == 1)
+            p->g[i] = 0;
+        else
+            p->beta[i] = u < 0.5 ? 0 : 1, p->g[i] = u < 0.25 || u > 0.9 ? (real_t)-1e4 : 0;
+    }
+}
+
+void test_refuses_keys_of_129(const gdn_stage *stage, size_t segments, int case_number)
+{
+    test_shape shape = {1, 4, 1, 129, 8};
+    gdn_problem p = test_problem(shape, 0, case_number);
+    gdn_problem_round_to_bf16(&p);
+    gdn_result r;
+    ck_assert_int_eq(gdn_result_alloc(&r, &p), 0);
+    gdn_settings s = {.reps = 1, .threads = 1, .segments = segments};
+    if (stage->resolve_options)
+        stage->resolve_options(&p, &s);
+    ck_assert_int_ne(gdn_stage_run_once(stage, &p, &s, &r), 0);
+    ck_assert_msg(strstr(gdn_last_error(), "K = 129") != NULL, "%s", gdn_last_error());
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
 }
 
 gdn_difference test_against_oracle(const gdn_problem *p, const gdn_result *r)

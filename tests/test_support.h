@@ -33,6 +33,24 @@ gdn_problem test_edge_case(int which, int case_number);
 /* Run a stage through its runner (outputs poisoned first) with the given threads (CPU) or on
  * the GPU; fails the test on error. */
 gdn_result test_run(const gdn_stage *stage, const gdn_problem *p, int threads, size_t chunk, size_t segments);
+/* The same with settings of the caller's (e.g. --precise); the stage's resolve_options fills in
+ * its defaults in *s first, so the caller sees what ran (e.g. the automatic --segments). */
+gdn_result test_run_settings(const gdn_stage *stage, const gdn_problem *p, gdn_settings *s);
+
+/* The GPU stages on bf16 inputs (06, 07) are also tested on these shapes: one token with
+ * K = V = 64, chunks and a partial one, K = V = 128, K and V off the multiples of 16, B H = 256,
+ * V tiles past V, one head of 1000 tokens. */
+extern const test_shape test_bf16_shapes[];
+extern const int test_bf16_shape_count;
+/* "B=.. T=.. H=.. K=.. V=.. h0=..", to name a case in a failure message. */
+void test_describe_shape(char *what, size_t size, test_shape shape, int with_h0);
+/* Extreme gates, case `which` of 3 (names below): 0, a tenth of the gates -1e4 (alpha
+ * underflows to 0); 1, no decay at all (g = 0); 2, beta exactly 0 or 1 and g -1e4 or 0.
+ * Draws from random_uniform(seed, STREAM_TEST, token). */
+extern const char *const test_extreme_gate_names[3];
+void test_set_extreme_gates(gdn_problem *p, int which, uint64_t seed);
+/* A stage that keeps K-wide tiles in shared memory refuses K = 129 with an error naming it. */
+void test_refuses_keys_of_129(const gdn_stage *stage, size_t segments, int case_number);
 /* Compare a result with the fp64 oracle, or with another result. */
 gdn_difference test_against_oracle(const gdn_problem *p, const gdn_result *r);
 gdn_difference test_against_result(const gdn_problem *p, const gdn_result *r, const gdn_result *reference);

@@ -6,11 +6,9 @@
  * P is 1 where the heads fill the GPU (that part runs without a GPU too). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "../../common/oracle.h"
 
-#include "../../common/random.h"
 #include "../../steps/07_sequence_parallel/sequence_parallel.h"
 #include "../test_support.h"
 
@@ -19,13 +17,10 @@ extern const gdn_stage warp_specialized_stage;
 /* A stage once on p with --segments (0: automatic) and --precise; the P it ran with in *used. */
 static gdn_result run_with(const gdn_stage *stage, const gdn_problem *p, size_t segments, int precise, size_t *used)
 {
-    gdn_result r;
     gdn_settings s = {.reps = 1, .threads = 1, .segments = segments, .precise = precise};
-    stage->resolve_options(p, &s);
+    gdn_result r = test_run_settings(stage, p, &s);
     if (used)
         *used = s.segments;
-    ck_assert_msg(gdn_result_alloc(&r, p) == 0, "%s", gdn_last_error());
-    ck_assert_msg(gdn_stage_run_once(stage, p, &s, &r) == 0, "%s failed: %s", stage->name, gdn_last_error());
     return r;
 }
 
@@ -68,21 +63,15 @@ START_TEST(segments_on_the_grid)
 }
 END_TEST
 
-/* _i: (shape, with or without h0): stage 06's extra shapes (one token, a partial chunk, K = V =
- * 128, K and V off the multiples of 16, B H = 256, V tiles past V, 1000 tokens of one head),
- * P automatic, 2 and 7 (clamped to the chunks) */
-static const test_shape more_shapes[] = {{1, 1, 1, 64, 64},    {1, 100, 3, 64, 64}, {1, 300, 2, 128, 128},
-                                         {2, 150, 1, 100, 72}, {4, 70, 64, 32, 32}, {2, 77, 40, 64, 30},
-                                         {1, 1000, 1, 64, 64}, {1, 64, 2, 128, 16}};
+/* _i: (shape of test_bf16_shapes, with or without h0): P automatic, 2 and 7 (clamped to the
+ * chunks) */
 START_TEST(segments_on_more_shapes)
 {
-    const int count = sizeof more_shapes / sizeof more_shapes[0];
     const size_t segments[] = {0, 2, 7};
-    test_shape shape = more_shapes[_i % count];
+    test_shape shape = test_bf16_shapes[_i % test_bf16_shape_count];
     char what[80];
-    snprintf(what, sizeof what, "B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d", shape.B, shape.T, shape.H, shape.K, shape.V,
-             _i / count);
-    gdn_problem p = test_problem(shape, _i / count, 5400 + _i);
+    test_describe_shape(what, sizeof what, shape, _i / test_bf16_shape_count);
+    gdn_problem p = test_problem(shape, _i / test_bf16_shape_count, 5400 + _i);
     check_segments(&p, segments, 3, what);
     gdn_problem_free(&p);
 }
@@ -110,8 +99,7 @@ START_TEST(segments_on_long_sequences)
     const size_t segments[] = {0, 1, 2, 7, 64};
     test_shape shape = long_shapes[_i % count];
     char what[80];
-    snprintf(what, sizeof what, "B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d", shape.B, shape.T, shape.H, shape.K, shape.V,
-             _i / count);
+    test_describe_shape(what, sizeof what, shape, _i / count);
     gdn_problem p = test_problem(shape, _i / count, 5100 + _i);
     check_segments(&p, segments, 5, what);
     gdn_problem_free(&p);
@@ -142,34 +130,13 @@ START_TEST(segments_with_extreme_gates)
     const size_t segments[] = {2, 7};
     test_shape shape = {1, 900, 2, 64, 64};
     gdn_problem p = test_problem(shape, 1, 5200 + _i);
-    for (size_t i = 0; i < gdn_tokens(&p); i++) {
-        double u = random_uniform(5201 + _i, STREAM_TEST, i);
-        if (_i == 0)
-            p.g[i] = u < 0.1 ? (real_t)-1e4 : p.g[i];
-        else if (_i == 1)
-            p.g[i] = 0;
-        else
-            p.beta[i] = u < 0.5 ? 0 : 1, p.g[i] = u < 0.25 || u > 0.9 ? (real_t)-1e4 : 0;
-    }
-    check_segments(&p, segments, 2, _i == 0 ? "gates of -1e4" : _i == 1 ? "no decay" : "beta 0 or 1");
+    test_set_extreme_gates(&p, _i, 5201 + _i);
+    check_segments(&p, segments, 2, test_extreme_gate_names[_i]);
     gdn_problem_free(&p);
 }
 END_TEST
 
-START_TEST(segments_refuse_large_keys)
-{
-    test_shape shape = {1, 4, 1, 129, 8};
-    gdn_problem p = test_problem(shape, 0, 5300);
-    gdn_problem_round_to_bf16(&p);
-    gdn_result r;
-    ck_assert_int_eq(gdn_result_alloc(&r, &p), 0);
-    gdn_settings s = {.reps = 1, .threads = 1, .segments = 2};
-    sequence_parallel_stage.resolve_options(&p, &s);
-    ck_assert_int_ne(gdn_stage_run_once(&sequence_parallel_stage, &p, &s, &r), 0);
-    ck_assert_msg(strstr(gdn_last_error(), "K = 129") != NULL, "%s", gdn_last_error());
-    gdn_result_free(&r);
-    gdn_problem_free(&p);
-}
+START_TEST(segments_refuse_large_keys) { test_refuses_keys_of_129(&sequence_parallel_stage, 2, 5300); }
 END_TEST
 
 /* ---- the automatic P: a host function, tested with or without a GPU ---- */
@@ -223,7 +190,7 @@ Suite *sequence_parallel_suite(void)
     TCase *cases = tcase_create("07_sequence_parallel");
     tcase_set_timeout(cases, 600);
     tcase_add_loop_test(cases, segments_on_the_grid, 0, 2 * test_grid_count);
-    tcase_add_loop_test(cases, segments_on_more_shapes, 0, 2 * (int)(sizeof more_shapes / sizeof more_shapes[0]));
+    tcase_add_loop_test(cases, segments_on_more_shapes, 0, 2 * test_bf16_shape_count);
     tcase_add_loop_test(cases, segments_on_long_sequences, 0, 2 * (int)(sizeof long_shapes / sizeof long_shapes[0]));
     tcase_add_loop_test(cases, segments_with_slow_gates, 0, 6);
     tcase_add_loop_test(cases, segments_with_extreme_gates, 0, 3);

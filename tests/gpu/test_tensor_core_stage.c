@@ -4,9 +4,7 @@
  * K = V = 64 and 128, K and V not multiples of 16, B x H from 1 to 256, with and without h0,
  * extreme gates and the edge cases; NaN or Inf never passes (assert_close). */
 #include <stdio.h>
-#include <string.h>
 
-#include "../../common/random.h"
 #include "../test_support.h"
 
 extern const gdn_stage wy_chunked_cuda_stage, warp_specialized_stage;
@@ -14,12 +12,8 @@ extern const gdn_stage wy_chunked_cuda_stage, warp_specialized_stage;
 /* Stage 06 once on p, with or without --precise. */
 static gdn_result run_tensor_cores(const gdn_problem *p, int precise)
 {
-    gdn_result r;
     gdn_settings s = {.reps = 1, .threads = 1, .precise = precise};
-    warp_specialized_stage.resolve_options(p, &s);
-    ck_assert_msg(gdn_result_alloc(&r, p) == 0, "%s", gdn_last_error());
-    ck_assert_msg(gdn_stage_run_once(&warp_specialized_stage, p, &s, &r) == 0, "06 failed: %s", gdn_last_error());
-    return r;
+    return test_run_settings(&warp_specialized_stage, p, &s);
 }
 
 /* Round p's inputs as the stage's driver does, run stage 06 (both modes) and 05_cuda, and
@@ -50,19 +44,13 @@ START_TEST(tensor_cores_on_the_grid)
 }
 END_TEST
 
-/* _i: (shape, with or without h0): one token with K = V = 64, chunks and a partial one, K = V =
- * 128, K and V off the multiples of 16, B H = 256, V tiles past V, one head of 1000 tokens. */
-static const test_shape tensor_core_shapes[] = {{1, 1, 1, 64, 64},   {1, 100, 3, 64, 64}, {1, 300, 2, 128, 128},
-                                                {2, 150, 1, 100, 72}, {4, 70, 64, 32, 32}, {2, 77, 40, 64, 30},
-                                                {1, 1000, 1, 64, 64}, {1, 64, 2, 128, 16}};
+/* _i: (shape of test_bf16_shapes, with or without h0) */
 START_TEST(tensor_cores_on_more_shapes)
 {
-    const int count = sizeof tensor_core_shapes / sizeof tensor_core_shapes[0];
     char what[64];
-    test_shape shape = tensor_core_shapes[_i % count];
-    snprintf(what, sizeof what, "B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d", shape.B, shape.T, shape.H, shape.K, shape.V,
-             _i / count);
-    gdn_problem p = test_problem(shape, _i / count, 4100 + _i);
+    test_shape shape = test_bf16_shapes[_i % test_bf16_shape_count];
+    test_describe_shape(what, sizeof what, shape, _i / test_bf16_shape_count);
+    gdn_problem p = test_problem(shape, _i / test_bf16_shape_count, 4100 + _i);
     check_tensor_cores(&p, what);
     gdn_problem_free(&p);
 }
@@ -73,16 +61,8 @@ START_TEST(tensor_cores_with_extreme_gates)
 {
     test_shape shape = {1, 200, 2, 64, 64};
     gdn_problem p = test_problem(shape, 1, 4200 + _i);
-    for (size_t i = 0; i < gdn_tokens(&p); i++) {
-        double u = random_uniform(4201 + _i, STREAM_TEST, i);
-        if (_i == 0)
-            p.g[i] = u < 0.1 ? (real_t)-1e4 : p.g[i];
-        else if (_i == 1)
-            p.g[i] = 0;
-        else
-            p.beta[i] = u < 0.5 ? 0 : 1, p.g[i] = u < 0.25 || u > 0.9 ? (real_t)-1e4 : 0;
-    }
-    check_tensor_cores(&p, _i == 0 ? "gates of -1e4" : _i == 1 ? "no decay" : "beta 0 or 1");
+    test_set_extreme_gates(&p, _i, 4201 + _i);
+    check_tensor_cores(&p, test_extreme_gate_names[_i]);
     gdn_problem_free(&p);
 }
 END_TEST
@@ -101,19 +81,7 @@ START_TEST(tensor_cores_on_edge_cases)
 }
 END_TEST
 
-START_TEST(tensor_cores_refuse_large_keys)
-{
-    test_shape shape = {1, 4, 1, 129, 8};
-    gdn_problem p = test_problem(shape, 0, 4400);
-    gdn_problem_round_to_bf16(&p);
-    gdn_result r;
-    ck_assert_int_eq(gdn_result_alloc(&r, &p), 0);
-    gdn_settings s = {.reps = 1, .threads = 1, .chunk = 64};
-    ck_assert_int_ne(gdn_stage_run_once(&warp_specialized_stage, &p, &s, &r), 0);
-    ck_assert_msg(strstr(gdn_last_error(), "K = 129") != NULL, "%s", gdn_last_error());
-    gdn_result_free(&r);
-    gdn_problem_free(&p);
-}
+START_TEST(tensor_cores_refuse_large_keys) { test_refuses_keys_of_129(&warp_specialized_stage, 0, 4400); }
 END_TEST
 
 Suite *tensor_core_stage_suite(void)
@@ -122,8 +90,7 @@ Suite *tensor_core_stage_suite(void)
     TCase *cases = tcase_create("06_warp_specialized");
     tcase_set_timeout(cases, 600);
     tcase_add_loop_test(cases, tensor_cores_on_the_grid, 0, 2 * test_grid_count);
-    tcase_add_loop_test(cases, tensor_cores_on_more_shapes, 0,
-                        2 * (int)(sizeof tensor_core_shapes / sizeof tensor_core_shapes[0]));
+    tcase_add_loop_test(cases, tensor_cores_on_more_shapes, 0, 2 * test_bf16_shape_count);
     tcase_add_loop_test(cases, tensor_cores_with_extreme_gates, 0, 3);
     tcase_add_loop_test(cases, tensor_cores_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_test(cases, tensor_cores_refuse_large_keys);
