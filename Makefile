@@ -160,7 +160,10 @@ $(BUILD)/steps/08_summaries.o: steps/08_context_parallel/summaries.c | require-b
 $(BUILD)/steps/08_context_parallel.o: steps/08_context_parallel/context_parallel.c | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,MPICC)$(MPICC) $(CFLAGS) -MMD -c $< -o $@
-$(BIN)/08_context_parallel: $(BUILD)/steps/08_context_parallel.o $(BUILD)/steps/08_summaries.o \
+$(BUILD)/steps/08_driver.o: steps/08_context_parallel/driver.c | require-build
+	@mkdir -p $(dir $@)
+	$(call quiet,MPICC)$(MPICC) $(CFLAGS) -MMD -c $< -o $@
+$(BIN)/08_context_parallel: $(BUILD)/steps/08_context_parallel.o $(BUILD)/steps/08_driver.o $(BUILD)/steps/08_summaries.o \
                             $(call stage_object,02_affine) $(call stage_object,05_wy_chunked) $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
 	$(call quiet,LINK)$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS)

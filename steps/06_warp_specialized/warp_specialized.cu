@@ -346,9 +346,11 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * every segment from its true start state. */
 typedef struct {
     size_t count;          /* P: segments per head; 1 in this stage */
+    size_t runs;           /* the segments 0 .. runs-1 this launch runs: P, or with FOLD P - 1
+                              (stage 07: the last map is never needed) or P (stage 08: it is) */
     const float *starts;   /* [head][segment] K x V start states (h0 here); NULL: zero */
     float *ends;           /* without FOLD: ht, written by the last segment; with FOLD: the maps
-                              [head][segment] K x (K + V), row i = [A_i | B_i], of segments 0 .. P-2 */
+                              [head][segment] K x (K + V), row i = [A_i | B_i], runs per head */
 } chain_segments;
 
 /* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
@@ -391,7 +393,7 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
     const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
     const int tiles = blockDim.x / GROUP_THREADS, group_columns = 16 * tiles;
-    const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = FOLD ? P - 1 : P;
+    const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = segments.runs;
     const size_t groups = (columns + group_columns - 1) / group_columns, group = blockIdx.x % groups;
     const size_t segment = blockIdx.x / groups % runs, head = blockIdx.x / groups / runs;
     const size_t first = segment_chunk(segment, P, chunks), end = segment_chunk(segment + 1, P, chunks);
@@ -533,7 +535,7 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
                 if (!FOLD && c < (int)V)
                     segments.ends[(head * K + m) * V + c] = S[q][j][r];
                 else if (FOLD && (c < K || (c >= KP && c - KP < (int)V))) /* row m of [A | B] */
-                    segments.ends[((head * (P - 1) + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = S[q][j][r];
+                    segments.ends[((head * runs + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = S[q][j][r];
             }
 }
 
@@ -654,11 +656,11 @@ static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t K, bool pre
     return shape;
 }
 
-/* Kernel 2 over every segment of every head (with FOLD: segments 0 .. P-2, K + V columns). */
+/* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). */
 template <bool PRECISE, bool FOLD>
 static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments)
 {
-    const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = FOLD ? segments.count - 1 : segments.count;
+    const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
     const chain_shape shape = chain_launch_shape(p->B * p->H * runs * (columns / 16), p->K, PRECISE);
     const size_t group_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
@@ -691,7 +693,7 @@ static int check_key_width(size_t K)
 template <bool PRECISE>
 static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
-    const chain_segments whole = {1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
+    const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
     return launch_prepare_chunks<PRECISE>(p, w) || launch_chunk_states<PRECISE, false>(p, w, whole) ||
                    launch_chunk_outputs<PRECISE>(p, w, r->o)
                ? -1

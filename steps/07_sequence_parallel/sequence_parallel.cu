@@ -69,11 +69,11 @@ static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk
     if (launch_prepare_chunks<PRECISE>(p, w))
         return -1;
     if (P == 1) { /* stage 06 */
-        const chain_segments whole = {1, p->h0, r->ht};
+        const chain_segments whole = {1, 1, p->h0, r->ht};
         if (launch_chunk_states<PRECISE, false>(p, w, whole))
             return -1;
     } else {
-        const chain_segments fold = {P, NULL, maps}, replay = {P, starts, r->ht};
+        const chain_segments fold = {P, P - 1, NULL, maps}, replay = {P, P, starts, r->ht};
         if (launch_chunk_states<PRECISE, true>(p, w, fold) || launch_scan_summaries(p, P, maps, starts) ||
             launch_chunk_states<PRECISE, false>(p, w, replay))
             return -1;

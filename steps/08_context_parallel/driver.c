@@ -1,0 +1,342 @@
+/* driver.c -- stage 08's MPI driver (driver.h): slices, collective errors, the timing loop,
+ * --check-against and --out, for either backend. The ideas are in the backends' headers
+ * (context_parallel.c, context_parallel.cu) and in docs/08_context_parallel.md. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sys/stat.h>
+
+#include <mpi.h>
+
+#include "../../common/error.h"
+#include "../../common/npy.h"
+#include "../../common/timing.h"
+#include "../../common/tolerances.h"
+#include "driver.h"
+
+#ifdef GDN_DOUBLE
+#define MPI_REAL_T MPI_DOUBLE
+#else
+#define MPI_REAL_T MPI_FLOAT
+#endif
+
+static int rank, ranks, local_rank;
+static const context_parallel_backend *backend;
+
+int context_parallel_rank(void) { return rank; }
+int context_parallel_ranks(void) { return ranks; }
+int context_parallel_local_rank(void) { return local_rank; }
+void context_parallel_barrier(void) { MPI_Barrier(MPI_COMM_WORLD); }
+double context_parallel_wtime(void) { return MPI_Wtime(); }
+
+int context_parallel_allgather(const float *mine, float *all, size_t count)
+{
+    if (count > INT_MAX)
+        return gdn_set_error("%zu values are more than one MPI_Allgather can send", count);
+    if (MPI_Allgather(mine, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return gdn_set_error("MPI_Allgather of %zu values failed", count);
+    return 0;
+}
+
+/* Every rank learns whether any rank failed; the lowest failing rank prints its one line. */
+static int any_failed(int failed)
+{
+    int mine = failed ? rank : INT_MAX, first;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == INT_MAX)
+        return 0;
+    if (first == rank)
+        fprintf(stderr, "%s: error: %s (rank %d of %d)\n", backend->stage->name, gdn_last_error(), rank, ranks);
+    return 1;
+}
+
+/* Chunks before rank r: the weights of ranks 0 .. r-1 (w, then 1 each) out of w + N - 1.
+ * w is the backend's first_weight: the CPU backend's rank 0 replays while the others fold,
+ * and a fold costs 1.4 replays there, so it gets 1.4 times the others' share (stage 04's
+ * weight, eq. 8); the GPU backend's ranks all do the same work (w = 1). */
+static size_t chunks_before(int r, size_t chunks)
+{
+    const double w = backend->first_weight;
+    double weight = r == 0 ? 0.0 : w + (double)(r - 1), total = w + (double)(ranks - 1);
+    return r >= ranks ? chunks : (size_t)((double)chunks * weight / total);
+}
+
+/* Rank r's tokens, whole chunks (a rank may get none when there are fewer chunks than ranks;
+ * the last rank always gets at least one, since its weight share is below 1). */
+static void slice_of(int r, size_t T, size_t C, size_t *begin, size_t *end)
+{
+    size_t chunks = (T + C - 1) / C, first = chunks_before(r, chunks), last = chunks_before(r + 1, chunks);
+    *begin = first * C < T ? first * C : T;
+    *end = last * C < T ? last * C : T;
+}
+
+/* Copy tokens begin .. end - 1 of every (b, h) of the whole problem into the slice problem. */
+static void copy_slice(gdn_problem *slice, const gdn_problem *whole, size_t begin)
+{
+    for (size_t b = 0; b < slice->B; b++) {
+        size_t from = gdn_token(whole, b, begin, 0), to = gdn_token(slice, b, 0, 0), n = slice->T * slice->H;
+        memcpy(slice->q + to * slice->K, whole->q + from * whole->K, n * whole->K * sizeof(real_t));
+        memcpy(slice->k + to * slice->K, whole->k + from * whole->K, n * whole->K * sizeof(real_t));
+        memcpy(slice->v + to * slice->V, whole->v + from * whole->V, n * whole->V * sizeof(real_t));
+        memcpy(slice->g + to, whole->g + from, n * sizeof(real_t));
+        memcpy(slice->beta + to, whole->beta + from, n * sizeof(real_t));
+    }
+    if (whole->h0)
+        memcpy(slice->h0, whole->h0, gdn_state_count(whole) * sizeof(real_t));
+}
+
+/* This rank's slice of the problem, tokens *begin .. of sizes[1]: drawn (only the slice) or
+ * read (whole, then sliced). The slice always has an h0 buffer: the replay's start state.
+ * *h0 is a copy of the problem's h0, or NULL when it has none. */
+static int load_slice(const gdn_settings *s, gdn_problem *slice, size_t sizes[5], size_t *begin, real_t **h0)
+{
+    gdn_problem whole = {0};
+    size_t end;
+    if (s->in_dir) {
+        if (gdn_problem_load(&whole, s->in_dir, s->check_inputs))
+            return -1;
+        sizes[0] = whole.B, sizes[1] = whole.T, sizes[2] = whole.H, sizes[3] = whole.K, sizes[4] = whole.V;
+    } else {
+        sizes[0] = s->B, sizes[1] = s->T, sizes[2] = s->H, sizes[3] = s->K, sizes[4] = s->V;
+    }
+    slice_of(rank, sizes[1], s->chunk, begin, &end);
+    int status = 0;
+    if (end > *begin) {
+        status = gdn_problem_alloc(slice, sizes[0], end - *begin, sizes[2], sizes[3], sizes[4], 1);
+        if (status == 0 && s->in_dir)
+            copy_slice(slice, &whole, *begin);
+        else if (status == 0)
+            gdn_problem_generate_slice(slice, s->seed, sizes[1], *begin);
+        int with_h0 = s->in_dir ? whole.h0 != NULL : s->with_h0;
+        if (status == 0 && with_h0) {
+            *h0 = malloc(gdn_state_count(slice) * sizeof(real_t));
+            if (*h0)
+                memcpy(*h0, slice->h0, gdn_state_count(slice) * sizeof(real_t));
+            else
+                status = gdn_set_error("out of memory for h0");
+        }
+    } else if (s->in_dir) {
+        slice->B = whole.B, slice->H = whole.H, slice->K = whole.K, slice->V = whole.V; /* T = 0: no tokens */
+    } else {
+        slice->B = s->B, slice->H = s->H, slice->K = s->K, slice->V = s->V;
+    }
+    gdn_problem_free(&whole);
+    return status;
+}
+
+static int mkdir_for_outputs(const char *dir)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return gdn_set_error("%s: cannot create folder: %s", dir, strerror(errno));
+    return 0;
+}
+
+/* Sums over this rank's part for a relative L2 error: |x - ref|^2, |ref|^2, max |x - ref|, non-finite. */
+static void add_difference(double sums[4], const real_t *x, const double *ref, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        double d = (double)x[i] - ref[i];
+        if (!isfinite(d) || !isfinite(ref[i]))
+            sums[3] += 1;
+        else {
+            sums[0] += d * d, sums[1] += ref[i] * ref[i];
+            sums[2] = fabs(d) > sums[2] ? fabs(d) : sums[2];
+        }
+    }
+}
+
+/* --check-against DIR: this rank's rows of DIR/o.npy, and ht on the last rank; reduced on rank 0. */
+static int check_against(const char *dir, const gdn_problem *slice, const gdn_result *out, size_t sizes[5],
+                         size_t begin, double *relative, double *max_absolute, double *non_finite)
+{
+    char path[4096];
+    double local[2][4] = {{0}}, total[2][4];
+    size_t B = sizes[0], T = sizes[1], H = sizes[2], K = sizes[3], V = sizes[4];
+    int status = 0;
+    npy_array o = {0}, ht = {0};
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+    if (npy_read(path, &o) || o.ndim != 4 || o.shape[0] != B || o.shape[1] != T || o.shape[2] != H ||
+        o.shape[3] != V)
+        status = o.data ? gdn_set_error("%s: shape does not match o [B, T, H, V]", path) : -1;
+    snprintf(path, sizeof path, "%s/ht.npy", dir);
+    if (status == 0 && (npy_read(path, &ht) || ht.ndim != 4 || ht.shape[0] != B || ht.shape[1] != H ||
+                        ht.shape[2] != K || ht.shape[3] != V))
+        status = ht.data ? gdn_set_error("%s: shape does not match ht [B, H, K, V]", path) : -1;
+    if (status == 0 && slice->T > 0) {
+        for (size_t b = 0; b < B; b++)
+            add_difference(local[0], out->o + gdn_token(slice, b, 0, 0) * V,
+                           o.data + ((b * T + begin) * H) * V, slice->T * H * V);
+        if (rank == ranks - 1)
+            add_difference(local[1], out->ht, ht.data, B * H * K * V);
+    }
+    npy_free(&o);
+    npy_free(&ht);
+    if (any_failed(status != 0))
+        return -1;
+    MPI_Reduce(local[0], total[0], 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(local[1], total[1], 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&local[0][2], &total[0][2], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&local[1][2], &total[1][2], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&local[0][3], &total[0][3], 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&local[1][3], &total[1][3], 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        double o_error = sqrt(total[0][0]) / (total[0][1] > 0 ? sqrt(total[0][1]) : 1);
+        double ht_error = sqrt(total[1][0]) / (total[1][1] > 0 ? sqrt(total[1][1]) : 1);
+        *relative = o_error > ht_error ? o_error : ht_error;
+        *max_absolute = total[0][2] > total[1][2] ? total[0][2] : total[1][2];
+        *non_finite = total[0][3] + total[1][3];
+    }
+    return 0;
+}
+
+/* --out DIR: o.npy written by every rank at its rows' offsets (MPI-IO), ht.npy by the last rank. */
+static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_result *out, size_t sizes[5],
+                         size_t begin)
+{
+    char path[4096];
+    size_t B = sizes[0], T = sizes[1], H = sizes[2], K = sizes[3], V = sizes[4];
+    size_t o_shape[4] = {B, T, H, V}, ht_shape[4] = {B, H, K, V};
+    unsigned char header[NPY_HEADER_MAX];
+    size_t header_bytes = npy_header(header, 4, o_shape);
+    int status = 0;
+    if (rank == 0 && mkdir_for_outputs(dir))
+        status = -1;
+    if (any_failed(status))
+        return -1;
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+    MPI_File file;
+    int opened = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &file);
+    if (any_failed(opened != MPI_SUCCESS && gdn_set_error("%s: MPI_File_open failed", path)))
+        return -1;
+    MPI_File_set_size(file, 0); /* a longer file from an earlier run must not keep its tail */
+    if (rank == 0 && MPI_File_write_at(file, 0, header, (int)header_bytes, MPI_BYTE, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        status = gdn_set_error("%s: writing the header failed", path);
+    for (size_t b = 0; b < B && slice->T > 0 && status == 0; b++) {
+        MPI_Offset at = (MPI_Offset)(header_bytes + (b * T + begin) * H * V * sizeof(real_t));
+        size_t count = slice->T * H * V; /* written in pieces MPI's int count can hold */
+        const real_t *from = out->o + gdn_token(slice, b, 0, 0) * V;
+        for (size_t done = 0; done < count && status == 0;) {
+            int piece = count - done > (size_t)1 << 28 ? 1 << 28 : (int)(count - done);
+            if (MPI_File_write_at(file, at + (MPI_Offset)(done * sizeof(real_t)), from + done, piece, MPI_REAL_T,
+                                  MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                status = gdn_set_error("%s: writing rows at offset %lld failed", path, (long long)at);
+            done += (size_t)piece;
+        }
+    }
+    MPI_File_close(&file);
+    if (status == 0 && rank == ranks - 1) {
+        snprintf(path, sizeof path, "%s/ht.npy", dir);
+        status = npy_write(path, out->ht, 4, ht_shape);
+    }
+    return any_failed(status != 0) ? -1 : 0;
+}
+
+int context_parallel_main(int argc, char **argv, const context_parallel_backend *chosen)
+{
+    backend = chosen;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_free(&node);
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) /* one --help, one result line: rank 0's */
+        return 1;
+    gdn_settings s;
+    int parsed = gdn_parse_command_line(argc, argv, backend->stage, &s);
+    if (parsed > 0)
+        return MPI_Finalize(), 0;
+    if (parsed == 0 && s.check_oracle)
+        parsed = gdn_set_error("--check-against oracle is not offered under MPI; compare with a folder another stage "
+                               "wrote with --out");
+    if (any_failed(parsed < 0))
+        return MPI_Finalize(), 1;
+    if (s.chunk == 0)
+        s.chunk = 64;
+
+    gdn_problem slice = {0};
+    gdn_result out = {0};
+    size_t sizes[5] = {0}, begin = 0;
+    real_t *h0 = NULL;
+    void *context = NULL;
+    int status = load_slice(&s, &slice, sizes, &begin, &h0);
+    if (status == 0 && s.scale > 0)
+        slice.scale = s.scale;
+    if (status == 0 && slice.T > 0 && gdn_result_alloc(&out, &slice))
+        status = -1;
+    if (status == 0)
+        status = backend->open(&slice, &s, h0, &context);
+    if (any_failed(status != 0)) {
+        backend->close(context);
+        gdn_result_free(&out);
+        gdn_problem_free(&slice);
+        free(h0);
+        return MPI_Finalize(), 1;
+    }
+
+    /* a warm-up, reps timed runs, a checked run; outputs poisoned before the first and last */
+    double *times = calloc(4 * (size_t)s.reps, sizeof *times);
+    for (int rep = -1; rep <= s.reps && status == 0; rep++) {
+        double phases[3], worst[3];
+        MPI_Barrier(MPI_COMM_WORLD);
+        status = backend->run(context, (rep < 0 || rep == s.reps) && slice.T > 0, &out, phases);
+        if (any_failed(status != 0))
+            break;
+        MPI_Reduce(phases, worst, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD); /* the slowest rank's */
+        if (rank == 0 && rep >= 0 && rep < s.reps && times)
+            for (int i = 0; i < 3; i++)
+                times[(size_t)i * (size_t)s.reps + (size_t)rep] = worst[i];
+    }
+    double flops = 0, local_flops = status == 0 ? backend->flops(context) : 0, medians[3] = {0};
+    MPI_Reduce(&local_flops, &flops, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    double relative = 0, max_absolute = 0, non_finite = 0;
+    char checks[160] = "";
+    int check_failed = 0;
+    if (status == 0 && s.check_dir) {
+        status = check_against(s.check_dir, &slice, &out, sizes, begin, &relative, &max_absolute, &non_finite);
+        if (status == 0 && rank == 0) {
+            snprintf(checks, sizeof checks, " err_ref=%.3e maxabs_ref=%.3e", relative, max_absolute);
+            if (non_finite > 0 || !(relative <= GDN_TOLERANCE_VS_STAGE)) {
+                fprintf(stderr, "%s: error: differs from %s: relative %.3e > tolerance %.0e%s\n", backend->stage->name,
+                        s.check_dir, relative, GDN_TOLERANCE_VS_STAGE, non_finite > 0 ? " (NaN or Inf)" : "");
+                check_failed = 1;
+            }
+        }
+    }
+    if (status == 0 && s.out_dir)
+        status = write_outputs(s.out_dir, &slice, &out, sizes, begin);
+    if (status == 0 && rank == 0) {
+        const size_t heads = sizes[0] * sizes[2], K = sizes[3], V = sizes[4];
+        double total[64] = {0}, *sum = s.reps <= 64 ? total : calloc((size_t)s.reps, sizeof *sum);
+        for (int rep = 0; sum && times && rep < s.reps; rep++)
+            sum[rep] = times[rep] + times[s.reps + rep] + times[2 * s.reps + rep];
+        for (int i = 0; i < 3 && times; i++)
+            medians[i] = gdn_median(times + (size_t)i * (size_t)s.reps, (size_t)s.reps);
+        double median = sum ? gdn_median(sum, (size_t)s.reps) : 0;
+        char settings[64]; /* the CPU backend's threads and chunk, the GPU backend's segments */
+        if (backend->stage->options & GDN_OPTION_SEGMENTS)
+            snprintf(settings, sizeof settings, "segments=%zu", s.segments);
+        else
+            snprintf(settings, sizeof settings, "threads=%d chunk=%zu", s.threads, s.chunk);
+        printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d ranks=%d %s reps=%d median_ms=%.4f "
+               "phase1_ms=%.4f %s_ms=%.4f phase3_ms=%.4f summary_bytes=%zu gflops=%.3f%s\n",
+               backend->stage->name, REAL_NAME, sizes[0], sizes[1], sizes[2], K, V, h0 != NULL, ranks, settings, s.reps,
+               1e3 * median, 1e3 * medians[0], backend->exchange, 1e3 * medians[1], 1e3 * medians[2],
+               heads * K * (K + V) * sizeof(real_t), flops / median * 1e-9, checks);
+        if (sum != total)
+            free(sum);
+    }
+    MPI_Bcast(&check_failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    free(times);
+    backend->close(context);
+    gdn_result_free(&out);
+    gdn_problem_free(&slice);
+    free(h0);
+    MPI_Finalize();
+    return status != 0 || check_failed ? 1 : 0;
+}
