@@ -66,7 +66,7 @@ NVCCFLAGS   += -std=c++20 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra -Xptxas -w
 HAVE_NVCC   := $(shell command -v $(NVCC) 2>/dev/null)
 ifeq ($(PRECISION)$(SANITIZE)$(VALGRIND_BUILD),float)
 ifneq ($(HAVE_NVCC),)
-GPU_STAGES  := $(filter-out $(GPU_ONLY_STAGES),$(sort $(foreach f,$(wildcard steps/*/*.cu),$(notdir $(patsubst %/,%,$(dir $(f)))))))
+GPU_STAGES  := $(filter-out $(GPU_ONLY_STAGES) $(MPI_STAGES),$(sort $(foreach f,$(wildcard steps/*/*.cu),$(notdir $(patsubst %/,%,$(dir $(f)))))))
 GPU_ONLY_BUILT := $(GPU_ONLY_STAGES)
 endif
 endif
@@ -81,6 +81,10 @@ CUDA_RUNNER    := $(if $(GPU_STAGES),$(BUILD)/common/cuda_runner.o)
 MPICC     ?= mpicc
 HAVE_MPI  := $(shell command -v $(MPICC) 2>/dev/null)
 MPI_BINARIES := $(if $(HAVE_MPI),$(BIN)/08_context_parallel)
+# Its GPU twin (context_parallel.cu) where nvcc is found too: the .cu never includes mpi.h
+# (driver.c makes the MPI calls), so only the link needs MPI's flags.
+MPI_GPU_BINARIES := $(if $(and $(HAVE_MPI),$(GPU_STAGES)),$(BIN)/08_context_parallel_cuda)
+MPI_LINK_FLAGS = $(patsubst -pthread,-Xcompiler -pthread,$(filter -L% -l% -pthread,$(shell $(MPICC) --showme:link 2>/dev/null)))
 
 # Measuring tools under plots/, built into bin/ beside the stages.
 TOOLS := $(BIN)/fma_peak $(BIN)/precision_study $(BIN)/make_problem
@@ -95,7 +99,7 @@ GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 .PHONY: all demo test test-one test-large bench plots diffs docs clean help require-build require-test fuzz valgrind
 .DEFAULT_GOAL := all
 
-all: $(STAGE_BINARIES) $(MPI_BINARIES) $(GPU_BINARIES) $(GPU_ONLY_BINARIES) $(TOOLS)
+all: $(STAGE_BINARIES) $(MPI_BINARIES) $(MPI_GPU_BINARIES) $(GPU_BINARIES) $(GPU_ONLY_BINARIES) $(TOOLS)
 ifeq ($(HAVE_NVCC),)
 ifeq ($(PRECISION)$(SANITIZE)$(VALGRIND_BUILD),float)
 	@echo "note: $(NVCC) not found, GPU stages not built (install the CUDA toolkit: https://developer.nvidia.com/cuda-downloads)"
@@ -167,6 +171,14 @@ $(BIN)/08_context_parallel: $(BUILD)/steps/08_context_parallel.o $(BUILD)/steps/
                             $(call stage_object,02_affine) $(call stage_object,05_wy_chunked) $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
 	$(call quiet,LINK)$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/steps/08_context_parallel_cuda.o: steps/08_context_parallel/context_parallel.cu | require-build
+	@mkdir -p $(dir $@)
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+$(BIN)/08_context_parallel_cuda: $(BUILD)/steps/08_context_parallel_cuda.o $(BUILD)/steps/08_driver.o \
+                                 $(call stage_object,05_wy_chunked) $(CUDA_RUNNER) $(COMMON_OBJECTS)
+	@mkdir -p $(dir $@)
+	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) $^ -o $@ -Xcompiler -fopenmp $(MPI_LINK_FLAGS) -lm
 
 define gpu_rules
 $(call gpu_object,$(1)): $(call gpu_source,$(1)) | require-build

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "../common/npy.h"
 #include "../common/random.h"
@@ -48,34 +47,6 @@ START_TEST(combine_summaries_applies_earlier_first)
 }
 END_TEST
 
-/* The mpirun line, or NULL where Open MPI or the binary is missing (said once per run: by
- * the one caller with say set). */
-static const char *mpirun_line(int ranks, int say)
-{
-    static char line[256];
-    char path[256];
-    snprintf(path, sizeof path, "%s/08_context_parallel", BIN_DIR);
-    if (access(path, X_OK) != 0 || system("command -v mpirun >/dev/null 2>&1") != 0) {
-        if (say)
-            printf("08_context_parallel: mpirun tests skipped: %s\n",
-               access(path, X_OK) != 0 ? "the binary was not built (no mpicc, or a sanitizer build)" : "no mpirun");
-        return NULL;
-    }
-    /* as root, Open MPI asks for consent; -q keeps mpirun's own banners out of stderr (the
-     * program's one line is what is tested); the vader setting avoids CMA, which containers forbid */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    /* in `make SANITIZE=1 test`: Open MPI's own leaks suppressed (tests/lsan-openmpi.supp), which
-     * needs its plugins kept loaded and full stacks; ignored by other builds */
-    setenv("LSAN_OPTIONS", "suppressions=tests/lsan-openmpi.supp:fast_unwind_on_malloc=0:print_suppressions=0", 1);
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    snprintf(line, sizeof line,
-             "mpirun -q --oversubscribe -np %d --mca btl_vader_single_copy_mechanism none -x LSAN_OPTIONS "
-             "-x OMPI_MCA_mca_base_component_disable_dlclose",
-             ranks);
-    return line;
-}
-
 static const struct {
     test_shape shape;
     int with_h0;
@@ -93,7 +64,7 @@ enum { CASES = sizeof cases / sizeof *cases };
 START_TEST(context_parallel_equals_wy_chunked)
 {
     int ranks = 1 + _i % 4, which = _i / 4;
-    const char *launcher = mpirun_line(ranks, 0);
+    const char *launcher = test_mpirun_line("08_context_parallel", ranks, 0);
     if (!launcher)
         return;
     char dir[64], in[128], reference[128], out[128], arguments[512], text[2048], errors[4096], path[160];
@@ -141,7 +112,7 @@ END_TEST
  * whole problem drawn in one piece. */
 START_TEST(context_parallel_draws_the_same_problem)
 {
-    const char *launcher = mpirun_line(3, 0);
+    const char *launcher = test_mpirun_line("08_context_parallel", 3, 0);
     if (!launcher)
         return;
     char dir[64], arguments[512], text[2048], errors[4096];
@@ -166,7 +137,7 @@ END_TEST
  * (which the edge-case suite checks against the oracle). */
 START_TEST(context_parallel_edge_cases)
 {
-    const char *launcher = mpirun_line(3, 0);
+    const char *launcher = test_mpirun_line("08_context_parallel", 3, 0);
     if (!launcher)
         return;
     char dir[64], in[128], reference[128], arguments[512], text[2048], errors[4096];
@@ -190,7 +161,7 @@ END_TEST
 /* A bad input (a NaN in q) stops all three ranks with one line, and no result line. */
 START_TEST(context_parallel_errors_are_collective)
 {
-    const char *launcher = mpirun_line(3, 1);
+    const char *launcher = test_mpirun_line("08_context_parallel", 3, 1);
     if (!launcher)
         return;
     char dir[64], arguments[256], text[2048], errors[4096];

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sys/wait.h>
 
@@ -196,6 +197,32 @@ gdn_problem test_edge_case(int which, int case_number)
         }
     }
     return p;
+}
+
+const char *test_mpirun_line(const char *binary, int ranks, int say)
+{
+    static char line[256];
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", BIN_DIR, binary);
+    if (access(path, X_OK) != 0 || system("command -v mpirun >/dev/null 2>&1") != 0) {
+        if (say)
+            printf("%s: mpirun tests skipped: %s\n", binary,
+                   access(path, X_OK) != 0 ? "the binary was not built (no mpicc, or a sanitizer build)" : "no mpirun");
+        return NULL;
+    }
+    /* as root, Open MPI asks for consent; -q keeps mpirun's own banners out of stderr (the
+     * program's one line is what is tested); the vader setting avoids CMA, which containers forbid */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    /* in `make SANITIZE=1 test`: Open MPI's own leaks suppressed (tests/lsan-openmpi.supp), which
+     * needs its plugins kept loaded and full stacks; ignored by other builds */
+    setenv("LSAN_OPTIONS", "suppressions=tests/lsan-openmpi.supp:fast_unwind_on_malloc=0:print_suppressions=0", 1);
+    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
+    snprintf(line, sizeof line,
+             "mpirun -q --oversubscribe -np %d --mca btl_vader_single_copy_mechanism none -x LSAN_OPTIONS "
+             "-x OMPI_MCA_mca_base_component_disable_dlclose",
+             ranks);
+    return line;
 }
 
 int test_run_program(const char *launcher, const char *binary, const char *arguments, char *out, size_t out_size,

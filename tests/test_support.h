@@ -64,6 +64,9 @@ gdn_difference test_against_result(const gdn_problem *p, const gdn_result *r, co
  * does), then data_bytes zero bytes. For testing how malformed files are refused. */
 void test_write_raw_npy(const char *path, const char *dict, size_t data_bytes);
 
+/* The mpirun line for `ranks` processes of bin/BINARY, or NULL where Open MPI or the binary
+ * is missing (said, with `say`, by one caller per run). */
+const char *test_mpirun_line(const char *binary, int ranks, int say);
 /* Run BIN_DIR/binary with arguments, after launcher ("" or an mpirun line); stdout and stderr
  * captured; returns the exit status (a crash fails the test). */
 int test_run_program(const char *launcher, const char *binary, const char *arguments, char *out, size_t out_size,
@@ -89,6 +92,7 @@ Suite *context_parallel_suite(void);
 Suite *gpu_stages_suite(void); /* tests/gpu/, in their own runner */
 Suite *tensor_core_stage_suite(void);
 Suite *sequence_parallel_suite(void);
-Suite *segment_choice_suite(void); /* host code of stage 07: runs with or without a GPU */
+Suite *segment_choice_suite(void);
+Suite *context_parallel_cuda_suite(void); /* host code of stage 07: runs with or without a GPU */
 
 #endif

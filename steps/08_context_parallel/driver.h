@@ -37,6 +37,8 @@ int context_parallel_rank(void);
 int context_parallel_ranks(void);
 int context_parallel_local_rank(void);
 int context_parallel_allgather(const float *mine, float *all, size_t count);
+/* Collective: whether any rank failed; the lowest failing rank prints its error, once. */
+int context_parallel_any_failed(int failed);
 void context_parallel_barrier(void);
 double context_parallel_wtime(void);
 

@@ -1,0 +1,110 @@
+/* test_context_parallel_cuda.c -- stage 08's GPU twin under `mpirun -np N`, N = 1 to 3 (the
+ * ranks share this machine's GPUs in turn; several on one GPU are fine): equal to stage 07 run
+ * in-process on one GPU and to the fp64 oracle, all on the same bf16-rounded inputs, within
+ * GDN_TOLERANCE_BF16. Slow gates, so that every rank's start state depends on the ranks
+ * before it; slices of unequal length; P automatic and forced; with and without h0 and
+ * --precise. A sequence with fewer chunks than ranks is refused with one line. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../../common/npy.h"
+#include "../../steps/07_sequence_parallel/sequence_parallel.h"
+#include "../test_support.h"
+
+static const struct {
+    test_shape shape;
+    int with_h0;
+    const char *options; /* besides --in, --check-against, --out */
+} cases[] = {
+    {{1, 1000, 2, 64, 64}, 1, ""},                /* 16 chunks: 5 + 5 + 6 for 3 ranks, automatic P */
+    {{2, 700, 3, 128, 72}, 0, "--segments 3"},    /* K = 128, V not a multiple of 16 */
+    {{1, 4100, 1, 32, 40}, 1, "--segments 5 --precise"}, /* one head, the last chunk short */
+};
+enum { CASES = sizeof cases / sizeof *cases, MOST_RANKS = 3 };
+
+/* o and ht that the ranks wrote together with --out DIR */
+static gdn_result read_outputs(const char *dir, const gdn_problem *p)
+{
+    char path[160];
+    npy_array o, ht;
+    gdn_result r = {0};
+    ck_assert_int_eq(gdn_result_alloc(&r, p), 0);
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+    ck_assert_msg(npy_read(path, &o) == 0, "%s", gdn_last_error());
+    snprintf(path, sizeof path, "%s/ht.npy", dir);
+    ck_assert_msg(npy_read(path, &ht) == 0, "%s", gdn_last_error());
+    ck_assert_uint_eq(o.count, gdn_tokens(p) * p->V);
+    ck_assert_uint_eq(ht.count, gdn_state_count(p));
+    for (size_t i = 0; i < o.count; i++)
+        r.o[i] = (real_t)o.data[i];
+    for (size_t i = 0; i < ht.count; i++)
+        r.ht[i] = (real_t)ht.data[i];
+    npy_free(&o);
+    npy_free(&ht);
+    return r;
+}
+
+/* _i: (case, ranks 1 .. MOST_RANKS) */
+START_TEST(context_parallel_cuda_equals_sequence_parallel)
+{
+    const int which = _i / MOST_RANKS, ranks = 1 + _i % MOST_RANKS;
+    const char *launcher = test_mpirun_line("08_context_parallel_cuda", ranks, _i == 0);
+    if (!launcher)
+        return;
+    char dir[64], in[128], reference[128], out[128], arguments[640], text[2048], errors[4096], label[200];
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(reference, sizeof reference, "%s/reference", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    gdn_problem p = test_problem(cases[which].shape, cases[which].with_h0, 6000 + _i);
+    test_set_gates(&p, -0.02, -0.0005, 6000 + _i); /* a slice remembers the ones before it */
+    gdn_problem_round_to_bf16(&p);
+    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
+    gdn_settings s = {.reps = 1, .threads = 1, .precise = strstr(cases[which].options, "--precise") != NULL};
+    gdn_result whole = test_run_settings(&sequence_parallel_stage, &p, &s); /* 07, one GPU, in-process */
+    ck_assert_int_eq(gdn_result_save(&whole, &p, reference), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --check-against %s --out %s %s", in, reference, out,
+             cases[which].options);
+    int status = test_run_program(launcher, "08_context_parallel_cuda", arguments, text, sizeof text, errors,
+                                  sizeof errors);
+    ck_assert_msg(status == 0, "%d ranks: exit %d: %s", ranks, status, errors);
+    ck_assert_int_eq((int)test_read_field(text, "ranks="), ranks);
+    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_BF16, "%s", text);
+    gdn_result mine = read_outputs(out, &p);
+    snprintf(label, sizeof label, "08 cuda, %d ranks, case %d (%s), against the oracle", ranks, which, cases[which].options);
+    assert_close(test_against_oracle(&p, &mine), GDN_TOLERANCE_BF16, label);
+    snprintf(label, sizeof label, "08 cuda, %d ranks, case %d (%s), against 07", ranks, which, cases[which].options);
+    assert_close(test_against_result(&p, &mine, &whole), GDN_TOLERANCE_BF16, label);
+    gdn_result_free(&mine);
+    gdn_result_free(&whole);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
+/* Fewer chunks than ranks: every rank stops, one line says why, no result line. */
+START_TEST(context_parallel_cuda_refuses_empty_slices)
+{
+    const char *launcher = test_mpirun_line("08_context_parallel_cuda", 3, 0);
+    if (!launcher)
+        return;
+    char text[2048], errors[4096];
+    int status = test_run_program(launcher, "08_context_parallel_cuda", "--T 100 --H 2 --reps 1", text, sizeof text,
+                                  errors, sizeof errors);
+    ck_assert_int_ne(status, 0);
+    ck_assert_msg(strstr(errors, "08_context_parallel_cuda: error: this rank's slice is empty") != NULL, "%s", errors);
+    ck_assert_msg(strchr(errors, '\n') == strrchr(errors, '\n'), "more than one line: '%s'", errors);
+    ck_assert_str_eq(text, "");
+}
+END_TEST
+
+Suite *context_parallel_cuda_suite(void)
+{
+    Suite *suite = suite_create("08_context_parallel_cuda");
+    TCase *mpi = tcase_create("mpirun");
+    tcase_set_timeout(mpi, 300);
+    tcase_add_loop_test(mpi, context_parallel_cuda_equals_sequence_parallel, 0, CASES * MOST_RANKS);
+    tcase_add_test(mpi, context_parallel_cuda_refuses_empty_slices);
+    suite_add_tcase(suite, mpi);
+    return suite;
+}
