@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
     const size_t first = segment_chunk(segment, P, chunks), end = segment_chunk(segment + 1, P, chunks);
     const int warp = threadIdx.x / 32, tile = warp / 4, row_warp = warp % 4;
     const int column0 = (int)group * group_columns + 16 * tile; /* this group's first state column */
-    const bool active = column0 < columns, identity = FOLD && column0 < KP; /* identity: U is zero there */
+    const bool identity = FOLD && column0 < KP; /* identity: U is zero there; every group has columns (chain_launch_shape) */
     const int slot_bytes = (int)chain_slot_bytes(p.K, PRECISE, tiles);
     const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
     const unsigned char *blocks = w.chain + head * chunks * block_bytes;
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
         /* S0^T in bf16: here for Vnew, in the workspace for kernel 3 (not in a fold) */
 #pragma unroll
         for (int q = 0; q < 2; q++) {
-            if (!active || 16 * (row_warp + 4 * q) >= KP)
+            if (16 * (row_warp + 4 * q) >= KP)
                 continue;
 #pragma unroll
             for (int j = 0; j < 2; j++)
@@ -473,8 +473,6 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
         else
             __pipeline_wait_prior(1);
         __syncthreads();
-        if (!active)
-            continue;
 
         /* Vnew = U - W S0 (eq. 13): rows 16 row_warp .. of the chunk */
         float acc[2][4];
@@ -521,7 +519,7 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
                 warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, 16 * (row_warp + 4 * q), 0, CHUNK);
         }
     }
-    if (!active || (!FOLD && segment + 1 != P))
+    if (!FOLD && segment + 1 != P)
         return;
 #pragma unroll
     for (int q = 0; q < 2; q++)
@@ -636,21 +634,24 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 /* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
  * Tiles: where one-tile blocks are too few to fill the GPU MAX_GROUP_TILES times over, the
  * chain's latency is the time, and one tile has the shortest chunk step; else more tiles per
- * block share each copy of W and the keys. Slots: 3 where two such blocks still fit on an SM
+ * block share each copy of W and the keys, where a head's tiles pair up (tiles_per_run even),
+ * so that no block holds a group without columns (such a group would skip the products but
+ * must keep every barrier of the others: racecheck flagged that shape, and one-tile blocks
+ * avoid the question). Slots: 3 where two such blocks still fit on an SM
  * (copies two chunks ahead), else 2, so that at K = 128 two blocks share an SM. */
 typedef struct {
     int tiles, stages;
     size_t bytes;
 } chain_shape;
 
-static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t K, bool precise)
+static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool precise)
 {
     int sms = 132, per_sm = 228 * 1024;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
         cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0) != cudaSuccess)
         cudaGetLastError(); /* keep the H200's numbers; a missing device is reported by the launch */
     chain_shape shape;
-    shape.tiles = one_tile_blocks < (size_t)MAX_GROUP_TILES * (size_t)sms ? 1 : MAX_GROUP_TILES;
+    shape.tiles = one_tile_blocks < (size_t)MAX_GROUP_TILES * (size_t)sms || tiles_per_run % MAX_GROUP_TILES ? 1 : MAX_GROUP_TILES;
     shape.stages = 2 * chain_shared_bytes(K, precise, shape.tiles, 3) <= (size_t)per_sm ? 3 : 2;
     shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages);
     return shape;
@@ -661,7 +662,7 @@ template <bool PRECISE, bool FOLD>
 static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments)
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
-    const chain_shape shape = chain_launch_shape(p->B * p->H * runs * (columns / 16), p->K, PRECISE);
+    const chain_shape shape = chain_launch_shape(p->B * p->H * runs * (columns / 16), columns / 16, p->K, PRECISE);
     const size_t group_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + group_columns - 1) / group_columns), 1, &blocks))

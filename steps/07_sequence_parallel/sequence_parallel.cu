@@ -152,7 +152,7 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
     const size_t chunks = chunks_of(p->T);
     if (s->segments == 0) {
         int sms = 132, per_sm = 1;
-        const chain_shape shape = chain_launch_shape(1, p->K, s->precise); /* one-tile blocks: few heads */
+        const chain_shape shape = chain_launch_shape(1, 1, p->K, s->precise); /* one-tile blocks: few heads */
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
             cudaFuncSetAttribute(chunk_states_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) !=
                 cudaSuccess ||

@@ -200,7 +200,7 @@ static void cpu_close(void *context)
     free(c);
 }
 
-static int cpu_open(gdn_problem *slice, const gdn_settings *s, const real_t *h0, void **context)
+static int cpu_open(gdn_problem *slice, gdn_settings *s, const real_t *h0, void **context)
 {
     rank_state *c = (rank_state *)calloc(1, sizeof *c);
     if (!(*context = c))

@@ -234,7 +234,7 @@ static void gpu_close(void *context)
     free(c);
 }
 
-static int gpu_open(gdn_problem *slice, const gdn_settings *s, const real_t *h0, void **context)
+static int gpu_open(gdn_problem *slice, gdn_settings *s, const real_t *h0, void **context)
 {
     gpu_rank *c = (gpu_rank *)calloc(1, sizeof *c);
     if (!(*context = c))
@@ -250,8 +250,9 @@ static int gpu_open(gdn_problem *slice, const gdn_settings *s, const real_t *h0,
         CUDA_CHECK(cudaSetDevice(context_parallel_local_rank() % devices));
     cudaGetLastError(); /* a missing device is reported by the runner's open */
     gdn_problem_round_to_bf16(slice); /* what the GPU reads; the reference must read the same */
-    sequence_parallel_resolve_options(slice, &c->settings);
-    this_rank.P = c->settings.segments;
+    sequence_parallel_resolve_options(slice, s); /* P for this rank's slice, as stage 07 would choose */
+    c->settings = *s;
+    this_rank.P = s->segments;
     if (gdn_cuda_runner.open(&context_parallel_cuda_stage, slice, &c->settings, &c->runner))
         return -1;
     const size_t maps = slice->B * slice->H * slice->K * (slice->K + slice->V);

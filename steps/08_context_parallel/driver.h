@@ -19,10 +19,11 @@ typedef struct {
     const char *exchange;   /* the result line's name for phase 2's time: "exscan", "allgather" */
     double first_weight;    /* rank 0's share of the chunks, against 1 for every other rank */
     /* open: for this rank's slice (its h0 buffer is the replay's start state to fill; h0 is
-     * the problem's initial state, NULL where it has none). run: one pass, the outputs set to
+     * the problem's initial state, NULL where it has none); it may fill in the settings it
+     * chooses (the GPU backend's segments). run: one pass, the outputs set to
      * NaN first where poisoned, the three phases' seconds in seconds[]. flops: one pass's
      * count on this rank. close: free what open made (also after a failed open). */
-    int (*open)(gdn_problem *slice, const gdn_settings *s, const real_t *h0, void **context);
+    int (*open)(gdn_problem *slice, gdn_settings *s, const real_t *h0, void **context);
     int (*run)(void *context, int poisoned, gdn_result *out, double seconds[3]);
     double (*flops)(void *context);
     void (*close)(void *context);

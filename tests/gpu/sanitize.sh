@@ -1,15 +1,20 @@
 #!/bin/sh
-# sanitize.sh BIN -- compute-sanitizer's memcheck, racecheck and synccheck on every GPU binary,
-# on small problems that still reach every code path (partial tiles and chunks, K = 128 with
-# two threads per column, h0; for 06 and 07 both modes, one- and two-tile chain blocks, a fold
-# and a replay). Run on a machine with a CUDA device; exits non-zero on any report.
+# sanitize.sh BIN [PATTERN] -- compute-sanitizer's memcheck, racecheck and synccheck on every
+# GPU binary (or those whose name matches the grep PATTERN), on small problems that still
+# reach every code path (partial tiles and chunks, K = 128 with two threads per column, h0;
+# for 06 and 07 both modes, one- and two-tile chain blocks, a fold and a replay; 08's GPU
+# twin under mpirun, 2 ranks). Run on a machine with a CUDA device; exits non-zero on any report.
 set -u
 bin=${1:-bin}
+pattern=${2:-.}
 status=0
-# sanitize BINARY SHAPE: the three tools on one run
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# sanitize BINARY SHAPE [LAUNCHER [CHECK]]: the three tools on one run
 sanitize() {
+    echo "$1" | grep -q -- "$pattern" || return 0
     for tool in memcheck racecheck synccheck; do
-        log=$(compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/$1" $2 --reps 1 --check-against oracle 2>&1)
+        # shellcheck disable=SC2086 # the launcher and the shape are several words
+        log=$(${3:-} compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/$1" $2 --reps 1 ${4:---check-against oracle} 2>&1)
         rc=$?
         summary=$(printf '%s\n' "$log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' | tail -1)
         printf '%-24s %-10s %-56s rc=%d %s\n' "$1" "$tool" "$2" "$rc" "$summary"
@@ -23,8 +28,12 @@ for stage in 01_naive_loop 03_parallel_scan 04_two_phase_scan 05_wy_chunked; do
 done
 for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode"
-    sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 72 $mode" # two-tile chain blocks
+    sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # two-tile chain blocks
+    sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 72 $mode" # 5 tiles: one-tile blocks
     sanitize 07_sequence_parallel "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 --segments 3 $mode"
     sanitize 07_sequence_parallel "--B 1 --T 200 --H 1 --K 128 --V 72 --h0 $mode"
+    sanitize 07_sequence_parallel "--B 4 --T 300 --H 40 --K 64 --V 64 --segments 3 $mode" # two-tile fold and replay
+    sanitize 08_context_parallel_cuda "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 --segments 2 $mode" \
+        "mpirun -q -np 2 --oversubscribe --mca btl_vader_single_copy_mechanism none" " "
 done
 exit $status
