@@ -1,8 +1,9 @@
 #!/bin/sh
 # bench_context_gpu.sh BIN OUT -- strong scaling of stage 08's GPU twin: one long sequence,
-# B=1 H=8 K=V=128, T in TS (default 2^20 and 2^22), on 1, 2, 4, ... GPUs of this machine (one
-# rank each), beside stage 07 on one GPU in the same run (REPS runs after a warm-up, 5 unless
-# set; device events; the slowest rank's phases). Writes OUT (a .dat file headed by the
+# B=1 H=8 K=V=128, T in TS (default "1048576 4194304:2": 2^20, and 2^22 from 2 GPUs on, since
+# it does not fit on one), on 1, 2, 4, ... GPUs of this machine (one rank each), beside stage
+# 07 on one GPU in the same run (REPS runs after a warm-up, 5 unless set; device events; the
+# slowest rank's phases). Writes OUT (a .dat file headed by the
 # machine): T gpus median_ms phase1_ms allgather_ms phase3_ms segments speedup_vs_07
 # efficiency. phase1: kernel 1, the fold and the compose; allgather: the exchange through host
 # memory, timed after a barrier; phase3: the scan, the replay and kernel 3. speedup_vs_07:
@@ -11,9 +12,8 @@
 set -eu
 bin=${1:-bin}
 out=${2:-plots/data/context_parallel_gpu.dat}
-TS=${TS:-"1048576 4194304"}
+TS=${TS:-"1048576 4194304:2"} # T[:fewest GPUs]
 REPS=${REPS:-5}
-MIN_GPUS=${MIN_GPUS:-1} # 2: skip the runs on one GPU (07's and 08's), e.g. where T does not fit one
 gpus=$(nvidia-smi -L | wc -l)
 cores=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
@@ -24,14 +24,17 @@ field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
     echo "T gpus median_ms phase1_ms allgather_ms phase3_ms segments speedup_vs_07 efficiency"
 } > "$out"
 shape="--B 1 --H 8 --K 128 --V 128 --reps $REPS --threads $cores"
-for T in $TS; do
+for spec in $TS; do
+    T=${spec%%:*}
+    fewest=${spec#*:}
+    [ "$fewest" != "$spec" ] || fewest=1
     # stage 07 on one GPU; a problem too large for one GPU is refused with its byte count
     line07=""
-    [ "$MIN_GPUS" -gt 1 ] || line07=$("$bin/07_sequence_parallel" --T "$T" $shape 2>&1 | tail -1)
+    [ "$fewest" -gt 1 ] || line07=$("$bin/07_sequence_parallel" --T "$T" $shape 2>&1 | tail -1)
     ms07=$(field median_ms "$line07")
     [ -n "$ms07" ] || echo "T=$T: stage 07 on one GPU: $line07" >&2
     first=""
-    n=$MIN_GPUS
+    n=$fewest
     while [ "$n" -le "$gpus" ]; do
         line=$(mpirun -q -np "$n" --bind-to none --mca btl_vader_single_copy_mechanism none \
             -x OMP_NUM_THREADS=$((cores / n)) -x NCCL_NVLS_ENABLE "$bin/08_context_parallel_cuda" --T "$T" \

@@ -17,4 +17,5 @@ render segments.gp sweep_segments.dat
 render precision.gp precision.dat
 render gpu_progression.gp gpu_vs_T.dat
 render mpi_scaling.gp mpi_scaling_16cores.dat
+render context_parallel_gpu.gp context_parallel_gpu.dat
 render sequence_parallel.gp stage07_vs_T.dat
