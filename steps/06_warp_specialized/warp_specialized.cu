@@ -262,30 +262,35 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     const bool whole_values = K % 8 == 0 && V % 8 == 0; /* 8 columns of v: one aligned 16-byte load */
     for (size_t first = 0; first < (size_t)K + V; first += CHUNK) {
         __syncthreads(); /* Tm16 complete; right_t free (the solve's scratch, then the last pass) */
-        /* thread: token l, columns first + 8 q .. + 8 (consecutive threads, consecutive pieces
-         * of a row); both of its v loads issued before either is used */
+        /* thread: token l = e % 64, columns first + 8 a .. + 8 (a = e / 64): a warp's 32
+         * consecutive tokens write 32 consecutive entries of each right_t row, one shared-memory
+         * wavefront (with consecutive threads on consecutive 8-column pieces of one token, they
+         * wrote rows 8 apart, 8 x 36 words: one bank, an 8-way conflict), and read their keys 16
+         * bytes at a time (a row holds KP columns, zero past K). Both v loads issue first. */
         constexpr int PIECES = CHUNK * CHUNK / 8 / THREADS;
-        uint4 raw[PIECES];
+        uint4 keys_raw[PIECES], values_raw[PIECES];
 #pragma unroll
         for (int t = 0; t < PIECES; t++) {
-            const int e = threadIdx.x + t * THREADS, l = e / 8;
-            const size_t column = first + e % 8 * 8;
-            raw[t] = make_uint4(0, 0, 0, 0);
+            const int e = threadIdx.x + t * THREADS, l = e % CHUNK;
+            const size_t column = first + e / CHUNK * 8;
+            keys_raw[t] = values_raw[t] = make_uint4(0, 0, 0, 0);
+            if (l < n && column < (size_t)K)
+                keys_raw[t] = *(const uint4 *)(keys + l * LDK + column);
             if (whole_values && l < n && column >= (size_t)K && column < K + V)
-                raw[t] = *(const uint4 *)(v16 + gdn_device_token(&p, b, t0 + l, h) * V + (column - K));
+                values_raw[t] = *(const uint4 *)(v16 + gdn_device_token(&p, b, t0 + l, h) * V + (column - K));
         }
 #pragma unroll
         for (int t = 0; t < PIECES; t++) {
-            const int e = threadIdx.x + t * THREADS, l = e / 8, c0 = e % 8 * 8;
-            const bf16 *pieces = (const bf16 *)&raw[t];
+            const int e = threadIdx.x + t * THREADS, l = e % CHUNK, c0 = e / CHUNK * 8;
+            const bf16 *key_pieces = (const bf16 *)&keys_raw[t], *value_pieces = (const bf16 *)&values_raw[t];
 #pragma unroll
             for (int q = 0; q < 8; q++) {
                 const size_t column = first + c0 + q;
                 float value = 0.0f;
                 if (l < n && column < (size_t)K)
-                    value = scaled_beta[l] * __bfloat162float(keys[l * LDK + column]);
+                    value = scaled_beta[l] * __bfloat162float(key_pieces[q]);
                 else if (l < n && column < K + V)
-                    value = beta[l] * __bfloat162float(whole_values ? pieces[q] : v16[gdn_device_token(&p, b, t0 + l, h) * V + (column - K)]);
+                    value = beta[l] * __bfloat162float(whole_values ? value_pieces[q] : v16[gdn_device_token(&p, b, t0 + l, h) * V + (column - K)]);
                 right_t[(c0 + q) * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
             }
         }
@@ -298,12 +303,18 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
             for (int r = 0; r < 4; r++) { /* rows past the chunk come out zero: right_t is zero there */
                 const int i = fragment_row(tile_row, r);
                 const size_t out = first + fragment_column(tile_column, j, r);
-                if (out < (size_t)K) {
+                if (out < (size_t)K && r % 2 == 0 && out + 1 < (size_t)K) { /* a pair of neighbours in a row of W: */
+                    const __nv_bfloat162 high = __floats2bfloat162_rn(acc[j][r], acc[j][r + 1]); /* one 4-byte store */
+                    *(__nv_bfloat162 *)&W[i * LDK + out] = high;
+                    if (PRECISE)
+                        *(__nv_bfloat162 *)&W_low[i * LDK + out] =
+                            __floats2bfloat162_rn(acc[j][r] - __low2float(high), acc[j][r + 1] - __high2float(high));
+                } else if (out < (size_t)K && r % 2 == 0) { /* out = K - 1: no right neighbour in W */
                     const bf16 high = __float2bfloat16_rn(acc[j][r]);
                     W[i * LDK + out] = high;
                     if (PRECISE)
                         W_low[i * LDK + out] = __float2bfloat16_rn(acc[j][r] - __bfloat162float(high));
-                } else if (out < K + V)
+                } else if (out >= (size_t)K && out < K + V) /* (odd r inside W: stored with r - 1) */
                     U_t[(out - K) * CHUNK + i] = acc[j][r];
             }
     }
@@ -317,10 +328,17 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
         if (PRECISE)
             W_low[e / (KP - K) * LDK + K + e % (KP - K)] = __float2bfloat16_rn(0.0f);
     }
-    for (int e = threadIdx.x; e < KP * CHUNK; e += THREADS) {
-        const int c = e / CHUNK, j = e % CHUNK;
-        const float value = j < n && c < K ? __bfloat162float(keys[j * LDK + c]) * expf((float)(gamma[n - 1] - gamma[j])) : 0.0f;
-        keys_t[c * TOKEN_STRIDE + j] = __float2bfloat16_rn(value);
+    /* thread: token j = e % 64, key columns 8 a .. + 8 (a = e / 64): one exponential per
+     * token and one 16-byte read of its keys; consecutive threads write consecutive tokens of
+     * each keys_t row (coalesced) */
+    for (int e = threadIdx.x; e < KP / 8 * CHUNK; e += THREADS) {
+        const int j = e % CHUNK, c0 = e / CHUNK * 8;
+        const float decay = j < n ? expf((float)(gamma[n - 1] - gamma[j])) : 0.0f;
+        const uint4 raw = *(const uint4 *)(keys + j * LDK + c0);
+        const bf16 *pieces = (const bf16 *)&raw;
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            keys_t[(c0 + q) * TOKEN_STRIDE + j] = __float2bfloat16_rn(c0 + q < K ? __bfloat162float(pieces[q]) * decay : 0.0f);
     }
 }
 
@@ -606,14 +624,21 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         warp_product(acc, P, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, tile_row, tile_column, CHUNK);
         warp_product(acc, P_low, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, tile_column, CHUNK);
     }
+    /* a lane's two neighbours in a row of o go out as one 8-byte store where V is even (then
+     * the pair is aligned): a warp's store fills whole 32-byte sectors, not half of each */
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 4; r += 2) {
             const int i = fragment_row(tile_row, r);
             const size_t out = column0 + fragment_column(tile_column, j, r);
-            if (i < n && out < V)
-                o[gdn_device_token(&p, b, t0 + i, h) * V + out] = p.scale * acc[j][r];
+            float *row = o + gdn_device_token(&p, b, t0 + i, h) * V;
+            if (i < n && V % 2 == 0 && out + 1 < V)
+                *(float2 *)&row[out] = make_float2(p.scale * acc[j][r], p.scale * acc[j][r + 1]);
+            else if (i < n)
+                for (int s = 0; s < 2; s++)
+                    if (out + s < V)
+                        row[out + s] = p.scale * acc[j][r + s];
         }
 }
 
