@@ -57,7 +57,6 @@ int context_parallel_any_failed(int failed)
     reported = 1;
     return 1;
 }
-#define any_failed context_parallel_any_failed
 
 /* Chunks before rank r: the weights of ranks 0 .. r-1 (w, then 1 each) out of w + N - 1.
  * w is the backend's first_weight: the CPU backend's rank 0 replays while the others fold,
@@ -180,7 +179,7 @@ static int check_against(const char *dir, const gdn_problem *slice, const gdn_re
     }
     npy_free(&o);
     npy_free(&ht);
-    if (any_failed(status != 0))
+    if (context_parallel_any_failed(status != 0))
         return -1;
     MPI_Reduce(local[0], total[0], 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Reduce(local[1], total[1], 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -210,12 +209,12 @@ static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_re
     int status = 0;
     if (rank == 0 && mkdir_for_outputs(dir))
         status = -1;
-    if (any_failed(status))
+    if (context_parallel_any_failed(status))
         return -1;
     snprintf(path, sizeof path, "%s/o.npy", dir);
     MPI_File file;
     int opened = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &file);
-    if (any_failed(opened != MPI_SUCCESS && gdn_set_error("%s: MPI_File_open failed", path)))
+    if (context_parallel_any_failed(opened != MPI_SUCCESS && gdn_set_error("%s: MPI_File_open failed", path)))
         return -1;
     MPI_File_set_size(file, 0); /* a longer file from an earlier run must not keep its tail */
     if (rank == 0 && MPI_File_write_at(file, 0, header, (int)header_bytes, MPI_BYTE, MPI_STATUS_IGNORE) != MPI_SUCCESS)
@@ -237,7 +236,7 @@ static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_re
         snprintf(path, sizeof path, "%s/ht.npy", dir);
         status = npy_write(path, out->ht, 4, ht_shape);
     }
-    return any_failed(status != 0) ? -1 : 0;
+    return context_parallel_any_failed(status != 0) ? -1 : 0;
 }
 
 int context_parallel_main(int argc, char **argv, const context_parallel_backend *chosen)
@@ -259,7 +258,7 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
     if (parsed == 0 && s.check_oracle)
         parsed = gdn_set_error("--check-against oracle is not offered under MPI; compare with a folder another stage "
                                "wrote with --out");
-    if (any_failed(parsed < 0))
+    if (context_parallel_any_failed(parsed < 0))
         return MPI_Finalize(), 1;
     if (s.chunk == 0)
         s.chunk = 64;
@@ -276,7 +275,7 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
         status = -1;
     if (status == 0)
         status = backend->open(&slice, &s, h0, &context);
-    if (any_failed(status != 0)) {
+    if (context_parallel_any_failed(status != 0)) {
         backend->close(context);
         gdn_result_free(&out);
         gdn_problem_free(&slice);
@@ -290,7 +289,7 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
         double phases[3], worst[3];
         MPI_Barrier(MPI_COMM_WORLD);
         status = backend->run(context, (rep < 0 || rep == s.reps) && slice.T > 0, &out, phases);
-        if (any_failed(status != 0))
+        if (context_parallel_any_failed(status != 0))
             break;
         MPI_Reduce(phases, worst, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD); /* the slowest rank's */
         if (rank == 0 && rep >= 0 && rep < s.reps && times)
