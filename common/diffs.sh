@@ -6,7 +6,8 @@
 # (06 on). Each stage is compared with the stage before it that has the same kind of source:
 # a CUDA-only stage with the previous stage's GPU twin (06 against 05's wy_chunked.cu), a C
 # stage with the previous C stage (08 against 05). A stage that includes the one before it
-# (07 includes 06's kernels) shows its whole file as the lesson. docs/ chapters include the diffs through
+# (07 includes 06's kernels) shows its whole file as the lesson; so does a C stage's GPU twin
+# that includes the previous GPU stage (08's context_parallel.cu, NN_cuda_from_MM.diff). docs/ chapters include the diffs through
 # common/refresh_docs.sh, so the text shown there is always the code's.
 set -eu
 name_of() { echo "$1" | sed 's/^[0-9]*_//'; }
@@ -15,8 +16,8 @@ source_of() { # STAGE KIND (c or cu)
     echo "steps/$1/$(name_of "$1").$2"
 }
 kind_of() { if gpu_only "$1"; then echo cu; else echo c; fi; }
-show() {
-    kind=$(kind_of "$2")
+show() { # FROM TO [KIND]: TO's source of KIND (c or cu; default: TO's own kind) against FROM's
+    kind=${3:-$(kind_of "$2")}
     # a stage that #includes the previous stage's source builds on it instead of copying it
     # (07 includes 06): its lesson is its whole file, shown as new
     if grep -q "#include \"../$1/$(name_of "$1").$kind\"" "$(source_of "$2" "$kind")"; then
@@ -40,6 +41,15 @@ write)
         if [ -n "$previous" ]; then
             file="$out/$(echo "$stage" | cut -c1-2)_from_$(echo "$previous" | cut -c1-2).diff"
             show "$previous" "$stage" >"$file"
+            echo "wrote $file: +$(grep -c '^+[^+]' "$file") -$(grep -c '^-[^-]' "$file") lines"
+        fi
+        # a C stage's GPU twin built on the previous GPU stage (08's context_parallel.cu
+        # includes 07's file): its lesson too, NN_cuda_from_MM.diff
+        twin=$(source_of "$stage" cu)
+        if [ "$kind" = c ] && [ -f "$twin" ] && [ -n "$previous_cu" ] &&
+            grep -q "#include \"../$previous_cu/$(name_of "$previous_cu").cu\"" "$twin"; then
+            file="$out/$(echo "$stage" | cut -c1-2)_cuda_from_$(echo "$previous_cu" | cut -c1-2).diff"
+            show "$previous_cu" "$stage" cu >"$file"
             echo "wrote $file: +$(grep -c '^+[^+]' "$file") -$(grep -c '^-[^-]' "$file") lines"
         fi
         # the stage a later stage of each kind builds on
