@@ -303,18 +303,19 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
             for (int r = 0; r < 4; r++) { /* rows past the chunk come out zero: right_t is zero there */
                 const int i = fragment_row(tile_row, r);
                 const size_t out = first + fragment_column(tile_column, j, r);
-                if (out < (size_t)K && r % 2 == 0 && out + 1 < (size_t)K) { /* a pair of neighbours in a row of W: */
-                    const __nv_bfloat162 high = __floats2bfloat162_rn(acc[j][r], acc[j][r + 1]); /* one 4-byte store */
+                /* W: sums r and r + 1 (r even) are neighbours in a row; both in W: one 4-byte store */
+                if (out < (size_t)K && r % 2 == 0 && out + 1 < (size_t)K) {
+                    const __nv_bfloat162 high = __floats2bfloat162_rn(acc[j][r], acc[j][r + 1]);
                     *(__nv_bfloat162 *)&W[i * LDK + out] = high;
                     if (PRECISE)
                         *(__nv_bfloat162 *)&W_low[i * LDK + out] =
                             __floats2bfloat162_rn(acc[j][r] - __low2float(high), acc[j][r + 1] - __high2float(high));
-                } else if (out < (size_t)K && r % 2 == 0) { /* out = K - 1: no right neighbour in W */
+                } else if (out < (size_t)K && r % 2 == 0) { /* out = K - 1: the neighbour is U's first column */
                     const bf16 high = __float2bfloat16_rn(acc[j][r]);
                     W[i * LDK + out] = high;
                     if (PRECISE)
                         W_low[i * LDK + out] = __float2bfloat16_rn(acc[j][r] - __bfloat162float(high));
-                } else if (out >= (size_t)K && out < K + V) /* (odd r inside W: stored with r - 1) */
+                } else if (out >= (size_t)K && out < K + V) /* U, transposed (odd r inside W: stored above) */
                     U_t[(out - K) * CHUNK + i] = acc[j][r];
             }
     }
