@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/npy.h"
 #include "../common/random.h"
 #include "../steps/02_affine/affine.h"
 #include "../steps/05_wy_chunked/wy_chunked.h"
@@ -67,7 +66,7 @@ START_TEST(context_parallel_equals_wy_chunked)
     const char *launcher = test_mpirun_line("08_context_parallel", ranks, 0);
     if (!launcher)
         return;
-    char dir[64], in[128], reference[128], out[128], arguments[512], text[2048], errors[4096], path[160];
+    char dir[64], in[128], reference[128], out[128], arguments[512], text[2048], errors[4096];
     test_make_temp_dir(dir, sizeof dir);
     snprintf(in, sizeof in, "%s/in", dir);
     snprintf(reference, sizeof reference, "%s/reference", dir);
@@ -86,21 +85,8 @@ START_TEST(context_parallel_equals_wy_chunked)
     ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "%s", text);
     ck_assert_int_eq((int)test_read_field(text, "ranks="), ranks);
     /* the file the ranks wrote together equals stage 05's result */
-    npy_array o, ht;
-    snprintf(path, sizeof path, "%s/o.npy", out);
-    ck_assert_msg(npy_read(path, &o) == 0, "%s", gdn_last_error());
-    snprintf(path, sizeof path, "%s/ht.npy", out);
-    ck_assert_msg(npy_read(path, &ht) == 0, "%s", gdn_last_error());
-    gdn_result mine = {0};
-    ck_assert_int_eq(gdn_result_alloc(&mine, &p), 0);
-    for (size_t i = 0; i < o.count; i++)
-        mine.o[i] = (real_t)o.data[i];
-    for (size_t i = 0; i < ht.count; i++)
-        mine.ht[i] = (real_t)ht.data[i];
-    ck_assert_uint_eq(o.count, gdn_tokens(&p) * p.V);
+    gdn_result mine = test_read_outputs(out, &p);
     assert_close(test_against_result(&p, &mine, &r), GDN_TOLERANCE_VS_STAGE, "08's o.npy and ht.npy vs 05");
-    npy_free(&o);
-    npy_free(&ht);
     gdn_result_free(&mine);
     gdn_result_free(&r);
     gdn_problem_free(&p);

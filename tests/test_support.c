@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include "../common/npy.h"
 #include "../common/oracle.h"
 #include "../common/random.h"
 
@@ -197,6 +198,29 @@ gdn_problem test_edge_case(int which, int case_number)
         }
     }
     return p;
+}
+
+/* o.npy and ht.npy in dir (written by a binary with --out) as a result of p's shape; the
+ * test fails where a file is missing or holds the wrong number of values. */
+gdn_result test_read_outputs(const char *dir, const gdn_problem *p)
+{
+    char path[4096];
+    npy_array o, ht;
+    gdn_result r = {0};
+    ck_assert_int_eq(gdn_result_alloc(&r, p), 0);
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+    ck_assert_msg(npy_read(path, &o) == 0, "%s", gdn_last_error());
+    snprintf(path, sizeof path, "%s/ht.npy", dir);
+    ck_assert_msg(npy_read(path, &ht) == 0, "%s", gdn_last_error());
+    ck_assert_uint_eq(o.count, gdn_tokens(p) * p->V);
+    ck_assert_uint_eq(ht.count, gdn_state_count(p));
+    for (size_t i = 0; i < o.count; i++)
+        r.o[i] = (real_t)o.data[i];
+    for (size_t i = 0; i < ht.count; i++)
+        r.ht[i] = (real_t)ht.data[i];
+    npy_free(&o);
+    npy_free(&ht);
+    return r;
 }
 
 const char *test_mpirun_line(const char *binary, int ranks, int say)

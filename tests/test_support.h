@@ -64,6 +64,9 @@ gdn_difference test_against_result(const gdn_problem *p, const gdn_result *r, co
  * does), then data_bytes zero bytes. For testing how malformed files are refused. */
 void test_write_raw_npy(const char *path, const char *dict, size_t data_bytes);
 
+/* o.npy and ht.npy in dir (written by a binary with --out) as a result of p's shape; the
+ * test fails where a file is missing or holds the wrong number of values. */
+gdn_result test_read_outputs(const char *dir, const gdn_problem *p);
 /* The mpirun line for `ranks` processes of bin/BINARY, or NULL where Open MPI or the binary
  * is missing (said, with `say`, by one caller per run). */
 const char *test_mpirun_line(const char *binary, int ranks, int say);

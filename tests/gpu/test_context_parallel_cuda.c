@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../common/npy.h"
 #include "../../steps/07_sequence_parallel/sequence_parallel.h"
 #include "../test_support.h"
 
@@ -21,28 +20,6 @@ static const struct {
     {{1, 4100, 1, 32, 40}, 1, "--segments 5 --precise"}, /* one head, the last chunk short */
 };
 enum { CASES = sizeof cases / sizeof *cases, MOST_RANKS = 3 };
-
-/* o and ht that the ranks wrote together with --out DIR */
-static gdn_result read_outputs(const char *dir, const gdn_problem *p)
-{
-    char path[160];
-    npy_array o, ht;
-    gdn_result r = {0};
-    ck_assert_int_eq(gdn_result_alloc(&r, p), 0);
-    snprintf(path, sizeof path, "%s/o.npy", dir);
-    ck_assert_msg(npy_read(path, &o) == 0, "%s", gdn_last_error());
-    snprintf(path, sizeof path, "%s/ht.npy", dir);
-    ck_assert_msg(npy_read(path, &ht) == 0, "%s", gdn_last_error());
-    ck_assert_uint_eq(o.count, gdn_tokens(p) * p->V);
-    ck_assert_uint_eq(ht.count, gdn_state_count(p));
-    for (size_t i = 0; i < o.count; i++)
-        r.o[i] = (real_t)o.data[i];
-    for (size_t i = 0; i < ht.count; i++)
-        r.ht[i] = (real_t)ht.data[i];
-    npy_free(&o);
-    npy_free(&ht);
-    return r;
-}
 
 /* _i: (case, ranks 1 .. MOST_RANKS) */
 START_TEST(context_parallel_cuda_equals_sequence_parallel)
@@ -70,7 +47,7 @@ START_TEST(context_parallel_cuda_equals_sequence_parallel)
     ck_assert_msg(status == 0, "%d ranks: exit %d: %s", ranks, status, errors);
     ck_assert_int_eq((int)test_read_field(text, "ranks="), ranks);
     ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_BF16, "%s", text);
-    gdn_result mine = read_outputs(out, &p);
+    gdn_result mine = test_read_outputs(out, &p); /* what the ranks wrote together */
     snprintf(label, sizeof label, "08 cuda, %d ranks, case %d (%s), against the oracle", ranks, which, cases[which].options);
     assert_close(test_against_oracle(&p, &mine), GDN_TOLERANCE_BF16, label);
     snprintf(label, sizeof label, "08 cuda, %d ranks, case %d (%s), against 07", ranks, which, cases[which].options);
