@@ -349,7 +349,8 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * chain_launch_shape); group `tile` owns 16 columns of the state, and its K x 16 tile
  * lives in the group's MMA accumulators for the whole run: warp w of a group owns rows 16 w ..
  * and 16 (w + 4) .. (two m-tiles at K = 128), both 8-column n-tiles. Per chunk, per group:
- *   S0^T to shared memory in bf16 (B^T of the next product) and to the workspace (kernel 3)
+ *   S0^T to shared memory in bf16 (B^T of the next product), and from there to the workspace
+ *                                       (kernel 3) in whole 16-byte pieces (store_rows)
  *   Vnew = U - W S0 (eq. 13)            warp w: token rows 16 w .., depth K
  *   S = exp(gamma_C) S + Kdec^T Vnew    (eq. 15) into the accumulators, depth 64
  * W and the decayed keys serve the block's groups: one copy per block and chunk, through a
@@ -400,6 +401,17 @@ __device__ static void fetch_chain_slot(unsigned char *slot, const unsigned char
     }
     if (threadIdx.x == 0)
         __pipeline_memcpy_async(u_to + tiles * tile16, from + chain_decay_offset(K, V, precise) / 16, 16);
+}
+
+/* rows x width bf16 (width a multiple of 8) from shared memory (row stride from_stride) to
+ * global memory (row stride to_stride) by the 128 threads of this thread's group, 16 bytes
+ * each: whole rows leave in 16-byte pieces, where the MMA fragment layout would store 2-byte
+ * entries of 4 rows per warp instruction (half of each 32-byte sector). */
+__device__ __forceinline__ static void store_rows(bf16 *to, int to_stride, const bf16 *from, int from_stride, int rows, int width)
+{
+    const int per_row = width / 8;
+    for (int e = threadIdx.x % GROUP_THREADS; e < rows * per_row; e += GROUP_THREADS)
+        *(uint4 *)(to + e / per_row * to_stride + e % per_row * 8) = *(const uint4 *)(from + e / per_row * from_stride + e % per_row * 8);
 }
 
 /* Wait for the four warps of group `tile` (barrier 0 is __syncthreads') */
@@ -476,22 +488,21 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
                     const int m = fragment_row(16 * (row_warp + 4 * q), r), c = fragment_column(0, j, r);
                     const bf16 value = __float2bfloat16_rn(S[q][j][r]);
                     S_t[c * LDK + m] = value;
-                    if (!FOLD)
-                        states_t[c * KP + m] = value;
-                    if (PRECISE) {
-                        const bf16 low = __float2bfloat16_rn(S[q][j][r] - __bfloat162float(value));
-                        S_low[c * LDK + m] = low;
-                        if (!FOLD)
-                            states_t[low_offset + c * KP + m] = low;
-                    }
+                    if (PRECISE)
+                        S_low[c * LDK + m] = __float2bfloat16_rn(S[q][j][r] - __bfloat162float(value));
                 }
         }
-        states_t += VP * KP;
         if (stages == 3) /* this chunk's copy done; the next ones may still be in flight */
             __pipeline_wait_prior(2);
         else
             __pipeline_wait_prior(1);
         __syncthreads();
+        if (!FOLD) { /* S0^T for kernel 3: the group's 16 rows, whole, from shared memory */
+            store_rows(states_t, KP, S_t, LDK, 16, KP);
+            if (PRECISE)
+                store_rows(states_t + low_offset, KP, S_low, LDK, 16, KP);
+        }
+        states_t += VP * KP;
 
         /* Vnew = U - W S0 (eq. 13): rows 16 row_warp .. of the chunk */
         float acc[2][4];
@@ -510,17 +521,16 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
                 const float exact = (identity ? 0.0f : U_tile[c * CHUNK + i]) - acc[j][r];
                 const bf16 value = __float2bfloat16_rn(exact);
                 Vnew_t[c * TOKEN_STRIDE + i] = value;
-                if (!FOLD)
-                    new_values_t[c * CHUNK + i] = value;
-                if (PRECISE) {
-                    const bf16 low = __float2bfloat16_rn(exact - __bfloat162float(value));
-                    Vnew_low[c * TOKEN_STRIDE + i] = low;
-                    if (!FOLD)
-                        new_values_t[new_low_offset + c * CHUNK + i] = low;
-                }
+                if (PRECISE)
+                    Vnew_low[c * TOKEN_STRIDE + i] = __float2bfloat16_rn(exact - __bfloat162float(value));
             }
-        new_values_t += VP * CHUNK;
         group_barrier(tile);
+        if (!FOLD) { /* Vnew^T for kernel 3, the same way */
+            store_rows(new_values_t, CHUNK, Vnew_t, TOKEN_STRIDE, 16, CHUNK);
+            if (PRECISE)
+                store_rows(new_values_t + new_low_offset, CHUNK, Vnew_low, TOKEN_STRIDE, 16, CHUNK);
+        }
+        new_values_t += VP * CHUNK;
 
         /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15), in the accumulators */
         const float decay = U_t[group_columns * CHUNK]; /* after the wait: it came with the slot */
