@@ -205,6 +205,21 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     return w;
 }
 
+/* The 8 bf16 of x rotated left by a (0 .. 7) places: entry q of the result is entry (q + a) % 8
+ * of x. Whole words first (by 4, then 2 entries), then half a word (__byte_perm takes bytes 2,
+ * 3 of one word and 0, 1 of the next); every index is known at compile time. */
+__device__ __forceinline__ static uint4 rotate_left(uint4 x, int a)
+{
+    if (a & 4)
+        x = make_uint4(x.z, x.w, x.x, x.y);
+    if (a & 2)
+        x = make_uint4(x.y, x.z, x.w, x.x);
+    if (a & 1)
+        x = make_uint4(__byte_perm(x.x, x.y, 0x5432), __byte_perm(x.y, x.z, 0x5432), __byte_perm(x.z, x.w, 0x5432),
+                       __byte_perm(x.w, x.x, 0x5432));
+    return x;
+}
+
 /* ---- kernel 1: one block per (head, chunk), 8 warps; warp w owns output rows 16 (w % 4) and
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
@@ -262,36 +277,46 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     const bool whole_values = K % 8 == 0 && V % 8 == 0; /* 8 columns of v: one aligned 16-byte load */
     for (size_t first = 0; first < (size_t)K + V; first += CHUNK) {
         __syncthreads(); /* Tm16 complete; right_t free (the solve's scratch, then the last pass) */
-        /* thread: token l = e % 64, columns first + 8 a .. + 8 (a = e / 64): a warp's 32
-         * consecutive tokens write 32 consecutive entries of each right_t row, one shared-memory
-         * wavefront (with consecutive threads on consecutive 8-column pieces of one token, they
-         * wrote rows 8 apart, 8 x 36 words: one bank, an 8-way conflict), and read their keys 16
-         * bytes at a time (a row holds KP columns, zero past K). Both v loads issue first. */
+        /* thread: token l = e / 8, columns first + 8 a .. + 8 (a = e % 8): a warp reads 4 whole
+         * rows of keys or of v (coalesced, 16 bytes a thread). It writes them transposed, and
+         * in turn: at step q, column 8 a + (q + a) % 8, so that the 8 pieces' stores land on
+         * 8 rows 4 banks apart (in the same order, rows 8 apart, 8 x 36 words: one bank, an
+         * 8-way conflict). The 8 values are rotated by a in registers first (rotate_left), so
+         * that step q reads entry q: a runtime index into them would put them in local memory. */
         constexpr int PIECES = CHUNK * CHUNK / 8 / THREADS;
-        uint4 keys_raw[PIECES], values_raw[PIECES];
+        if (whole_values) { /* K and V multiples of 8: a piece is all keys or all values */
+            uint4 raw[PIECES];
 #pragma unroll
-        for (int t = 0; t < PIECES; t++) {
-            const int e = threadIdx.x + t * THREADS, l = e % CHUNK;
-            const size_t column = first + e / CHUNK * 8;
-            keys_raw[t] = values_raw[t] = make_uint4(0, 0, 0, 0);
-            if (l < n && column < (size_t)K)
-                keys_raw[t] = *(const uint4 *)(keys + l * LDK + column);
-            if (whole_values && l < n && column >= (size_t)K && column < K + V)
-                values_raw[t] = *(const uint4 *)(v16 + gdn_device_token(&p, b, t0 + l, h) * V + (column - K));
-        }
+            for (int t = 0; t < PIECES; t++) {
+                const int e = threadIdx.x + t * THREADS, l = e / 8;
+                const size_t column = first + e % 8 * 8;
+                raw[t] = make_uint4(0, 0, 0, 0);
+                if (l < n && column < (size_t)K)
+                    raw[t] = *(const uint4 *)(keys + l * LDK + column);
+                else if (l < n && column < K + V)
+                    raw[t] = *(const uint4 *)(v16 + gdn_device_token(&p, b, t0 + l, h) * V + (column - K));
+            }
 #pragma unroll
-        for (int t = 0; t < PIECES; t++) {
-            const int e = threadIdx.x + t * THREADS, l = e % CHUNK, c0 = e / CHUNK * 8;
-            const bf16 *key_pieces = (const bf16 *)&keys_raw[t], *value_pieces = (const bf16 *)&values_raw[t];
+            for (int t = 0; t < PIECES; t++) {
+                const int e = threadIdx.x + t * THREADS, l = e / 8, a = e % 8;
+                const size_t column = first + 8 * a;
+                const float scale = l >= n ? 0.0f : column < (size_t)K ? scaled_beta[l] : beta[l];
+                const uint4 rotated = rotate_left(raw[t], a);
+                const bf16 *pieces = (const bf16 *)&rotated;
 #pragma unroll
-            for (int q = 0; q < 8; q++) {
-                const size_t column = first + c0 + q;
+                for (int q = 0; q < 8; q++)
+                    right_t[(8 * a + (q + a) % 8) * TOKEN_STRIDE + l] = __float2bfloat16_rn(scale * __bfloat162float(pieces[q]));
+            }
+        } else { /* entry by entry, in the same order */
+            for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) {
+                const int l = e / 64, a = e % 64 / 8, c = 8 * a + (e % 8 + a) % 8;
+                const size_t column = first + c;
                 float value = 0.0f;
                 if (l < n && column < (size_t)K)
-                    value = scaled_beta[l] * __bfloat162float(key_pieces[q]);
+                    value = scaled_beta[l] * __bfloat162float(keys[l * LDK + column]);
                 else if (l < n && column < K + V)
-                    value = beta[l] * __bfloat162float(whole_values ? value_pieces[q] : v16[gdn_device_token(&p, b, t0 + l, h) * V + (column - K)]);
-                right_t[(c0 + q) * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
+                    value = beta[l] * __bfloat162float(v16[gdn_device_token(&p, b, t0 + l, h) * V + (column - K)]);
+                right_t[c * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
             }
         }
         __syncthreads();
