@@ -205,6 +205,21 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     return w;
 }
 
+/* The 8 bf16 of x rotated left by a (0 .. 7) places: entry q of the result is entry (q + a) % 8
+ * of x. Whole words first (by 4, then 2 entries), then half a word (__byte_perm takes bytes 2,
+ * 3 of one word and 0, 1 of the next); every index is known at compile time. */
+__device__ __forceinline__ static uint4 rotate_left(uint4 x, int a)
+{
+    if (a & 4)
+        x = make_uint4(x.z, x.w, x.x, x.y);
+    if (a & 2)
+        x = make_uint4(x.y, x.z, x.w, x.x);
+    if (a & 1)
+        x = make_uint4(__byte_perm(x.x, x.y, 0x5432), __byte_perm(x.y, x.z, 0x5432), __byte_perm(x.z, x.w, 0x5432),
+                       __byte_perm(x.w, x.x, 0x5432));
+    return x;
+}
+
 /* ---- kernel 1: one block per (head, chunk), 8 warps; warp w owns output rows 16 (w % 4) and
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
@@ -262,36 +277,46 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     const bool whole_values = K % 8 == 0 && V % 8 == 0; /* 8 columns of v: one aligned 16-byte load */
     for (size_t first = 0; first < (size_t)K + V; first += CHUNK) {
         __syncthreads(); /* Tm16 complete; right_t free (the solve's scratch, then the last pass) */
-        /* thread: token l = e % 64, columns first + 8 a .. + 8 (a = e / 64): a warp's 32
-         * consecutive tokens write 32 consecutive entries of each right_t row, one shared-memory
-         * wavefront (with consecutive threads on consecutive 8-column pieces of one token, they
-         * wrote rows 8 apart, 8 x 36 words: one bank, an 8-way conflict), and read their keys 16
-         * bytes at a time (a row holds KP columns, zero past K). Both v loads issue first. */
+        /* thread: token l = e / 8, columns first + 8 a .. + 8 (a = e % 8): a warp reads 4 whole
+         * rows of keys or of v (coalesced, 16 bytes a thread). It writes them transposed, and
+         * in turn: at step q, column 8 a + (q + a) % 8, so that the 8 pieces' stores land on
+         * 8 rows 4 banks apart (in the same order, rows 8 apart, 8 x 36 words: one bank, an
+         * 8-way conflict). The 8 values are rotated by a in registers first (rotate_left), so
+         * that step q reads entry q: a runtime index into them would put them in local memory. */
         constexpr int PIECES = CHUNK * CHUNK / 8 / THREADS;
-        uint4 keys_raw[PIECES], values_raw[PIECES];
+        if (whole_values) { /* K and V multiples of 8: a piece is all keys or all values */
+            uint4 raw[PIECES];
 #pragma unroll
-        for (int t = 0; t < PIECES; t++) {
-            const int e = threadIdx.x + t * THREADS, l = e % CHUNK;
-            const size_t column = first + e / CHUNK * 8;
-            keys_raw[t] = values_raw[t] = make_uint4(0, 0, 0, 0);
-            if (l < n && column < (size_t)K)
-                keys_raw[t] = *(const uint4 *)(keys + l * LDK + column);
-            if (whole_values && l < n && column >= (size_t)K && column < K + V)
-                values_raw[t] = *(const uint4 *)(v16 + gdn_device_token(&p, b, t0 + l, h) * V + (column - K));
-        }
+            for (int t = 0; t < PIECES; t++) {
+                const int e = threadIdx.x + t * THREADS, l = e / 8;
+                const size_t column = first + e % 8 * 8;
+                raw[t] = make_uint4(0, 0, 0, 0);
+                if (l < n && column < (size_t)K)
+                    raw[t] = *(const uint4 *)(keys + l * LDK + column);
+                else if (l < n && column < K + V)
+                    raw[t] = *(const uint4 *)(v16 + gdn_device_token(&p, b, t0 + l, h) * V + (column - K));
+            }
 #pragma unroll
-        for (int t = 0; t < PIECES; t++) {
-            const int e = threadIdx.x + t * THREADS, l = e % CHUNK, c0 = e / CHUNK * 8;
-            const bf16 *key_pieces = (const bf16 *)&keys_raw[t], *value_pieces = (const bf16 *)&values_raw[t];
+            for (int t = 0; t < PIECES; t++) {
+                const int e = threadIdx.x + t * THREADS, l = e / 8, a = e % 8;
+                const size_t column = first + 8 * a;
+                const float scale = l >= n ? 0.0f : column < (size_t)K ? scaled_beta[l] : beta[l];
+                const uint4 rotated = rotate_left(raw[t], a);
+                const bf16 *pieces = (const bf16 *)&rotated;
 #pragma unroll
-            for (int q = 0; q < 8; q++) {
-                const size_t column = first + c0 + q;
+                for (int q = 0; q < 8; q++)
+                    right_t[(8 * a + (q + a) % 8) * TOKEN_STRIDE + l] = __float2bfloat16_rn(scale * __bfloat162float(pieces[q]));
+            }
+        } else { /* entry by entry, in the same order */
+            for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) {
+                const int l = e / 64, a = e % 64 / 8, c = 8 * a + (e % 8 + a) % 8;
+                const size_t column = first + c;
                 float value = 0.0f;
                 if (l < n && column < (size_t)K)
-                    value = scaled_beta[l] * __bfloat162float(key_pieces[q]);
+                    value = scaled_beta[l] * __bfloat162float(keys[l * LDK + column]);
                 else if (l < n && column < K + V)
-                    value = beta[l] * __bfloat162float(whole_values ? value_pieces[q] : v16[gdn_device_token(&p, b, t0 + l, h) * V + (column - K)]);
-                right_t[(c0 + q) * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
+                    value = beta[l] * __bfloat162float(v16[gdn_device_token(&p, b, t0 + l, h) * V + (column - K)]);
+                right_t[c * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
             }
         }
         __syncthreads();
@@ -349,7 +374,8 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * chain_launch_shape); group `tile` owns 16 columns of the state, and its K x 16 tile
  * lives in the group's MMA accumulators for the whole run: warp w of a group owns rows 16 w ..
  * and 16 (w + 4) .. (two m-tiles at K = 128), both 8-column n-tiles. Per chunk, per group:
- *   S0^T to shared memory in bf16 (B^T of the next product) and to the workspace (kernel 3)
+ *   S0^T to shared memory in bf16 (B^T of the next product), and from there to the workspace
+ *                                       (kernel 3) in whole 16-byte pieces (store_rows)
  *   Vnew = U - W S0 (eq. 13)            warp w: token rows 16 w .., depth K
  *   S = exp(gamma_C) S + Kdec^T Vnew    (eq. 15) into the accumulators, depth 64
  * W and the decayed keys serve the block's groups: one copy per block and chunk, through a
@@ -400,6 +426,17 @@ __device__ static void fetch_chain_slot(unsigned char *slot, const unsigned char
     }
     if (threadIdx.x == 0)
         __pipeline_memcpy_async(u_to + tiles * tile16, from + chain_decay_offset(K, V, precise) / 16, 16);
+}
+
+/* rows x width bf16 (width a multiple of 8) from shared memory (row stride from_stride) to
+ * global memory (row stride to_stride) by the 128 threads of this thread's group, 16 bytes
+ * each: whole rows leave in 16-byte pieces, where the MMA fragment layout would store 2-byte
+ * entries of 4 rows per warp instruction (half of each 32-byte sector). */
+__device__ __forceinline__ static void store_rows(bf16 *to, int to_stride, const bf16 *from, int from_stride, int rows, int width)
+{
+    const int per_row = width / 8;
+    for (int e = threadIdx.x % GROUP_THREADS; e < rows * per_row; e += GROUP_THREADS)
+        *(uint4 *)(to + e / per_row * to_stride + e % per_row * 8) = *(const uint4 *)(from + e / per_row * from_stride + e % per_row * 8);
 }
 
 /* Wait for the four warps of group `tile` (barrier 0 is __syncthreads') */
@@ -476,22 +513,21 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
                     const int m = fragment_row(16 * (row_warp + 4 * q), r), c = fragment_column(0, j, r);
                     const bf16 value = __float2bfloat16_rn(S[q][j][r]);
                     S_t[c * LDK + m] = value;
-                    if (!FOLD)
-                        states_t[c * KP + m] = value;
-                    if (PRECISE) {
-                        const bf16 low = __float2bfloat16_rn(S[q][j][r] - __bfloat162float(value));
-                        S_low[c * LDK + m] = low;
-                        if (!FOLD)
-                            states_t[low_offset + c * KP + m] = low;
-                    }
+                    if (PRECISE)
+                        S_low[c * LDK + m] = __float2bfloat16_rn(S[q][j][r] - __bfloat162float(value));
                 }
         }
-        states_t += VP * KP;
         if (stages == 3) /* this chunk's copy done; the next ones may still be in flight */
             __pipeline_wait_prior(2);
         else
             __pipeline_wait_prior(1);
         __syncthreads();
+        if (!FOLD) { /* S0^T for kernel 3: the group's 16 rows, whole, from shared memory */
+            store_rows(states_t, KP, S_t, LDK, 16, KP);
+            if (PRECISE)
+                store_rows(states_t + low_offset, KP, S_low, LDK, 16, KP);
+        }
+        states_t += VP * KP;
 
         /* Vnew = U - W S0 (eq. 13): rows 16 row_warp .. of the chunk */
         float acc[2][4];
@@ -510,17 +546,16 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
                 const float exact = (identity ? 0.0f : U_tile[c * CHUNK + i]) - acc[j][r];
                 const bf16 value = __float2bfloat16_rn(exact);
                 Vnew_t[c * TOKEN_STRIDE + i] = value;
-                if (!FOLD)
-                    new_values_t[c * CHUNK + i] = value;
-                if (PRECISE) {
-                    const bf16 low = __float2bfloat16_rn(exact - __bfloat162float(value));
-                    Vnew_low[c * TOKEN_STRIDE + i] = low;
-                    if (!FOLD)
-                        new_values_t[new_low_offset + c * CHUNK + i] = low;
-                }
+                if (PRECISE)
+                    Vnew_low[c * TOKEN_STRIDE + i] = __float2bfloat16_rn(exact - __bfloat162float(value));
             }
-        new_values_t += VP * CHUNK;
         group_barrier(tile);
+        if (!FOLD) { /* Vnew^T for kernel 3, the same way */
+            store_rows(new_values_t, CHUNK, Vnew_t, TOKEN_STRIDE, 16, CHUNK);
+            if (PRECISE)
+                store_rows(new_values_t + new_low_offset, CHUNK, Vnew_low, TOKEN_STRIDE, 16, CHUNK);
+        }
+        new_values_t += VP * CHUNK;
 
         /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15), in the accumulators */
         const float decay = U_t[group_columns * CHUNK]; /* after the wait: it came with the slot */
