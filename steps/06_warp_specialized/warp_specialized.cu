@@ -63,7 +63,17 @@ __host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK
 
 /* ---- one warp's tensor-core products ---- */
 
-__device__ __forceinline__ static uint32_t load_pair(const bf16 *p) { return *(const uint32_t *)p; }
+/* Four 8 x 8 bf16 matrices from shared memory into fragments, one instruction (ldmatrix): lane
+ * l gives the address of row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned), and gets back,
+ * in register m, the pair of row g, columns 2t, 2t + 1 of matrix m: the layout of an MMA
+ * fragment. Where lanes gathered their pairs with four 4-byte loads, a warp now issues one. */
+__device__ __forceinline__ static void load_matrices(uint32_t (&r)[4], const bf16 *row)
+{
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
 
 /* d += a b for one 16 x 8 tile: the instruction itself, written out. */
 __device__ __forceinline__ static void mma_bf16_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
@@ -75,22 +85,47 @@ __device__ __forceinline__ static void mma_bf16_16x8x16(float (&d)[4], const uin
 }
 
 /* acc[j] += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 + 8 j .. + 8), j < TILES:
- * A row major (stride lda), B given transposed, Bt[n][k] (stride ldb). depth: a multiple of 16. */
+ * A row major (stride lda), B given transposed, Bt[n][k] (stride ldb). depth: a multiple of 16;
+ * TILES even; rows 16-byte aligned. A's four 8 x 8 quarters (rows +0/+8, columns +0/+8) are
+ * its fragment's four registers; two n-tiles of B^T (rows +0/+8 of Bt, columns +0/+8) are the
+ * two registers of each of two B fragments. */
 template <int TILES>
 __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], const bf16 *A, int lda, const bf16 *Bt, int ldb,
                                                     int row0, int col0, int depth)
 {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const bf16 *a_row = A + (row0 + g) * lda + 2 * t, *b_row = Bt + (col0 + g) * ldb + 2 * t;
+    static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    const bf16 *a_row = A + (row0 + lane % 8 + 8 * (quarter % 2)) * lda + 8 * (quarter / 2);
+    const bf16 *b_row = Bt + (col0 + lane % 8 + 8 * (quarter / 2)) * ldb + 8 * (quarter % 2);
     for (int k0 = 0; k0 < depth; k0 += 16) {
-        const uint32_t a[4] = {load_pair(a_row + k0), load_pair(a_row + 8 * lda + k0), load_pair(a_row + k0 + 8),
-                               load_pair(a_row + 8 * lda + k0 + 8)};
+        uint32_t a[4];
+        load_matrices(a, a_row + k0);
 #pragma unroll
-        for (int j = 0; j < TILES; j++) {
-            const uint32_t b[2] = {load_pair(b_row + 8 * j * ldb + k0), load_pair(b_row + 8 * j * ldb + k0 + 8)};
-            mma_bf16_16x8x16(acc[j], a, b);
+        for (int j = 0; j < TILES; j += 2) {
+            uint32_t b[4];
+            load_matrices(b, b_row + 8 * j * ldb + k0);
+            const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+            mma_bf16_16x8x16(acc[j], a, first);
+            mma_bf16_16x8x16(acc[j + 1], a, second);
         }
     }
+}
+
+/* The tf32 instruction, m16n8k8: fp32 operands rounded to tf32 (10 mantissa bits, cvt.rna),
+ * fp32 sums. Fragments: A (16 x 8) gives lane 4 g + t rows g, g + 8 of columns t and t + 4,
+ * one value a register; B (8 x 8) rows t and t + 4 of column g; D as in the bf16 shape. */
+__device__ __forceinline__ static uint32_t to_tf32(float x)
+{
+    uint32_t y;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ static void mma_tf32_16x8x8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 /* Where sum r of tile j sits: row row0 + g (+ 8 for r >= 2), column col0 + 8 j + 2 t (+ 1 for odd r). */
@@ -220,6 +255,63 @@ __device__ __forceinline__ static uint4 rotate_left(uint4 x, int a)
     return x;
 }
 
+/* ---- the triangular solve's joins on tensor cores ---- */
+
+/* Tm's row stride in floats: rows 4 banks apart, so that both tf32 fragment loads (rows g,
+ * columns t; rows t, columns g) fall in 32 different banks. 05's stride of 65 gave 2-way
+ * conflicts for them. The join's scratch uses 32 + 4 the same way. */
+constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 4;
+static_assert(32 * JOIN_STRIDE * sizeof(float) <= CHUNK * TOKEN_STRIDE * sizeof(bf16), "the join's scratch fits in right_t");
+
+/* acc += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 .. col0 + 8), one m16n8 tile;
+ * fp32 in shared memory, both row major; depth a multiple of 8. */
+__device__ __forceinline__ static void warp_product_tf32(float (&acc)[4], const float *A, int lda, const float *B, int ldb,
+                                                         int row0, int col0, int depth)
+{
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const float *a_row = A + (row0 + g) * lda + t, *b_column = B + t * ldb + col0 + g;
+    for (int k0 = 0; k0 < depth; k0 += 8) {
+        const uint32_t a[4] = {to_tf32(a_row[k0]), to_tf32(a_row[8 * lda + k0]), to_tf32(a_row[k0 + 4]),
+                               to_tf32(a_row[8 * lda + k0 + 4])};
+        const uint32_t b[2] = {to_tf32(b_column[k0 * ldb]), to_tf32(b_column[(k0 + 4) * ldb])};
+        mma_tf32_16x8x8(acc, a, b);
+    }
+}
+
+/* Tm = (I + M)^-1 from the inverses of its 16 x 16 diagonal blocks (eq. 11), by doubling: a
+ * unit lower triangular [[L_bb, 0], [L_ab, L_aa]] has the inverse [[X_bb, 0], [X_ab, X_aa]]
+ * with X_ab = -X_aa L_ab X_bb. Level 1 joins the 16 x 16 pairs (0, 1) and (2, 3) into the two
+ * 32 x 32 diagonal inverses, level 2 joins those into the whole; each level is two products
+ * on tensor cores (tf32), one m16n8 tile a warp (4 warps at level 1, 8 at level 2), with a
+ * barrier after each. Stage 05 joined the blocks one block row at a time with scalar loops:
+ * six barriers, and a third of this kernel's instructions. The zeros above the diagonal are
+ * in Tm, so the products are dense. Y = L_ab X_bb goes to scratch (32 x JOIN_STRIDE floats). */
+__device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
+{
+    const int warp = threadIdx.x / 32;
+    for (int size = 16; size <= 32; size *= 2) {
+        const int tiles = size / 16 * (size / 8), pairs = CHUNK / (2 * size); /* tiles of one X_ab */
+        const int pair = warp / tiles, tile = warp % tiles, row0 = tile / (size / 8) * 16, col0 = tile % (size / 8) * 8;
+        const int top = 2 * pair * size; /* X_bb starts at (top, top), X_aa at (top + size, top + size) */
+        float *Y = scratch + pair * size * JOIN_STRIDE, *X_ab = Tm + (top + size) * SOLVE_STRIDE + top;
+        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (pair < pairs) { /* Y = L_ab X_bb */
+            warp_product_tf32(acc, X_ab, SOLVE_STRIDE, Tm + top * SOLVE_STRIDE + top, SOLVE_STRIDE, row0, col0, size);
+            *(float2 *)&Y[(row0 + g) * JOIN_STRIDE + col0 + 2 * t] = make_float2(acc[0], acc[1]);
+            *(float2 *)&Y[(row0 + g + 8) * JOIN_STRIDE + col0 + 2 * t] = make_float2(acc[2], acc[3]);
+        }
+        __syncthreads(); /* Y complete, and every read of L_ab done */
+        if (pair < pairs) { /* X_ab = -X_aa Y */
+            acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+            warp_product_tf32(acc, X_ab + size, SOLVE_STRIDE, Y, JOIN_STRIDE, row0, col0, size);
+            *(float2 *)&X_ab[(row0 + g) * SOLVE_STRIDE + col0 + 2 * t] = make_float2(-acc[0], -acc[1]);
+            *(float2 *)&X_ab[(row0 + g + 8) * SOLVE_STRIDE + col0 + 2 * t] = make_float2(-acc[2], -acc[3]);
+        }
+        __syncthreads();
+    }
+}
+
 /* ---- kernel 1: one block per (head, chunk), 8 warps; warp w owns output rows 16 (w % 4) and
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
@@ -236,7 +328,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     const bf16 *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
     double *gamma = shared;
     float *beta = (float *)(gamma + CHUNK), *scaled_beta = beta + CHUNK, *Tm = scaled_beta + CHUNK;
-    bf16 *keys = (bf16 *)(Tm + CHUNK * (CHUNK + 1)), *Tm16 = keys + CHUNK * LDK, *right_t = Tm16 + CHUNK * TOKEN_STRIDE;
+    bf16 *keys = (bf16 *)(Tm + CHUNK * SOLVE_STRIDE), *Tm16 = keys + CHUNK * LDK, *right_t = Tm16 + CHUNK * TOKEN_STRIDE;
 
     load_tile(keys, LDK, n, K, KP, [&](int i) { return k16 + gdn_device_token(&p, b, t0 + i, h) * K; });
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
@@ -259,15 +351,15 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int i = fragment_row(tile_row, r), l = fragment_column(tile_column, j, r);
-            Tm[i * (CHUNK + 1) + l] =
+            Tm[i * SOLVE_STRIDE + l] =
                 i == l ? 1.0f : l < i && i < n ? beta[i] * acc[j][r] * expf((float)(gamma[i] - gamma[l])) : 0.0f;
         }
     __syncthreads();
-    invert_diagonal_blocks(Tm, CHUNK + 1); /* Tm = (I + M)^-1 (eq. 11), in fp32 */
+    invert_diagonal_blocks(Tm, SOLVE_STRIDE); /* Tm = (I + M)^-1 (eq. 11): the diagonal blocks in fp32, */
     __syncthreads();
-    join_diagonal_blocks(Tm, CHUNK + 1, (float *)right_t);
+    join_diagonal_blocks_tf32(Tm, (float *)right_t); /* the rest on tensor cores */
     for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS)
-        Tm16[e / CHUNK * TOKEN_STRIDE + e % CHUNK] = __float2bfloat16_rn(Tm[e / CHUNK * (CHUNK + 1) + e % CHUNK]);
+        Tm16[e / CHUNK * TOKEN_STRIDE + e % CHUNK] = __float2bfloat16_rn(Tm[e / CHUNK * SOLVE_STRIDE + e % CHUNK]);
 
     /* [W | U] = Tm [beta exp(gamma) K | beta V] (eq. 12), 64 columns at a time; B^T = right_t
      * holds the 64 columns as rows. Consecutive threads read consecutive columns (coalesced
@@ -684,7 +776,7 @@ template <bool PRECISE>
 static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 {
     const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE;
-    const size_t bytes = M * sizeof(double) + (2 * M + M * (M + 1)) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
+    const size_t bytes = M * sizeof(double) + (2 * M + M * SOLVE_STRIDE) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * chunks_of(p->T), 1, &blocks))
         return -1;
