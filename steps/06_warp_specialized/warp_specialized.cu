@@ -59,6 +59,9 @@ constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
 
 __host__ __device__ static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
 __host__ __device__ static inline int key_stride(size_t K) { return round_up16(K) + 8; } /* bf16 row stride of K-wide tiles */
+/* kernel 1 keeps at most VALUE_SLICE columns of v in shared memory (row stride value_stride) */
+constexpr int VALUE_SLICE = 128;
+__host__ __device__ static inline int value_stride(size_t V) { return key_stride(V < VALUE_SLICE ? V : VALUE_SLICE); }
 __host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK - 1) / CHUNK; }
 
 /* ---- one warp's tensor-core products ---- */
@@ -111,6 +114,41 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
     }
 }
 
+/* The same product with B row major, B[k][n] (stride ldb), for the n-tiles left of column
+ * `columns` (a multiple of 16): ldmatrix.trans hands each lane the pair (rows 2t, 2t + 1,
+ * column g) of an 8 x 8 matrix stored by rows, which is a B fragment, so B needs no
+ * transposed copy. */
+__device__ __forceinline__ static void load_matrices_transposed(uint32_t (&r)[4], const bf16 *row)
+{
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
+template <int TILES>
+__device__ __forceinline__ static void warp_product_rows(float (&acc)[TILES][4], const bf16 *A, int lda, const bf16 *B, int ldb,
+                                                         int row0, int col0, int columns, int depth)
+{
+    static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    const bf16 *a_row = A + (row0 + lane % 8 + 8 * (quarter % 2)) * lda + 8 * (quarter / 2);
+    const bf16 *b_row = B + (lane % 8 + 8 * (quarter % 2)) * ldb + col0 + 8 * (quarter / 2); /* quarters: k +0/+8, n +0/+8 */
+    for (int k0 = 0; k0 < depth; k0 += 16) {
+        uint32_t a[4];
+        load_matrices(a, a_row + k0);
+#pragma unroll
+        for (int j = 0; j < TILES; j += 2) {
+            if (col0 + 8 * j >= columns)
+                break;
+            uint32_t b[4];
+            load_matrices_transposed(b, b_row + k0 * ldb + 8 * j);
+            const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+            mma_bf16_16x8x16(acc[j], a, first);
+            mma_bf16_16x8x16(acc[j + 1], a, second);
+        }
+    }
+}
+
 /* The tf32 instruction, m16n8k8: fp32 operands rounded to tf32 (10 mantissa bits, cvt.rna),
  * fp32 sums. Fragments: A (16 x 8) gives lane 4 g + t rows g, g + 8 of columns t and t + 4,
  * one value a register; B (8 x 8) rows t and t + 4 of column g; D as in the bf16 shape. */
@@ -140,35 +178,33 @@ __device__ __forceinline__ static void clear(float (&acc)[TILES][4])
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 }
 
-/* A tile of up to 64 rows of bf16 into shared memory (row stride ld, in bf16): row i is the
- * `width` values at row_of(i), zero for rows i >= rows and for columns width .. padded.
- * Where width is a multiple of 8, 16-byte copies, every one of a thread's loads issued before
- * the first store, so that their latencies overlap (element by element, a thread waited for
- * each of its 32 loads in turn); else 2-byte copies. ld and padded: multiples of 8. */
-template <typename RowOf>
-__device__ __forceinline__ static void load_tile(bf16 *tile, int ld, int rows, int width, int padded, RowOf row_of)
+/* A tile of 64 rows of bf16 into shared memory (row stride ld, in bf16): row i is the `width`
+ * values at first_row + i row_stride, zero for rows i >= rows and for columns width ..
+ * padded. Where width is a multiple of 8 (and so the rows 16-byte aligned), by cp.async:
+ * 16-byte pieces go from global to shared memory without passing through registers, and the
+ * thread goes on at once (the previous step staged them in registers, every load issued
+ * before the first store); the zeros are stored directly. Else 2-byte copies, synchronous.
+ * The caller commits the copies (__pipeline_commit), waits for them (__pipeline_wait_prior)
+ * and then syncs the block. Piece e = i per_row + c of thread e % THREADS: (i, c) advance by
+ * a fixed step, one division at the start, not two per piece. ld, padded: multiples of 8. */
+__device__ static void copy_tile(bf16 *tile, int ld, int rows, int width, int padded, const bf16 *first_row, size_t row_stride)
 {
     if (width % 8 == 0) {
-        constexpr int MOST = CHUNK * (MAX_K / 8) / THREADS; /* 16-byte pieces per thread, at most */
-        const int per_row = padded / 8;
-        uint4 staged[MOST];
-#pragma unroll
-        for (int t = 0; t < MOST; t++) {
-            const int e = threadIdx.x + t * THREADS, i = e / per_row, c = e % per_row * 8;
-            staged[t] = make_uint4(0, 0, 0, 0);
-            if (e < CHUNK * per_row && i < rows && c < width)
-                staged[t] = *(const uint4 *)(row_of(i) + c);
-        }
-#pragma unroll
-        for (int t = 0; t < MOST; t++) {
-            const int e = threadIdx.x + t * THREADS;
-            if (e < CHUNK * per_row)
-                *(uint4 *)(tile + e / per_row * ld + e % per_row * 8) = staged[t];
+        const int per_row = padded / 8, rows_step = THREADS / per_row, pieces_step = THREADS % per_row;
+        for (int i = threadIdx.x / per_row, c = threadIdx.x % per_row; i < CHUNK;) {
+            bf16 *to = tile + i * ld + 8 * c;
+            if (i < rows && 8 * c < width)
+                __pipeline_memcpy_async(to, first_row + i * row_stride + 8 * c, 16);
+            else
+                *(uint4 *)to = make_uint4(0, 0, 0, 0);
+            i += rows_step, c += pieces_step;
+            if (c >= per_row)
+                c -= per_row, i++;
         }
     } else {
         for (int e = threadIdx.x; e < CHUNK * padded; e += THREADS) {
             const int i = e / padded, c = e % padded;
-            tile[i * ld + c] = i < rows && c < width ? row_of(i)[c] : __float2bfloat16_rn(0.0f);
+            tile[i * ld + c] = i < rows && c < width ? first_row[i * row_stride + c] : __float2bfloat16_rn(0.0f);
         }
     }
 }
@@ -240,28 +276,13 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     return w;
 }
 
-/* The 8 bf16 of x rotated left by a (0 .. 7) places: entry q of the result is entry (q + a) % 8
- * of x. Whole words first (by 4, then 2 entries), then half a word (__byte_perm takes bytes 2,
- * 3 of one word and 0, 1 of the next); every index is known at compile time. */
-__device__ __forceinline__ static uint4 rotate_left(uint4 x, int a)
-{
-    if (a & 4)
-        x = make_uint4(x.z, x.w, x.x, x.y);
-    if (a & 2)
-        x = make_uint4(x.y, x.z, x.w, x.x);
-    if (a & 1)
-        x = make_uint4(__byte_perm(x.x, x.y, 0x5432), __byte_perm(x.y, x.z, 0x5432), __byte_perm(x.z, x.w, 0x5432),
-                       __byte_perm(x.w, x.x, 0x5432));
-    return x;
-}
-
 /* ---- the triangular solve's joins on tensor cores ---- */
 
 /* Tm's row stride in floats: rows 4 banks apart, so that both tf32 fragment loads (rows g,
  * columns t; rows t, columns g) fall in 32 different banks. 05's stride of 65 gave 2-way
  * conflicts for them. The join's scratch uses 32 + 4 the same way. */
 constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 4;
-static_assert(32 * JOIN_STRIDE * sizeof(float) <= CHUNK * TOKEN_STRIDE * sizeof(bf16), "the join's scratch fits in right_t");
+static_assert(32 * JOIN_STRIDE * sizeof(float) <= CHUNK * TOKEN_STRIDE * sizeof(bf16), "the join's scratch fits in Tm_keys");
 
 /* acc += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 .. col0 + 8), one m16n8 tile;
  * fp32 in shared memory, both row major; depth a multiple of 8. */
@@ -326,11 +347,20 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4);
     unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(p.K, V, PRECISE);
     const bf16 *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
+    const int VP = round_up16(V), LDV = value_stride(V);
     double *gamma = shared;
     float *beta = (float *)(gamma + CHUNK), *scaled_beta = beta + CHUNK, *Tm = scaled_beta + CHUNK;
-    bf16 *keys = (bf16 *)(Tm + CHUNK * SOLVE_STRIDE), *Tm16 = keys + CHUNK * LDK, *right_t = Tm16 + CHUNK * TOKEN_STRIDE;
+    bf16 *keys = (bf16 *)(Tm + CHUNK * SOLVE_STRIDE), *values = keys + CHUNK * LDK, *Tm_keys = values + CHUNK * LDV;
+    bf16 *Tm_values = Tm_keys + CHUNK * TOKEN_STRIDE;
 
-    load_tile(keys, LDK, n, K, KP, [&](int i) { return k16 + gdn_device_token(&p, b, t0 + i, h) * K; });
+    /* k and v in, asynchronously: the keys are waited for before K K^T, the values only
+     * before U = Tm (beta V), so their copy runs under the gates, K K^T and the solve. */
+    const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
+    copy_tile(keys, LDK, n, K, KP, k16 + first_token * K, token_stride * K);
+    __pipeline_commit();
+    copy_tile(values, LDV, n, (int)(V < VALUE_SLICE ? V : VALUE_SLICE), VP < VALUE_SLICE ? VP : VALUE_SLICE,
+              v16 + first_token * V, token_stride * V);
+    __pipeline_commit();
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
         gamma[i] = i < n ? p.g[token] : 0.0;
@@ -339,6 +369,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     __syncthreads();
     if (threadIdx.x < 32) /* eq. 9 */
         cumulative_gates(gamma, beta, scaled_beta, n, w.gamma + row0, (float *)(chain + chain_decay_offset(K, V, PRECISE)));
+    __pipeline_wait_prior(1); /* the keys */
     __syncthreads();
 
     /* I + M, M[i, j] = beta_i (k_i . k_j) exp(gamma_i - gamma_j) for j < i (eq. 10): K K^T on
@@ -357,96 +388,68 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     __syncthreads();
     invert_diagonal_blocks(Tm, SOLVE_STRIDE); /* Tm = (I + M)^-1 (eq. 11): the diagonal blocks in fp32, */
     __syncthreads();
-    join_diagonal_blocks_tf32(Tm, (float *)right_t); /* the rest on tensor cores */
-    for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS)
-        Tm16[e / CHUNK * TOKEN_STRIDE + e % CHUNK] = __float2bfloat16_rn(Tm[e / CHUNK * SOLVE_STRIDE + e % CHUNK]);
+    join_diagonal_blocks_tf32(Tm, (float *)Tm_keys); /* the rest on tensor cores */
+    /* W = Tm (beta e^gamma K) and U = Tm (beta V) (eq. 12) as (Tm diag(beta e^gamma)) K and
+     * (Tm diag(beta)) V: the scaling goes into Tm's columns, so K and V enter the products as
+     * they are, row major, and ldmatrix.trans makes their B fragments (stage 05 wrote scaled,
+     * transposed copies; that copy was a fifth of this kernel's time). Past the chunk both
+     * scales are zero, so W's and U's rows there come out zero. */
+    for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) {
+        const int i = e / CHUNK, l = e % CHUNK;
+        Tm_keys[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(Tm[i * SOLVE_STRIDE + l] * scaled_beta[l]);
+        Tm_values[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(Tm[i * SOLVE_STRIDE + l] * beta[l]);
+    }
+    __pipeline_wait_prior(0); /* the values */
+    __syncthreads();
 
-    /* [W | U] = Tm [beta exp(gamma) K | beta V] (eq. 12), 64 columns at a time; B^T = right_t
-     * holds the 64 columns as rows. Consecutive threads read consecutive columns (coalesced
-     * global loads of v) and write a column of right_t each. */
+    /* each warp 16 rows and 32 of every 64 columns of [W | U]; K and V are zero past K and
+     * V in shared memory, so W's columns K .. KP and U's V .. VP come out zero, as kernel 2
+     * needs them (W is its A, U_t rows its 16-column tiles) */
     bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K)), *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
     float *U_t = (float *)(chain + chain_u_offset(K, PRECISE));
-    const bool whole_values = K % 8 == 0 && V % 8 == 0; /* 8 columns of v: one aligned 16-byte load */
-    for (size_t first = 0; first < (size_t)K + V; first += CHUNK) {
-        __syncthreads(); /* Tm16 complete; right_t free (the solve's scratch, then the last pass) */
-        /* thread: token l = e / 8, columns first + 8 a .. + 8 (a = e % 8): a warp reads 4 whole
-         * rows of keys or of v (coalesced, 16 bytes a thread). It writes them transposed, and
-         * in turn: at step q, column 8 a + (q + a) % 8, so that the 8 pieces' stores land on
-         * 8 rows 4 banks apart (in the same order, rows 8 apart, 8 x 36 words: one bank, an
-         * 8-way conflict). The 8 values are rotated by a in registers first (rotate_left), so
-         * that step q reads entry q: a runtime index into them would put them in local memory. */
-        constexpr int PIECES = CHUNK * CHUNK / 8 / THREADS;
-        if (whole_values) { /* K and V multiples of 8: a piece is all keys or all values */
-            uint4 raw[PIECES];
-#pragma unroll
-            for (int t = 0; t < PIECES; t++) {
-                const int e = threadIdx.x + t * THREADS, l = e / 8;
-                const size_t column = first + e % 8 * 8;
-                raw[t] = make_uint4(0, 0, 0, 0);
-                if (l < n && column < (size_t)K)
-                    raw[t] = *(const uint4 *)(keys + l * LDK + column);
-                else if (l < n && column < K + V)
-                    raw[t] = *(const uint4 *)(v16 + gdn_device_token(&p, b, t0 + l, h) * V + (column - K));
-            }
-#pragma unroll
-            for (int t = 0; t < PIECES; t++) {
-                const int e = threadIdx.x + t * THREADS, l = e / 8, a = e % 8;
-                const size_t column = first + 8 * a;
-                const float scale = l >= n ? 0.0f : column < (size_t)K ? scaled_beta[l] : beta[l];
-                const uint4 rotated = rotate_left(raw[t], a);
-                const bf16 *pieces = (const bf16 *)&rotated;
-#pragma unroll
-                for (int q = 0; q < 8; q++)
-                    right_t[(8 * a + (q + a) % 8) * TOKEN_STRIDE + l] = __float2bfloat16_rn(scale * __bfloat162float(pieces[q]));
-            }
-        } else { /* entry by entry, in the same order */
-            for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) {
-                const int l = e / 64, a = e % 64 / 8, c = 8 * a + (e % 8 + a) % 8;
-                const size_t column = first + c;
-                float value = 0.0f;
-                if (l < n && column < (size_t)K)
-                    value = scaled_beta[l] * __bfloat162float(keys[l * LDK + column]);
-                else if (l < n && column < K + V)
-                    value = beta[l] * __bfloat162float(v16[gdn_device_token(&p, b, t0 + l, h) * V + (column - K)]);
-                right_t[c * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
-            }
-        }
-        __syncthreads();
+    for (int column0 = tile_column; column0 < KP; column0 += 64) { /* W */
         clear(acc);
-        warp_product(acc, Tm16, TOKEN_STRIDE, right_t, TOKEN_STRIDE, tile_row, tile_column, CHUNK);
+        warp_product_rows(acc, Tm_keys, TOKEN_STRIDE, keys, LDK, tile_row, column0, KP, CHUNK);
 #pragma unroll
         for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int r = 0; r < 4; r++) { /* rows past the chunk come out zero: right_t is zero there */
-                const int i = fragment_row(tile_row, r);
-                const size_t out = first + fragment_column(tile_column, j, r);
-                /* W: sums r and r + 1 (r even) are neighbours in a row; both in W: one 4-byte store */
-                if (out < (size_t)K && r % 2 == 0 && out + 1 < (size_t)K) {
-                    const __nv_bfloat162 high = __floats2bfloat162_rn(acc[j][r], acc[j][r + 1]);
-                    *(__nv_bfloat162 *)&W[i * LDK + out] = high;
-                    if (PRECISE)
-                        *(__nv_bfloat162 *)&W_low[i * LDK + out] =
-                            __floats2bfloat162_rn(acc[j][r] - __low2float(high), acc[j][r + 1] - __high2float(high));
-                } else if (out < (size_t)K && r % 2 == 0) { /* out = K - 1: the neighbour is U's first column */
-                    const bf16 high = __float2bfloat16_rn(acc[j][r]);
-                    W[i * LDK + out] = high;
-                    if (PRECISE)
-                        W_low[i * LDK + out] = __float2bfloat16_rn(acc[j][r] - __bfloat162float(high));
-                } else if (out >= (size_t)K && out < K + V) /* U, transposed (odd r inside W: stored above) */
-                    U_t[(out - K) * CHUNK + i] = acc[j][r];
+            for (int r = 0; r < 4; r += 2) { /* sums r and r + 1 are neighbours in a row: one 4-byte store */
+                const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
+                if (out >= KP)
+                    continue;
+                const __nv_bfloat162 high = __floats2bfloat162_rn(acc[j][r], acc[j][r + 1]);
+                *(__nv_bfloat162 *)&W[i * LDK + out] = high;
+                if (PRECISE)
+                    *(__nv_bfloat162 *)&W_low[i * LDK + out] =
+                        __floats2bfloat162_rn(acc[j][r] - __low2float(high), acc[j][r + 1] - __high2float(high));
             }
     }
-    /* U_t's rows V .. round_up16(V), so that the last column tile computes with zeros */
-    for (int e = threadIdx.x; e < (round_up16(V) - (int)V) * CHUNK; e += THREADS)
-        U_t[V * CHUNK + e] = 0.0f;
-    /* W's columns K .. KP, and the keys decayed to the chunk's end, transposed (eq. 15); zero
-     * past the chunk and past K */
-    for (int e = threadIdx.x; e < CHUNK * (KP - K); e += THREADS) {
-        W[e / (KP - K) * LDK + K + e % (KP - K)] = __float2bfloat16_rn(0.0f);
-        if (PRECISE)
-            W_low[e / (KP - K) * LDK + K + e % (KP - K)] = __float2bfloat16_rn(0.0f);
+    /* U, VALUE_SLICE columns of v at a time (one slice, already here, for V <= VALUE_SLICE) */
+    for (int slice = 0; slice < VP; slice += VALUE_SLICE) {
+        const int width = VP - slice < VALUE_SLICE ? VP - slice : VALUE_SLICE;
+        if (slice > 0) {
+            __syncthreads(); /* the last slice is no longer read */
+            copy_tile(values, LDV, n, (int)(V - slice < VALUE_SLICE ? V - slice : VALUE_SLICE), width,
+                      v16 + first_token * V + slice, token_stride * V);
+            __pipeline_commit();
+            __pipeline_wait_prior(0);
+            __syncthreads();
+        }
+        for (int column0 = tile_column; column0 < width; column0 += 64) {
+            clear(acc);
+            warp_product_rows(acc, Tm_values, TOKEN_STRIDE, values, LDV, tile_row, column0, width, CHUNK);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) { /* transposed: 8 rows of U_t, 32 bytes each, per instruction */
+                    const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
+                    if (out < width)
+                        U_t[(slice + out) * CHUNK + i] = acc[j][r];
+                }
+        }
     }
-    /* thread: token j = e % 64, key columns 8 a .. + 8 (a = e / 64): one exponential per
+    /* the keys decayed to the chunk's end, transposed (eq. 15); zero past the chunk and past K.
+     * Thread: token j = e % 64, key columns 8 a .. + 8 (a = e / 64): one exponential per
      * token and one 16-byte read of its keys; consecutive threads write consecutive tokens of
      * each keys_t row (coalesced) */
     for (int e = threadIdx.x; e < KP / 8 * CHUNK; e += THREADS) {
@@ -706,19 +709,22 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     /* --precise: the low bf16 terms of S0, Vnew and P */
     bf16 *S_low = P + CHUNK * TOKEN_STRIDE, *Vnew_low = S_low + OUTPUT_COLUMNS * LDK, *P_low = Vnew_low + OUTPUT_COLUMNS * TOKEN_STRIDE;
 
-    load_tile(q, LDK, n, K, KP, [&](int i) { return q16 + gdn_device_token(&p, b, t0 + i, h) * K; });
-    load_tile(k, LDK, n, K, KP, [&](int i) { return k16 + gdn_device_token(&p, b, t0 + i, h) * K; });
+    const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
+    copy_tile(q, LDK, n, K, KP, q16 + first_token * K, token_stride * K);
+    copy_tile(k, LDK, n, K, KP, k16 + first_token * K, token_stride * K);
     /* S0^T and Vnew^T rows of this block's columns; zero past V */
     const int columns = VP - (int)column0 < OUTPUT_COLUMNS ? VP - (int)column0 : OUTPUT_COLUMNS;
     const size_t low_states = PRECISE ? w.states_low_t - w.states_t : 0, low_values = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
-    load_tile(S, LDK, columns, KP, KP, [&](int c) { return S0_t + (column0 + c) * KP; });
-    load_tile(Vnew, TOKEN_STRIDE, columns, CHUNK, CHUNK, [&](int c) { return new_values_t + (column0 + c) * CHUNK; });
+    copy_tile(S, LDK, columns, KP, KP, S0_t + column0 * KP, KP);
+    copy_tile(Vnew, TOKEN_STRIDE, columns, CHUNK, CHUNK, new_values_t + column0 * CHUNK, CHUNK);
     if (PRECISE) {
-        load_tile(S_low, LDK, columns, KP, KP, [&](int c) { return S0_t + low_states + (column0 + c) * KP; });
-        load_tile(Vnew_low, TOKEN_STRIDE, columns, CHUNK, CHUNK, [&](int c) { return new_values_t + low_values + (column0 + c) * CHUNK; });
+        copy_tile(S_low, LDK, columns, KP, KP, S0_t + low_states + column0 * KP, KP);
+        copy_tile(Vnew_low, TOKEN_STRIDE, columns, CHUNK, CHUNK, new_values_t + low_values + column0 * CHUNK, CHUNK);
     }
+    __pipeline_commit();
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
+    __pipeline_wait_prior(0);
     __syncthreads();
 
     float acc[4][4];
@@ -776,7 +782,7 @@ template <bool PRECISE>
 static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 {
     const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE;
-    const size_t bytes = M * sizeof(double) + (2 * M + M * SOLVE_STRIDE) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
+    const size_t bytes = M * sizeof(double) + (2 * M + M * SOLVE_STRIDE) * sizeof(float) + (M * LDK + M * value_stride(p->V) + 2 * M * LDT) * sizeof(bf16);
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * chunks_of(p->T), 1, &blocks))
         return -1;
