@@ -53,7 +53,7 @@ extern "C" { /* stage 05's flop count: the same algebra */
 typedef __nv_bfloat16 bf16;
 /* kernel 2: 1 or MAX_GROUP_TILES groups of 4 warps per block, each group 16 columns of the
  * state; a ring of 2 or 3 slots */
-enum { CHUNK = 64, MAX_K = 128, THREADS = 256, OUTPUT_COLUMNS = 64, MAX_GROUP_TILES = 2, GROUP_THREADS = 128 };
+enum { CHUNK = 64, MAX_K = 128, THREADS = 256, MAX_GROUP_TILES = 2, GROUP_THREADS = 128 };
 static_assert((int)CHUNK == (int)SOLVE_CHUNK, "kernel 1's chunk is the solve's");
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
 
@@ -178,8 +178,8 @@ __device__ __forceinline__ static void clear(float (&acc)[TILES][4])
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 }
 
-/* A tile of 64 rows of bf16 into shared memory (row stride ld, in bf16): row i is the `width`
- * values at first_row + i row_stride, zero for rows i >= rows and for columns width ..
+/* A tile of tile_rows rows of bf16 into shared memory (row stride ld, in bf16): row i is the
+ * `width` values at first_row + i row_stride, zero for rows i >= rows and for columns width ..
  * padded. Where width is a multiple of 8 (and so the rows 16-byte aligned), by cp.async:
  * 16-byte pieces go from global to shared memory without passing through registers, and the
  * thread goes on at once (the previous step staged them in registers, every load issued
@@ -187,11 +187,12 @@ __device__ __forceinline__ static void clear(float (&acc)[TILES][4])
  * The caller commits the copies (__pipeline_commit), waits for them (__pipeline_wait_prior)
  * and then syncs the block. Piece e = i per_row + c of thread e % THREADS: (i, c) advance by
  * a fixed step, one division at the start, not two per piece. ld, padded: multiples of 8. */
-__device__ static void copy_tile(bf16 *tile, int ld, int rows, int width, int padded, const bf16 *first_row, size_t row_stride)
+__device__ static void copy_tile(bf16 *tile, int ld, int tile_rows, int rows, int width, int padded, const bf16 *first_row,
+                                 size_t row_stride)
 {
     if (width % 8 == 0) {
         const int per_row = padded / 8, rows_step = THREADS / per_row, pieces_step = THREADS % per_row;
-        for (int i = threadIdx.x / per_row, c = threadIdx.x % per_row; i < CHUNK;) {
+        for (int i = threadIdx.x / per_row, c = threadIdx.x % per_row; i < tile_rows;) {
             bf16 *to = tile + i * ld + 8 * c;
             if (i < rows && 8 * c < width)
                 __pipeline_memcpy_async(to, first_row + i * row_stride + 8 * c, 16);
@@ -202,7 +203,7 @@ __device__ static void copy_tile(bf16 *tile, int ld, int rows, int width, int pa
                 c -= per_row, i++;
         }
     } else {
-        for (int e = threadIdx.x; e < CHUNK * padded; e += THREADS) {
+        for (int e = threadIdx.x; e < tile_rows * padded; e += THREADS) {
             const int i = e / padded, c = e % padded;
             tile[i * ld + c] = i < rows && c < width ? first_row[i * row_stride + c] : __float2bfloat16_rn(0.0f);
         }
@@ -356,9 +357,9 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     /* k and v in, asynchronously: the keys are waited for before K K^T, the values only
      * before U = Tm (beta V), so their copy runs under the gates, K K^T and the solve. */
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
-    copy_tile(keys, LDK, n, K, KP, k16 + first_token * K, token_stride * K);
+    copy_tile(keys, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
     __pipeline_commit();
-    copy_tile(values, LDV, n, (int)(V < VALUE_SLICE ? V : VALUE_SLICE), VP < VALUE_SLICE ? VP : VALUE_SLICE,
+    copy_tile(values, LDV, CHUNK, n, (int)(V < VALUE_SLICE ? V : VALUE_SLICE), VP < VALUE_SLICE ? VP : VALUE_SLICE,
               v16 + first_token * V, token_stride * V);
     __pipeline_commit();
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
@@ -429,7 +430,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
         const int width = VP - slice < VALUE_SLICE ? VP - slice : VALUE_SLICE;
         if (slice > 0) {
             __syncthreads(); /* the last slice is no longer read */
-            copy_tile(values, LDV, n, (int)(V - slice < VALUE_SLICE ? V - slice : VALUE_SLICE), width,
+            copy_tile(values, LDV, CHUNK, n, (int)(V - slice < VALUE_SLICE ? V - slice : VALUE_SLICE), width,
                       v16 + first_token * V + slice, token_stride * V);
             __pipeline_commit();
             __pipeline_wait_prior(0);
@@ -686,40 +687,44 @@ __global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_stat
             }
 }
 
-/* ---- kernel 3: one block per (head, chunk, 64 columns of o), 8 warps as in kernel 1 ----
+/* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
  *     P = lower(Q K^T exp(gamma_i - gamma_j))                       (eq. 14)
  *     o = scale (exp(gamma) Q S0 + P Vnew)                          (eq. 14)
- * B^T operands: k as stored, S0^T and Vnew^T as kernel 2 saved them. */
-template <bool PRECISE>
+ * B^T operands: k as stored, S0^T and Vnew^T as kernel 2 saved them. Warp w: rows 16 (w % 4)
+ * of P and of o, columns 32 (w / 4) of P and COLUMNS / 2 (w / 4) of o. COLUMNS is 128 where
+ * V is a multiple of 128 (output_columns): with 64, a block per 64 columns, each block of a
+ * chunk loaded the same q and k and made the same P; measured at (8, 4096, 16, 128, 128) in
+ * the docs. */
+template <bool PRECISE, int COLUMNS>
 __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
-    const size_t V = p.V, chunks = chunks_of(p.T), tiles_per_chunk = (V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
-    const size_t column0 = blockIdx.x % tiles_per_chunk * OUTPUT_COLUMNS, head_chunk = blockIdx.x / tiles_per_chunk;
+    const size_t V = p.V, chunks = chunks_of(p.T), tiles_per_chunk = (V + COLUMNS - 1) / COLUMNS;
+    const size_t column0 = blockIdx.x % tiles_per_chunk * COLUMNS, head_chunk = blockIdx.x / tiles_per_chunk;
     const size_t head = head_chunk / chunks, chunk = head_chunk % chunks, t0 = chunk * CHUNK;
     const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
     const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
-    const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4);
+    const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4), output_column = COLUMNS / 2 * (warp / 4);
     const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16;
     const bf16 *S0_t = w.states_t + head_chunk * VP * KP, *new_values_t = w.new_values_t + head_chunk * VP * CHUNK;
     double *gamma = shared;
-    bf16 *q = (bf16 *)(gamma + CHUNK), *k = q + CHUNK * LDK, *S = k + CHUNK * LDK, *Vnew = S + OUTPUT_COLUMNS * LDK;
-    bf16 *P = Vnew + OUTPUT_COLUMNS * TOKEN_STRIDE;
+    bf16 *q = (bf16 *)(gamma + CHUNK), *k = q + CHUNK * LDK, *S = k + CHUNK * LDK, *Vnew = S + COLUMNS * LDK;
+    bf16 *P = Vnew + COLUMNS * TOKEN_STRIDE;
     /* --precise: the low bf16 terms of S0, Vnew and P */
-    bf16 *S_low = P + CHUNK * TOKEN_STRIDE, *Vnew_low = S_low + OUTPUT_COLUMNS * LDK, *P_low = Vnew_low + OUTPUT_COLUMNS * TOKEN_STRIDE;
+    bf16 *S_low = P + CHUNK * TOKEN_STRIDE, *Vnew_low = S_low + COLUMNS * LDK, *P_low = Vnew_low + COLUMNS * TOKEN_STRIDE;
 
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
-    copy_tile(q, LDK, n, K, KP, q16 + first_token * K, token_stride * K);
-    copy_tile(k, LDK, n, K, KP, k16 + first_token * K, token_stride * K);
+    copy_tile(q, LDK, CHUNK, n, K, KP, q16 + first_token * K, token_stride * K);
+    copy_tile(k, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
     /* S0^T and Vnew^T rows of this block's columns; zero past V */
-    const int columns = VP - (int)column0 < OUTPUT_COLUMNS ? VP - (int)column0 : OUTPUT_COLUMNS;
+    const int columns = VP - (int)column0 < COLUMNS ? VP - (int)column0 : COLUMNS;
     const size_t low_states = PRECISE ? w.states_low_t - w.states_t : 0, low_values = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
-    copy_tile(S, LDK, columns, KP, KP, S0_t + column0 * KP, KP);
-    copy_tile(Vnew, TOKEN_STRIDE, columns, CHUNK, CHUNK, new_values_t + column0 * CHUNK, CHUNK);
+    copy_tile(S, LDK, COLUMNS, columns, KP, KP, S0_t + column0 * KP, KP);
+    copy_tile(Vnew, TOKEN_STRIDE, COLUMNS, columns, CHUNK, CHUNK, new_values_t + column0 * CHUNK, CHUNK);
     if (PRECISE) {
-        copy_tile(S_low, LDK, columns, KP, KP, S0_t + low_states + column0 * KP, KP);
-        copy_tile(Vnew_low, TOKEN_STRIDE, columns, CHUNK, CHUNK, new_values_t + low_values + column0 * CHUNK, CHUNK);
+        copy_tile(S_low, LDK, COLUMNS, columns, KP, KP, S0_t + low_states + column0 * KP, KP);
+        copy_tile(Vnew_low, TOKEN_STRIDE, COLUMNS, columns, CHUNK, CHUNK, new_values_t + low_values + column0 * CHUNK, CHUNK);
     }
     __pipeline_commit();
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
@@ -727,45 +732,47 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     __pipeline_wait_prior(0);
     __syncthreads();
 
-    float acc[4][4];
-    clear(acc);
-    warp_product(acc, q, LDK, k, LDK, tile_row, tile_column, KP); /* Q K^T */
+    float scores[4][4];
+    clear(scores);
+    warp_product(scores, q, LDK, k, LDK, tile_row, tile_column, KP); /* Q K^T */
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int r = 0; r < 4; r++) { /* only j <= i: exponents <= 0 */
             const int i = fragment_row(tile_row, r), l = fragment_column(tile_column, j, r);
-            const float exact = l <= i && i < n ? acc[j][r] * expf((float)(gamma[i] - gamma[l])) : 0.0f;
+            const float exact = l <= i && i < n ? scores[j][r] * expf((float)(gamma[i] - gamma[l])) : 0.0f;
             const bf16 high = __float2bfloat16_rn(exact);
             P[i * TOKEN_STRIDE + l] = high;
             if (PRECISE)
                 P_low[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(exact - __bfloat162float(high));
         }
+    constexpr int TILES = COLUMNS / 16; /* n-tiles of o per warp */
+    float acc[TILES][4];
     clear(acc);
-    warp_product(acc, q, LDK, S, LDK, tile_row, tile_column, KP); /* Q S0 */
+    warp_product(acc, q, LDK, S, LDK, tile_row, output_column, KP); /* Q S0 */
     if (PRECISE)
-        warp_product(acc, q, LDK, S_low, LDK, tile_row, tile_column, KP);
+        warp_product(acc, q, LDK, S_low, LDK, tile_row, output_column, KP);
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < TILES; j++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int i = fragment_row(tile_row, r);
             acc[j][r] *= i < n ? expf((float)gamma[i]) : 0.0f;
         }
     __syncthreads(); /* P complete */
-    warp_product(acc, P, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, tile_column, CHUNK); /* + P Vnew */
+    warp_product(acc, P, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, CHUNK); /* + P Vnew */
     if (PRECISE) {
-        warp_product(acc, P, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, tile_row, tile_column, CHUNK);
-        warp_product(acc, P_low, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, tile_column, CHUNK);
+        warp_product(acc, P, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, tile_row, output_column, CHUNK);
+        warp_product(acc, P_low, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, CHUNK);
     }
     /* a lane's two neighbours in a row of o go out as one 8-byte store where V is even (then
      * the pair is aligned): a warp's store fills whole 32-byte sectors, not half of each */
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < TILES; j++)
 #pragma unroll
         for (int r = 0; r < 4; r += 2) {
             const int i = fragment_row(tile_row, r);
-            const size_t out = column0 + fragment_column(tile_column, j, r);
+            const size_t out = column0 + fragment_column(output_column, j, r);
             float *row = o + gdn_device_token(&p, b, t0 + i, h) * V;
             if (i < n && V % 2 == 0 && out + 1 < V)
                 *(float2 *)&row[out] = make_float2(p.scale * acc[j][r], p.scale * acc[j][r + 1]);
@@ -831,16 +838,28 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     return 0;
 }
 
+/* Kernel 3 with COLUMNS columns of o a block. */
+template <bool PRECISE, int COLUMNS>
+static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace w, float *o)
+{
+    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE, terms = PRECISE ? 2 : 1;
+    const size_t bytes = M * sizeof(double) + (2 * M * LDK + terms * (COLUMNS * LDK + COLUMNS * LDT + M * LDT)) * sizeof(bf16);
+    unsigned blocks;
+    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + COLUMNS - 1) / COLUMNS), 1, &blocks))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED((chunk_outputs_kernel<PRECISE, COLUMNS>), blocks, THREADS, bytes, *p, w, o);
+    return 0;
+}
+
+/* 128 columns a block where V is a multiple of 128 (no block half empty) and not --precise
+ * (whose low terms would double the block's 98 KB of shared memory at K = 128); else 64. */
 template <bool PRECISE>
 static int launch_chunk_outputs(const gdn_device_problem *p, chunk_workspace w, float *o)
 {
-    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE, terms = PRECISE ? 2 : 1;
-    const size_t bytes = M * sizeof(double) + (2 * M * LDK + terms * (OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT)) * sizeof(bf16);
-    unsigned blocks;
-    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &blocks))
-        return -1;
-    CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel<PRECISE>, blocks, THREADS, bytes, *p, w, o);
-    return 0;
+    if constexpr (!PRECISE)
+        if (p->V % 128 == 0)
+            return launch_chunk_outputs_by<PRECISE, 128>(p, w, o);
+    return launch_chunk_outputs_by<PRECISE, 64>(p, w, o);
 }
 
 static int check_key_width(size_t K)

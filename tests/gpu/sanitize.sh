@@ -30,6 +30,7 @@ for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode"
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # two-tile chain blocks
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 72 $mode" # 5 tiles: one-tile blocks
+    sanitize 06_warp_specialized "--B 2 --T 150 --H 3 --K 64 --V 128 $mode" # kernel 3: 128-column blocks (default mode)
     sanitize 07_sequence_parallel "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 --segments 3 $mode"
     sanitize 07_sequence_parallel "--B 1 --T 200 --H 1 --K 128 --V 72 --h0 $mode"
     sanitize 07_sequence_parallel "--B 4 --T 300 --H 40 --K 64 --V 64 --segments 3 $mode" # two-tile fold and replay
