@@ -16,20 +16,23 @@
  * runs a sequence as segments (one here; stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
- * the inputs; Tm and the scaled keys and values before W = Tm (beta e^gamma K) and U = Tm
- * (beta V) (FLA rounds the same two); the state S where it enters Vnew = U - W S, and Vnew where
+ * the inputs; Tm diag(beta e^gamma) and Tm diag(beta), the A of W = Tm (beta e^gamma K) and U =
+ * Tm (beta V) (FLA rounds Tm and the scaled keys and values instead); the joins of the
+ * triangular solve on tensor cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where
  * it enters the state update and the output (the fp32 state itself is never rounded; FLA
  * stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j) before P Vnew.
  * --precise splits the computed operands W, S, Vnew, S0 and P into two bf16 terms each, x =
- * bf16(x) + bf16(x - bf16(x)), and adds the cross products: 1.5 to 1.6 times the time.
+ * bf16(x) + bf16(x - bf16(x)), and adds the cross products: 1.4 to 2.1 times the time.
  * Measured errors against the fp64 oracle on the same bf16 inputs: docs/06_warp_specialized.md.
  *
  * Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane = 4 g + t. A (16 x 16, row
  * major) gives each lane rows g and g + 8, columns 2t, 2t+1 and 2t+8, 2t+9, as four 32-bit
  * pairs; B (16 x 8) gives it column g, rows 2t, 2t+1 and 2t+8, 2t+9, as two pairs, so B is kept
- * transposed (N x K, K contiguous) in shared memory; the sums D (16 x 8) sit at rows g and
- * g + 8, columns 2t and 2t+1. Row strides of K + 8 and 64 + 8 bf16 (K a multiple of 16) put
- * the 32 lanes' pair loads in 32 different banks: rows g differ by 4 banks, lanes t by 1.
+ * transposed (N x K, K contiguous) in shared memory, or row major and loaded with
+ * ldmatrix.trans; the sums D (16 x 8) sit at rows g and g + 8, columns 2t and 2t+1. ldmatrix
+ * loads the fragments, 8 rows of 16 bytes a phase: row strides of K + 8 and 64 + 8 bf16 (K a
+ * multiple of 16), an odd number of 16-byte units, put those 8 rows in 8 different groups of
+ * 4 banks, no conflict.
  *
  * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores; workspace per token:
  * gamma (double) and, per chunk, W and the decayed keys (bf16), U (fp32), S0 and Vnew (bf16).
