@@ -1,7 +1,8 @@
 /* wy_chunked_solve.cuh -- the per-chunk pieces of the chunked form that do not multiply
  * matrices: the running sum of the gates (eq. 9) and the triangular solve (eq. 11), on one
  * chunk of SOLVE_CHUNK = 64 tokens in shared memory. Kernel 1 of 05_wy_chunked_cuda uses
- * them, and so does stage 06's (which changes the products, not these).
+ * them; stage 06's uses the gate sums and the diagonal blocks' inversion, and joins the
+ * blocks on tensor cores instead (join_diagonal_blocks_tf32).
  * Call them from every thread of a block of at least 64 threads (cumulative_gates: from
  * the first warp only), as the comments say.
  */

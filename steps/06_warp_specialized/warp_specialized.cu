@@ -8,19 +8,20 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the first step of the stage, and its name says where it is going, not where it is:
- * the products are on tensor cores, the chain's state lives in the registers of its MMA
- * accumulators for the whole sequence, and the chain's inputs arrive through a 2- or 3-slot
- * cp.async ring; the warp specialization (producer warps feeding the ring while consumer
+ * This is the stage's third step, and its name says where it is going, not where it is:
+ * the products are on tensor cores (the triangular solve's joins too, in tf32), their
+ * fragments come by ldmatrix, the chain's state lives in the registers of its MMA
+ * accumulators for the whole sequence, every tile arrives by cp.async, and the chain's
+ * inputs through a 2- or 3-slot ring; the warp specialization (producer warps feeding the ring while consumer
  * warps compute, TMA and mbarriers) is the next step, and so is wgmma. The chain kernel also
  * runs a sequence as segments (one here; stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; Tm diag(beta e^gamma) and Tm diag(beta), the A of W = Tm (beta e^gamma K) and U =
  * Tm (beta V) (FLA rounds Tm and the scaled keys and values instead); the joins of the
- * triangular solve on tensor cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where
- * it enters the state update and the output (the fp32 state itself is never rounded; FLA
- * stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j) before P Vnew.
+ * triangular solve on tensor cores, in tf32 (2^-11); the state S where it enters Vnew = U -
+ * W S, and Vnew where it enters the state update and the output (the fp32 state itself is
+ * never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j) before P Vnew.
  * --precise splits the computed operands W, S, Vnew, S0 and P into two bf16 terms each, x =
  * bf16(x) + bf16(x - bf16(x)), and adds the cross products: 1.4 to 2.1 times the time.
  * Measured errors against the fp64 oracle on the same bf16 inputs: docs/06_warp_specialized.md.
