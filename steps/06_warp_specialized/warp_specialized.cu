@@ -40,6 +40,16 @@
  * Depth: T / 64 chunk steps of kernel 2, each two 64-deep MMA chains per warp.
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  *
+ * Budget at K = V = 128, default mode (nvcc -Xptxas -v: no spills; shared memory from the
+ * launchers' formulas), and what it allows on an H200 SM (64 K registers, 227 KB shared):
+ *   kernel 1: a block per (head, chunk), 256 threads, 79 registers, 70 KB: 3 blocks an SM
+ *             (__launch_bounds__(256, 3) keeps the registers under 85)
+ *   kernel 2: a block per (head, segment, 32 state columns) where such blocks fill the GPU,
+ *             else 16 columns; 256 or 128 threads, 108 registers, 99 KB with 2 ring slots
+ *             (at 2 tiles): 2 blocks an SM
+ *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 67 registers, 96 KB:
+ *             2 blocks an SM (64 columns where V is not a multiple of 128: 53 registers)
+ *
  * Build and run:  make bin/06_warp_specialized && bin/06_warp_specialized --T 16384 --H 8 --check-against oracle
  */
 #include <cuda_bf16.h>
