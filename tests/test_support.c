@@ -68,7 +68,11 @@ gdn_result test_run_settings(const gdn_stage *stage, const gdn_problem *p, gdn_s
 
 const test_shape test_bf16_shapes[] = {{1, 1, 1, 64, 64},    {1, 100, 3, 64, 64}, {1, 300, 2, 128, 128},
                                        {2, 150, 1, 100, 72}, {4, 70, 64, 32, 32}, {2, 77, 40, 64, 30},
-                                       {1, 1000, 1, 64, 64}, {1, 64, 2, 128, 16}};
+                                       {1, 1000, 1, 64, 64}, {1, 64, 2, 128, 16},
+                                       /* V past 128: stage 06's kernel 1 takes v in slices of 128 columns
+                                        * (200: a partial second slice), its kernel 3 128 columns a block
+                                        * where V is a multiple of 128 (256: two blocks) */
+                                       {1, 200, 2, 64, 200}, {2, 100, 2, 32, 256}};
 const int test_bf16_shape_count = sizeof test_bf16_shapes / sizeof test_bf16_shapes[0];
 
 void test_describe_shape(char *what, size_t size, test_shape shape, int with_h0)

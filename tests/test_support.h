@@ -39,7 +39,8 @@ gdn_result test_run_settings(const gdn_stage *stage, const gdn_problem *p, gdn_s
 
 /* The GPU stages on bf16 inputs (06, 07) are also tested on these shapes: one token with
  * K = V = 64, chunks and a partial one, K = V = 128, K and V off the multiples of 16, B H = 256,
- * V tiles past V, one head of 1000 tokens. */
+ * V tiles past V, one head of 1000 tokens, V past 128 (06 takes v in slices of 128 columns;
+ * 256: two 128-column output blocks). */
 extern const test_shape test_bf16_shapes[];
 extern const int test_bf16_shape_count;
 /* "B=.. T=.. H=.. K=.. V=.. h0=..", to name a case in a failure message. */
