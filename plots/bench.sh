@@ -6,6 +6,8 @@
 # fp64 oracle) and appends one row to a plain-text file under plots/data/. Stages too slow or
 # too large for a point are written as a row with "skipped: <why>", never left out silently.
 set -eu
+# shellcheck source=plots/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 mode=${2:-full}
 shift 2 || true
@@ -58,7 +60,6 @@ skip_reason() {
     }'
 }
 
-field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
 point=0
 # run STAGE T H K V THREADS [OPTION]   (OPTION like --chunk 64)
@@ -82,15 +83,15 @@ run() {
         echo "bench: $stage failed: $(cat "$data/.last_error")" >&2
         exit 1
     fi
-    ms=$(field "$line" median_ms)
+    ms=$(field median_ms "$line")
     # record the option the stage resolved when none was given (its default chunk or segments)
     for name in chunk segments; do
-        value=$(field "$line" "$name")
+        value=$(field "$name" "$line")
         if [ -n "$value" ] && [ "$option_name" = - ]; then option_name="$name(default)" option_value=$value; fi
     done
     if [ "$stage" = 01_naive_loop ] && [ "$threads" = 1 ]; then baseline=$ms; fi
     speedup=$(awk -v a="${baseline:-0}" -v b="$ms" 'BEGIN { if (a > 0) printf "%.3f", a / b; else printf "-" }')
-    echo "$stage 1 $T $H $K $V $threads $option_name $option_value $ms $(field "$line" gflops) $(field "$line" err_oracle) $speedup" >>"$file"
+    echo "$stage 1 $T $H $K $V $threads $option_name $option_value $ms $(field gflops "$line") $(field err_oracle "$line") $speedup" >>"$file"
     took=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
     printf '[%3d] %-18s T=%-6s H=%s K=%-3s threads=%-2s %-12s %10s ms  x%-7s (point took %s s)\n' "$point" "$stage" "$T" \
         "$H" "$K" "$threads" "$option_text" "$ms" "$speedup" "$took"

@@ -10,6 +10,8 @@
 # 07's time on one GPU over this one ("-" where 07 does not fit on one GPU); efficiency: the
 # fewest GPUs' time times their count over this time times this count.
 set -eu
+# shellcheck source=plots/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data/context_parallel_gpu.dat}
 TS=${TS:-"1048576 4194304:2"} # T[:fewest GPUs]
@@ -17,7 +19,6 @@ REPS=${REPS:-5}
 gpus=$(nvidia-smi -L | wc -l)
 cores=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 {
     echo "# machine: $gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1), $cores CPU cores; Open MPI $(mpirun --version | head -1 | awk '{print $NF}')"
     echo "# made by: sh plots/bench_context_gpu.sh $bin $out (TS=\"$TS\" REPS=$REPS) on $(date -u +%Y-%m-%d)"

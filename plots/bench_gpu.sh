@@ -13,6 +13,8 @@
 # its difference includes); FLA against 05_cuda's (its bf16 inputs explain its larger
 # difference). FLA is skipped with a note when it does not import.
 set -eu
+# shellcheck source=plots/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data}
 work=$(mktemp -d)
@@ -22,11 +24,7 @@ header="# machine: $gpu; $(nproc) CPU cores; made by: sh plots/bench_gpu.sh $bin
 have_fla=0
 python3 -c 'import fla.ops.gated_delta_rule' 2>/dev/null && have_fla=1
 
-# field NAME LINE: the value of NAME=... in a result line
-field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }
 
-# ratio A B: A / B with two decimals (0 when B is not positive)
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }'; }
 
 # measure NAME B T H K V REPS: one problem, every GPU stage, then FLA; appends rows to $rows
 measure() {

@@ -5,6 +5,8 @@
 # speedup_vs_1_rank summary_bytes. phase1 is the fold (rank 0: its replay), exscan the one
 # collective (after a barrier, so it is communication, not waiting), phase3 the replay.
 set -eu
+# shellcheck source=plots/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data/mpi_scaling.dat}
 T=${T:-1048576}
@@ -20,7 +22,6 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
     echo "# made by: sh plots/bench_mpi.sh $bin $out (T=$T REPS=$REPS) on $(date -u +%Y-%m-%d)"
     echo "ranks median_ms phase1_ms exscan_ms phase3_ms speedup_vs_1_rank summary_bytes"
 } > "$out"
-field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 ranks=1
 base=""
 while [ "$ranks" -le "$cores" ]; do
@@ -32,7 +33,7 @@ while [ "$ranks" -le "$cores" ]; do
     ms=$(field median_ms "$line")
     [ -n "$base" ] || base=$ms
     printf '%s %s %s %s %s %s %s\n' "$ranks" "$ms" "$(field phase1_ms "$line")" "$(field exscan_ms "$line")" \
-        "$(field phase3_ms "$line")" "$(awk -v a="$base" -v b="$ms" 'BEGIN { printf "%.2f", a / b }')" \
+        "$(field phase3_ms "$line")" "$(ratio "$base" "$ms")" \
         "$(field summary_bytes "$line")" >> "$out"
     ranks=$((ranks * 2))
 done

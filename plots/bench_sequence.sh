@@ -12,6 +12,8 @@
 # (err_fla_vs_07). Set SHAPES to "shapes" or "sweep" for one part, ALL06=1 to add stage
 # 06's other three benchmark shapes (B H large: P = 1).
 set -eu
+# shellcheck source=plots/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data}
 work=$(mktemp -d)
@@ -21,8 +23,6 @@ header="# machine: $gpu, $(nproc) CPU cores
 # made by: sh plots/bench_sequence.sh $bin $out on $(date -u +%Y-%m-%d)"
 have_fla=0
 python3 -c 'import fla.ops.gated_delta_rule' 2>/dev/null && have_fla=1
-field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }'; }
 
 # kernel_times BIN ARGS...: "prepare fold scan chain outputs" in microseconds (ncu, one pass)
 kernel_times() {
@@ -39,10 +39,8 @@ measure() {
     t6=$(field median_ms "$l6") t7=$(field median_ms "$l7") P=$(field segments "$l7") err=$(field err_ref "$l7")
     eager=nan graph=nan fla_err=-
     if [ "$have_fla" = 1 ]; then
-        f=$(python3 plots/fla_bench.py --reps 30 --dtypes bf16 "$dir:$work/${name}_07" 2>&1 || true)
-        eager=$(printf '%s\n' "$f" | grep 'mode=eager' | tr ' ' '\n' | sed -n 's/^median_ms=//p')
-        graph=$(printf '%s\n' "$f" | grep 'mode=graph' | tr ' ' '\n' | sed -n 's/^median_ms=//p')
-        fla_err=$(printf '%s\n' "$f" | grep 'mode=graph' | tr ' ' '\n' | sed -n 's/^err_o_vs_ours=//p')
+        fla_times "$dir" "$work/${name}_07" 30
+        eager=$fla_eager graph=$fla_graph
     fi
     parts="- - - - -"
     [ "$phases" = 1 ] && parts=$(kernel_times "$bin"/07_sequence_parallel --in "$dir")

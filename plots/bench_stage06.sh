@@ -8,6 +8,8 @@
 # Writes OUTDIR/stage06_vs_fla.dat. Times: medians (06: of 20 after a warm-up, CUDA events,
 # L2 flushed; FLA: of 30, plots/fla_bench.py).
 set -eu
+# shellcheck source=plots/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data}
 work=$(mktemp -d)
@@ -23,13 +25,9 @@ for shape in "8 4096 16 128 128" "1 8192 96 128 128" "4 4096 64 128 128" "2 1638
     # shellcheck disable=SC2086 # the shape is five words
     set -- $shape
     "$bin"/make_problem --B "$1" --T "$2" --H "$3" --K "$4" --V "$5" --seed 7 "$work/p" > /dev/null
-    t6=$("$bin"/06_warp_specialized --in "$work/p" --reps 20 --out "$work/o" | tr ' ' '\n' | sed -n 's/^median_ms=//p')
-    f=$(python3 plots/fla_bench.py --reps 30 --dtypes bf16 "$work/p:$work/o" 2>&1 || true)
-    eager=$(printf '%s\n' "$f" | grep 'mode=eager' | tr ' ' '\n' | sed -n 's/^median_ms=//p')
-    graph=$(printf '%s\n' "$f" | grep 'mode=graph' | tr ' ' '\n' | sed -n 's/^median_ms=//p')
-    err=$(printf '%s\n' "$f" | grep 'mode=graph' | tr ' ' '\n' | sed -n 's/^err_o_vs_ours=//p')
-    ratio=$(awk -v a="${graph:-0}" -v b="${t6:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }')
-    echo "$shape ${t6:-nan} ${eager:-nan} ${graph:-nan} $ratio ${err:--}" >> "$rows"
+    t6=$(field median_ms "$("$bin"/06_warp_specialized --in "$work/p" --reps 20 --out "$work/o")")
+    fla_times "$work/p" "$work/o" 30
+    echo "$shape ${t6:-nan} ${fla_eager:-nan} ${fla_graph:-nan} $(ratio "${fla_graph:-0}" "${t6:-0}") ${fla_err:--}" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done
 cat "$rows"

@@ -1,0 +1,20 @@
+# shellcheck shell=sh
+# bench_lib.sh -- what the benchmark scripts share. Sourced by them (. plots/bench_lib.sh),
+# not run on its own; run the scripts from the repository root, as their headers say.
+
+# field NAME LINE: the value of NAME=... in a result line (the first, should there be two)
+field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }
+
+# ratio A B: A / B with two decimals (0 when B is not positive)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }'; }
+
+# fla_times PROBLEM_DIR OURS_DIR REPS: FLA's chunk_gated_delta_rule on that problem in bf16
+# (plots/fla_bench.py), into fla_eager and fla_graph (medians, ms) and fla_err (FLA's o against
+# the o in OURS_DIR); empty where FLA did not run.
+# shellcheck disable=SC2034 # the three are the callers' to read
+fla_times() {
+    fla_output=$(python3 plots/fla_bench.py --reps "$3" --dtypes bf16 "$1:$2" 2>&1 || true)
+    fla_eager=$(field median_ms "$(printf '%s\n' "$fla_output" | grep 'mode=eager')")
+    fla_graph=$(field median_ms "$(printf '%s\n' "$fla_output" | grep 'mode=graph')")
+    fla_err=$(field err_o_vs_ours "$(printf '%s\n' "$fla_output" | grep 'mode=graph')")
+}
