@@ -92,6 +92,16 @@ __device__ __forceinline__ static void load_matrices(uint32_t (&r)[4], const bf1
                  : "r"(address));
 }
 
+/* The row this lane gives ldmatrix.x4 for the 16 x 16 block at (row0, col0) of a row-major
+ * tile: matrices 0-3 are its quarters (rows +0, +8, +0, +8; columns +0, +0, +8, +8), which is
+ * the order of an A fragment's registers, and, read with .trans, of two B fragments' (k rows
+ * +0/+8 of n-tile j, then of n-tile j + 1). */
+__device__ __forceinline__ static const bf16 *quarter_row(const bf16 *tile, int ld, int row0, int col0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    return tile + (row0 + lane % 8 + 8 * (quarter % 2)) * ld + col0 + 8 * (quarter / 2);
+}
+
 /* d += a b for one 16 x 8 tile: the instruction itself, written out. */
 __device__ __forceinline__ static void mma_bf16_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
 {
@@ -112,7 +122,8 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
 {
     static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
     const int lane = threadIdx.x % 32, quarter = lane / 8;
-    const bf16 *a_row = A + (row0 + lane % 8 + 8 * (quarter % 2)) * lda + 8 * (quarter / 2);
+    const bf16 *a_row = quarter_row(A, lda, row0, 0);
+    /* B^T's rows are n: matrices 0-3 are (n +0, k +0), (n +0, k +8), (n +8, k +0), (n +8, k +8) */
     const bf16 *b_row = Bt + (col0 + lane % 8 + 8 * (quarter / 2)) * ldb + 8 * (quarter % 2);
     for (int k0 = 0; k0 < depth; k0 += 16) {
         uint32_t a[4];
@@ -144,9 +155,7 @@ __device__ __forceinline__ static void warp_product_rows(float (&acc)[TILES][4],
                                                          int row0, int col0, int columns, int depth)
 {
     static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
-    const int lane = threadIdx.x % 32, quarter = lane / 8;
-    const bf16 *a_row = A + (row0 + lane % 8 + 8 * (quarter % 2)) * lda + 8 * (quarter / 2);
-    const bf16 *b_row = B + (lane % 8 + 8 * (quarter % 2)) * ldb + col0 + 8 * (quarter / 2); /* quarters: k +0/+8, n +0/+8 */
+    const bf16 *a_row = quarter_row(A, lda, row0, 0), *b_row = quarter_row(B, ldb, 0, col0);
     for (int k0 = 0; k0 < depth; k0 += 16) {
         uint32_t a[4];
         load_matrices(a, a_row + k0);
