@@ -44,9 +44,10 @@
  * launchers' formulas), and what it allows on an H200 SM (64 K registers, 227 KB shared):
  *   kernel 1: a block per (head, chunk), 256 threads, 79 registers, 70 KB: 3 blocks an SM
  *             (__launch_bounds__(256, 3) keeps the registers under 85)
- *   kernel 2: a block per (head, segment, 32 state columns) where such blocks fill the GPU,
- *             else 16 columns; 256 or 128 threads, 108 registers, 99 KB with 2 ring slots
- *             (at 2 tiles): 2 blocks an SM
+ *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
+ *             else 32 or 16; 288, 160 or 96 threads (two consumer warps per 16 columns and
+ *             a producer), 117 registers, 204 KB with 4 ring slots (at 64 columns): 1 block
+ *             an SM
  *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 67 registers, 96 KB:
  *             2 blocks an SM (64 columns where V is not a multiple of 128: 53 registers)
  *
@@ -65,9 +66,9 @@ extern "C" { /* stage 05's flop count: the same algebra */
 }
 
 typedef __nv_bfloat16 bf16;
-/* kernel 2: 1 or MAX_GROUP_TILES groups of 4 warps per block, each group 16 columns of the
- * state; a ring of 2 or 3 slots */
-enum { CHUNK = 64, MAX_K = 128, THREADS = 256, MAX_GROUP_TILES = 2, GROUP_THREADS = 128 };
+/* kernel 2: 1, 2 or MAX_CHAIN_TILES tiles of 16 state columns per block, two consumer warps
+ * (8 columns each) a tile, and a producer warp; a ring of 2 to 4 slots */
+enum { CHUNK = 64, MAX_K = 128, THREADS = 256, MAX_CHAIN_TILES = 4, CONSUMER_WARPS_PER_TILE = 2 };
 static_assert((int)CHUNK == (int)SOLVE_CHUNK, "kernel 1's chunk is the solve's");
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
 
@@ -487,21 +488,31 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     }
 }
 
-/* ---- kernel 2: one block per (head, segment, 16 x tiles columns of S), serial over chunks ----
- * `tiles` = blockDim.x / 128 groups of four warps (1 where blocks are few and the chain's
- * latency is the time, 2 where they fill the GPU and W and the keys are better shared, see
- * chain_launch_shape); group `tile` owns 16 columns of the state, and its K x 16 tile
- * lives in the group's MMA accumulators for the whole run: warp w of a group owns rows 16 w ..
- * and 16 (w + 4) .. (two m-tiles at K = 128), both 8-column n-tiles. Per chunk, per group:
- *   S0^T to shared memory in bf16 (B^T of the next product), and from there to the workspace
- *                                       (kernel 3) in whole 16-byte pieces (store_rows)
- *   Vnew = U - W S0 (eq. 13)            warp w: token rows 16 w .., depth K
- *   S = exp(gamma_C) S + Kdec^T Vnew    (eq. 15) into the accumulators, depth 64
- * W and the decayed keys serve the block's groups: one copy per block and chunk, through a
- * ring of `stages` slots (cp.async: the next one or two chunks' copies run under this chunk's
- * products; 3 where two blocks of 3 still fit on an SM, else 2, see chain_launch_shape). A group
- * reads only its own S0^T and Vnew^T, so between its two products it waits for its own four
- * warps (a named barrier), not for the block.
+/* ---- kernel 2: the chain, warp-specialized: a producer warp and chains in registers ----
+ * One block per (head, segment, 16 x tiles columns of S), serial over chunks. The block has
+ * 2 tiles consumer warps and one producer warp:
+ *   the producer (its lane 0) brings each chunk's W, decayed keys, the block's rows of U and
+ *     the decay into a ring of `stages` slots with three bulk copies (cp.async.bulk, the TMA
+ *     unit: one instruction per contiguous piece, no thread copies 16 bytes at a time), and
+ *     runs ahead of the consumers as far as the ring allows;
+ *   consumer warp c owns 8 columns of the state, column0 .. column0 + 7, all K rows, in its
+ *     MMA accumulators (K / 16 m-tiles of 16 x 8), for the whole run, and does every step of
+ *     its columns alone: no warp waits for another, only for data.
+ * Per chunk, per consumer warp (eq. 13-15):
+ *   S0 in bf16 as B fragments: the accumulators hold S by rows (lane: rows g, g + 8, columns
+ *     2t, 2t + 1), a B fragment wants it by columns (rows 2t, 2t + 1 of column g): the 8 x 8
+ *     transpose within the warp's registers is one instruction, movmatrix.trans; the same
+ *     fragments, stored as 4-byte pairs, are S0^T for kernel 3
+ *   Vnew = U - W S0                     64 tokens x 8 columns, depth K (A: W from the slot)
+ *   Vnew in bf16 as B fragments, by movmatrix again (and Vnew^T for kernel 3)
+ *   S = exp(gamma_C) S + Kdec^T Vnew    K x 8, depth 64 (A: the decayed keys from the slot)
+ * Nothing of S or Vnew goes through shared memory, and there is no block barrier in the loop:
+ * the ring's two mbarriers per slot are the only waits. "full": the producer's arrival
+ * with the slot's byte count, completed by the bulk copies' bytes; "empty": one arrival per
+ * consumer warp when it has read the slot, which the producer waits for before refilling it.
+ * (The previous step had four warps share a 16-column tile, rows split between them, so that
+ * S0^T and Vnew^T went through shared memory and each chunk took two block barriers, a group
+ * barrier and a cp.async wait: 4.3 us a step at (8, 4096, 16, 128, 128).)
  *
  * Segments: here one per head, chunks 0 .. chunks from h0, writing ht. Stage 07 cuts the
  * sequence into P segments and runs this kernel twice: with FOLD, on the state [A | B] of
@@ -520,194 +531,269 @@ typedef struct {
 /* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
 __host__ __device__ static inline size_t segment_chunk(size_t s, size_t P, size_t chunks) { return s * chunks / P; }
 
+/* The ring: `stages` slots, then a "full" and an "empty" mbarrier (8 bytes each) per slot */
 __host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool precise, int tiles, int stages)
 {
-    return stages * chain_slot_bytes(K, precise, tiles) + (size_t)tiles * (precise ? 2 : 1) * 16 * (key_stride(K) + TOKEN_STRIDE) * sizeof(bf16);
+    return stages * chain_slot_bytes(K, precise, tiles) + 2 * (size_t)stages * sizeof(uint64_t);
 }
+/* threads of a chain block of `tiles` 16-column tiles: two consumer warps a tile, one producer */
+__host__ __device__ static inline int chain_block_threads(int tiles) { return 32 * (CONSUMER_WARPS_PER_TILE * tiles + 1); }
 
-/* One chunk's slot: W (W_low) and keys_t whole; for each of the block's tiles its 16 rows
- * of U_t (U's column u_column0 + 16 t .., skipped where the tile has no U columns: past the
- * state, or the identity columns of a fold); the decay. */
-__device__ static void fetch_chain_slot(unsigned char *slot, const unsigned char *block, size_t K, size_t V, int u_column0,
-                                        int u_columns, bool precise)
+/* ---- the PTX of the ring (PTX ISA: mbarrier, cp.async.bulk; sm_90) ---- */
+__device__ __forceinline__ static uint32_t shared_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ static void barrier_init(uint64_t *barrier, int arrivals)
 {
-    const int shared16 = (int)(chain_u_offset(K, precise) / 16), tile16 = 16 * CHUNK * (int)sizeof(float) / 16;
-    const int tiles = blockDim.x / GROUP_THREADS;
-    const uint4 *from = (const uint4 *)block, *u = (const uint4 *)(block + chain_u_offset(K, precise));
-    uint4 *to = (uint4 *)slot, *u_to = to + shared16;
-#pragma unroll 4
-    for (int e = threadIdx.x; e < shared16; e += blockDim.x)
-        __pipeline_memcpy_async(to + e, from + e, 16);
-    for (int e = threadIdx.x; e < tiles * tile16; e += blockDim.x) {
-        const int column = u_column0 + 16 * (e / tile16);
-        if (column >= 0 && column < u_columns)
-            __pipeline_memcpy_async(u_to + e, u + column * tile16 / 16 + e % tile16, 16);
-    }
-    if (threadIdx.x == 0)
-        __pipeline_memcpy_async(u_to + tiles * tile16, from + chain_decay_offset(K, V, precise) / 16, 16);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)), "r"(arrivals) : "memory");
 }
-
-/* rows x width bf16 (width a multiple of 8) from shared memory (row stride from_stride) to
- * global memory (row stride to_stride) by the 128 threads of this thread's group, 16 bytes
- * each: whole rows leave in 16-byte pieces, where the MMA fragment layout would store 2-byte
- * entries of 4 rows per warp instruction (half of each 32-byte sector). */
-__device__ __forceinline__ static void store_rows(bf16 *to, int to_stride, const bf16 *from, int from_stride, int rows, int width)
+/* one arrival that also says how many bytes of bulk copies must land before the phase ends */
+__device__ __forceinline__ static void barrier_arrive_expecting(uint64_t *barrier, uint32_t bytes)
 {
-    const int per_row = width / 8;
-    for (int e = threadIdx.x % GROUP_THREADS; e < rows * per_row; e += GROUP_THREADS)
-        *(uint4 *)(to + e / per_row * to_stride + e % per_row * 8) = *(const uint4 *)(from + e / per_row * from_stride + e % per_row * 8);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ static void barrier_arrive(uint64_t *barrier)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
+}
+/* wait until the phase of this parity has completed (phases alternate 0, 1, 0, ...) */
+__device__ __forceinline__ static void barrier_wait(uint64_t *barrier, uint32_t parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n"
+                 "}\n" ::"r"(shared_address(barrier)),
+                 "r"(parity)
+                 : "memory");
+}
+/* bytes (a multiple of 16, both ends 16-byte aligned) from global to shared memory by the
+ * TMA unit; their arrival counts against the barrier's expected bytes */
+__device__ __forceinline__ static void bulk_copy(void *to, const void *from, uint32_t bytes, uint64_t *barrier)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     shared_address(to)),
+                 "l"(from), "r"(bytes), "r"(shared_address(barrier))
+                 : "memory");
+}
+/* the 8 x 8 bf16 matrix whose row g, columns 2t, 2t + 1 this lane holds, transposed: the lane
+ * gets row g, columns 2t, 2t + 1 of the transpose, that is column g, rows 2t, 2t + 1 */
+__device__ __forceinline__ static uint32_t transpose8x8(uint32_t pair)
+{
+    uint32_t out;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(out) : "r"(pair));
+    return out;
+}
+__device__ __forceinline__ static uint32_t pack_bf16(float low_column, float high_column)
+{
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(low_column, high_column);
+    return *(const uint32_t *)&pair;
+}
+/* x - bf16(x), rounded: the low term of the two-term split (--precise) */
+__device__ __forceinline__ static uint32_t pack_bf16_low(float low_column, float high_column)
+{
+    const __nv_bfloat162 high = __floats2bfloat162_rn(low_column, high_column);
+    return pack_bf16(low_column - __low2float(high), high_column - __high2float(high));
 }
 
-/* Wait for the four warps of group `tile` (barrier 0 is __syncthreads') */
-__device__ __forceinline__ static void group_barrier(int tile) { asm volatile("bar.sync %0, 128;" ::"r"(1 + tile) : "memory"); }
+/* One 16 x 8 accumulator tile (rows of S or of Vnew) as the two registers of a B fragment
+ * (k = its 16 rows, n = its 8 columns): rows 0-7 and 8-15, each transposed. */
+template <bool LOW>
+__device__ __forceinline__ static void to_b_fragment(uint32_t (&b)[2], const float (&d)[4])
+{
+    b[0] = transpose8x8(LOW ? pack_bf16_low(d[0], d[1]) : pack_bf16(d[0], d[1]));
+    b[1] = transpose8x8(LOW ? pack_bf16_low(d[2], d[3]) : pack_bf16(d[2], d[3]));
+}
+
+/* A fragment of a row-major bf16 tile at (row0, k0), by ldmatrix */
+__device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    load_matrices(a, tile + (row0 + lane % 8 + 8 * (quarter % 2)) * ld + k0 + 8 * (quarter / 2));
+}
 
 template <bool PRECISE, bool FOLD>
-__global__ void __launch_bounds__(MAX_GROUP_TILES * GROUP_THREADS, 1) chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
+__global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILES + 1), 1)
+    chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
+    constexpr int KEY_TILES = MAX_K / 16; /* m-tiles of S a warp may hold */
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
     const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
-    const int tiles = blockDim.x / GROUP_THREADS, group_columns = 16 * tiles;
+    const int consumers = blockDim.x / 32 - 1, block_columns = 8 * consumers, tiles = consumers / CONSUMER_WARPS_PER_TILE;
     const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = segments.runs;
-    const size_t groups = (columns + group_columns - 1) / group_columns, group = blockIdx.x % groups;
+    const size_t groups = (columns + block_columns - 1) / block_columns, group = blockIdx.x % groups;
     const size_t segment = blockIdx.x / groups % runs, head = blockIdx.x / groups / runs;
     const size_t first = segment_chunk(segment, P, chunks), end = segment_chunk(segment + 1, P, chunks);
-    const int warp = threadIdx.x / 32, tile = warp / 4, row_warp = warp % 4;
-    const int column0 = (int)group * group_columns + 16 * tile; /* this group's first state column */
-    const bool identity = FOLD && column0 < KP; /* identity: U is zero there; every group has columns (chain_launch_shape) */
-    const int slot_bytes = (int)chain_slot_bytes(p.K, PRECISE, tiles);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int block_column0 = (int)group * block_columns;
+    const int slot_bytes = (int)chain_slot_bytes(p.K, PRECISE, tiles), u_offset = (int)chain_u_offset(p.K, PRECISE);
     const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
     const unsigned char *blocks = w.chain + head * chunks * block_bytes;
     unsigned char *slots = (unsigned char *)ring;
-    /* this group's S0^T and Vnew^T in bf16, and with --precise what their rounding left */
-    bf16 *S_t = (bf16 *)(slots + stages * slot_bytes) + tile * (PRECISE ? 2 : 1) * 16 * (LDK + TOKEN_STRIDE);
-    bf16 *Vnew_t = S_t + 16 * LDK, *S_low = Vnew_t + 16 * TOKEN_STRIDE, *Vnew_low = S_low + 16 * LDK;
+    uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; s++) {
+            barrier_init(&full[s], 1);
+            barrier_init(&empty[s], consumers);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); /* visible to the TMA unit */
+    }
+    __syncthreads(); /* the block's only barrier */
+
+    if (warp == consumers) { /* the producer */
+        if (lane != 0)
+            return;
+        /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
+        const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
+        const int u_end = block_column0 + block_columns < value_column0 + VP ? block_column0 + block_columns : value_column0 + VP;
+        const uint32_t u_bytes = u_first < u_end ? (uint32_t)(u_end - u_first) * CHUNK * sizeof(float) : 0;
+        const uint32_t decay_to = (uint32_t)(u_offset + block_columns * CHUNK * sizeof(float));
+        for (size_t chunk = first; chunk < end; chunk++) {
+            const size_t j = chunk - first;
+            const int s = (int)(j % stages);
+            if (j >= (size_t)stages) /* the consumers are done with chunk j - stages */
+                barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
+            unsigned char *slot = slots + s * slot_bytes;
+            const unsigned char *block = blocks + chunk * block_bytes;
+            barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);
+            bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
+            if (u_bytes)
+                bulk_copy(slot + u_offset + (u_first - block_column0) * CHUNK * sizeof(float),
+                          block + u_offset + (size_t)(u_first - value_column0) * CHUNK * sizeof(float), u_bytes, &full[s]);
+            bulk_copy(slot + decay_to, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
+        }
+        return;
+    }
+
+    /* a consumer: state columns column0 .. column0 + 7 */
+    const int column0 = block_column0 + 8 * warp;
+    const bool has_columns = column0 < columns, identity = FOLD && column0 < KP; /* identity: U is zero there */
     bf16 *states_t = w.states_t + (head * chunks + first) * VP * KP + column0 * KP;
     bf16 *new_values_t = w.new_values_t + (head * chunks + first) * VP * CHUNK + column0 * CHUNK;
     const size_t low_offset = PRECISE ? w.states_low_t - w.states_t : 0, new_low_offset = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
 
-    float S[2][2][4]; /* [m-tile of this warp][n-tile][sum]: rows 16 (row_warp + 4 q) .., columns column0 + 8 j .. */
+    float S[KEY_TILES][4]; /* m-tile q: rows 16 q + g (+ 8), columns column0 + 2t (+ 1) */
 #pragma unroll
-    for (int q = 0; q < 2; q++)
+    for (int q = 0; q < KEY_TILES; q++)
 #pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * (row_warp + 4 * q), r), c = column0 + fragment_column(0, j, r);
-                float start = 0.0f;
-                if (FOLD)
-                    start = m == c && m < K ? 1.0f : 0.0f; /* [I | 0] */
-                else if (segments.starts && m < K && c < (int)V)
-                    start = segments.starts[((head * P + segment) * K + m) * V + c];
-                S[q][j][r] = start;
-            }
-    for (size_t ahead = first; ahead < first + stages - 1; ahead++) {
-        if (ahead < end)
-            fetch_chain_slot(slots + (ahead - first) * slot_bytes, blocks + ahead * block_bytes, K, V,
-                             (int)group * group_columns - value_column0, VP, PRECISE);
-        __pipeline_commit();
-    }
+        for (int r = 0; r < 4; r++) {
+            const int m = fragment_row(16 * q, r), c = column0 + fragment_column(0, 0, r);
+            float start = 0.0f;
+            if (FOLD)
+                start = m == c && m < K ? 1.0f : 0.0f; /* [I | 0] */
+            else if (segments.starts && m < K && c < (int)V)
+                start = segments.starts[((head * P + segment) * K + m) * V + c];
+            S[q][r] = start;
+        }
 
     for (size_t chunk = first; chunk < end; chunk++) {
-        const unsigned char *slot = slots + (chunk - first) % stages * slot_bytes;
+        const size_t j = chunk - first;
+        const int s = (int)(j % stages);
+        const unsigned char *slot = slots + s * slot_bytes;
         const bf16 *W = (const bf16 *)slot, *W_low = (const bf16 *)(slot + chain_w_bytes(K));
         const bf16 *keys_t = (const bf16 *)(slot + chain_keys_offset(K, PRECISE));
-        const float *U_t = (const float *)(slot + chain_u_offset(K, PRECISE));
-        __syncthreads(); /* the slot refilled next is no longer read; S_t and Vnew_t are free */
-        const size_t next = chunk + stages - 1;
-        if (next < end)
-            fetch_chain_slot(slots + (next - first) % stages * slot_bytes, blocks + next * block_bytes, K, V,
-                             (int)group * group_columns - value_column0, VP, PRECISE);
-        __pipeline_commit();
-
-        /* S0^T in bf16: here for Vnew, in the workspace for kernel 3 (not in a fold) */
+        const float *U_t = (const float *)(slot + u_offset) + (column0 - block_column0) * CHUNK; /* this warp's 8 rows */
+        barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
+        if (has_columns) {
+            /* S0 as B fragments (eq. 13's right operand), and S0^T for kernel 3: after the
+             * transpose, this lane holds column column0 + g, rows 16 q + 2t, 2t + 1 (+ 8) */
+            uint32_t state[KEY_TILES][2], state_low[PRECISE ? KEY_TILES : 1][2];
 #pragma unroll
-        for (int q = 0; q < 2; q++) {
-            if (16 * (row_warp + 4 * q) >= KP)
-                continue;
+            for (int q = 0; q < KEY_TILES; q++) {
+                if (16 * q >= KP)
+                    break;
+                to_b_fragment<false>(state[q], S[q]);
+                if (PRECISE)
+                    to_b_fragment<true>(state_low[PRECISE ? q : 0], S[q]);
+                if (!FOLD)
 #pragma unroll
-            for (int j = 0; j < 2; j++)
+                    for (int half = 0; half < 2; half++) {
+                        *(uint32_t *)&states_t[g * KP + 16 * q + 8 * half + 2 * t] = state[q][half];
+                        if (PRECISE)
+                            *(uint32_t *)&states_t[low_offset + g * KP + 16 * q + 8 * half + 2 * t] = state_low[PRECISE ? q : 0][half];
+                    }
+            }
+            /* Vnew = U - W S0 (eq. 13): token m-tiles 16 i .., depth K */
+            float values[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                values[i][0] = values[i][1] = values[i][2] = values[i][3] = 0.0f;
+#pragma unroll
+            for (int q = 0; q < KEY_TILES; q++) {
+                if (16 * q >= KP)
+                    break;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    uint32_t a[4];
+                    load_a_fragment(a, W, LDK, 16 * i, 16 * q);
+                    mma_bf16_16x8x16(values[i], a, state[q]);
+                    if (PRECISE) { /* (W + W_low)(S + S_low) less the product of the two small parts */
+                        mma_bf16_16x8x16(values[i], a, state_low[PRECISE ? q : 0]);
+                        load_a_fragment(a, W_low, LDK, 16 * i, 16 * q);
+                        mma_bf16_16x8x16(values[i], a, state[q]);
+                    }
+                }
+            }
+            uint32_t value[4][2], value_low[PRECISE ? 4 : 1][2];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    const int m = fragment_row(16 * (row_warp + 4 * q), r), c = fragment_column(0, j, r);
-                    const bf16 value = __float2bfloat16_rn(S[q][j][r]);
-                    S_t[c * LDK + m] = value;
-                    if (PRECISE)
-                        S_low[c * LDK + m] = __float2bfloat16_rn(S[q][j][r] - __bfloat162float(value));
+                    const int token = fragment_row(16 * i, r), c = fragment_column(0, 0, r);
+                    values[i][r] = (identity ? 0.0f : U_t[c * CHUNK + token]) - values[i][r];
                 }
-        }
-        if (stages == 3) /* this chunk's copy done; the next ones may still be in flight */
-            __pipeline_wait_prior(2);
-        else
-            __pipeline_wait_prior(1);
-        __syncthreads();
-        if (!FOLD) { /* S0^T for kernel 3: the group's 16 rows, whole, from shared memory */
-            store_rows(states_t, KP, S_t, LDK, 16, KP);
-            if (PRECISE)
-                store_rows(states_t + low_offset, KP, S_low, LDK, 16, KP);
-        }
-        states_t += VP * KP;
-
-        /* Vnew = U - W S0 (eq. 13): rows 16 row_warp .. of the chunk */
-        float acc[2][4];
-        clear(acc);
-        warp_product(acc, W, LDK, S_t, LDK, 16 * row_warp, 0, KP);
-        if (PRECISE) { /* (W + W_low)(S + S_low) less the product of the two small parts */
-            warp_product(acc, W, LDK, S_low, LDK, 16 * row_warp, 0, KP);
-            warp_product(acc, W_low, LDK, S_t, LDK, 16 * row_warp, 0, KP);
-        }
-        const float *U_tile = U_t + tile * 16 * CHUNK;
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int i = fragment_row(16 * row_warp, r), c = fragment_column(0, j, r);
-                const float exact = (identity ? 0.0f : U_tile[c * CHUNK + i]) - acc[j][r];
-                const bf16 value = __float2bfloat16_rn(exact);
-                Vnew_t[c * TOKEN_STRIDE + i] = value;
+                to_b_fragment<false>(value[i], values[i]);
                 if (PRECISE)
-                    Vnew_low[c * TOKEN_STRIDE + i] = __float2bfloat16_rn(exact - __bfloat162float(value));
+                    to_b_fragment<true>(value_low[PRECISE ? i : 0], values[i]);
+                if (!FOLD) /* Vnew^T for kernel 3: column column0 + g, tokens 16 i + 2t, 2t + 1 (+ 8) */
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        *(uint32_t *)&new_values_t[g * CHUNK + 16 * i + 8 * half + 2 * t] = value[i][half];
+                        if (PRECISE)
+                            *(uint32_t *)&new_values_t[new_low_offset + g * CHUNK + 16 * i + 8 * half + 2 * t] =
+                                value_low[PRECISE ? i : 0][half];
+                    }
             }
-        group_barrier(tile);
-        if (!FOLD) { /* Vnew^T for kernel 3, the same way */
-            store_rows(new_values_t, CHUNK, Vnew_t, TOKEN_STRIDE, 16, CHUNK);
-            if (PRECISE)
-                store_rows(new_values_t + new_low_offset, CHUNK, Vnew_low, TOKEN_STRIDE, 16, CHUNK);
-        }
-        new_values_t += VP * CHUNK;
-
-        /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15), in the accumulators */
-        const float decay = U_t[group_columns * CHUNK]; /* after the wait: it came with the slot */
+            /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64 */
+            const float decay = *((const float *)(slot + u_offset) + block_columns * CHUNK);
 #pragma unroll
-        for (int q = 0; q < 2; q++) {
-            if (16 * (row_warp + 4 * q) >= KP)
-                continue;
-#pragma unroll
-            for (int j = 0; j < 2; j++)
+            for (int q = 0; q < KEY_TILES; q++) {
+                if (16 * q >= KP)
+                    break;
 #pragma unroll
                 for (int r = 0; r < 4; r++)
-                    S[q][j][r] *= decay;
-            warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_t, TOKEN_STRIDE, 16 * (row_warp + 4 * q), 0, CHUNK);
-            if (PRECISE)
-                warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, 16 * (row_warp + 4 * q), 0, CHUNK);
+                    S[q][r] *= decay;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    uint32_t a[4];
+                    load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
+                    mma_bf16_16x8x16(S[q], a, value[i]);
+                    if (PRECISE)
+                        mma_bf16_16x8x16(S[q], a, value_low[PRECISE ? i : 0]);
+                }
+            }
         }
+        __syncwarp(); /* every lane has read the slot */
+        if (lane == 0)
+            barrier_arrive(&empty[s]);
+        states_t += VP * KP;
+        new_values_t += VP * CHUNK;
     }
-    if (!FOLD && segment + 1 != P)
+    if (!has_columns || (!FOLD && segment + 1 != P))
         return;
 #pragma unroll
-    for (int q = 0; q < 2; q++)
+    for (int q = 0; q < KEY_TILES; q++)
 #pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * (row_warp + 4 * q), r), c = column0 + fragment_column(0, j, r);
-                if (m >= K)
-                    continue;
-                if (!FOLD && c < (int)V)
-                    segments.ends[(head * K + m) * V + c] = S[q][j][r];
-                else if (FOLD && (c < K || (c >= KP && c - KP < (int)V))) /* row m of [A | B] */
-                    segments.ends[((head * runs + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = S[q][j][r];
-            }
+        for (int r = 0; r < 4; r++) {
+            const int m = fragment_row(16 * q, r), c = column0 + fragment_column(0, 0, r);
+            if (m >= K)
+                continue;
+            if (!FOLD && c < (int)V)
+                segments.ends[(head * K + m) * V + c] = S[q][r];
+            else if (FOLD && (c < K || (c >= KP && c - KP < (int)V))) /* row m of [A | B] */
+                segments.ends[((head * runs + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = S[q][r];
+        }
 }
 
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
@@ -821,13 +907,11 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 }
 
 /* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
- * Tiles: where one-tile blocks are too few to fill the GPU MAX_GROUP_TILES times over, the
- * chain's latency is the time, and one tile has the shortest chunk step; else more tiles per
- * block share each copy of W and the keys, where a head's tiles pair up (tiles_per_run even),
- * so that no block holds a group without columns (such a group would skip the products but
- * must keep every barrier of the others: racecheck flagged that shape, and one-tile blocks
- * avoid the question). Slots: 3 where two such blocks still fit on an SM
- * (copies two chunks ahead), else 2, so that at K = 128 two blocks share an SM. */
+ * Tiles: the most (4, 2, 1) that divide a head's tiles (tiles_per_run) and still leave a
+ * block for every SM: wider blocks share each copy of W and the decayed keys among more
+ * columns, but when blocks are few the chain's latency is the time, and more blocks on more
+ * SMs shorten it. Slots: as many as fit on an SM, up to 4, so that the producer runs up to
+ * three chunks ahead. */
 typedef struct {
     int tiles, stages;
     size_t bytes;
@@ -835,13 +919,20 @@ typedef struct {
 
 static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool precise)
 {
-    int sms = 132, per_sm = 228 * 1024;
+    int sms = 132, per_block = 227 * 1024;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0) != cudaSuccess)
+        cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess)
         cudaGetLastError(); /* keep the H200's numbers; a missing device is reported by the launch */
     chain_shape shape;
-    shape.tiles = one_tile_blocks < (size_t)MAX_GROUP_TILES * (size_t)sms || tiles_per_run % MAX_GROUP_TILES ? 1 : MAX_GROUP_TILES;
-    shape.stages = 2 * chain_shared_bytes(K, precise, shape.tiles, 3) <= (size_t)per_sm ? 3 : 2;
+    shape.tiles = 1;
+    for (int tiles = MAX_CHAIN_TILES; tiles > 1; tiles /= 2)
+        if (tiles_per_run % tiles == 0 && one_tile_blocks / tiles >= (size_t)sms) {
+            shape.tiles = tiles;
+            break;
+        }
+    shape.stages = 2;
+    while (shape.stages < 4 && chain_shared_bytes(K, precise, shape.tiles, shape.stages + 1) <= (size_t)per_block)
+        shape.stages++;
     shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages);
     return shape;
 }
@@ -852,12 +943,12 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
     const chain_shape shape = chain_launch_shape(p->B * p->H * runs * (columns / 16), columns / 16, p->K, PRECISE);
-    const size_t group_columns = 16 * (size_t)shape.tiles;
+    const size_t block_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
-    if (gdn_blocks_for(p->B * p->H * runs * ((columns + group_columns - 1) / group_columns), 1, &blocks))
+    if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
         return -1;
     void (*chunk_states)(gdn_device_problem, chunk_workspace, chain_segments, int) = chunk_states_kernel<PRECISE, FOLD>;
-    CUDA_LAUNCH_WITH_SHARED(chunk_states, blocks, GROUP_THREADS * shape.tiles, shape.bytes, *p, w, segments, shape.stages);
+    CUDA_LAUNCH_WITH_SHARED(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
     return 0;
 }
 

@@ -156,7 +156,8 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
             cudaFuncSetAttribute(chunk_states_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) !=
                 cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chunk_states_kernel<false, false>, GROUP_THREADS, shape.bytes) !=
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chunk_states_kernel<false, false>, chain_block_threads(shape.tiles),
+                                                          shape.bytes) !=
                 cudaSuccess ||
             per_sm < 1)
             sms = 132, per_sm = 1;
