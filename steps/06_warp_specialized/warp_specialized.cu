@@ -607,8 +607,7 @@ __device__ __forceinline__ static void to_b_fragment(uint32_t (&b)[2], const flo
 /* A fragment of a row-major bf16 tile at (row0, k0), by ldmatrix */
 __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
 {
-    const int lane = threadIdx.x % 32, quarter = lane / 8;
-    load_matrices(a, tile + (row0 + lane % 8 + 8 * (quarter % 2)) * ld + k0 + 8 * (quarter / 2));
+    load_matrices(a, quarter_row(tile, ld, row0, k0));
 }
 
 template <bool PRECISE, bool FOLD>
