@@ -2,12 +2,14 @@
  *
  * open:  copy the problem to the device once, allocate o, ht, the stage's workspace and a
  *        cache-flush buffer; refuse, with the byte counts, a problem the GPU cannot hold.
- *        For a stage on bf16 inputs, also convert q, k and v to bf16 there, untimed.
+ *        For a stage on bf16 inputs, also convert q, k and v to bf16 there, untimed, and
+ *        allocate o in bf16 too.
  * run:   a timed repetition first overwrites a buffer twice the size of the L2 cache, so no
  *        pass finds its inputs still cached by the one before (a real layer would not);
  *        then the pass runs between two CUDA events and its time is theirs, measured on the
  *        device, not the host's launch time. A poisoned run (warm-up, checked run) fills o
- *        and ht with NaN bytes first and copies them back after.
+ *        and ht (and o in bf16) with NaN bytes first and copies them back after; where the
+ *        pass wrote o in bf16, it is widened to fp32 first, untimed.
  * close: free it all.
  */
 #include <cuda_bf16.h>
@@ -26,7 +28,7 @@ typedef struct {
     gdn_device_problem p;
     gdn_device_result r;
     float *buffers[8];               /* q k v g beta h0 o ht, to free */
-    __nv_bfloat16 *bf16_buffers[3];  /* q k v in bf16, for stages with bf16_inputs */
+    __nv_bfloat16 *bf16_buffers[4];  /* q k v o in bf16, for stages with bf16_inputs */
     unsigned char *flush;
     size_t flush_bytes;
     int flush_value;
@@ -56,6 +58,13 @@ __global__ static void convert_to_bf16(const float *from, __nv_bfloat16 *to, siz
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
         to[i] = __float2bfloat16_rn(from[i]);
+}
+
+/* o widened from bf16, after the pass and outside its timing */
+__global__ static void convert_from_bf16(const __nv_bfloat16 *from, float *to, size_t count)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        to[i] = __bfloat162float(from[i]);
 }
 
 static int upload_bf16(__nv_bfloat16 **device, const float *device_floats, size_t count)
@@ -90,7 +99,7 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
     /* the bytes this problem needs on the device, all of them, before allocating any */
     size_t io = sizeof(float) * (tokens * (2 * host->K + 2 * host->V + 2) + (host->h0 ? 2 : 1) * states);
     if (stage->bf16_inputs)
-        io += sizeof(__nv_bfloat16) * tokens * (2 * host->K + host->V);
+        io += sizeof(__nv_bfloat16) * tokens * (2 * host->K + 2 * host->V);
     size_t total = io + workspace + c->flush_bytes, free_bytes = 0, device_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &device_bytes));
     if (total > free_bytes || total < io)
@@ -112,6 +121,8 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
         if (upload_bf16(&c->bf16_buffers[0], *q, tokens * host->K) ||
             upload_bf16(&c->bf16_buffers[1], *k, tokens * host->K) || upload_bf16(&c->bf16_buffers[2], *v, tokens * host->V))
             return -1;
+        CUDA_CHECK(cudaMalloc((void **)&c->bf16_buffers[3], tokens * host->V * sizeof(__nv_bfloat16)));
+        c->r.o_bf16 = (unsigned short *)c->bf16_buffers[3];
         CUDA_CHECK(cudaDeviceSynchronize());
         c->p.q_bf16 = (const unsigned short *)c->bf16_buffers[0];
         c->p.k_bf16 = (const unsigned short *)c->bf16_buffers[1];
@@ -135,9 +146,12 @@ static int cuda_run(void *context, int poisoned, gdn_result *r, double *seconds)
     cuda_context *c = (cuda_context *)context;
     size_t o_bytes = gdn_tokens(c->host) * c->host->V * sizeof(float),
            ht_bytes = gdn_state_count(c->host) * sizeof(float);
-    if (poisoned) { /* all-ones bytes are a NaN in float */
+    c->r.o_in_bf16 = 0; /* the pass says whether it wrote o there */
+    if (poisoned) { /* all-ones bytes are a NaN in float and in bf16 */
         CUDA_CHECK(cudaMemset(c->r.o, 0xFF, o_bytes));
         CUDA_CHECK(cudaMemset(c->r.ht, 0xFF, ht_bytes));
+        if (c->r.o_bf16)
+            CUDA_CHECK(cudaMemset(c->r.o_bf16, 0xFF, o_bytes / 2));
     } else {
         c->flush_value = (c->flush_value + 1) & 0xFF;
         CUDA_CHECK(cudaMemset(c->flush, c->flush_value, c->flush_bytes));
@@ -152,6 +166,12 @@ static int cuda_run(void *context, int poisoned, gdn_result *r, double *seconds)
     CUDA_CHECK(cudaEventElapsedTime(&milliseconds, c->start, c->stop));
     *seconds = 1e-3 * milliseconds;
     if (poisoned) {
+        if (c->r.o_in_bf16) {
+            if (!c->r.o_bf16)
+                return gdn_set_error("%s wrote o in bf16, but has no bf16 inputs (no room was made)", c->stage->name);
+            convert_from_bf16<<<1024, 256>>>((const __nv_bfloat16 *)c->r.o_bf16, c->r.o, o_bytes / sizeof(float));
+            CUDA_CHECK_LAUNCH("convert_from_bf16");
+        }
         CUDA_CHECK(cudaMemcpy(r->o, c->r.o, o_bytes, cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(r->ht, c->r.ht, ht_bytes, cudaMemcpyDeviceToHost));
     }
@@ -165,7 +185,7 @@ static void cuda_close(void *context)
         return;
     for (int i = 0; i < 8; i++)
         cudaFree(c->buffers[i]);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         cudaFree(c->bf16_buffers[i]);
     cudaFree(c->r.workspace);
     cudaFree(c->flush);

@@ -27,6 +27,11 @@ typedef struct gdn_device_problem {
 
 typedef struct gdn_device_result {
     float *o, *ht;
+    /* For stages with bf16_inputs: room for o in bf16 (bit patterns, o's layout). A pass that
+     * writes o there, as FLA does, sets o_in_bf16; the runner then widens it into o after the
+     * timed pass, for the checks and --out. NULL for the other stages. */
+    unsigned short *o_bf16;
+    int o_in_bf16;
     void *workspace;                 /* device_workspace_bytes() bytes, 256-byte aligned */
     size_t workspace_bytes;
 } gdn_device_result;

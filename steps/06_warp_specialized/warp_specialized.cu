@@ -21,7 +21,9 @@
  * Tm (beta V) (FLA rounds Tm and the scaled keys and values instead); the joins of the
  * triangular solve on tensor cores, in tf32 (2^-11); the state S where it enters Vnew = U -
  * W S, and Vnew where it enters the state update and the output (the fp32 state itself is
- * never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j) before P Vnew.
+ * never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
+ * before P Vnew; and o itself, written in bf16 as FLA writes it (the runner widens it for
+ * the checks and --out).
  * --precise splits the computed operands W, S, Vnew, S0 and P into two bf16 terms each, x =
  * bf16(x) + bf16(x - bf16(x)), and adds the cross products: 1.4 to 2.1 times the time.
  * Measured errors against the fp64 oracle on the same bf16 inputs: docs/06_warp_specialized.md.
@@ -804,7 +806,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
  * chunk loaded the same q and k and made the same P; measured at (8, 4096, 16, 128, 128) in
  * the docs. */
 template <bool PRECISE, int COLUMNS>
-__global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o)
+__global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o, bf16 *o16)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
@@ -873,21 +875,30 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         warp_product(acc, P, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, tile_row, output_column, CHUNK);
         warp_product(acc, P_low, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, CHUNK);
     }
-    /* a lane's two neighbours in a row of o go out as one 8-byte store where V is even (then
-     * the pair is aligned): a warp's store fills whole 32-byte sectors, not half of each */
+    /* o leaves in bf16, as FLA writes it (half the bytes of fp32), or with --precise in fp32
+     * (a bf16 o would undo what the two terms gained). A lane's two neighbours in a row go out
+     * as one store (4 or 8 bytes) where V is even, so the pair is aligned. */
 #pragma unroll
     for (int j = 0; j < TILES; j++)
 #pragma unroll
         for (int r = 0; r < 4; r += 2) {
             const int i = fragment_row(tile_row, r);
-            const size_t out = column0 + fragment_column(output_column, j, r);
-            float *row = o + gdn_device_token(&p, b, t0 + i, h) * V;
-            if (i < n && V % 2 == 0 && out + 1 < V)
-                *(float2 *)&row[out] = make_float2(p.scale * acc[j][r], p.scale * acc[j][r + 1]);
-            else if (i < n)
-                for (int s = 0; s < 2; s++)
-                    if (out + s < V)
-                        row[out + s] = p.scale * acc[j][r + s];
+            const size_t out = column0 + fragment_column(output_column, j, r), row = gdn_device_token(&p, b, t0 + i, h) * V;
+            const float first = p.scale * acc[j][r], second = p.scale * acc[j][r + 1];
+            if (i >= n)
+                continue;
+            if (V % 2 == 0 && out + 1 < V) {
+                if (PRECISE)
+                    *(float2 *)&o[row + out] = make_float2(first, second);
+                else
+                    *(__nv_bfloat162 *)&o16[row + out] = __floats2bfloat162_rn(first, second);
+            } else
+                for (int s = 0; s < 2 && out + s < V; s++) {
+                    if (PRECISE)
+                        o[row + out + s] = s ? second : first;
+                    else
+                        o16[row + out + s] = __float2bfloat16_rn(s ? second : first);
+                }
         }
 }
 
@@ -953,26 +964,29 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
 
 /* Kernel 3 with COLUMNS columns of o a block. */
 template <bool PRECISE, int COLUMNS>
-static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace w, float *o)
+static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
     const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE, terms = PRECISE ? 2 : 1;
     const size_t bytes = M * sizeof(double) + (2 * M * LDK + terms * (COLUMNS * LDK + COLUMNS * LDT + M * LDT)) * sizeof(bf16);
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + COLUMNS - 1) / COLUMNS), 1, &blocks))
         return -1;
-    CUDA_LAUNCH_WITH_SHARED((chunk_outputs_kernel<PRECISE, COLUMNS>), blocks, THREADS, bytes, *p, w, o);
+    if (!PRECISE && !r->o_bf16)
+        return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
+    CUDA_LAUNCH_WITH_SHARED((chunk_outputs_kernel<PRECISE, COLUMNS>), blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16);
+    r->o_in_bf16 = !PRECISE;
     return 0;
 }
 
 /* 128 columns a block where V is a multiple of 128 (no block half empty) and not --precise
  * (whose low terms would double the block's 98 KB of shared memory at K = 128); else 64. */
 template <bool PRECISE>
-static int launch_chunk_outputs(const gdn_device_problem *p, chunk_workspace w, float *o)
+static int launch_chunk_outputs(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
     if constexpr (!PRECISE)
         if (p->V % 128 == 0)
-            return launch_chunk_outputs_by<PRECISE, 128>(p, w, o);
-    return launch_chunk_outputs_by<PRECISE, 64>(p, w, o);
+            return launch_chunk_outputs_by<PRECISE, 128>(p, w, r);
+    return launch_chunk_outputs_by<PRECISE, 64>(p, w, r);
 }
 
 static int check_key_width(size_t K)
@@ -987,7 +1001,7 @@ static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace 
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
     return launch_prepare_chunks<PRECISE>(p, w) || launch_chunk_states<PRECISE, false>(p, w, whole) ||
-                   launch_chunk_outputs<PRECISE>(p, w, r->o)
+                   launch_chunk_outputs<PRECISE>(p, w, r)
                ? -1
                : 0;
 }

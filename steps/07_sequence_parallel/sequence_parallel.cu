@@ -78,7 +78,7 @@ static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk
             launch_chunk_states<PRECISE, false>(p, w, replay))
             return -1;
     }
-    return launch_chunk_outputs<PRECISE>(p, w, r->o);
+    return launch_chunk_outputs<PRECISE>(p, w, r);
 }
 
 static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)

@@ -172,7 +172,7 @@ static int rank_passes(const gdn_device_problem *p, chunk_workspace w, const ran
     CUDA_CHECK(cudaMemcpy2D(b->starts, P * state * sizeof(float), b->scan_starts + before * state,
                             (before + P) * state * sizeof(float), P * state * sizeof(float), heads, cudaMemcpyDeviceToDevice));
     const chain_segments replay = {P, P, b->starts, r->ht};
-    if (launch_chunk_states<PRECISE, false>(p, w, replay) || launch_chunk_outputs<PRECISE>(p, w, r->o))
+    if (launch_chunk_states<PRECISE, false>(p, w, replay) || launch_chunk_outputs<PRECISE>(p, w, r))
         return -1;
     CUDA_CHECK(cudaEventRecord(this_rank.finished));
     return 0;
