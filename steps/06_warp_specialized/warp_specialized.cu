@@ -420,11 +420,15 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
      * (Tm diag(beta)) V: the scaling goes into Tm's columns, so K and V enter the products as
      * they are, row major, and ldmatrix.trans makes their B fragments (stage 05 wrote scaled,
      * transposed copies; that copy was a fifth of this kernel's time). Past the chunk both
-     * scales are zero, so W's and U's rows there come out zero. */
+     * scales are zero, so W's and U's rows there come out zero. Tm's diagonal is 1, so row i
+     * of W is beta_i e^gamma_i k_i plus the rest; that term is added in fp32 below and the
+     * products take Tm's strictly lower part: in bf16 the diagonal would round beta_i once for
+     * the whole row, an error no sum averages away (at T = 1 it is the whole of U). */
     for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) {
         const int i = e / CHUNK, l = e % CHUNK;
-        Tm_keys[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(Tm[i * SOLVE_STRIDE + l] * scaled_beta[l]);
-        Tm_values[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(Tm[i * SOLVE_STRIDE + l] * beta[l]);
+        const float lower = l < i ? Tm[i * SOLVE_STRIDE + l] : 0.0f;
+        Tm_keys[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(lower * scaled_beta[l]);
+        Tm_values[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(lower * beta[l]);
     }
     __pipeline_wait_prior(0); /* the values */
     __syncthreads();
@@ -444,11 +448,12 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
                 const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
                 if (out >= KP)
                     continue;
-                const __nv_bfloat162 high = __floats2bfloat162_rn(acc[j][r], acc[j][r + 1]);
+                const __nv_bfloat162 key = *(const __nv_bfloat162 *)&keys[i * LDK + out]; /* the diagonal's term */
+                const float first = acc[j][r] + scaled_beta[i] * __low2float(key), second = acc[j][r + 1] + scaled_beta[i] * __high2float(key);
+                const __nv_bfloat162 high = __floats2bfloat162_rn(first, second);
                 *(__nv_bfloat162 *)&W[i * LDK + out] = high;
                 if (PRECISE)
-                    *(__nv_bfloat162 *)&W_low[i * LDK + out] =
-                        __floats2bfloat162_rn(acc[j][r] - __low2float(high), acc[j][r + 1] - __high2float(high));
+                    *(__nv_bfloat162 *)&W_low[i * LDK + out] = __floats2bfloat162_rn(first - __low2float(high), second - __high2float(high));
             }
     }
     /* U, VALUE_SLICE columns of v at a time (one slice, already here, for V <= VALUE_SLICE) */
@@ -470,8 +475,8 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
 #pragma unroll
                 for (int r = 0; r < 4; r++) { /* transposed: 8 rows of U_t, 32 bytes each, per instruction */
                     const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
-                    if (out < width)
-                        U_t[(slice + out) * CHUNK + i] = acc[j][r];
+                    if (out < width) /* + the diagonal's term, beta_i v_i */
+                        U_t[(slice + out) * CHUNK + i] = acc[j][r] + beta[i] * __bfloat162float(values[i * LDV + out]);
                 }
         }
     }
@@ -511,7 +516,10 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * Nothing of S or Vnew goes through shared memory, and there is no block barrier in the loop:
  * the ring's two mbarriers per slot are the only waits. "full": the producer's arrival
  * with the slot's byte count, completed by the bulk copies' bytes; "empty": one arrival per
- * consumer warp when it has read the slot, which the producer waits for before refilling it.
+ * consumer thread when it has read the slot, which the producer waits for before refilling it
+ * (every reader arrives itself, rather than one lane per warp after a __syncwarp, so that each
+ * read is ordered before the refill by the reader's own release: compute-sanitizer's racecheck
+ * follows that, and reported the one-lane form as a race with the refill).
  * (The previous step had four warps share a 16-column tile, rows split between them, so that
  * S0^T and Vnew^T went through shared memory and each chunk took two block barriers, a group
  * barrier and a cp.async wait: 4.3 us a step at (8, 4096, 16, 128, 128).)
@@ -636,7 +644,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; s++) {
             barrier_init(&full[s], 1);
-            barrier_init(&empty[s], consumers);
+            barrier_init(&empty[s], 32 * consumers);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); /* visible to the TMA unit */
     }
@@ -775,9 +783,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
                 }
             }
         }
-        __syncwarp(); /* every lane has read the slot */
-        if (lane == 0)
-            barrier_arrive(&empty[s]);
+        barrier_arrive(&empty[s]); /* this thread has read the slot */
         states_t += VP * KP;
         new_values_t += VP * CHUNK;
     }
