@@ -8,24 +8,25 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's third step, and its name says where it is going, not where it is:
- * the products are on tensor cores (the triangular solve's joins too, in tf32), their
- * fragments come by ldmatrix, the chain's state lives in the registers of its MMA
- * accumulators for the whole sequence, every tile arrives by cp.async, and the chain's
- * inputs through a 2- or 3-slot ring; the warp specialization (producer warps feeding the ring while consumer
- * warps compute, TMA and mbarriers) is the next step, and so is wgmma. The chain kernel also
- * runs a sequence as segments (one here; stage 07 includes this file and cuts it).
+ * This is the stage's fourth step: the products are on tensor cores (the triangular solve's
+ * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
+ * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
+ * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
+ * state in the registers of their MMA accumulators for the whole sequence. wgmma is the next
+ * step. The chain kernel also runs a sequence as segments (one here; stage 07 includes this
+ * file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
- * the inputs; Tm diag(beta e^gamma) and Tm diag(beta), the A of W = Tm (beta e^gamma K) and U =
- * Tm (beta V) (FLA rounds Tm and the scaled keys and values instead); the joins of the
+ * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
+ * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
+ * Tm and the scaled keys and values instead); W; the joins of the
  * triangular solve on tensor cores, in tf32 (2^-11); the state S where it enters Vnew = U -
  * W S, and Vnew where it enters the state update and the output (the fp32 state itself is
  * never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
  * before P Vnew; and o itself, written in bf16 as FLA writes it (the runner widens it for
  * the checks and --out).
  * --precise splits the computed operands W, S, Vnew, S0 and P into two bf16 terms each, x =
- * bf16(x) + bf16(x - bf16(x)), and adds the cross products: 1.4 to 2.1 times the time.
+ * bf16(x) + bf16(x - bf16(x)), and adds the cross products: 1.6 times the time at K = V = 128.
  * Measured errors against the fp64 oracle on the same bf16 inputs: docs/06_warp_specialized.md.
  *
  * Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane = 4 g + t. A (16 x 16, row
@@ -44,14 +45,14 @@
  *
  * Budget at K = V = 128, default mode (nvcc -Xptxas -v: no spills; shared memory from the
  * launchers' formulas), and what it allows on an H200 SM (64 K registers, 227 KB shared):
- *   kernel 1: a block per (head, chunk), 256 threads, 79 registers, 70 KB: 3 blocks an SM
+ *   kernel 1: a block per (head, chunk), 256 threads, 80 registers, 70 KB: 3 blocks an SM
  *             (__launch_bounds__(256, 3) keeps the registers under 85)
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
  *             else 32 or 16; 288, 160 or 96 threads (two consumer warps per 16 columns and
- *             a producer), 117 registers, 204 KB with 4 ring slots (at 64 columns): 1 block
+ *             a producer), 127 registers, 204 KB with 4 ring slots (at 64 columns): 1 block
  *             an SM
- *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 67 registers, 96 KB:
- *             2 blocks an SM (64 columns where V is not a multiple of 128: 53 registers)
+ *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 62 registers, 96 KB:
+ *             2 blocks an SM (64 columns where V is not a multiple of 128: 51 registers)
  *
  * Build and run:  make bin/06_warp_specialized && bin/06_warp_specialized --T 16384 --H 8 --check-against oracle
  */
