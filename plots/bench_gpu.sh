@@ -19,7 +19,7 @@ bin=${1:-bin}
 out=${2:-plots/data}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown GPU)
+gpu=$(gpu_name)
 header="# machine: $gpu; $(nproc) CPU cores; made by: sh plots/bench_gpu.sh $bin $out on $(date -u +%Y-%m-%d)"
 have_fla=0
 python3 -c 'import fla.ops.gated_delta_rule' 2>/dev/null && have_fla=1

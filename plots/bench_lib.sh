@@ -5,6 +5,9 @@
 # field NAME LINE: the value of NAME=... in a result line (the first, should there be two)
 field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }
 
+# gpu_name: the GPU and its driver, for the data files' machine line
+gpu_name() { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown GPU; }
+
 # ratio A B: A / B with two decimals (0 when B is not positive)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }'; }
 

@@ -14,7 +14,7 @@ bin=${1:-bin}
 out=${2:-plots/data}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown GPU)
+gpu=$(gpu_name)
 rows=$out/stage06_vs_fla.dat
 {
     echo "# machine: $gpu, $(nproc) CPU cores"

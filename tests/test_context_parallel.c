@@ -157,11 +157,8 @@ START_TEST(context_parallel_errors_are_collective)
     ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
     snprintf(arguments, sizeof arguments, "--in %s --reps 1 --threads 1", dir);
     int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
-    ck_assert_int_ne(status, 0);
     ck_assert_msg(strstr(errors, "08_context_parallel: error: ") != NULL, "%s", errors);
-    ck_assert_msg(strstr(errors, "q.npy: element 1043 (b=0, t=65, h=0) is nan") != NULL, "%s", errors);
-    ck_assert_msg(strchr(errors, '\n') == strrchr(errors, '\n'), "more than one line: '%s'", errors);
-    ck_assert_str_eq(text, "");
+    test_assert_refused(status, text, errors, "q.npy: element 1043 (b=0, t=65, h=0) is nan");
     gdn_problem_free(&p);
     test_remove_dir(dir);
 }

@@ -253,6 +253,14 @@ const char *test_mpirun_line(const char *binary, int ranks, int say)
     return line;
 }
 
+void test_assert_refused(int status, const char *text, const char *errors, const char *message)
+{
+    ck_assert_int_ne(status, 0);
+    ck_assert_msg(strstr(errors, message) != NULL, "%s", errors);
+    ck_assert_msg(strchr(errors, '\n') == strrchr(errors, '\n'), "more than one line: '%s'", errors);
+    ck_assert_str_eq(text, "");
+}
+
 int test_run_program(const char *launcher, const char *binary, const char *arguments, char *out, size_t out_size,
                      char *err, size_t err_size)
 {

@@ -75,6 +75,9 @@ const char *test_mpirun_line(const char *binary, int ranks, int say);
  * captured; returns the exit status (a crash fails the test). */
 int test_run_program(const char *launcher, const char *binary, const char *arguments, char *out, size_t out_size,
                      char *err, size_t err_size);
+/* A run that must be refused: non-zero status, `message` in one line of errors (however many
+ * ranks ran), and no result line. */
+void test_assert_refused(int status, const char *text, const char *errors, const char *message);
 /* The number after key in a result line (the test fails when key is missing). */
 double test_read_field(const char *line, const char *key);
 
