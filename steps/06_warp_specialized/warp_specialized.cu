@@ -924,34 +924,45 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 }
 
 /* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
- * Tiles: the most (4, 2, 1) that divide a head's tiles (tiles_per_run) and still leave a
- * block for every SM: wider blocks share each copy of W and the decayed keys among more
- * columns, but when blocks are few the chain's latency is the time, and more blocks on more
- * SMs shorten it. Slots: as many as fit on an SM, up to 4, so that the producer runs up to
- * three chunks ahead. */
+ * Tiles (chain_tiles): the most (4, 2, 1) that divide a head's tiles (tiles_per_run) and
+ * still leave a block for every SM: wider blocks share each copy of W and the decayed keys
+ * among more columns, but when blocks are few the chain's latency is the time, and more
+ * blocks on more SMs shorten it. Slots (chain_shape_of): as many as fit on an SM, up to 4, so
+ * that the producer runs up to three chunks ahead. Stage 07's model of its launches uses
+ * both, so that it models what runs. */
 typedef struct {
     int tiles, stages;
     size_t bytes;
 } chain_shape;
 
-static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool precise)
+static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms)
 {
-    int sms = 132, per_block = 227 * 1024;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess)
-        cudaGetLastError(); /* keep the H200's numbers; a missing device is reported by the launch */
-    chain_shape shape;
-    shape.tiles = 1;
     for (int tiles = MAX_CHAIN_TILES; tiles > 1; tiles /= 2)
-        if (tiles_per_run % tiles == 0 && one_tile_blocks / tiles >= (size_t)sms) {
-            shape.tiles = tiles;
-            break;
-        }
+        if (tiles_per_run % tiles == 0 && one_tile_blocks / tiles >= sms)
+            return tiles;
+    return 1;
+}
+
+static chain_shape chain_shape_of(int tiles, size_t K, bool precise)
+{
+    int per_block = 227 * 1024;
+    if (cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess)
+        cudaGetLastError(); /* keep the H200's number; a missing device is reported by the launch */
+    chain_shape shape;
+    shape.tiles = tiles;
     shape.stages = 2;
     while (shape.stages < 4 && chain_shared_bytes(K, precise, shape.tiles, shape.stages + 1) <= (size_t)per_block)
         shape.stages++;
     shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages);
     return shape;
+}
+
+static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool precise)
+{
+    int sms = 132;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
+        cudaGetLastError();
+    return chain_shape_of(chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms), K, precise);
 }
 
 /* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). */

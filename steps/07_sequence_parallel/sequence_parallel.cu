@@ -106,63 +106,81 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
     return wy_chunked_flops(p, s) + (double)(p->B * p->H) * (folded_tokens * 4 * K * (K + V) + (double)(P - 1) * 2 * K * K * V);
 }
 
-/* The model behind the automatic P, in chunk steps of one chain block: a launch of n blocks
- * runs in ceil(n / slots) waves, each as long as one block's chunks. (It takes a chunk step's
- * latency to be the same however many blocks run; measured, it grows from 1.65 us to about
- * 4 when hundreds of blocks stream their inputs at once, docs/07. The model ignores that.)
+/* The model behind the automatic P, in chunk steps of a one-tile chain block. Each chain
+ * launch is modelled as stage 06 makes it: n one-tile blocks' worth of columns go out as
+ * blocks of chain_tiles(n) tiles, an SM holds blocks_per_sm of them (the occupancy query, by
+ * width), and a launch runs in ceil(blocks / (SMs x blocks_per_sm)) waves, each as long as a
+ * block's chunks, a chunk step of a wider block costing STEP_COST of a one-tile one:
  *   P = 1:  waves(heads * groups(V)) * chunks
  *   P > 1:  waves(heads * (P - 1) * groups(K + V)) * ceil(chunks / P)         fold
  *         + waves(heads * P * groups(V)) * ceil(chunks / P)                   replay
  *         + SCAN_STEP * (P - 1) + FIXED                                       scan, the rest
- * groups(n): 16-column blocks of an n-column state (stage 06's one-tile chain blocks, which it
- * launches while they do not fill the GPU twice over). SCAN_STEP: a scan step (K FMAs, a
- * slice of A from L2) guessed at half a chunk step. FIXED: what cutting costs whatever P is
- * (two more launches, a fold's and a replay's pipeline start), fitted to the H200 run of
- * docs/07: at T = 1024 (16 chunks), P = 8 and 6 took 70 and 73 us where P = 1 took 60 and
- * 62, about 12 chunk steps more than the model without it said. */
-static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t slots, size_t P)
+ * groups(n): 16-column tiles of an n-column state. The constants are fitted to the H200 run
+ * of docs/07 (ncu phase times and medians for P = 1 .. 64 at six shapes): a 4-tile block's
+ * chunk step took 2.4 us where a one-tile block's took 1.8 (K = 128; 1.6 and 1.15 at K = 64),
+ * under the load of a full GPU; SCAN_STEP (a scan step: K FMAs, a slice of A from L2) and
+ * FIXED (two more launches, a fold's and a replay's pipeline start) fitted to the measured
+ * best P. Where the heads' one-tile blocks alone give every SM a block, P = 1 without asking
+ * the model: the chain is then bound by the GPU's throughput, not one block's latency, and a
+ * fold only adds work (measured: 1.07x slower at 8 segments of 16 heads of K = V = 128). */
+static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[3], double steps)
 {
-    const double SCAN_STEP = 0.5, FIXED = 14.0;
-    const size_t KP = (size_t)round_up16(K), VP = (size_t)round_up16(V);
-    const size_t value_groups = VP / 16, fold_groups = (KP + VP) / 16;
+    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.1, 0.0, 1.5};
+    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms);
+    const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[tiles == 1 ? 0 : tiles == 2 ? 1 : 2];
+    const size_t slots = sms * (per_sm ? per_sm : 1);
+    return (double)((blocks + slots - 1) / slots) * steps * STEP_COST[tiles];
+}
+
+static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[3], size_t P)
+{
+    const double SCAN_STEP = 2.0, FIXED = 14.0;
+    const size_t value_groups = (size_t)round_up16(V) / 16, fold_groups = value_groups + (size_t)round_up16(K) / 16;
     const double steps = (double)((chunks + P - 1) / P);
-    const double replay = (double)((heads * P * value_groups + slots - 1) / slots) * steps;
+    const double replay = modelled_launch(heads * P * value_groups, value_groups, sms, blocks_per_sm, steps);
     if (P == 1)
         return replay;
-    const double fold = (double)((heads * (P - 1) * fold_groups + slots - 1) / slots) * steps;
+    const double fold = modelled_launch(heads * (P - 1) * fold_groups, fold_groups, sms, blocks_per_sm, steps);
     return fold + replay + SCAN_STEP * (double)(P - 1) + FIXED;
 }
 
-extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t slots)
+extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[3])
 {
     size_t best = 1;
-    if (slots == 0)
-        slots = 1;
+    if (sms == 0)
+        sms = 1;
+    if (heads * ((size_t)round_up16(V) / 16) >= sms) /* the heads fill the GPU */
+        return 1;
     for (size_t P = 2; P <= MAX_AUTOMATIC_SEGMENTS && P <= chunks; P++)
-        if (modelled_steps(heads, K, V, chunks, slots, P) < modelled_steps(heads, K, V, chunks, slots, best))
+        if (modelled_steps(heads, K, V, chunks, sms, blocks_per_sm, P) < modelled_steps(heads, K, V, chunks, sms, blocks_per_sm, best))
             best = P;
     return best;
 }
 
-/* P: --segments, else the model's choice for this GPU (132 SMs and one chain block each, an
- * H200 at K = 128, when no device answers); at most one segment per chunk. */
+/* P: --segments, else the model's choice for this GPU (an H200's 132 SMs and one chain block
+ * of each width an SM when no device answers); at most one segment per chunk. */
 static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings *s)
 {
     s->chunk = CHUNK;
     const size_t chunks = chunks_of(p->T);
     if (s->segments == 0) {
-        int sms = 132, per_sm = 1;
-        const chain_shape shape = chain_launch_shape(1, 1, p->K, s->precise); /* one-tile blocks: few heads */
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
-            cudaFuncSetAttribute(chunk_states_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) !=
-                cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chunk_states_kernel<false, false>, chain_block_threads(shape.tiles),
-                                                          shape.bytes) !=
-                cudaSuccess ||
-            per_sm < 1)
-            sms = 132, per_sm = 1;
+        int sms = 132;
+        size_t blocks_per_sm[3] = {1, 1, 1};
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
+            sms = 132;
+        for (int i = 0; i < 3; i++) { /* 1, 2 and 4 tiles, as the replay (no FOLD) launches them */
+            const chain_shape shape = chain_shape_of(1 << i, p->K, s->precise);
+            int per_sm = 1;
+            if (cudaFuncSetAttribute(chunk_states_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)shape.bytes) != cudaSuccess ||
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chunk_states_kernel<false, false>,
+                                                              chain_block_threads(shape.tiles), shape.bytes) != cudaSuccess ||
+                per_sm < 1)
+                per_sm = 1;
+            blocks_per_sm[i] = (size_t)per_sm;
+        }
         cudaGetLastError(); /* a missing device is reported by the runner, not here */
-        s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms * (size_t)per_sm);
+        s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
     }
     if (s->segments > chunks) {
         fprintf(stderr, "07_sequence_parallel: note: %zu segments for %zu chunks of %d tokens; clamped to %zu\n", s->segments,
