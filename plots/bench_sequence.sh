@@ -10,7 +10,7 @@
 # OUTDIR/stage07_vs_T.dat: time against T at B = 1, K = V = 64, H = 1 and 8.
 # Every row is checked: 06 and 07 against each other (err_07_vs_06), FLA against 07
 # (err_fla_vs_07). Set SHAPES to "shapes" or "sweep" for one part, ALL06=1 to add stage
-# 06's other three benchmark shapes (B H large: P = 1).
+# 06's other three benchmark shapes (B H large: P = 1), SWEEP_HEADS to sweep other H than 1 8.
 set -eu
 # shellcheck source=plots/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
@@ -72,7 +72,7 @@ esac
 case " $shapes " in *" sweep "*)
     rows=$out/stage07_vs_T.dat
     { echo "$header"; echo "$columns"; } > "$rows"
-    for H in 1 8; do
+    for H in ${SWEEP_HEADS:-1 8}; do
         for T in 1024 4096 16384 65536; do
             measure "H${H}_T$T" 1 "$T" "$H" 64 64 20 0
         done

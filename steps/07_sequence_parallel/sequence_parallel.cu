@@ -115,17 +115,18 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  *   P > 1:  waves(heads * (P - 1) * groups(K + V)) * ceil(chunks / P)         fold
  *         + waves(heads * P * groups(V)) * ceil(chunks / P)                   replay
  *         + SCAN_STEP * (P - 1) + FIXED                                       scan, the rest
- * groups(n): 16-column tiles of an n-column state. The constants are fitted to the H200 run
- * of docs/07 (ncu phase times and medians for P = 1 .. 64 at six shapes): a 4-tile block's
- * chunk step took 2.4 us where a one-tile block's took 1.8 (K = 128; 1.6 and 1.15 at K = 64),
- * under the load of a full GPU; SCAN_STEP (a scan step: K FMAs, a slice of A from L2) and
- * FIXED (two more launches, a fold's and a replay's pipeline start) fitted to the measured
- * best P. Where the heads' one-tile blocks alone give every SM a block, P = 1 without asking
- * the model: the chain is then bound by the GPU's throughput, not one block's latency, and a
+ * groups(n): 16-column tiles of an n-column state. The constants are fitted to the H200 runs
+ * of docs/07 (medians and ncu phase times for P = 1 .. 64 at six shapes): STEP_COST 1.3 and
+ * 1.5 for blocks of 2 and 4 tiles (the fold's 4-tile step took 2.4 us where a one-tile
+ * block's took 1.8, K = 128, under the load of a full GPU), SCAN_STEP (a scan step: K FMAs, a
+ * slice of A from L2) and FIXED (two more launches, a fold's and a replay's pipeline start)
+ * so that the chosen P is one whose measured time was within 3% of the best. Where the heads'
+ * one-tile blocks alone give every SM a block, P = 1 without asking the model: the chain is
+ * then bound by the GPU's throughput, not one block's latency, and a
  * fold only adds work (measured: 1.07x slower at 8 segments of 16 heads of K = V = 128). */
 static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[3], double steps)
 {
-    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.1, 0.0, 1.5};
+    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.3, 0.0, 1.5};
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms);
     const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[tiles == 1 ? 0 : tiles == 2 ? 1 : 2];
     const size_t slots = sms * (per_sm ? per_sm : 1);
