@@ -169,13 +169,15 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
         size_t blocks_per_sm[3] = {1, 1, 1};
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
             sms = 132;
-        for (int i = 0; i < 3; i++) { /* 1, 2 and 4 tiles, as the replay (no FOLD) launches them */
+        /* the replay's kernel (no FOLD) in this mode: --precise's has more registers */
+        void (*kernel)(gdn_device_problem, chunk_workspace, chain_segments, int) =
+            s->precise ? chunk_states_kernel<true, false> : chunk_states_kernel<false, false>;
+        for (int i = 0; i < 3; i++) { /* 1, 2 and 4 tiles */
             const chain_shape shape = chain_shape_of(1 << i, p->K, s->precise);
             int per_sm = 1;
-            if (cudaFuncSetAttribute(chunk_states_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)shape.bytes) != cudaSuccess ||
-                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chunk_states_kernel<false, false>,
-                                                              chain_block_threads(shape.tiles), shape.bytes) != cudaSuccess ||
+            if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) != cudaSuccess ||
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, chain_block_threads(shape.tiles), shape.bytes) !=
+                    cudaSuccess ||
                 per_sm < 1)
                 per_sm = 1;
             blocks_per_sm[i] = (size_t)per_sm;
