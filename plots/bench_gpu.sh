@@ -17,9 +17,7 @@ set -eu
 . "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-gpu=$(gpu_name)
+bench_begin
 header="# machine: $gpu; $(nproc) CPU cores; made by: sh plots/bench_gpu.sh $bin $out on $(date -u +%Y-%m-%d)"
 have_fla=0
 python3 -c 'import fla.ops.gated_delta_rule' 2>/dev/null && have_fla=1

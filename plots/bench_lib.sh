@@ -8,6 +8,15 @@ field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }
 # gpu_name: the GPU and its driver, for the data files' machine line
 gpu_name() { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown GPU; }
 
+# bench_begin: what every GPU bench script starts with: $work, a scratch folder removed when
+# the script exits, and $gpu, the machine line's GPU
+# shellcheck disable=SC2034 # work and gpu are the callers' to use
+bench_begin() {
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    gpu=$(gpu_name)
+}
+
 # ratio A B: A / B with two decimals (0 when B is not positive)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }'; }
 

@@ -16,9 +16,7 @@ set -eu
 . "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-gpu=$(gpu_name)
+bench_begin
 header="# machine: $gpu, $(nproc) CPU cores
 # made by: sh plots/bench_sequence.sh $bin $out on $(date -u +%Y-%m-%d)"
 have_fla=0

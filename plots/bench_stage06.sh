@@ -12,9 +12,7 @@ set -eu
 . "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-gpu=$(gpu_name)
+bench_begin
 rows=$out/stage06_vs_fla.dat
 {
     echo "# machine: $gpu, $(nproc) CPU cores"
