@@ -310,6 +310,12 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
  * columns t; rows t, columns g) fall in 32 different banks. 05's stride of 65 gave 2-way
  * conflicts for them. The join's scratch uses 32 + 4 the same way. */
 constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 4;
+/* kernel 1's staging tile for U_t: 64 tokens a row, rows 4 banks apart (the lanes of a fragment
+ * store hit 8 rows 2 apart: 32 different banks) */
+constexpr int STAGE_STRIDE = CHUNK + 4;
+static_assert(MAX_K % 16 == 0 && CHUNK * (MAX_K + 8) * sizeof(bf16) <= CHUNK * SOLVE_STRIDE * sizeof(float),
+              "W's staging tile (64 rows of key_stride(K) <= MAX_K + 8) fits in Tm");
+static_assert(STAGE_STRIDE <= SOLVE_STRIDE, "U's staging tile fits in Tm");
 static_assert(32 * JOIN_STRIDE * sizeof(float) <= CHUNK * TOKEN_STRIDE * sizeof(bf16), "the join's scratch fits in Tm_keys");
 
 /* acc += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 .. col0 + 8), one m16n8 tile;
@@ -436,9 +442,14 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
 
     /* each warp 16 rows and 32 of every 64 columns of [W | U]; K and V are zero past K and
      * V in shared memory, so W's columns K .. KP and U's V .. VP come out zero, as kernel 2
-     * needs them (W is its A, U_t rows its 16-column tiles) */
+     * needs them (W is its A, U_t rows its 16-column tiles). Both leave through a staging
+     * tile in Tm's place (Tm is no longer read): a lane's fragment is a few 4-byte pieces in
+     * 8 rows, half of each 32-byte sector of a direct store; from the staging tile the block
+     * stores whole rows, 16 bytes a thread, consecutive threads on consecutive bytes. */
     bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K)), *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
     float *U_t = (float *)(chain + chain_u_offset(K, PRECISE));
+    bf16 *W_stage = (bf16 *)Tm;  /* [64][LDK]: W as it is in the chain block */
+    float *U_stage = Tm;         /* [64 columns][STAGE_STRIDE]: 64 columns of U_t at a time */
     for (int column0 = tile_column; column0 < KP; column0 += 64) { /* W */
         clear(acc);
         warp_product_rows(acc, Tm_keys, TOKEN_STRIDE, keys, LDK, tile_row, column0, KP, CHUNK);
@@ -452,12 +463,19 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
                 const __nv_bfloat162 key = *(const __nv_bfloat162 *)&keys[i * LDK + out]; /* the diagonal's term */
                 const float first = acc[j][r] + scaled_beta[i] * __low2float(key), second = acc[j][r + 1] + scaled_beta[i] * __high2float(key);
                 const __nv_bfloat162 high = __floats2bfloat162_rn(first, second);
-                *(__nv_bfloat162 *)&W[i * LDK + out] = high;
-                if (PRECISE)
+                *(__nv_bfloat162 *)&W_stage[i * LDK + out] = high;
+                if (PRECISE) /* the low terms go straight out: --precise is the slow mode anyway */
                     *(__nv_bfloat162 *)&W_low[i * LDK + out] = __floats2bfloat162_rn(first - __low2float(high), second - __high2float(high));
             }
     }
-    /* U, VALUE_SLICE columns of v at a time (one slice, already here, for V <= VALUE_SLICE) */
+    for (int e = threadIdx.x; e < CHUNK * (LDK - KP); e += THREADS) /* the padding columns, zero */
+        W_stage[e / (LDK - KP) * LDK + KP + e % (LDK - KP)] = __float2bfloat16_rn(0.0f);
+    __syncthreads();
+    for (int e = threadIdx.x; e < CHUNK * LDK / 8; e += THREADS)
+        ((uint4 *)W)[e] = ((const uint4 *)W_stage)[e];
+    /* U, VALUE_SLICE columns of v at a time (one slice, already here, for V <= VALUE_SLICE),
+     * 64 columns a pass: each warp's 32 into the staging tile, then the block's 64 rows of
+     * U_t out */
     for (int slice = 0; slice < VP; slice += VALUE_SLICE) {
         const int width = VP - slice < VALUE_SLICE ? VP - slice : VALUE_SLICE;
         if (slice > 0) {
@@ -466,19 +484,28 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
                       v16 + first_token * V + slice, token_stride * V);
             __pipeline_commit();
             __pipeline_wait_prior(0);
-            __syncthreads();
         }
-        for (int column0 = tile_column; column0 < width; column0 += 64) {
-            clear(acc);
-            warp_product_rows(acc, Tm_values, TOKEN_STRIDE, values, LDV, tile_row, column0, width, CHUNK);
+        for (int pass = 0; pass < width; pass += 64) {
+            const int column0 = pass + tile_column;
+            __syncthreads(); /* the staging tile's last rows are out (and the slice is here) */
+            if (column0 < width) {
+                clear(acc);
+                warp_product_rows(acc, Tm_values, TOKEN_STRIDE, values, LDV, tile_row, column0, width, CHUNK);
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+                for (int j = 0; j < 4; j++)
 #pragma unroll
-                for (int r = 0; r < 4; r++) { /* transposed: 8 rows of U_t, 32 bytes each, per instruction */
-                    const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
-                    if (out < width) /* + the diagonal's term, beta_i v_i */
-                        U_t[(slice + out) * CHUNK + i] = acc[j][r] + beta[i] * __bfloat162float(values[i * LDV + out]);
-                }
+                    for (int r = 0; r < 4; r++) { /* + the diagonal's term, beta_i v_i */
+                        const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
+                        if (out < width)
+                            U_stage[(out - pass) * STAGE_STRIDE + i] = acc[j][r] + beta[i] * __bfloat162float(values[i * LDV + out]);
+                    }
+            }
+            __syncthreads();
+            const int rows = width - pass < 64 ? width - pass : 64; /* rows of U_t: columns of U */
+            for (int e = threadIdx.x; e < rows * (CHUNK / 4); e += THREADS) {
+                const int row = e / (CHUNK / 4), piece = e % (CHUNK / 4);
+                ((float4 *)(U_t + (size_t)(slice + pass + row) * CHUNK))[piece] = ((const float4 *)(U_stage + row * STAGE_STRIDE))[piece];
+            }
         }
     }
     /* the keys decayed to the chunk's end, transposed (eq. 15); zero past the chunk and past K.
