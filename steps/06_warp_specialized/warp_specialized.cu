@@ -46,7 +46,8 @@
  * Budget at K = V = 128, default mode (nvcc -Xptxas -v: no spills; shared memory from the
  * launchers' formulas), and what it allows on an H200 SM (64 K registers, 227 KB shared):
  *   kernel 1: a block per (head, chunk), 256 threads, 80 registers, 70 KB: 3 blocks an SM
- *             (__launch_bounds__(256, 3) keeps the registers under 85)
+ *             (__launch_bounds__(256, 3) keeps the registers under 85; --precise, whose W
+ *             low terms need more, 102 and 2 blocks: at 85 it spilled)
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
  *             else 32 or 16; 288, 160 or 96 threads (two consumer warps per 16 columns and
  *             a producer), 127 registers, 204 KB with 4 ring slots (at 64 columns): 1 block
@@ -371,7 +372,7 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
 template <bool PRECISE>
-__global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w)
+__global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K);
