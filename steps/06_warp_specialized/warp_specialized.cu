@@ -51,7 +51,7 @@
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
  *             else 32 or 16; 288, 160 or 96 threads (two consumer warps per 16 columns and
  *             a producer), 127 registers, 204 KB with 4 ring slots (at 64 columns): 1 block
- *             an SM
+ *             an SM (fewer slots where more blocks an SM save a wave: chain_launch_shape)
  *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 62 registers, 96 KB:
  *             2 blocks an SM (64 columns where V is not a multiple of 128: 51 registers)
  *
@@ -956,8 +956,8 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
  * still leave a block for every SM: wider blocks share each copy of W and the decayed keys
  * among more columns, but when blocks are few the chain's latency is the time, and more
  * blocks on more SMs shorten it. Slots (chain_shape_of): as many as fit on an SM, up to 4, so
- * that the producer runs up to three chunks ahead. Stage 07's model of its launches uses
- * both, so that it models what runs. */
+ * that the producer runs up to three chunks ahead, unless fewer save a wave (below). Stage
+ * 07's model of its launches uses both, so that it models what runs. */
 typedef struct {
     int tiles, stages;
     size_t bytes;
@@ -985,12 +985,45 @@ static chain_shape chain_shape_of(int tiles, size_t K, bool precise)
     return shape;
 }
 
-static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool precise)
+/* Blocks of a shape an SM holds at once (registers, shared memory, threads: the occupancy
+ * query); 1 where no device answers. */
+template <bool PRECISE, bool FOLD>
+static size_t chain_blocks_per_sm(chain_shape shape)
+{
+    void (*kernel)(gdn_device_problem, chunk_workspace, chain_segments, int) = chunk_states_kernel<PRECISE, FOLD>;
+    int per_sm = 1;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, chain_block_threads(shape.tiles), shape.bytes) != cudaSuccess ||
+        per_sm < 1) {
+        cudaGetLastError();
+        per_sm = 1;
+    }
+    return (size_t)per_sm;
+}
+
+/* The launch's shape: chain_tiles' width, and the deepest ring that still runs the blocks in
+ * the fewest waves. Where the blocks outnumber what the GPU holds at once, a shallower ring
+ * may fit more of them an SM: at (2, 16384, 16, 128, 128), 256 one-tile blocks, four 40 KB
+ * slots allow one an SM (two waves of 256 chunk steps), two slots allow two (one wave). */
+template <bool PRECISE, bool FOLD>
+static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K)
 {
     int sms = 132;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
         cudaGetLastError();
-    return chain_shape_of(chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms), K, precise);
+    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms);
+    const size_t blocks = one_tile_blocks / tiles;
+    chain_shape best = chain_shape_of(tiles, K, PRECISE);
+    size_t slots = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(best), best_waves = (blocks + slots - 1) / slots;
+    for (int stages = best.stages - 1; stages >= 2 && best_waves > 1; stages--) {
+        const chain_shape shallower = {tiles, stages, chain_shared_bytes(K, PRECISE, tiles, stages)};
+        slots = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(shallower);
+        if ((blocks + slots - 1) / slots < best_waves) {
+            best = shallower;
+            best_waves = (blocks + slots - 1) / slots;
+        }
+    }
+    return best;
 }
 
 /* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). */
@@ -998,7 +1031,7 @@ template <bool PRECISE, bool FOLD>
 static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments)
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
-    const chain_shape shape = chain_launch_shape(p->B * p->H * runs * (columns / 16), columns / 16, p->K, PRECISE);
+    const chain_shape shape = chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K);
     const size_t block_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
