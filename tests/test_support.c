@@ -72,7 +72,11 @@ const test_shape test_bf16_shapes[] = {{1, 1, 1, 64, 64},    {1, 100, 3, 64, 64}
                                        /* V past 128: stage 06's kernel 1 takes v in slices of 128 columns
                                         * (200: a partial second slice), its kernel 3 128 columns a block
                                         * where V is a multiple of 128 (256: two blocks) */
-                                       {1, 200, 2, 64, 200}, {2, 100, 2, 32, 256}};
+                                       {1, 200, 2, 64, 200}, {2, 100, 2, 32, 256},
+                                       /* 256 one-tile chain blocks at K = 128: two waves with
+                                        * stage 06's deepest ring, one with two slots, which
+                                        * chain_launch_shape then picks */
+                                       {2, 130, 16, 128, 128}};
 const int test_bf16_shape_count = sizeof test_bf16_shapes / sizeof test_bf16_shapes[0];
 
 void test_describe_shape(char *what, size_t size, test_shape shape, int with_h0)

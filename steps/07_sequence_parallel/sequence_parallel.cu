@@ -115,18 +115,20 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  *   P > 1:  waves(heads * (P - 1) * groups(K + V)) * ceil(chunks / P)         fold
  *         + waves(heads * P * groups(V)) * ceil(chunks / P)                   replay
  *         + SCAN_STEP * (P - 1) + FIXED                                       scan, the rest
- * groups(n): 16-column tiles of an n-column state. The constants are fitted to the H200 runs
- * of docs/07 (medians and ncu phase times for P = 1 .. 64 at six shapes): STEP_COST 1.3 and
- * 1.5 for blocks of 2 and 4 tiles (the fold's 4-tile step took 2.4 us where a one-tile
- * block's took 1.8, K = 128, under the load of a full GPU), SCAN_STEP (a scan step: K FMAs, a
- * slice of A from L2) and FIXED (two more launches, a fold's and a replay's pipeline start)
+ * groups(n): 16-column tiles of an n-column state. blocks_per_sm is the count for stage 06's
+ * two-slot ring: chain_launch_shape takes a shallower ring where it saves a wave, so a launch
+ * runs in the waves the shallowest ring allows. The constants are fitted to the H200 sweep of
+ * docs/07 (medians for P = 1 .. 64 at six shapes): STEP_COST 1.5 for blocks of 2 and of 4
+ * tiles (the middle of the band of costs that pick a good P at every shape), SCAN_STEP (a
+ * scan step: K FMAs a column, the next map copied into shared memory meanwhile) and FIXED
+ * (two more launches, a fold's and a replay's pipeline start)
  * so that the chosen P is one whose measured time was within 3% of the best. Where the heads'
  * one-tile blocks alone give every SM a block, P = 1 without asking the model: the chain is
  * then bound by the GPU's throughput, not one block's latency, and a fold only adds work
  * (measured at 32 heads of K = V = 128: 2 segments 1.06 times one's time, 8 segments 1.26). */
 static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[3], double steps)
 {
-    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.3, 0.0, 1.5};
+    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.5, 0.0, 1.5};
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms);
     const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[tiles == 1 ? 0 : tiles == 2 ? 1 : 2];
     const size_t slots = sms * (per_sm ? per_sm : 1);
@@ -169,18 +171,12 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
         size_t blocks_per_sm[3] = {1, 1, 1};
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
             sms = 132;
-        /* the replay's kernel (no FOLD) in this mode: --precise's has more registers */
-        void (*kernel)(gdn_device_problem, chunk_workspace, chain_segments, int) =
-            s->precise ? chunk_states_kernel<true, false> : chunk_states_kernel<false, false>;
+        /* the replay's kernel (no FOLD) in this mode (--precise's has more registers), with
+         * the two-slot ring: chain_launch_shape gives a launch the fewest waves any ring
+         * allows, and the shallowest ring allows the most blocks an SM */
         for (int i = 0; i < 3; i++) { /* 1, 2 and 4 tiles */
-            const chain_shape shape = chain_shape_of(1 << i, p->K, s->precise);
-            int per_sm = 1;
-            if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) != cudaSuccess ||
-                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, chain_block_threads(shape.tiles), shape.bytes) !=
-                    cudaSuccess ||
-                per_sm < 1)
-                per_sm = 1;
-            blocks_per_sm[i] = (size_t)per_sm;
+            const chain_shape shallowest = {1 << i, 2, chain_shared_bytes(p->K, s->precise, 1 << i, 2)};
+            blocks_per_sm[i] = s->precise ? chain_blocks_per_sm<true, false>(shallowest) : chain_blocks_per_sm<false, false>(shallowest);
         }
         cudaGetLastError(); /* a missing device is reported by the runner, not here */
         s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
