@@ -125,7 +125,7 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * so that the chosen P is one whose measured time was within 3% of the best. Where the heads'
  * one-tile blocks alone give every SM a block, P = 1 without asking the model: the chain is
  * then bound by the GPU's throughput, not one block's latency, and a fold only adds work
- * (measured at 32 heads of K = V = 128: 2 segments 1.06 times one's time, 8 segments 1.26). */
+ * (measured at 32 heads of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
 static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[3], double steps)
 {
     static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.5, 0.0, 1.5};
