@@ -46,6 +46,16 @@ int gdn_cuda_device_present(void)
     return 1;
 }
 
+int gdn_sm_count(void)
+{
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms < 1) {
+        cudaGetLastError();
+        sms = 132;
+    }
+    return sms;
+}
+
 static int upload(float **device, const float *host, size_t count)
 {
     CUDA_CHECK(cudaMalloc((void **)device, count * sizeof(float)));

@@ -52,6 +52,11 @@ extern const struct gdn_runner gdn_cuda_runner;
 /* 1 when a CUDA device can be used; else 0, with the reason in gdn_last_error(). */
 int gdn_cuda_device_present(void);
 
+/* The device's SM count, for the choices a stage makes from it (segments, block shapes);
+ * 132, an H200's, where no device answers (the error cleared: the runner reports a missing
+ * device itself, and host-only callers still get an H200's choice). */
+int gdn_sm_count(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -145,10 +145,7 @@ static double two_phase_scan_cuda_flops(const gdn_problem *p, const gdn_settings
 static void two_phase_scan_cuda_resolve_options(const gdn_problem *p, gdn_settings *s)
 {
     if (s->segments == 0) {
-        int sms = 132; /* an H200; the real count when a device answers */
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
-            sms = 132;
-        cudaGetLastError(); /* a missing device is reported by the runner, not here */
+        const int sms = gdn_sm_count();
         size_t tiles = (p->K + p->V + COLUMNS_PER_BLOCK - 1) / COLUMNS_PER_BLOCK;
         s->segments = 1 + (size_t)sms * FOLD_BLOCKS_PER_SM / (p->B * p->H * tiles);
         if (s->segments > MAX_SEGMENTS)

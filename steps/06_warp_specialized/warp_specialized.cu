@@ -1008,9 +1008,7 @@ static size_t chain_blocks_per_sm(chain_shape shape)
 template <bool PRECISE, bool FOLD>
 static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K)
 {
-    int sms = 132;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
-        cudaGetLastError();
+    const int sms = gdn_sm_count();
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms);
     const size_t blocks = one_tile_blocks / tiles;
     chain_shape best = chain_shape_of(tiles, K, PRECISE);

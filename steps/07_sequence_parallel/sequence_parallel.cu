@@ -121,8 +121,8 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * docs/07 (medians for P = 1 .. 64 at six shapes): STEP_COST 1.5 for blocks of 2 and of 4
  * tiles (the middle of the band of costs that pick a good P at every shape), SCAN_STEP (a
  * scan step: K FMAs a column, the next map copied into shared memory meanwhile) and FIXED
- * (two more launches, a fold's and a replay's pipeline start)
- * so that the chosen P is one whose measured time was within 3% of the best. Where the heads'
+ * (two more launches, a fold's and a replay's pipeline start), so that the chosen P is one
+ * whose measured time was within 3% of the best. Where the heads'
  * one-tile blocks alone give every SM a block, P = 1 without asking the model: the chain is
  * then bound by the GPU's throughput, not one block's latency, and a fold only adds work
  * (measured at 32 heads of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
@@ -167,10 +167,8 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
     s->chunk = CHUNK;
     const size_t chunks = chunks_of(p->T);
     if (s->segments == 0) {
-        int sms = 132;
-        size_t blocks_per_sm[3] = {1, 1, 1};
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
-            sms = 132;
+        const int sms = gdn_sm_count();
+        size_t blocks_per_sm[3];
         /* the replay's kernel (no FOLD) in this mode (--precise's has more registers), with
          * the two-slot ring: chain_launch_shape gives a launch the fewest waves any ring
          * allows, and the shallowest ring allows the most blocks an SM */
@@ -178,7 +176,6 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
             const chain_shape shallowest = {1 << i, 2, chain_shared_bytes(p->K, s->precise, 1 << i, 2)};
             blocks_per_sm[i] = s->precise ? chain_blocks_per_sm<true, false>(shallowest) : chain_blocks_per_sm<false, false>(shallowest);
         }
-        cudaGetLastError(); /* a missing device is reported by the runner, not here */
         s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
     }
     if (s->segments > chunks) {
