@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""kernel_times.py -- stage 07's kernels' times from `ncu --csv --metrics gpu__time_duration.sum`.
+"""kernel_times.py -- the GPU chunked stages' kernels' times (05's GPU twin, 06, 07) from `ncu --csv --metrics gpu__time_duration.sum`.
 
     ncu --csv --metrics gpu__time_duration.sum BIN ARGS --reps 1 | python3 plots/kernel_times.py
 
@@ -19,9 +19,10 @@ def kind(name):
         return "scan"
     if "chunk_outputs" in name:
         return "outputs"
-    if "chunk_states" in name:  # chunk_states_kernel<PRECISE, FOLD>
+    if "chunk_states" in name:  # 06 and 07: chunk_states_kernel<PRECISE, FOLD>; 05: <COLUMNS>
         arguments = name[name.index("<") + 1:name.index(">")].split(",")
-        return "fold" if arguments[1].strip() in ("true", "(bool)1", "1") else "chain"
+        folds = len(arguments) > 1 and arguments[1].strip() in ("true", "(bool)1", "1")
+        return "fold" if folds else "chain"
     return None
 
 

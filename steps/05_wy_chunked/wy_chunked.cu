@@ -79,38 +79,71 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, siz
     return w;
 }
 
-/* e / d and e % d without an integer division, which costs about 25 instructions on the GPU
- * when d is not known at compile time (the copy loops below were measured spending most of
- * their instructions there). For e < 2^16 and d <= 128, (e + 0.5) / d is at least 0.5 / d
- * away from an integer, and the float product moves it by far less. */
-__device__ __forceinline__ static int split_index(int e, int d, float inverse_d, int *remainder)
+/* Four consecutive floats of a row, row[c .. c + 3], zero at and past `width`: one 16-byte
+ * load where rows are a multiple of 4 floats wide (each row then starts 16-byte aligned, as
+ * cudaMalloc aligns to 256 bytes), four loads otherwise. */
+__device__ __forceinline__ static float4 load_four(const float *row, int c, int width)
 {
-    int quotient = (int)(((float)e + 0.5f) * inverse_d);
-    *remainder = e - quotient * d;
-    return quotient;
+    if (width % 4 == 0)
+        return c < width ? *(const float4 *)(row + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    return make_float4(c < width ? row[c] : 0.0f, c + 1 < width ? row[c + 1] : 0.0f,
+                       c + 2 < width ? row[c + 2] : 0.0f, c + 3 < width ? row[c + 3] : 0.0f);
+}
+
+/* The same, stored: row[c .. c + 3] = x, nothing at and past `width`. */
+__device__ __forceinline__ static void store_four(float *row, int c, int width, float4 x)
+{
+    if (width % 4 == 0 && c < width) {
+        *(float4 *)(row + c) = x;
+        return;
+    }
+    const float values[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        if (c + q < width)
+            row[c + q] = values[q];
+}
+
+/* A chunk of a [B, T, H, width] input (q or k), transposed into shared memory:
+ * tile_t[c][i] = x[token t0 + i][c], TILE floats a row, zeros past the chunk's n tokens and in
+ * the rows up to round_up4(width). Thread e reads 16 bytes of token i = e % 64 and writes them
+ * down column i: a warp's 32 lanes write 32 consecutive floats of a row, no bank conflict.
+ * (Reading in row order instead puts a warp's writes 64 floats apart, all in one bank.) */
+enum { TILE = MAX_CHUNK };
+static_assert((int)TILE == (int)OUTPUT_COLUMNS, "kernel 3 keeps its 64 columns of S0 and Vnew as tiles");
+__device__ static void load_transposed(float *tile_t, const float *x, const gdn_device_problem &p, size_t b, size_t t0, size_t h, int n, int width)
+{
+    for (int e = threadIdx.x; e < MAX_CHUNK * ((width + 3) / 4); e += THREADS) {
+        const int i = e % MAX_CHUNK, c = e / MAX_CHUNK * 4;
+        const float4 v = i < n ? load_four(x + gdn_device_token(&p, b, t0 + i, h) * width, c, width) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        tile_t[c * TILE + i] = v.x, tile_t[(c + 1) * TILE + i] = v.y;
+        tile_t[(c + 2) * TILE + i] = v.z, tile_t[(c + 3) * TILE + i] = v.w;
+    }
 }
 
 /* The register tile (as in a tiled SGEMM): 16 x 16 threads cover a 64 x 64 product, each
- * thread a 4 x 4 block of it, rows 4 ty .. 4 ty + 3 and columns 4 tx .. 4 tx + 3. Per step
- * of the inner dimension a thread loads 4 values of A and one float4 of B and does 16 FMAs,
- * where one output per thread would load 2 values per FMA: shared memory, not the FMA
- * units, was what limited the first version of this stage.
+ * thread a 4 x 4 block of it, rows 4 ty .. 4 ty + 3 and columns 4 tx .. 4 tx + 3.
  *     acc += A[rows][0 .. depth) B[0 .. depth)[columns]
- * A: shared, row stride lda (odd strides avoid bank conflicts); B: shared, row stride ldb, a
- * multiple of 4 (16-byte loads). In a warp, the 2 row groups of A are broadcasts and the 16
- * float4 of B fill 2 wavefronts, the least 256 bytes can take. */
-__device__ __forceinline__ static void multiply_tile_4x4(float (&acc)[4][4], const float *A, int lda, const float *B, int ldb, int depth)
+ * with A given transposed, A_t[l][i] = A[i][l], and both A_t and B TILE floats a row, so that
+ * per step of the inner dimension a thread loads one float4 of each and does 16 FMAs. In a
+ * warp, the 2 row groups of A_t are one broadcast and the 16 float4 of B fill 2 wavefronts:
+ * 3 shared-memory wavefronts for 16 FMAs, where A read down its rows took 4 more (one per
+ * row) and kept the kernels waiting on shared memory. Each product below is written to
+ * find its operands in this form; where the result is wanted transposed, the operands swap
+ * (C^T = B^T A^T), so that every store is of 16 consecutive bytes. */
+__device__ __forceinline__ static void multiply_tile_4x4(float (&acc)[4][4], const float *A_t, const float *B, int depth)
 {
     const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
+#pragma unroll 4
     for (int l = 0; l < depth; l++) {
-        const float4 b = *(const float4 *)(B + l * ldb + column);
+        const float4 a = *(const float4 *)(A_t + l * TILE + row), b = *(const float4 *)(B + l * TILE + column);
+        const float as[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const float a = A[(row + r) * lda + l];
-            acc[r][0] += a * b.x;
-            acc[r][1] += a * b.y;
-            acc[r][2] += a * b.z;
-            acc[r][3] += a * b.w;
+            acc[r][0] += as[r] * b.x;
+            acc[r][1] += as[r] * b.y;
+            acc[r][2] += as[r] * b.z;
+            acc[r][3] += as[r] * b.w;
         }
     }
 }
@@ -123,33 +156,27 @@ __device__ __forceinline__ static void clear_tile(float (&acc)[4][4])
 }
 
 /* Kernel 1: one block per (head, chunk). Shared, for a chunk padded to 64 rows with zeros:
- * gamma[64] (double), keys[64][K + 1] and keys_t[K][64] (both layouts of the chunk's k, for
- * K K^T), Tm[64][65], right[64][64] (64 columns of [beta exp(gamma) K | beta V] at a time),
- * beta[64], scaled_beta[64] = beta exp(gamma).
+ * gamma[64] (double), keys_t[K][64] (the chunk's k transposed), Tm[64][65] (the solve's
+ * layout), Tm_t[64][64] (the same, transposed: the products' A operand), right[64][64] (64
+ * columns of beta exp(gamma) K or of beta V at a time), beta[64], scaled_beta[64] =
+ * beta exp(gamma).
  * At most 85 registers a thread (the 3 in the bounds), so that three blocks share an SM
  * and one block's barriers are hidden by the others' work: it took 112 with room for
  * them, and ran with two blocks. */
 __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, size_t C, chunk_workspace w)
 {
     extern __shared__ double shared[];
-    const int K = (int)p.K, KA = K + 1, TP = MAX_CHUNK + 1;
-    const size_t V = p.V, chunks = chunks_of(p.T, C), chunk = blockIdx.x % chunks, head = blockIdx.x / chunks;
+    const int K = (int)p.K, V = (int)p.V, TP = MAX_CHUNK + 1, K4 = (int)round_up4(p.K);
+    const size_t chunks = chunks_of(p.T, C), chunk = blockIdx.x % chunks, head = blockIdx.x / chunks;
     const size_t t0 = chunk * C, b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
     const int n = (int)(p.T - t0 < C ? p.T - t0 : C), KW = (int)padded_k(p.K);
     const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
-    float *chain = w.chain_inputs + (head * chunks + chunk) * chain_block_floats(p.K, V);
+    float *chain = w.chain_inputs + (head * chunks + chunk) * chain_block_floats(p.K, p.V);
     double *gamma = shared;
-    float *keys = (float *)(gamma + MAX_CHUNK), *keys_t = keys + MAX_CHUNK * KA, *Tm = keys_t + K * MAX_CHUNK;
-    float *right = Tm + MAX_CHUNK * TP, *beta = right + MAX_CHUNK * MAX_CHUNK, *scaled_beta = beta + MAX_CHUNK;
+    float *keys_t = (float *)(gamma + MAX_CHUNK), *Tm = keys_t + K4 * TILE, *Tm_t = Tm + MAX_CHUNK * TP;
+    float *right = Tm_t + TILE * TILE, *beta = right + TILE * TILE, *scaled_beta = beta + MAX_CHUNK;
 
-    const float inverse_K = 1.0f / (float)K;
-#pragma unroll 8 /* several loads in flight per thread, not one */
-    for (int e = threadIdx.x; e < MAX_CHUNK * K; e += THREADS) {
-        int c, i = split_index(e, K, inverse_K, &c);
-        float value = i < n ? p.k[gdn_device_token(&p, b, t0 + i, h) * K + c] : 0.0f;
-        keys[i * KA + c] = value;
-        keys_t[c * MAX_CHUNK + i] = value;
-    }
+    load_transposed(keys_t, p.k, p, b, t0, h, n, K);
     for (int i = threadIdx.x; i < MAX_CHUNK; i += THREADS) { /* gates and betas, all at once */
         size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
         gamma[i] = i < n ? p.g[token] : 0.0;
@@ -163,7 +190,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     /* I + M, M[i, j] = beta_i (k_i . k_j) exp(gamma_i - gamma_j) for j < i (eq. 10) */
     float acc[4][4];
     clear_tile(acc);
-    multiply_tile_4x4(acc, keys, KA, keys_t, MAX_CHUNK, K);
+    multiply_tile_4x4(acc, keys_t, keys_t, K);
 #pragma unroll
     for (int r = 0; r < 4; r++)
 #pragma unroll
@@ -177,43 +204,71 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     invert_diagonal_blocks(Tm, TP);
     __syncthreads();
     join_diagonal_blocks(Tm, TP, right);
+    for (int e = threadIdx.x; e < TILE * TILE; e += THREADS) { /* consecutive i: no bank conflict either side */
+        const int i = e % TILE, j = e / TILE;
+        Tm_t[j * TILE + i] = Tm[i * TP + j];
+    }
 
-    /* [W | U] = Tm [beta exp(gamma) K | beta V] (eq. 12), 64 columns at a time */
-    for (size_t first = 0; first < (size_t)K + V; first += MAX_CHUNK) {
-#pragma unroll 8
-        for (int e = threadIdx.x; e < MAX_CHUNK * MAX_CHUNK; e += THREADS) {
-            int l = e / MAX_CHUNK;
-            size_t c = first + e % MAX_CHUNK;
-            float value = 0.0f;
-            if (l < n && c < (size_t)K)
-                value = scaled_beta[l] * keys[l * KA + c];
-            else if (l < n && c < K + V)
-                value = beta[l] * p.v[gdn_device_token(&p, b, t0 + l, h) * V + (c - K)];
-            right[e] = value;
+    /* W = Tm (beta exp(gamma) K) (eq. 12), 64 columns at a time; rows of W past the chunk
+     * come out zero (Tm is the identity there, and those rows of `right` are zero) */
+    for (int first = 0; first < K; first += TILE) {
+        __syncthreads(); /* Tm_t complete; `right` (the join's scratch, or the last pass's) free */
+        for (int e = threadIdx.x; e < TILE * TILE / 4; e += THREADS) {
+            const int l = e / (TILE / 4), c = first + e % (TILE / 4) * 4;
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (l < n) {
+                x = load_four(p.k + gdn_device_token(&p, b, t0 + l, h) * K, c, K);
+                x.x *= scaled_beta[l], x.y *= scaled_beta[l], x.z *= scaled_beta[l], x.w *= scaled_beta[l];
+            }
+            ((float4 *)right)[e] = x;
         }
         __syncthreads();
         clear_tile(acc);
-        multiply_tile_4x4(acc, Tm, TP, right, MAX_CHUNK, n);
+        multiply_tile_4x4(acc, Tm_t, right, n);
+        if (first + column < K) /* zeros from `right` past K fill the row up to a multiple of 4 */
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                *(float4 *)(chain + (row + r) * KW + first + column) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    }
+    /* U = Tm (beta V) (eq. 12), formed transposed, U^T = (beta V)^T Tm^T: thread rows are
+     * columns of V, thread columns are tokens, so a row of U_t is again 16 consecutive bytes */
+    for (int first = 0; first < V; first += TILE) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < TILE * TILE / 4; e += THREADS) {
+            const int l = e / (TILE / 4), c = first + e % (TILE / 4) * 4;
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (l < n) {
+                x = load_four(p.v + gdn_device_token(&p, b, t0 + l, h) * V, c, V);
+                x.x *= beta[l], x.y *= beta[l], x.z *= beta[l], x.w *= beta[l];
+            }
+            ((float4 *)right)[e] = x;
+        }
+        __syncthreads();
+        clear_tile(acc);
+        multiply_tile_4x4(acc, right, Tm_t, n);
 #pragma unroll
         for (int r = 0; r < 4; r++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                size_t i = row + r, out = first + column + c;
-                if (out < (size_t)K) /* all 64 rows: zeros past the chunk */
-                    chain[i * KW + out] = i < (size_t)n ? acc[r][c] : 0.0f;
-                else if (out < K + V) /* U transposed, zeros past the chunk */
-                    chain[chain_u_offset(K) + (out - K) * CHUNK_STRIDE + i] = i < (size_t)n ? acc[r][c] : 0.0f;
-            }
-        __syncthreads(); /* right is refilled next */
+            if (first + row + r < V) /* tokens past the chunk come out zero, as W's rows */
+                *(float4 *)(chain + chain_u_offset(K) + (first + row + r) * CHUNK_STRIDE + column) =
+                    make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
     }
     /* W's padding columns, then the keys decayed to the chunk's end, transposed:
      * exp(gamma_C - gamma_j) k_j (eq. 15), zero past the chunk and in the padding */
-    for (int e = threadIdx.x; e < MAX_CHUNK * (KW - K); e += THREADS)
-        chain[e / (KW - K) * KW + K + e % (KW - K)] = 0.0f;
-    float *decayed = chain + chain_keys_offset(K);
-    for (int e = threadIdx.x; e < K * CHUNK_STRIDE; e += THREADS) {
-        int c = e / CHUNK_STRIDE, j = e % CHUNK_STRIDE;
-        decayed[e] = j < n ? keys_t[c * MAX_CHUNK + j] * expf((float)(gamma[n - 1] - gamma[j])) : 0.0f;
+    for (int e = threadIdx.x; e < MAX_CHUNK * (KW - K4); e += THREADS)
+        chain[e / (KW - K4) * KW + K4 + e % (KW - K4)] = 0.0f;
+    float4 *decayed = (float4 *)(chain + chain_keys_offset(K));
+    const double gamma_last = gamma[n - 1];
+    for (int e = threadIdx.x; e < K * CHUNK_STRIDE / 4; e += THREADS) {
+        const int c = e / (CHUNK_STRIDE / 4), j = e % (CHUNK_STRIDE / 4) * 4;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (j < MAX_CHUNK) {
+            x = *(const float4 *)(keys_t + c * TILE + j);
+            x.x *= j < n ? expf((float)(gamma_last - gamma[j])) : 0.0f;
+            x.y *= j + 1 < n ? expf((float)(gamma_last - gamma[j + 1])) : 0.0f;
+            x.z *= j + 2 < n ? expf((float)(gamma_last - gamma[j + 2])) : 0.0f;
+            x.w *= j + 3 < n ? expf((float)(gamma_last - gamma[j + 3])) : 0.0f;
+        }
+        decayed[e] = x;
     }
 }
 
@@ -390,73 +445,69 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
 }
 
 /* Kernel 3: one block per (head, chunk, 64 columns of o). Shared, padded to 64 rows with
- * zeros: gamma[64] (double), q[64][K + 1], k_t[K][64], P[64][65], S0[K][64], Vnew[64][64].
+ * zeros: gamma[64] (double), q_t[K][64] and k_t[K][64] (the chunk's q and k transposed),
+ * P_t[64][64], S0[K][64], Vnew[64][64].
  *     P = lower(Q K^T exp(gamma_i - gamma_j))                       (eq. 14)
  *     o = scale (exp(gamma) Q S0 + P Vnew)                          (eq. 14)
- * all three products as 4 x 4 register tiles. */
+ * all three products as 4 x 4 register tiles; P is formed transposed (K Q^T), the form in
+ * which the last product reads it. */
 __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *o)
 {
     extern __shared__ double shared[];
-    const int K = (int)p.K, KA = K + 1, TP = MAX_CHUNK + 1;
-    const size_t V = p.V, chunks = chunks_of(p.T, C), tiles_per_chunk = (V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
+    const int K = (int)p.K, V = (int)p.V, K4 = (int)round_up4(p.K);
+    const size_t chunks = chunks_of(p.T, C), tiles_per_chunk = (p.V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
     const size_t column0 = blockIdx.x % tiles_per_chunk * OUTPUT_COLUMNS, head_chunk = blockIdx.x / tiles_per_chunk;
     const size_t head = head_chunk / chunks, chunk = head_chunk % chunks, t0 = chunk * C;
     const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
-    const int n = (int)(p.T - t0 < C ? p.T - t0 : C);
+    const int n = (int)(p.T - t0 < C ? p.T - t0 : C), width = V - (int)column0; /* columns from column0 on */
     const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
     double *gamma = shared;
-    float *q = (float *)(gamma + MAX_CHUNK), *k_t = q + MAX_CHUNK * KA, *P = k_t + K * MAX_CHUNK;
-    float *S = P + MAX_CHUNK * TP, *Vnew = S + K * OUTPUT_COLUMNS;
+    float *q_t = (float *)(gamma + MAX_CHUNK), *k_t = q_t + K4 * TILE, *P_t = k_t + K4 * TILE;
+    float *S = P_t + TILE * TILE, *Vnew = S + K * TILE;
 
-    const float inverse_K = 1.0f / (float)K;
-#pragma unroll 8 /* several loads in flight per thread, not one */
-    for (int e = threadIdx.x; e < MAX_CHUNK * K; e += THREADS) {
-        int c, i = split_index(e, K, inverse_K, &c);
-        size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
-        q[i * KA + c] = i < n ? p.q[token * K + c] : 0.0f;
-        k_t[c * MAX_CHUNK + i] = i < n ? p.k[token * K + c] : 0.0f;
-    }
+    load_transposed(q_t, p.q, p, b, t0, h, n, K);
+    load_transposed(k_t, p.k, p, b, t0, h, n, K);
     for (int i = threadIdx.x; i < MAX_CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
-#pragma unroll 8
-    for (int e = threadIdx.x; e < K * OUTPUT_COLUMNS; e += THREADS) {
-        size_t m = e / OUTPUT_COLUMNS, out = column0 + e % OUTPUT_COLUMNS;
-        S[e] = out < V ? w.states[((head * chunks + chunk) * K + m) * V + out] : 0.0f;
+    const float *states = w.states + (head * chunks + chunk) * K * p.V + column0;
+    for (int e = threadIdx.x; e < K * TILE / 4; e += THREADS) {
+        const int m = e / (TILE / 4), c = e % (TILE / 4) * 4;
+        ((float4 *)S)[e] = load_four(states + m * p.V, c, width);
     }
-#pragma unroll 8
-    for (int e = threadIdx.x; e < MAX_CHUNK * OUTPUT_COLUMNS; e += THREADS) {
-        size_t i = e / OUTPUT_COLUMNS, out = column0 + e % OUTPUT_COLUMNS;
-        Vnew[e] = (int)i < n && out < V ? w.new_values[(row0 + i) * V + out] : 0.0f;
+    for (int e = threadIdx.x; e < MAX_CHUNK * TILE / 4; e += THREADS) {
+        const int i = e / (TILE / 4), c = e % (TILE / 4) * 4;
+        ((float4 *)Vnew)[e] = i < n ? load_four(w.new_values + (row0 + i) * p.V + column0, c, width) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     __syncthreads();
 
     float acc[4][4];
     clear_tile(acc);
-    multiply_tile_4x4(acc, q, KA, k_t, MAX_CHUNK, K); /* Q K^T */
+    multiply_tile_4x4(acc, k_t, q_t, K); /* K Q^T: thread rows are keys j, columns queries i */
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < 4; r++) {
+        const int j = row + r;
+        float values[4];
 #pragma unroll
         for (int c = 0; c < 4; c++) { /* only j <= i: exponents <= 0 */
-            int i = row + r, j = column + c;
-            P[i * TP + j] = j <= i && i < n ? acc[r][c] * expf((float)(gamma[i] - gamma[j])) : 0.0f;
+            const int i = column + c;
+            values[c] = j <= i && i < n ? acc[r][c] * expf((float)(gamma[i] - gamma[j])) : 0.0f;
         }
+        *(float4 *)(P_t + j * TILE + column) = make_float4(values[0], values[1], values[2], values[3]);
+    }
     clear_tile(acc);
-    multiply_tile_4x4(acc, q, KA, S, OUTPUT_COLUMNS, K); /* Q S0 */
+    multiply_tile_4x4(acc, q_t, S, K); /* Q S0 */
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         float decay = row + r < n ? expf((float)gamma[row + r]) : 0.0f;
         acc[r][0] *= decay, acc[r][1] *= decay, acc[r][2] *= decay, acc[r][3] *= decay;
     }
     __syncthreads(); /* P complete */
-    multiply_tile_4x4(acc, P, TP, Vnew, OUTPUT_COLUMNS, n); /* + P Vnew */
+    multiply_tile_4x4(acc, P_t, Vnew, n); /* + P Vnew */
 #pragma unroll
     for (int r = 0; r < 4; r++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            size_t i = row + r, out = column0 + column + c;
-            if ((int)i < n && out < V)
-                o[gdn_device_token(&p, b, t0 + i, h) * V + out] = p.scale * acc[r][c];
-        }
+        if (row + r < n)
+            store_four(o + gdn_device_token(&p, b, t0 + row + r, h) * p.V + column0, column, width,
+                       make_float4(p.scale * acc[r][0], p.scale * acc[r][1], p.scale * acc[r][2], p.scale * acc[r][3]));
 }
 
 static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
@@ -477,9 +528,9 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
         gdn_blocks_for(heads * chunks * ((V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &output_blocks))
         return -1;
     const size_t M = MAX_CHUNK, KW = padded_k(K);
-    size_t prepare_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + M * M + 2 * M) * sizeof(float);
+    size_t prepare_bytes = M * sizeof(double) + (round_up4(K) * M + M * (M + 1) + 2 * M * M + 2 * M) * sizeof(float);
     size_t state_bytes = (CHAIN_STAGES * chain_stage_floats(K, state_columns) + state_columns * (KW + CHUNK_STRIDE)) * sizeof(float);
-    size_t output_bytes = M * sizeof(double) + (M * (K + 1) + K * M + M * (M + 1) + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
+    size_t output_bytes = M * sizeof(double) + (2 * round_up4(K) * M + M * M + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
     CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, THREADS, prepare_bytes, *p, C, w);
     if (state_columns == 8)
         CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel<8>, state_blocks, THREADS, state_bytes, *p, C, w, r->ht);

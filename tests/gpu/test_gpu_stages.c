@@ -50,11 +50,13 @@ START_TEST(gpu_stage_equals_previous_gpu_stage)
 END_TEST
 
 /* Larger heads and many heads: K = V = 128, K != V near the limits, B H = 256, and B H = 80
- * with V = 30 (05_cuda's state chain then takes 8-column tiles, the last one partial). */
+ * with V = 30 (05_cuda's state chain then takes 8-column tiles, the last one partial); odd K
+ * and V (05_cuda's rows of q, k, v and o are then no multiple of 16 bytes: four loads, not one). */
 START_TEST(gpu_stages_large_and_many_heads)
 {
     static const test_shape shapes[] = {{1, 300, 2, 128, 128}, {2, 150, 1, 100, 72}, {4, 70, 64, 32, 32},
-                                        {1, 90, 3, 64, 130}, {2, 77, 40, 64, 30}};
+                                        {1, 90, 3, 64, 130}, {2, 77, 40, 64, 30},
+                                        {2, 90, 3, 13, 9}};
     test_shape shape = shapes[_i / 4];
     int stage = _i % 4;
     gdn_problem p = test_problem(shape, _i % 2, 3200 + _i);
@@ -183,7 +185,7 @@ Suite *gpu_stages_suite(void)
     tcase_set_timeout(twins, 600);
     tcase_add_loop_test(twins, gpu_stage_equals_cpu_twin, 0, 4 * 2 * test_grid_count);
     tcase_add_loop_test(twins, gpu_stage_equals_previous_gpu_stage, 0, 3 * test_grid_count);
-    tcase_add_loop_test(twins, gpu_stages_large_and_many_heads, 0, 4 * 5); /* 4 stages x 5 shapes */
+    tcase_add_loop_test(twins, gpu_stages_large_and_many_heads, 0, 4 * 6); /* 4 stages x 6 shapes */
     suite_add_tcase(suite, twins);
     TCase *options = tcase_create("options");
     tcase_set_timeout(options, 600);
