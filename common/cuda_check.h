@@ -6,6 +6,8 @@
  *     CUDA_CHECK_LAUNCH("fold_segments");      a bad launch configuration, named
  *     CUDA_LAUNCH_WITH_SHARED(kernel, blocks, threads, bytes, args...);   both, for a kernel
  *                                              with more than 48 KB of dynamic shared memory
+ *     CUDA_LAUNCH_WITH_SHARED_ON(stream, kernel, blocks, threads, bytes, args...);   the same,
+ *                                              into a stream other than the default one
  *
  * Kernel faults that happen later (an illegal address) surface at the next synchronising
  * call, which is checked the same way; the runner synchronises after every timed pass.
@@ -32,14 +34,16 @@
                                  cudaGetErrorString(status_));                                            \
     } while (0)
 
-/* Launch kernel<<<blocks, threads, bytes>>>(...) with `bytes` of dynamic shared memory, allowing
- * more than the default 48 KB (the attribute is set first), and check the launch. */
-#define CUDA_LAUNCH_WITH_SHARED(kernel, blocks, threads, bytes, ...)                                      \
+/* Launch kernel<<<blocks, threads, bytes, stream>>>(...) with `bytes` of dynamic shared memory,
+ * allowing more than the default 48 KB (the attribute is set first), and check the launch. */
+#define CUDA_LAUNCH_WITH_SHARED_ON(stream, kernel, blocks, threads, bytes, ...)                           \
     do {                                                                                                  \
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))); \
-        kernel<<<(blocks), (threads), (bytes)>>>(__VA_ARGS__);                                            \
+        kernel<<<(blocks), (threads), (bytes), (stream)>>>(__VA_ARGS__);                                  \
         CUDA_CHECK_LAUNCH(#kernel);                                                                       \
     } while (0)
+#define CUDA_LAUNCH_WITH_SHARED(kernel, blocks, threads, bytes, ...) \
+    CUDA_LAUNCH_WITH_SHARED_ON(0, kernel, blocks, threads, bytes, __VA_ARGS__)
 
 /* Blocks of `per_block` covering `count` items, refusing grids CUDA cannot launch. */
 static inline int gdn_blocks_for(size_t count, size_t per_block, unsigned *blocks)

@@ -68,6 +68,12 @@ __host__ __device__ static inline size_t chain_block_floats(size_t K, size_t V) 
 
 __host__ __device__ static inline size_t chunks_of(size_t T, size_t C) { return (T + C - 1) / C; }
 
+/* Chunks first .. first + count - 1 of every head: the part of the sequence one launch of each
+ * kernel covers (see the forward pass at the end: the kernels overlap slice by slice). */
+typedef struct {
+    size_t first, count;
+} chunk_slice;
+
 static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, size_t C)
 {
     const size_t rows = p->B * p->H * p->T, chunks = p->B * p->H * chunks_of(p->T, C);
@@ -111,8 +117,10 @@ __device__ __forceinline__ static void store_four(float *row, int c, int width, 
  * (Reading in row order instead puts a warp's writes 64 floats apart, all in one bank.) */
 enum { TILE = MAX_CHUNK };
 static_assert((int)TILE == (int)OUTPUT_COLUMNS, "kernel 3 keeps its 64 columns of S0 and Vnew as tiles");
+template <int IN_FLIGHT> /* loads a thread keeps in flight: kernel 1 has registers for 2, kernel 3 for 4 */
 __device__ static void load_transposed(float *tile_t, const float *x, const gdn_device_problem &p, size_t b, size_t t0, size_t h, int n, int width)
 {
+#pragma unroll IN_FLIGHT /* unrolled: the loads of several steps issued before their stores */
     for (int e = threadIdx.x; e < MAX_CHUNK * ((width + 3) / 4); e += THREADS) {
         const int i = e % MAX_CHUNK, c = e / MAX_CHUNK * 4;
         const float4 v = i < n ? load_four(x + gdn_device_token(&p, b, t0 + i, h) * width, c, width) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -157,26 +165,27 @@ __device__ __forceinline__ static void clear_tile(float (&acc)[4][4])
 
 /* Kernel 1: one block per (head, chunk). Shared, for a chunk padded to 64 rows with zeros:
  * gamma[64] (double), keys_t[K][64] (the chunk's k transposed), Tm[64][65] (the solve's
- * layout), Tm_t[64][64] (the same, transposed: the products' A operand), right[64][64] (64
- * columns of beta exp(gamma) K or of beta V at a time), beta[64], scaled_beta[64] =
- * beta exp(gamma).
+ * layout), Tm_t[64][64] (the same, transposed: the products' A operand) in the place of
+ * keys_t once K K^T is formed, right[64][64] (64 columns of beta exp(gamma) K or of beta V
+ * at a time), beta[64], scaled_beta[64] = beta exp(gamma). (keys_t's last use, the decayed
+ * keys, comes first for that: the 16 KB saved let a third block onto an SM at K = 128.)
  * At most 85 registers a thread (the 3 in the bounds), so that three blocks share an SM
  * and one block's barriers are hidden by the others' work: it took 112 with room for
  * them, and ran with two blocks. */
-__global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, size_t C, chunk_workspace w)
+__global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, size_t C, chunk_workspace w, chunk_slice slice)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, V = (int)p.V, TP = MAX_CHUNK + 1, K4 = (int)round_up4(p.K);
-    const size_t chunks = chunks_of(p.T, C), chunk = blockIdx.x % chunks, head = blockIdx.x / chunks;
+    const size_t chunks = chunks_of(p.T, C), chunk = slice.first + blockIdx.x % slice.count, head = blockIdx.x / slice.count;
     const size_t t0 = chunk * C, b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
     const int n = (int)(p.T - t0 < C ? p.T - t0 : C), KW = (int)padded_k(p.K);
     const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
     float *chain = w.chain_inputs + (head * chunks + chunk) * chain_block_floats(p.K, p.V);
     double *gamma = shared;
-    float *keys_t = (float *)(gamma + MAX_CHUNK), *Tm = keys_t + K4 * TILE, *Tm_t = Tm + MAX_CHUNK * TP;
-    float *right = Tm_t + TILE * TILE, *beta = right + TILE * TILE, *scaled_beta = beta + MAX_CHUNK;
+    float *keys_t = (float *)(gamma + MAX_CHUNK), *Tm_t = keys_t, *Tm = keys_t + (K4 > TILE ? K4 : TILE) * TILE;
+    float *right = Tm + MAX_CHUNK * TP, *beta = right + TILE * TILE, *scaled_beta = beta + MAX_CHUNK;
 
-    load_transposed(keys_t, p.k, p, b, t0, h, n, K);
+    load_transposed<2>(keys_t, p.k, p, b, t0, h, n, K);
     for (int i = threadIdx.x; i < MAX_CHUNK; i += THREADS) { /* gates and betas, all at once */
         size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
         gamma[i] = i < n ? p.g[token] : 0.0;
@@ -186,6 +195,24 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     if (threadIdx.x < 32) /* eq. 9 by one warp, in double as the CPU stage (see wy_chunked.c) */
         cumulative_gates(gamma, beta, scaled_beta, n, w.gamma + row0, chain + chain_decay_offset(K, V));
     __syncthreads();
+    /* W's padding columns, then the keys decayed to the chunk's end, transposed:
+     * exp(gamma_C - gamma_j) k_j (eq. 15), zero past the chunk and in the padding */
+    for (int e = threadIdx.x; e < MAX_CHUNK * (KW - K4); e += THREADS)
+        chain[e / (KW - K4) * KW + K4 + e % (KW - K4)] = 0.0f;
+    float4 *decayed = (float4 *)(chain + chain_keys_offset(K));
+    const double gamma_last = gamma[n - 1];
+    for (int e = threadIdx.x; e < K * CHUNK_STRIDE / 4; e += THREADS) {
+        const int c = e / (CHUNK_STRIDE / 4), j = e % (CHUNK_STRIDE / 4) * 4;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (j < MAX_CHUNK) {
+            x = *(const float4 *)(keys_t + c * TILE + j);
+            x.x *= j < n ? expf((float)(gamma_last - gamma[j])) : 0.0f;
+            x.y *= j + 1 < n ? expf((float)(gamma_last - gamma[j + 1])) : 0.0f;
+            x.z *= j + 2 < n ? expf((float)(gamma_last - gamma[j + 2])) : 0.0f;
+            x.w *= j + 3 < n ? expf((float)(gamma_last - gamma[j + 3])) : 0.0f;
+        }
+        decayed[e] = x;
+    }
 
     /* I + M, M[i, j] = beta_i (k_i . k_j) exp(gamma_i - gamma_j) for j < i (eq. 10) */
     float acc[4][4];
@@ -203,7 +230,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
      * would be 63 dependent steps with two barriers each, which was most of this kernel. */
     invert_diagonal_blocks(Tm, TP);
     __syncthreads();
-    join_diagonal_blocks(Tm, TP, right);
+    join_diagonal_blocks(Tm, TP, right); /* ends with a barrier: keys_t is read no more */
     for (int e = threadIdx.x; e < TILE * TILE; e += THREADS) { /* consecutive i: no bank conflict either side */
         const int i = e % TILE, j = e / TILE;
         Tm_t[j * TILE + i] = Tm[i * TP + j];
@@ -213,6 +240,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
      * come out zero (Tm is the identity there, and those rows of `right` are zero) */
     for (int first = 0; first < K; first += TILE) {
         __syncthreads(); /* Tm_t complete; `right` (the join's scratch, or the last pass's) free */
+#pragma unroll /* the four loads of a thread in flight together */
         for (int e = threadIdx.x; e < TILE * TILE / 4; e += THREADS) {
             const int l = e / (TILE / 4), c = first + e % (TILE / 4) * 4;
             float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -234,6 +262,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
      * columns of V, thread columns are tokens, so a row of U_t is again 16 consecutive bytes */
     for (int first = 0; first < V; first += TILE) {
         __syncthreads();
+#pragma unroll /* the four loads of a thread in flight together */
         for (int e = threadIdx.x; e < TILE * TILE / 4; e += THREADS) {
             const int l = e / (TILE / 4), c = first + e % (TILE / 4) * 4;
             float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -251,24 +280,6 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
             if (first + row + r < V) /* tokens past the chunk come out zero, as W's rows */
                 *(float4 *)(chain + chain_u_offset(K) + (first + row + r) * CHUNK_STRIDE + column) =
                     make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-    }
-    /* W's padding columns, then the keys decayed to the chunk's end, transposed:
-     * exp(gamma_C - gamma_j) k_j (eq. 15), zero past the chunk and in the padding */
-    for (int e = threadIdx.x; e < MAX_CHUNK * (KW - K4); e += THREADS)
-        chain[e / (KW - K4) * KW + K4 + e % (KW - K4)] = 0.0f;
-    float4 *decayed = (float4 *)(chain + chain_keys_offset(K));
-    const double gamma_last = gamma[n - 1];
-    for (int e = threadIdx.x; e < K * CHUNK_STRIDE / 4; e += THREADS) {
-        const int c = e / (CHUNK_STRIDE / 4), j = e % (CHUNK_STRIDE / 4) * 4;
-        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (j < MAX_CHUNK) {
-            x = *(const float4 *)(keys_t + c * TILE + j);
-            x.x *= j < n ? expf((float)(gamma_last - gamma[j])) : 0.0f;
-            x.y *= j + 1 < n ? expf((float)(gamma_last - gamma[j + 1])) : 0.0f;
-            x.z *= j + 2 < n ? expf((float)(gamma_last - gamma[j + 2])) : 0.0f;
-            x.w *= j + 3 < n ? expf((float)(gamma_last - gamma[j + 3])) : 0.0f;
-        }
-        decayed[e] = x;
     }
 }
 
@@ -299,16 +310,23 @@ __host__ __device__ static inline size_t chain_stage_floats(size_t K, int column
 }
 
 /* Start copying block's part for the column tile at column0 into one slot of the ring: W and
- * keys_t whole, then COLUMNS rows of U_t, then the decay, as consecutive float4. */
+ * keys_t whole, then COLUMNS rows of U_t, then the decay, as consecutive float4.
+ * The loop over W and keys_t has a trip count known at compile time (enough for K = MAX_K,
+ * each copy behind a test): unrolled, every copy addresses its source and destination as one
+ * base register plus a constant. A loop with a run-time bound reused one address register
+ * from copy to copy, and a copy keeps its address registers until the memory pipe takes it:
+ * ncu put a tenth of kernel 2's stall samples on the add that advanced that register. */
+constexpr int FETCH_STEPS = (int)((MAX_CHUNK * (MAX_K + 4) + MAX_K * CHUNK_STRIDE) / 4 + THREADS - 1) / THREADS; /* chain_u_offset(MAX_K) */
 template <int COLUMNS>
 __device__ static void fetch_chain_inputs(float4 *slot, const float4 *block, size_t K, size_t V, size_t column0)
 {
     const int shared4 = (int)(chain_u_offset(K) / 4), u4 = COLUMNS * CHUNK_STRIDE / 4;
     static_assert(COLUMNS * CHUNK_STRIDE / 4 < THREADS, "one float4 of U_t per thread");
     const float4 *u = block + (chain_u_offset(K) + column0 * CHUNK_STRIDE) / 4;
-#pragma unroll 4
-    for (int e = threadIdx.x; e < shared4; e += THREADS)
-        __pipeline_memcpy_async(slot + e, block + e, sizeof(float4));
+#pragma unroll
+    for (int step = 0; step < FETCH_STEPS; step++)
+        if (step * THREADS + (int)threadIdx.x < shared4)
+            __pipeline_memcpy_async(slot + threadIdx.x + step * THREADS, block + threadIdx.x + step * THREADS, sizeof(float4));
     if (threadIdx.x < u4)
         __pipeline_memcpy_async(slot + shared4 + threadIdx.x, u + threadIdx.x, sizeof(float4));
     else if (threadIdx.x == u4)
@@ -339,7 +357,8 @@ __device__ __forceinline__ static float own_column(const float (&acc)[COLUMNS], 
 }
 
 template <int COLUMNS>
-__global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *ht)
+__global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, chunk_slice slice,
+                                                                   const float *start, float *ht)
 {
     extern __shared__ float4 tiles4[];
     const int K = (int)p.K, KW = (int)padded_k(p.K), stage4 = (int)chain_stage_floats(p.K, COLUMNS) / 4;
@@ -347,38 +366,41 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
     const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * COLUMNS;
     const int lane = threadIdx.x % 32, row = threadIdx.x / 32 * 8 + lane % 8, part = lane / 8;
     const size_t block4 = chain_block_floats(p.K, V) / 4;
-    const float4 *blocks = (const float4 *)w.chain_inputs + head * chunks * block4;
+    const float4 *blocks = (const float4 *)w.chain_inputs + (head * chunks + slice.first) * block4; /* the slice's first */
     float *S_t = (float *)(tiles4 + CHAIN_STAGES * stage4), *Vnew_t = S_t + COLUMNS * KW;
     /* where this tile's S0 and Vnew go, advanced a chunk at a time (not recomputed in size_t) */
-    float *states = w.states + head * chunks * K * V + column0, *new_values = w.new_values + head * p.T * V + column0;
+    float *states = w.states + (head * chunks + slice.first) * K * V + column0;
+    float *new_values = w.new_values + (head * p.T + slice.first * C) * V + column0;
+    /* this thread's places in them, the same every chunk: worked out once, not per chunk */
+    const int save_m = threadIdx.x / COLUMNS, save_c = threadIdx.x % COLUMNS;
+    const bool save_real = column0 + save_c < V;
+    const size_t save_offset = (size_t)save_m * V + save_c, row_offset = (size_t)row * V + part; /* Vnew's column 4 q + part */
 
     for (int e = threadIdx.x; e < COLUMNS * KW + COLUMNS * CHUNK_STRIDE; e += THREADS)
         S_t[e] = 0.0f; /* padding must read as zero */
     __syncthreads();
     for (int e = threadIdx.x; e < K * COLUMNS; e += THREADS) {
         const int m = e / COLUMNS, c = e % COLUMNS; /* consecutive threads, consecutive columns */
-        S_t[c * KW + m] = p.h0 && column0 + c < V ? p.h0[(head * K + m) * V + column0 + c] : 0.0f;
+        S_t[c * KW + m] = start && column0 + c < V ? start[(head * K + m) * V + column0 + c] : 0.0f;
     }
     for (int ahead = 0; ahead < CHAIN_STAGES - 1; ahead++) {
-        if ((size_t)ahead < chunks)
+        if ((size_t)ahead < slice.count)
             fetch_chain_inputs<COLUMNS>(tiles4 + ahead * stage4, blocks + ahead * block4, K, V, column0);
         __pipeline_commit(); /* one group per chunk, empty past the end, so that the count below holds */
     }
 
-    for (size_t chunk = 0; chunk < chunks; chunk++) {
-        const size_t n = p.T - chunk * C < C ? p.T - chunk * C : C;
-        const float *slot = (const float *)(tiles4 + chunk % CHAIN_STAGES * stage4);
+    for (size_t index = 0; index < slice.count; index++) { /* the slice's chunk number, from 0 */
+        const size_t chunk = slice.first + index, n = p.T - chunk * C < C ? p.T - chunk * C : C;
+        const float *slot = (const float *)(tiles4 + index % CHAIN_STAGES * stage4);
         const float *Wt = slot, *keys_t = slot + chain_keys_offset(K), *u_t = slot + chain_u_offset(K);
         __syncthreads(); /* S is complete; the slot refilled next (chunk - 1's) is no longer read */
-        const size_t next = chunk + CHAIN_STAGES - 1;
-        if (next < chunks)
+        const size_t next = index + CHAIN_STAGES - 1;
+        if (next < slice.count)
             fetch_chain_inputs<COLUMNS>(tiles4 + next % CHAIN_STAGES * stage4, blocks + next * block4, K, V, column0);
         __pipeline_commit();
-        for (int e = threadIdx.x; e < K * COLUMNS; e += THREADS) {
-            const int m = e / COLUMNS, c = e % COLUMNS;
-            if (column0 + c < V)
-                states[m * V + c] = S_t[c * KW + m];
-        }
+        for (int m = save_m; m < K; m += THREADS / COLUMNS) /* S0: THREADS / COLUMNS rows a pass */
+            if (save_real)
+                states[save_offset + (size_t)(m - save_m) * V] = S_t[save_c * KW + m];
         states += K * V;
         __pipeline_wait_prior(CHAIN_STAGES - 1); /* this thread's copies of this chunk have landed */
         __syncthreads();                          /* and so have everyone's */
@@ -388,7 +410,7 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
 #pragma unroll
         for (int c = 0; c < COLUMNS; c++)
             acc[c] = 0.0f;
-        for (int m4 = part; m4 < KW / 4; m4 += PARTS) {
+        for (int m4 = part; m4 < (K + 3) / 4; m4 += PARTS) { /* W's padding columns are zero: skipped */
             const float4 a = ((const float4 *)(Wt + row * KW))[m4];
 #pragma unroll
             for (int c = 0; c < COLUMNS; c++) {
@@ -404,7 +426,7 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
             const float value = real ? u_t[c * CHUNK_STRIDE + row] - own_column(acc, q, part) : 0.0f;
             Vnew_t[c * CHUNK_STRIDE + row] = value;
             if (real)
-                new_values[row * V + c] = value;
+                new_values[row_offset + q * PARTS] = value;
         }
         __syncthreads();
 
@@ -446,34 +468,37 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
 
 /* Kernel 3: one block per (head, chunk, 64 columns of o). Shared, padded to 64 rows with
  * zeros: gamma[64] (double), q_t[K][64] and k_t[K][64] (the chunk's q and k transposed),
- * P_t[64][64], S0[K][64], Vnew[64][64].
+ * P_t[64][64] in k_t's place once Q K^T is formed (16 KB less: three blocks an SM at K = 64,
+ * where there were two), S0[K][64], Vnew[64][64].
  *     P = lower(Q K^T exp(gamma_i - gamma_j))                       (eq. 14)
  *     o = scale (exp(gamma) Q S0 + P Vnew)                          (eq. 14)
  * all three products as 4 x 4 register tiles; P is formed transposed (K Q^T), the form in
  * which the last product reads it. */
-__global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, size_t C, chunk_workspace w, float *o)
+__global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, size_t C, chunk_workspace w, chunk_slice slice, float *o)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, V = (int)p.V, K4 = (int)round_up4(p.K);
     const size_t chunks = chunks_of(p.T, C), tiles_per_chunk = (p.V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
     const size_t column0 = blockIdx.x % tiles_per_chunk * OUTPUT_COLUMNS, head_chunk = blockIdx.x / tiles_per_chunk;
-    const size_t head = head_chunk / chunks, chunk = head_chunk % chunks, t0 = chunk * C;
+    const size_t head = head_chunk / slice.count, chunk = slice.first + head_chunk % slice.count, t0 = chunk * C;
     const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
     const int n = (int)(p.T - t0 < C ? p.T - t0 : C), width = V - (int)column0; /* columns from column0 on */
     const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
     double *gamma = shared;
-    float *q_t = (float *)(gamma + MAX_CHUNK), *k_t = q_t + K4 * TILE, *P_t = k_t + K4 * TILE;
-    float *S = P_t + TILE * TILE, *Vnew = S + K * TILE;
+    float *q_t = (float *)(gamma + MAX_CHUNK), *k_t = q_t + K4 * TILE, *P_t = k_t;
+    float *S = k_t + (K4 > TILE ? K4 : TILE) * TILE, *Vnew = S + K * TILE;
 
-    load_transposed(q_t, p.q, p, b, t0, h, n, K);
-    load_transposed(k_t, p.k, p, b, t0, h, n, K);
+    load_transposed<4>(q_t, p.q, p, b, t0, h, n, K);
+    load_transposed<4>(k_t, p.k, p, b, t0, h, n, K);
     for (int i = threadIdx.x; i < MAX_CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
     const float *states = w.states + (head * chunks + chunk) * K * p.V + column0;
+#pragma unroll 4 /* four loads in flight a thread, not one after another */
     for (int e = threadIdx.x; e < K * TILE / 4; e += THREADS) {
         const int m = e / (TILE / 4), c = e % (TILE / 4) * 4;
         ((float4 *)S)[e] = load_four(states + m * p.V, c, width);
     }
+#pragma unroll /* the four loads of a thread in flight together */
     for (int e = threadIdx.x; e < MAX_CHUNK * TILE / 4; e += THREADS) {
         const int i = e / (TILE / 4), c = e % (TILE / 4) * 4;
         ((float4 *)Vnew)[e] = i < n ? load_four(w.new_values + (row0 + i) * p.V + column0, c, width) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -483,6 +508,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     float acc[4][4];
     clear_tile(acc);
     multiply_tile_4x4(acc, k_t, q_t, K); /* K Q^T: thread rows are keys j, columns queries i */
+    __syncthreads();                     /* every thread is done with k_t: P_t takes its place */
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         const int j = row + r;
@@ -510,6 +536,50 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
                        make_float4(p.scale * acc[r][0], p.scale * acc[r][1], p.scale * acc[r][2], p.scale * acc[r][3]));
 }
 
+/* The three kernels overlapped, slice by slice. Kernel 2 is one block an SM walking chunk after
+ * chunk, and it leaves most of each SM's issue slots idle (ncu: a third busy); kernels 1 and 3
+ * are parallel work that only has to be done before (1) or after (3) the chain passes its
+ * chunks. So the chunks of every head are cut into up to SLICES slices of at least
+ * MIN_SLICE_CHUNKS chunks, and the kernels go into three streams, joined by events:
+ *     prepare:  k1(0) k1(1) k1(2) ...
+ *     chain:          k2(0)  k2(1)  k2(2) ...        k2(s) waits for k1(s) (and k2(s - 1))
+ *     outputs:               k3(0)  k3(1)  ...       k3(s) waits for k2(s)
+ * While the chain walks slice s, kernel 1's blocks for slice s + 1 and kernel 3's for slice
+ * s - 1 run on the same SMs beside it (all three ask for the largest shared-memory carveout,
+ * so that their blocks fit on one SM together). The chain's stream has the highest priority:
+ * when a slice is ready, its blocks are placed before waiting blocks of the other two. Each
+ * slice of the chain starts from the state the last one left in ht (h0 for the first).
+ * The streams are blocking ones: they wait for, and are waited for by, the default stream
+ * the runner records its timing events on. Made once, kept for the process. */
+enum { SLICES = 2, MIN_SLICE_CHUNKS = 32 };
+
+static int overlap_streams(cudaStream_t streams[3], cudaEvent_t prepared[SLICES], cudaEvent_t walked[SLICES])
+{
+    static cudaStream_t made[3];
+    static cudaEvent_t made_prepared[SLICES], made_walked[SLICES];
+    if (!made[0]) {
+        int least, greatest; /* numerically: the greatest priority is the smallest number */
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&made[0], cudaStreamDefault, least));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&made[1], cudaStreamDefault, greatest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&made[2], cudaStreamDefault, least));
+        for (int i = 0; i < SLICES; i++) {
+            CUDA_CHECK(cudaEventCreateWithFlags(&made_prepared[i], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&made_walked[i], cudaEventDisableTiming));
+        }
+        const int carveout = cudaSharedmemCarveoutMaxShared;
+        CUDA_CHECK(cudaFuncSetAttribute(prepare_chunks_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+        CUDA_CHECK(cudaFuncSetAttribute(chunk_states_kernel<4>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+        CUDA_CHECK(cudaFuncSetAttribute(chunk_states_kernel<8>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+        CUDA_CHECK(cudaFuncSetAttribute(chunk_outputs_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+    }
+    for (int i = 0; i < 3; i++)
+        streams[i] = made[i];
+    for (int i = 0; i < SLICES; i++)
+        prepared[i] = made_prepared[i], walked[i] = made_walked[i];
+    return 0;
+}
+
 static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     const size_t K = p->K, V = p->V, C = s->chunk, heads = p->B * p->H, chunks = chunks_of(p->T, C);
@@ -520,23 +590,41 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     chunk_workspace w = workspace_at(r->workspace, p, C);
     static int sms = 0; /* asked once: the runner calls this for every repetition */
     if (sms == 0)
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        sms = gdn_sm_count();
     const int state_columns = heads * ((V + 3) / 4) > (size_t)sms ? 8 : 4; /* see kernel 2 */
+    const size_t output_tiles = (V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
     unsigned prepare_blocks, state_blocks, output_blocks;
     if (gdn_blocks_for(heads * chunks, 1, &prepare_blocks) ||
         gdn_blocks_for(heads * ((V + state_columns - 1) / state_columns), 1, &state_blocks) ||
-        gdn_blocks_for(heads * chunks * ((V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &output_blocks))
-        return -1;
+        gdn_blocks_for(heads * chunks * output_tiles, 1, &output_blocks))
+        return -1; /* the whole sequence's grids: a slice's are no larger */
     const size_t M = MAX_CHUNK, KW = padded_k(K);
-    size_t prepare_bytes = M * sizeof(double) + (round_up4(K) * M + M * (M + 1) + 2 * M * M + 2 * M) * sizeof(float);
+    const size_t keys_rows = round_up4(K) > M ? round_up4(K) : M; /* keys_t and what replaces it (Tm_t, P_t) */
+    size_t prepare_bytes = M * sizeof(double) + (keys_rows * M + M * (M + 1) + M * M + 2 * M) * sizeof(float);
     size_t state_bytes = (CHAIN_STAGES * chain_stage_floats(K, state_columns) + state_columns * (KW + CHUNK_STRIDE)) * sizeof(float);
-    size_t output_bytes = M * sizeof(double) + (2 * round_up4(K) * M + M * M + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, THREADS, prepare_bytes, *p, C, w);
-    if (state_columns == 8)
-        CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel<8>, state_blocks, THREADS, state_bytes, *p, C, w, r->ht);
-    else
-        CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel<4>, state_blocks, THREADS, state_bytes, *p, C, w, r->ht);
-    CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, THREADS, output_bytes, *p, C, w, r->o);
+    size_t output_bytes = M * sizeof(double) + ((round_up4(K) + keys_rows) * M + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
+
+    cudaStream_t streams[3] = {};
+    cudaEvent_t prepared[SLICES] = {}, walked[SLICES] = {};
+    if (overlap_streams(streams, prepared, walked))
+        return -1;
+    const size_t slices = chunks < SLICES * MIN_SLICE_CHUNKS ? 1 : SLICES;
+    const size_t per_slice = (chunks + slices - 1) / slices;
+    for (size_t i = 0; i * per_slice < chunks; i++) {
+        const chunk_slice slice = {i * per_slice, chunks - i * per_slice < per_slice ? chunks - i * per_slice : per_slice};
+        const unsigned prepare_slice = (unsigned)(heads * slice.count), output_slice = (unsigned)(heads * slice.count * output_tiles);
+        CUDA_LAUNCH_WITH_SHARED_ON(streams[0], prepare_chunks_kernel, prepare_slice, THREADS, prepare_bytes, *p, C, w, slice);
+        CUDA_CHECK(cudaEventRecord(prepared[i], streams[0]));
+        CUDA_CHECK(cudaStreamWaitEvent(streams[1], prepared[i], 0));
+        const float *start = i == 0 ? p->h0 : r->ht;
+        if (state_columns == 8)
+            CUDA_LAUNCH_WITH_SHARED_ON(streams[1], chunk_states_kernel<8>, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
+        else
+            CUDA_LAUNCH_WITH_SHARED_ON(streams[1], chunk_states_kernel<4>, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
+        CUDA_CHECK(cudaEventRecord(walked[i], streams[1]));
+        CUDA_CHECK(cudaStreamWaitEvent(streams[2], walked[i], 0));
+        CUDA_LAUNCH_WITH_SHARED_ON(streams[2], chunk_outputs_kernel, output_slice, THREADS, output_bytes, *p, C, w, slice, r->o);
+    }
     return 0;
 }
 
