@@ -300,9 +300,13 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * The four parts are summed with two shuffles. The eight lanes of a quarter warp share one
  * part and hold eight consecutive rows: row strides of 17 or 33 float4 put their loads in
  * eight different bank groups, and the S or Vnew value they need is one broadcast.
+ * Two barriers a chunk: one before Vnew (the chunk's copies have landed, S is complete, and
+ * the slot refilled next is read no more), one between Vnew and the update.
  * S_t[COLUMNS][KW] (S transposed) and Vnew_t[COLUMNS][68] follow the ring in shared memory.
  * COLUMNS = 8 halves the blocks when 4-column tiles would be more than one per SM (so a
- * second wave of serial chains would wait for the first). */
+ * second wave of serial chains would wait for the first). A launch walks one slice of the
+ * chunks (see the forward pass), from `start` (h0, or the state the slice before it left in
+ * ht), and leaves its state in ht. */
 constexpr int CHAIN_STAGES = 3, PARTS = 4;
 __host__ __device__ static inline size_t chain_stage_floats(size_t K, int columns)
 {
@@ -393,7 +397,8 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         const size_t chunk = slice.first + index, n = p.T - chunk * C < C ? p.T - chunk * C : C;
         const float *slot = (const float *)(tiles4 + index % CHAIN_STAGES * stage4);
         const float *Wt = slot, *keys_t = slot + chain_keys_offset(K), *u_t = slot + chain_u_offset(K);
-        __syncthreads(); /* S is complete; the slot refilled next (chunk - 1's) is no longer read */
+        __pipeline_wait_prior(CHAIN_STAGES - 2); /* this thread's copies of this chunk have landed */
+        __syncthreads(); /* and everyone's; S is complete; the slot refilled next (chunk - 1's) is read no more */
         const size_t next = index + CHAIN_STAGES - 1;
         if (next < slice.count)
             fetch_chain_inputs<COLUMNS>(tiles4 + next % CHAIN_STAGES * stage4, blocks + next * block4, K, V, column0);
@@ -402,8 +407,6 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
             if (save_real)
                 states[save_offset + (size_t)(m - save_m) * V] = S_t[save_c * KW + m];
         states += K * V;
-        __pipeline_wait_prior(CHAIN_STAGES - 1); /* this thread's copies of this chunk have landed */
-        __syncthreads();                          /* and so have everyone's */
 
         /* Vnew[row, c] = U[row, c] - sum_m W[row, m] S0[m, c] (eq. 13) */
         float acc[COLUMNS];

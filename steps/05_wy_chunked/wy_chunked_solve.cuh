@@ -4,7 +4,7 @@
  * them; stage 06's uses the gate sums and the diagonal blocks' inversion, and joins the
  * blocks on tensor cores instead (join_diagonal_blocks_tf32).
  * Call them from every thread of a block of at least 64 threads (cumulative_gates: from
- * the first warp only), as the comments say.
+ * the first warp only; join_diagonal_blocks: of exactly 256), as the comments say.
  */
 #ifndef GDN_WY_CHUNKED_SOLVE_CUH
 #define GDN_WY_CHUNKED_SOLVE_CUH
@@ -47,31 +47,56 @@ __device__ __noinline__ static void invert_diagonal_blocks(float *Tm, int ldt)
 }
 
 /* X_ab for b < a, one block row a at a time; rows above a are final when row a starts.
- *     Y = M[rows of a, 0 .. 16 a) X[0 .. 16 a, 0 .. 16 a)    (X lower triangular: l >= j only)
+ *     Y = M[rows of a, 0 .. 16 a) X[0 .. 16 a, 0 .. 16 a)    (X lower triangular)
  *     X[rows of a, 0 .. 16 a) = -X_aa Y
- * Y goes to `scratch` (16 x 48 floats). M's block row a is overwritten only after Y is made. */
+ * Thread t (of exactly 256) owns row i = t / 16 of the block row and the columns
+ * j = t % 16 + 16 k, k < a. The block row is a template argument, so every loop bound is a
+ * compile-time constant: the loops unroll, and the sum for column block k starts at row 16 k
+ * (X is zero above its diagonal blocks). A first version with run-time bounds (l from j to
+ * 16 a, e / width for the indices) spent a third of kernel 1's stall samples here, and ten
+ * times the instructions of its multiply-adds. Y goes to `scratch` (16 x 64 floats); M's
+ * block row is overwritten only after every Y is made. */
+template <int BLOCK_ROW>
+__device__ __forceinline__ static void join_block_row(float *Tm, int ldt, float *scratch)
+{
+    const int i = threadIdx.x / SOLVE_BLOCK, j0 = threadIdx.x % SOLVE_BLOCK, first_row = BLOCK_ROW * SOLVE_BLOCK;
+    const float *row = Tm + (first_row + i) * ldt;
+    float y[BLOCK_ROW], x[BLOCK_ROW];
+#pragma unroll
+    for (int k = 0; k < BLOCK_ROW; k++)
+        y[k] = 0.0f, x[k] = 0.0f;
+#pragma unroll
+    for (int l = 0; l < first_row; l++) {
+        const float m = row[l]; /* one load for the BLOCK_ROW columns */
+#pragma unroll
+        for (int k = 0; k < BLOCK_ROW; k++)
+            if (l >= k * SOLVE_BLOCK)
+                y[k] += m * Tm[l * ldt + k * SOLVE_BLOCK + j0];
+    }
+#pragma unroll
+    for (int k = 0; k < BLOCK_ROW; k++)
+        scratch[i * SOLVE_CHUNK + k * SOLVE_BLOCK + j0] = y[k];
+    __syncthreads();
+#pragma unroll
+    for (int l = 0; l < SOLVE_BLOCK; l++) { /* X_aa is lower triangular: its zeros above add nothing */
+        const float diagonal = row[first_row + l];
+#pragma unroll
+        for (int k = 0; k < BLOCK_ROW; k++)
+            x[k] += diagonal * scratch[l * SOLVE_CHUNK + k * SOLVE_BLOCK + j0];
+    }
+#pragma unroll
+    for (int k = 0; k < BLOCK_ROW; k++)
+        Tm[(first_row + i) * ldt + k * SOLVE_BLOCK + j0] = -x[k];
+    __syncthreads();
+}
+
+/* The three block rows below the first, in order; call from a block of exactly 256 threads. */
 __device__ static void join_diagonal_blocks(float *Tm, int ldt, float *scratch)
 {
-    for (int a = 1; a < SOLVE_BLOCKS; a++) {
-        const int width = a * SOLVE_BLOCK, first_row = a * SOLVE_BLOCK;
-        for (int e = threadIdx.x; e < SOLVE_BLOCK * width; e += blockDim.x) {
-            const int i = e / width, j = e % width; /* width is 16, 32 or 48: cheap */
-            float sum = 0.0f;
-            for (int l = j; l < width; l++)
-                sum += Tm[(first_row + i) * ldt + l] * Tm[l * ldt + j];
-            scratch[i * width + j] = sum;
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < SOLVE_BLOCK * width; e += blockDim.x) {
-            const int i = e / width, j = e % width;
-            float sum = 0.0f;
-#pragma unroll
-            for (int l = 0; l < SOLVE_BLOCK; l++) /* X_aa is lower triangular: l <= i */
-                sum += l <= i ? Tm[(first_row + i) * ldt + first_row + l] * scratch[l * width + j] : 0.0f;
-            Tm[(first_row + i) * ldt + j] = -sum;
-        }
-        __syncthreads();
-    }
+    static_assert(SOLVE_BLOCKS == 4, "the block rows joined below are 1, 2 and 3");
+    join_block_row<1>(Tm, ldt, scratch);
+    join_block_row<2>(Tm, ldt, scratch);
+    join_block_row<3>(Tm, ldt, scratch);
 }
 
 /* gamma = the running sum of the chunk's log-gates (eq. 9), by the 32 lanes of one warp:
