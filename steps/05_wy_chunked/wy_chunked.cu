@@ -12,9 +12,11 @@
  *      and the inputs of the next two chunks are copied in (cp.async) while it runs.
  *   3. chunk_outputs (parallel over every chunk again): o = scale (exp(gamma) Q S0 + P Vnew)
  *      with P = lower(Q K^T exp(gamma_i - gamma_j)) (eq. 14), from the saved S0 and Vnew.
- * This is how FLA splits its Triton forward too. Plain fp32 FMAs on shared-memory tiles:
- * tensor cores are stage 06. Rows of q and k tiles are padded by one float so that threads
- * reading different rows of the same column hit different banks.
+ * This is how FLA splits its Triton forward too. From 64 chunks on, the three overlap: the
+ * sequence is cut into two slices and kernel 1 of the second, kernel 3 of the first run beside
+ * the chain (three streams; see the forward pass at the end). Plain fp32 FMAs on shared-memory
+ * tiles, every product's A operand stored transposed (one float4 of each operand per 16 FMAs):
+ * tensor cores are stage 06.
  *
  * Cost: the flops of the CPU stage (wy_chunked_flops), plus the workspace: W, U, decayed
  * keys and Vnew (2 K + 2 V floats per token), gamma in double, and one K x V state per
@@ -542,8 +544,8 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
 /* The three kernels overlapped, slice by slice. Kernel 2 is one block an SM walking chunk after
  * chunk, and it leaves most of each SM's issue slots idle (ncu: a third busy); kernels 1 and 3
  * are parallel work that only has to be done before (1) or after (3) the chain passes its
- * chunks. So the chunks of every head are cut into up to SLICES slices of at least
- * MIN_SLICE_CHUNKS chunks, and the kernels go into three streams, joined by events:
+ * chunks. So the chunks of every head are cut into SLICES slices (where each gets at least
+ * MIN_SLICE_CHUNKS), and the kernels go into three streams, joined by events:
  *     prepare:  k1(0) k1(1) k1(2) ...
  *     chain:          k2(0)  k2(1)  k2(2) ...        k2(s) waits for k1(s) (and k2(s - 1))
  *     outputs:               k3(0)  k3(1)  ...       k3(s) waits for k2(s)
@@ -553,7 +555,10 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
  * when a slice is ready, its blocks are placed before waiting blocks of the other two. Each
  * slice of the chain starts from the state the last one left in ht (h0 for the first).
  * The streams are blocking ones: they wait for, and are waited for by, the default stream
- * the runner records its timing events on. Made once, kept for the process. */
+ * the runner records its timing events on. Made once, kept for the process.
+ * Why two slices (H200, B=1 T=16384 H=8 K=V=64): 1, 2, 4, 8 slices took 0.802, 0.741, 0.769,
+ * 0.785 ms. Each slice restarts the chain (its ring refills, an event is waited on), about
+ * 7 us, and a chain sharing its SMs runs slower, which eats most of what more overlap gives. */
 enum { SLICES = 2, MIN_SLICE_CHUNKS = 32 };
 
 static int overlap_streams(cudaStream_t streams[3], cudaEvent_t prepared[SLICES], cudaEvent_t walked[SLICES])
