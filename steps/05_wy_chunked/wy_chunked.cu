@@ -561,30 +561,33 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
  * 7 us, and a chain sharing its SMs runs slower, which eats most of what more overlap gives. */
 enum { SLICES = 2, MIN_SLICE_CHUNKS = 32 };
 
-static int overlap_streams(cudaStream_t streams[3], cudaEvent_t prepared[SLICES], cudaEvent_t walked[SLICES])
+typedef struct {
+    cudaStream_t prepare, chain, outputs;
+    cudaEvent_t prepared[SLICES], walked[SLICES]; /* slice s: kernel 1 done, kernel 2 done */
+} overlap_streams;
+
+static int get_overlap_streams(overlap_streams *out)
 {
-    static cudaStream_t made[3];
-    static cudaEvent_t made_prepared[SLICES], made_walked[SLICES];
-    if (!made[0]) {
+    static overlap_streams made;
+    static int ready = 0; /* set only once everything below is made */
+    if (!ready) {
         int least, greatest; /* numerically: the greatest priority is the smallest number */
         CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&made[0], cudaStreamDefault, least));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&made[1], cudaStreamDefault, greatest));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&made[2], cudaStreamDefault, least));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&made.prepare, cudaStreamDefault, least));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&made.chain, cudaStreamDefault, greatest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&made.outputs, cudaStreamDefault, least));
         for (int i = 0; i < SLICES; i++) {
-            CUDA_CHECK(cudaEventCreateWithFlags(&made_prepared[i], cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&made_walked[i], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&made.prepared[i], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&made.walked[i], cudaEventDisableTiming));
         }
         const int carveout = cudaSharedmemCarveoutMaxShared;
         CUDA_CHECK(cudaFuncSetAttribute(prepare_chunks_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
         CUDA_CHECK(cudaFuncSetAttribute(chunk_states_kernel<4>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
         CUDA_CHECK(cudaFuncSetAttribute(chunk_states_kernel<8>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
         CUDA_CHECK(cudaFuncSetAttribute(chunk_outputs_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+        ready = 1;
     }
-    for (int i = 0; i < 3; i++)
-        streams[i] = made[i];
-    for (int i = 0; i < SLICES; i++)
-        prepared[i] = made_prepared[i], walked[i] = made_walked[i];
+    *out = made;
     return 0;
 }
 
@@ -612,26 +615,25 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     size_t state_bytes = (CHAIN_STAGES * chain_stage_floats(K, state_columns) + state_columns * (KW + CHUNK_STRIDE)) * sizeof(float);
     size_t output_bytes = M * sizeof(double) + ((round_up4(K) + keys_rows) * M + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
 
-    cudaStream_t streams[3] = {};
-    cudaEvent_t prepared[SLICES] = {}, walked[SLICES] = {};
-    if (overlap_streams(streams, prepared, walked))
+    overlap_streams o = {};
+    if (get_overlap_streams(&o))
         return -1;
     const size_t slices = chunks < SLICES * MIN_SLICE_CHUNKS ? 1 : SLICES;
     const size_t per_slice = (chunks + slices - 1) / slices;
     for (size_t i = 0; i * per_slice < chunks; i++) {
         const chunk_slice slice = {i * per_slice, chunks - i * per_slice < per_slice ? chunks - i * per_slice : per_slice};
         const unsigned prepare_slice = (unsigned)(heads * slice.count), output_slice = (unsigned)(heads * slice.count * output_tiles);
-        CUDA_LAUNCH_WITH_SHARED_ON(streams[0], prepare_chunks_kernel, prepare_slice, THREADS, prepare_bytes, *p, C, w, slice);
-        CUDA_CHECK(cudaEventRecord(prepared[i], streams[0]));
-        CUDA_CHECK(cudaStreamWaitEvent(streams[1], prepared[i], 0));
+        CUDA_LAUNCH_WITH_SHARED_ON(o.prepare, prepare_chunks_kernel, prepare_slice, THREADS, prepare_bytes, *p, C, w, slice);
+        CUDA_CHECK(cudaEventRecord(o.prepared[i], o.prepare));
+        CUDA_CHECK(cudaStreamWaitEvent(o.chain, o.prepared[i], 0));
         const float *start = i == 0 ? p->h0 : r->ht;
         if (state_columns == 8)
-            CUDA_LAUNCH_WITH_SHARED_ON(streams[1], chunk_states_kernel<8>, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
+            CUDA_LAUNCH_WITH_SHARED_ON(o.chain, chunk_states_kernel<8>, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
         else
-            CUDA_LAUNCH_WITH_SHARED_ON(streams[1], chunk_states_kernel<4>, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
-        CUDA_CHECK(cudaEventRecord(walked[i], streams[1]));
-        CUDA_CHECK(cudaStreamWaitEvent(streams[2], walked[i], 0));
-        CUDA_LAUNCH_WITH_SHARED_ON(streams[2], chunk_outputs_kernel, output_slice, THREADS, output_bytes, *p, C, w, slice, r->o);
+            CUDA_LAUNCH_WITH_SHARED_ON(o.chain, chunk_states_kernel<4>, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
+        CUDA_CHECK(cudaEventRecord(o.walked[i], o.chain));
+        CUDA_CHECK(cudaStreamWaitEvent(o.outputs, o.walked[i], 0));
+        CUDA_LAUNCH_WITH_SHARED_ON(o.outputs, chunk_outputs_kernel, output_slice, THREADS, output_bytes, *p, C, w, slice, r->o);
     }
     return 0;
 }
