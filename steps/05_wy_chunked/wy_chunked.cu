@@ -137,8 +137,8 @@ __device__ static void load_transposed(float *tile_t, const float *x, const gdn_
  * with A given transposed, A_t[l][i] = A[i][l], and both A_t and B TILE floats a row, so that
  * per step of the inner dimension a thread loads one float4 of each and does 16 FMAs. In a
  * warp, the 2 row groups of A_t are one broadcast and the 16 float4 of B fill 2 wavefronts:
- * 3 shared-memory wavefronts for 16 FMAs, where A read down its rows took 4 more (one per
- * row) and kept the kernels waiting on shared memory. Each product below is written to
+ * 3 shared-memory wavefronts for 16 FMAs, where A read down its rows took four loads (and
+ * four wavefronts) in place of one, and kept the kernels waiting on shared memory. Each product below is written to
  * find its operands in this form; where the result is wanted transposed, the operands swap
  * (C^T = B^T A^T), so that every store is of 16 consecutive bytes. */
 __device__ __forceinline__ static void multiply_tile_4x4(float (&acc)[4][4], const float *A_t, const float *B, int depth)
