@@ -131,6 +131,25 @@ __device__ static void load_transposed(float *tile_t, const float *x, const gdn_
     }
 }
 
+/* Columns first .. first + 63 of a chunk of a [B, T, H, width] input (k or v), each token's
+ * row scaled by its factor, into tile[64][64] (row-major, TILE floats a row): the right-hand
+ * side of eq. 12, 64 columns at a time. Zeros past the chunk's n tokens and past `width`.
+ * A warp reads 512 consecutive bytes of two tokens' rows, 16 a thread. */
+__device__ __forceinline__ static void load_scaled_columns(float *tile, const float *x, const gdn_device_problem &p, size_t b, size_t t0, size_t h,
+                                                           int n, int width, int first, const float *scale)
+{
+#pragma unroll /* the four loads of a thread in flight together */
+    for (int e = threadIdx.x; e < TILE * TILE / 4; e += THREADS) {
+        const int l = e / (TILE / 4), c = first + e % (TILE / 4) * 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (l < n) {
+            v = load_four(x + gdn_device_token(&p, b, t0 + l, h) * width, c, width);
+            v.x *= scale[l], v.y *= scale[l], v.z *= scale[l], v.w *= scale[l];
+        }
+        ((float4 *)tile)[e] = v;
+    }
+}
+
 /* The register tile (as in a tiled SGEMM): 16 x 16 threads cover a 64 x 64 product, each
  * thread a 4 x 4 block of it, rows 4 ty .. 4 ty + 3 and columns 4 tx .. 4 tx + 3.
  *     acc += A[rows][0 .. depth) B[0 .. depth)[columns]
@@ -242,16 +261,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
      * come out zero (Tm is the identity there, and those rows of `right` are zero) */
     for (int first = 0; first < K; first += TILE) {
         __syncthreads(); /* Tm_t complete; `right` (the join's scratch, or the last pass's) free */
-#pragma unroll /* the four loads of a thread in flight together */
-        for (int e = threadIdx.x; e < TILE * TILE / 4; e += THREADS) {
-            const int l = e / (TILE / 4), c = first + e % (TILE / 4) * 4;
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (l < n) {
-                x = load_four(p.k + gdn_device_token(&p, b, t0 + l, h) * K, c, K);
-                x.x *= scaled_beta[l], x.y *= scaled_beta[l], x.z *= scaled_beta[l], x.w *= scaled_beta[l];
-            }
-            ((float4 *)right)[e] = x;
-        }
+        load_scaled_columns(right, p.k, p, b, t0, h, n, K, first, scaled_beta);
         __syncthreads();
         clear_tile(acc);
         multiply_tile_4x4(acc, Tm_t, right, n);
@@ -264,16 +274,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
      * columns of V, thread columns are tokens, so a row of U_t is again 16 consecutive bytes */
     for (int first = 0; first < V; first += TILE) {
         __syncthreads();
-#pragma unroll /* the four loads of a thread in flight together */
-        for (int e = threadIdx.x; e < TILE * TILE / 4; e += THREADS) {
-            const int l = e / (TILE / 4), c = first + e % (TILE / 4) * 4;
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (l < n) {
-                x = load_four(p.v + gdn_device_token(&p, b, t0 + l, h) * V, c, V);
-                x.x *= beta[l], x.y *= beta[l], x.z *= beta[l], x.w *= beta[l];
-            }
-            ((float4 *)right)[e] = x;
-        }
+        load_scaled_columns(right, p.v, p, b, t0, h, n, V, first, beta);
         __syncthreads();
         clear_tile(acc);
         multiply_tile_4x4(acc, right, Tm_t, n);
