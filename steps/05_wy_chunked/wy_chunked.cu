@@ -58,10 +58,10 @@ typedef struct {
  * Zeros in W's and keys_t's padding and past the chunk's last token. The padding makes
  * float4 loads of 8 consecutive rows hit 32 different banks. */
 constexpr int CHUNK_STRIDE = MAX_CHUNK + 4;
-__host__ __device__ static inline size_t round_up4(size_t x) { return (x + 3) / 4 * 4; }
-__host__ __device__ static inline size_t padded_k(size_t K) { return round_up4(K) + 4; }
-__host__ __device__ static inline size_t chain_keys_offset(size_t K) { return MAX_CHUNK * padded_k(K); }
-__host__ __device__ static inline size_t chain_u_offset(size_t K) { return chain_keys_offset(K) + K * CHUNK_STRIDE; }
+__host__ __device__ constexpr size_t round_up4(size_t x) { return (x + 3) / 4 * 4; }
+__host__ __device__ constexpr size_t padded_k(size_t K) { return round_up4(K) + 4; }
+__host__ __device__ constexpr size_t chain_keys_offset(size_t K) { return MAX_CHUNK * padded_k(K); }
+__host__ __device__ constexpr size_t chain_u_offset(size_t K) { return chain_keys_offset(K) + K * CHUNK_STRIDE; }
 __host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V)
 {
     return chain_u_offset(K) + (V + MAX_STATE_COLUMNS - 1) / MAX_STATE_COLUMNS * MAX_STATE_COLUMNS * CHUNK_STRIDE;
@@ -307,37 +307,42 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * the slot refilled next is read no more), one between Vnew and the update.
  * S_t[COLUMNS][KW] (S transposed) and Vnew_t[COLUMNS][68] follow the ring in shared memory.
  * COLUMNS = 8 halves the blocks when 4-column tiles would be more than one per SM (so a
- * second wave of serial chains would wait for the first). A launch walks one slice of the
- * chunks (see the forward pass), from `start` (h0, or the state the slice before it left in
- * ht), and leaves its state in ht. */
+ * second wave of serial chains would wait for the first). K_LIMIT (64 or 128: the kernel is
+ * made for K <= K_LIMIT) bounds the loops over K at compile time, so that they unroll with no
+ * trip count to keep, and the ring's slot is an int that wraps, where index % 3 on a size_t
+ * was a 64-bit division every chunk: ncu counted 514 instructions a warp a chunk step, 250
+ * of them integer arithmetic and branches, before these two; after, a slice took 216 us, not 238
+ * (H200, B=1 T=16384 H=8 K=V=64). A launch walks one slice of the chunks (see the forward
+ * pass), from `start` (h0, or the state the slice before it left in ht), and leaves its state
+ * in ht. */
 constexpr int CHAIN_STAGES = 3, PARTS = 4;
 __host__ __device__ static inline size_t chain_stage_floats(size_t K, int columns)
 {
     return chain_u_offset(K) + columns * CHUNK_STRIDE + 4;
 }
 
-/* Start copying block's part for the column tile at column0 into one slot of the ring: W and
- * keys_t whole, then COLUMNS rows of U_t, then the decay, as consecutive float4.
- * The loop over W and keys_t has a trip count known at compile time (enough for K = MAX_K,
+/* Start copying block's part for one column tile into one slot of the ring: W and keys_t
+ * whole (shared4 float4), then COLUMNS rows of U_t (the tile's, from float4 u4_offset of the
+ * block on), then the decay, as consecutive float4.
+ * The loop over W and keys_t has a trip count known at compile time (enough for K = K_LIMIT,
  * each copy behind a test): unrolled, every copy addresses its source and destination as one
  * base register plus a constant. A loop with a run-time bound reused one address register
  * from copy to copy, and a copy keeps its address registers until the memory pipe takes it:
  * ncu put a tenth of kernel 2's stall samples on the add that advanced that register. */
-constexpr int FETCH_STEPS = (int)((MAX_CHUNK * (MAX_K + 4) + MAX_K * CHUNK_STRIDE) / 4 + THREADS - 1) / THREADS; /* chain_u_offset(MAX_K) */
-template <int COLUMNS>
-__device__ static void fetch_chain_inputs(float4 *slot, const float4 *block, size_t K, size_t V, size_t column0)
+template <int COLUMNS, int K_LIMIT>
+__device__ static void fetch_chain_inputs(float4 *slot, const float4 *block, int shared4, int u4_offset, int decay4_offset)
 {
-    const int shared4 = (int)(chain_u_offset(K) / 4), u4 = COLUMNS * CHUNK_STRIDE / 4;
-    static_assert(COLUMNS * CHUNK_STRIDE / 4 < THREADS, "one float4 of U_t per thread");
-    const float4 *u = block + (chain_u_offset(K) + column0 * CHUNK_STRIDE) / 4;
+    constexpr int U4 = COLUMNS * CHUNK_STRIDE / 4;
+    constexpr int FETCH_STEPS = (int)((chain_u_offset(K_LIMIT) / 4 + THREADS - 1) / THREADS);
+    static_assert(U4 < THREADS, "one float4 of U_t per thread");
 #pragma unroll
     for (int step = 0; step < FETCH_STEPS; step++)
         if (step * THREADS + (int)threadIdx.x < shared4)
             __pipeline_memcpy_async(slot + threadIdx.x + step * THREADS, block + threadIdx.x + step * THREADS, sizeof(float4));
-    if (threadIdx.x < u4)
-        __pipeline_memcpy_async(slot + shared4 + threadIdx.x, u + threadIdx.x, sizeof(float4));
-    else if (threadIdx.x == u4)
-        __pipeline_memcpy_async(slot + shared4 + u4, block + chain_decay_offset(K, V) / 4, sizeof(float4));
+    if (threadIdx.x < U4)
+        __pipeline_memcpy_async(slot + shared4 + threadIdx.x, block + u4_offset + threadIdx.x, sizeof(float4));
+    else if (threadIdx.x == U4)
+        __pipeline_memcpy_async(slot + shared4 + U4, block + decay4_offset, sizeof(float4));
 }
 
 /* acc[c] summed over the four parts: lanes 8 and 16 apart (see the mapping above) */
@@ -363,7 +368,7 @@ __device__ __forceinline__ static float own_column(const float (&acc)[COLUMNS], 
     return value;
 }
 
-template <int COLUMNS>
+template <int COLUMNS, int K_LIMIT>
 __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, chunk_slice slice,
                                                                    const float *start, float *ht)
 {
@@ -373,7 +378,9 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
     const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * COLUMNS;
     const int lane = threadIdx.x % 32, row = threadIdx.x / 32 * 8 + lane % 8, part = lane / 8;
     const size_t block4 = chain_block_floats(p.K, V) / 4;
-    const float4 *blocks = (const float4 *)w.chain_inputs + (head * chunks + slice.first) * block4; /* the slice's first */
+    const int shared4 = (int)(chain_u_offset(p.K) / 4), u4_offset = (int)((chain_u_offset(p.K) + column0 * CHUNK_STRIDE) / 4);
+    const int decay4_offset = (int)(chain_decay_offset(p.K, V) / 4);
+    const float4 *next_block = (const float4 *)w.chain_inputs + (head * chunks + slice.first) * block4; /* the slice's first */
     float *S_t = (float *)(tiles4 + CHAIN_STAGES * stage4), *Vnew_t = S_t + COLUMNS * KW;
     /* where this tile's S0 and Vnew go, advanced a chunk at a time (not recomputed in size_t) */
     float *states = w.states + (head * chunks + slice.first) * K * V + column0;
@@ -381,7 +388,8 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
     /* this thread's places in them, the same every chunk: worked out once, not per chunk */
     const int save_m = threadIdx.x / COLUMNS, save_c = threadIdx.x % COLUMNS;
     const bool save_real = column0 + save_c < V;
-    const size_t save_offset = (size_t)save_m * V + save_c, row_offset = (size_t)row * V + part; /* Vnew's column 4 q + part */
+    const size_t save_offset = (size_t)save_m * V + save_c, save_stride = THREADS / COLUMNS * V;
+    const size_t row_offset = (size_t)row * V + part; /* Vnew's column 4 q + part */
 
     for (int e = threadIdx.x; e < COLUMNS * KW + COLUMNS * CHUNK_STRIDE; e += THREADS)
         S_t[e] = 0.0f; /* padding must read as zero */
@@ -391,24 +399,32 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         S_t[c * KW + m] = start && column0 + c < V ? start[(head * K + m) * V + column0 + c] : 0.0f;
     }
     for (int ahead = 0; ahead < CHAIN_STAGES - 1; ahead++) {
-        if ((size_t)ahead < slice.count)
-            fetch_chain_inputs<COLUMNS>(tiles4 + ahead * stage4, blocks + ahead * block4, K, V, column0);
+        if ((size_t)ahead < slice.count) {
+            fetch_chain_inputs<COLUMNS, K_LIMIT>(tiles4 + ahead * stage4, next_block, shared4, u4_offset, decay4_offset);
+            next_block += block4;
+        }
         __pipeline_commit(); /* one group per chunk, empty past the end, so that the count below holds */
     }
 
+    int slot = 0, next_slot = CHAIN_STAGES - 1; /* the ring's slots of this chunk and of the one copied next */
     for (size_t index = 0; index < slice.count; index++) { /* the slice's chunk number, from 0 */
         const size_t chunk = slice.first + index, n = p.T - chunk * C < C ? p.T - chunk * C : C;
-        const float *slot = (const float *)(tiles4 + index % CHAIN_STAGES * stage4);
-        const float *Wt = slot, *keys_t = slot + chain_keys_offset(K), *u_t = slot + chain_u_offset(K);
+        const float *slot_floats = (const float *)(tiles4 + slot * stage4);
+        const float *Wt = slot_floats, *keys_t = slot_floats + chain_keys_offset(K), *u_t = slot_floats + chain_u_offset(K);
         __pipeline_wait_prior(CHAIN_STAGES - 2); /* this thread's copies of this chunk have landed */
         __syncthreads(); /* and everyone's; S is complete; the slot refilled next (chunk - 1's) is read no more */
-        const size_t next = index + CHAIN_STAGES - 1;
-        if (next < slice.count)
-            fetch_chain_inputs<COLUMNS>(tiles4 + next % CHAIN_STAGES * stage4, blocks + next * block4, K, V, column0);
+        if (index + CHAIN_STAGES - 1 < slice.count) {
+            fetch_chain_inputs<COLUMNS, K_LIMIT>(tiles4 + next_slot * stage4, next_block, shared4, u4_offset, decay4_offset);
+            next_block += block4;
+        }
         __pipeline_commit();
-        for (int m = save_m; m < K; m += THREADS / COLUMNS) /* S0: THREADS / COLUMNS rows a pass */
-            if (save_real)
-                states[save_offset + (size_t)(m - save_m) * V] = S_t[save_c * KW + m];
+        slot = slot == CHAIN_STAGES - 1 ? 0 : slot + 1; /* not index % 3: a 64-bit division */
+        next_slot = next_slot == CHAIN_STAGES - 1 ? 0 : next_slot + 1;
+        if (save_real) { /* S0: THREADS / COLUMNS rows a pass */
+            float *to = states + save_offset;
+            for (int m = save_m; m < K; m += THREADS / COLUMNS, to += save_stride)
+                *to = S_t[save_c * KW + m];
+        }
         states += K * V;
 
         /* Vnew[row, c] = U[row, c] - sum_m W[row, m] S0[m, c] (eq. 13) */
@@ -416,7 +432,11 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
 #pragma unroll
         for (int c = 0; c < COLUMNS; c++)
             acc[c] = 0.0f;
-        for (int m4 = part; m4 < (K + 3) / 4; m4 += PARTS) { /* W's padding columns are zero: skipped */
+#pragma unroll
+        for (int step = 0; step < (K_LIMIT / 4 + PARTS - 1) / PARTS; step++) { /* float4 number m4 = 4 step + part */
+            const int m4 = step * PARTS + part;
+            if (m4 >= (K + 3) / 4) /* W's padding columns are zero: skipped */
+                break;
             const float4 a = ((const float4 *)(Wt + row * KW))[m4];
 #pragma unroll
             for (int c = 0; c < COLUMNS; c++) {
@@ -438,7 +458,8 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
 
         /* S[m, c] = exp(gamma_C) S0[m, c] + sum_j Kdec[j, m] Vnew[j, c] (eq. 15) */
         const float decay = u_t[COLUMNS * CHUNK_STRIDE];
-        for (int first = 0; first < K; first += MAX_CHUNK) { /* every lane, so that the shuffles meet */
+#pragma unroll
+        for (int first = 0; first < K_LIMIT; first += MAX_CHUNK) { /* every lane, so that the shuffles meet */
             const int m = first + row;
             const float *k_row = keys_t + (m < K ? m : 0) * CHUNK_STRIDE; /* a real row; discarded past K */
 #pragma unroll
@@ -562,6 +583,15 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
  * 7 us, and a chain sharing its SMs runs slower, which eats most of what more overlap gives. */
 enum { SLICES = 2, MIN_SLICE_CHUNKS = 32 };
 
+/* Kernel 2 for a tile width and K: its loops over K are unrolled for K up to 64 or up to 128 */
+typedef void (*chain_kernel)(gdn_device_problem, size_t, chunk_workspace, chunk_slice, const float *, float *);
+static chain_kernel chain_kernel_for(int columns, size_t K)
+{
+    if (columns == 8)
+        return K > MAX_CHUNK ? chunk_states_kernel<8, MAX_K> : chunk_states_kernel<8, MAX_CHUNK>;
+    return K > MAX_CHUNK ? chunk_states_kernel<4, MAX_K> : chunk_states_kernel<4, MAX_CHUNK>;
+}
+
 typedef struct {
     cudaStream_t prepare, chain, outputs;
     cudaEvent_t prepared[SLICES], walked[SLICES]; /* slice s: kernel 1 done, kernel 2 done */
@@ -583,8 +613,9 @@ static int get_overlap_streams(overlap_streams *out)
         }
         const int carveout = cudaSharedmemCarveoutMaxShared;
         CUDA_CHECK(cudaFuncSetAttribute(prepare_chunks_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
-        CUDA_CHECK(cudaFuncSetAttribute(chunk_states_kernel<4>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
-        CUDA_CHECK(cudaFuncSetAttribute(chunk_states_kernel<8>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+        for (int columns = 4; columns <= 8; columns += 4)
+            for (size_t K = MAX_CHUNK; K <= MAX_K; K += MAX_CHUNK)
+                CUDA_CHECK(cudaFuncSetAttribute(chain_kernel_for(columns, K), cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
         CUDA_CHECK(cudaFuncSetAttribute(chunk_outputs_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
         ready = 1;
     }
@@ -604,6 +635,7 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     if (sms == 0)
         sms = gdn_sm_count();
     const int state_columns = heads * ((V + 3) / 4) > (size_t)sms ? 8 : 4; /* see kernel 2 */
+    const chain_kernel chain_walk = chain_kernel_for(state_columns, K);
     const size_t output_tiles = (V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
     unsigned prepare_blocks, state_blocks, output_blocks;
     if (gdn_blocks_for(heads * chunks, 1, &prepare_blocks) ||
@@ -628,10 +660,7 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
         CUDA_CHECK(cudaEventRecord(o.prepared[i], o.prepare));
         CUDA_CHECK(cudaStreamWaitEvent(o.chain, o.prepared[i], 0));
         const float *start = i == 0 ? p->h0 : r->ht;
-        if (state_columns == 8)
-            CUDA_LAUNCH_WITH_SHARED_ON(o.chain, chunk_states_kernel<8>, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
-        else
-            CUDA_LAUNCH_WITH_SHARED_ON(o.chain, chunk_states_kernel<4>, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
+        CUDA_LAUNCH_WITH_SHARED_ON(o.chain, chain_walk, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
         CUDA_CHECK(cudaEventRecord(o.walked[i], o.chain));
         CUDA_CHECK(cudaStreamWaitEvent(o.outputs, o.walked[i], 0));
         CUDA_LAUNCH_WITH_SHARED_ON(o.outputs, chunk_outputs_kernel, output_slice, THREADS, output_bytes, *p, C, w, slice, r->o);
