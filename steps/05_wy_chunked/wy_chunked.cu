@@ -307,14 +307,14 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * the slot refilled next is read no more), one between Vnew and the update.
  * S_t[COLUMNS][KW] (S transposed) and Vnew_t[COLUMNS][68] follow the ring in shared memory.
  * COLUMNS = 8 halves the blocks when 4-column tiles would be more than one per SM (so a
- * second wave of serial chains would wait for the first). K_LIMIT (64 or 128: the kernel is
- * made for K <= K_LIMIT) bounds the loops over K at compile time, so that they unroll with no
- * trip count to keep, and the ring's slot is an int that wraps, where index % 3 on a size_t
- * was a 64-bit division every chunk: ncu counted 514 instructions a warp a chunk step, 250
- * of them integer arithmetic and branches, before these two; after, a slice took 216 us, not 238
- * (H200, B=1 T=16384 H=8 K=V=64). A launch walks one slice of the chunks (see the forward
- * pass), from `start` (h0, or the state the slice before it left in ht), and leaves its state
- * in ht. */
+ * second wave of serial chains would wait for the first). K_LIMIT (SMALL_K = 64 or MAX_K =
+ * 128: the kernel is made for K <= K_LIMIT) bounds the loops over K at compile time, so that
+ * they unroll with no trip count to keep; and the ring's slot is an int that wraps, where
+ * index % 3 on a size_t was a 64-bit division every chunk. Before these two, ncu counted 514
+ * instructions a warp a chunk step, 250 of them integer arithmetic and branches; after, 421,
+ * and a slice took 216 us, not 238 (H200, B=1 T=16384 H=8 K=V=64). A launch walks one slice
+ * of the chunks (see the forward pass), from `start` (h0, or the state the slice before it
+ * left in ht), and leaves its state in ht. */
 constexpr int CHAIN_STAGES = 3, PARTS = 4;
 __host__ __device__ static inline size_t chain_stage_floats(size_t K, int columns)
 {
@@ -583,13 +583,16 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
  * 7 us, and a chain sharing its SMs runs slower, which eats most of what more overlap gives. */
 enum { SLICES = 2, MIN_SLICE_CHUNKS = 32 };
 
-/* Kernel 2 for a tile width and K: its loops over K are unrolled for K up to 64 or up to 128 */
+/* Kernel 2 for a tile width and K: made for K up to SMALL_K or up to MAX_K (its loops over K
+ * unroll to the limit) */
+enum { SMALL_K = 64 };
 typedef void (*chain_kernel)(gdn_device_problem, size_t, chunk_workspace, chunk_slice, const float *, float *);
 static chain_kernel chain_kernel_for(int columns, size_t K)
 {
+    const bool small = K <= SMALL_K;
     if (columns == 8)
-        return K > MAX_CHUNK ? chunk_states_kernel<8, MAX_K> : chunk_states_kernel<8, MAX_CHUNK>;
-    return K > MAX_CHUNK ? chunk_states_kernel<4, MAX_K> : chunk_states_kernel<4, MAX_CHUNK>;
+        return small ? chunk_states_kernel<8, SMALL_K> : chunk_states_kernel<8, MAX_K>;
+    return small ? chunk_states_kernel<4, SMALL_K> : chunk_states_kernel<4, MAX_K>;
 }
 
 typedef struct {
@@ -613,9 +616,10 @@ static int get_overlap_streams(overlap_streams *out)
         }
         const int carveout = cudaSharedmemCarveoutMaxShared;
         CUDA_CHECK(cudaFuncSetAttribute(prepare_chunks_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+        const size_t k_limits[2] = {SMALL_K, MAX_K};
         for (int columns = 4; columns <= 8; columns += 4)
-            for (size_t K = MAX_CHUNK; K <= MAX_K; K += MAX_CHUNK)
-                CUDA_CHECK(cudaFuncSetAttribute(chain_kernel_for(columns, K), cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+            for (int i = 0; i < 2; i++)
+                CUDA_CHECK(cudaFuncSetAttribute(chain_kernel_for(columns, k_limits[i]), cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
         CUDA_CHECK(cudaFuncSetAttribute(chunk_outputs_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
         ready = 1;
     }
