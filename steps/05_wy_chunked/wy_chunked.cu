@@ -639,7 +639,7 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     if (sms == 0)
         sms = gdn_sm_count();
     const int state_columns = heads * ((V + 3) / 4) > (size_t)sms ? 8 : 4; /* see kernel 2 */
-    const chain_kernel chain_walk = chain_kernel_for(state_columns, K);
+    const chain_kernel chunk_states = chain_kernel_for(state_columns, K); /* named as kernel 2 is in the docs and in a failed launch's message */
     const size_t output_tiles = (V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
     unsigned prepare_blocks, state_blocks, output_blocks;
     if (gdn_blocks_for(heads * chunks, 1, &prepare_blocks) ||
@@ -664,7 +664,7 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
         CUDA_CHECK(cudaEventRecord(o.prepared[i], o.prepare));
         CUDA_CHECK(cudaStreamWaitEvent(o.chain, o.prepared[i], 0));
         const float *start = i == 0 ? p->h0 : r->ht;
-        CUDA_LAUNCH_WITH_SHARED_ON(o.chain, chain_walk, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
+        CUDA_LAUNCH_WITH_SHARED_ON(o.chain, chunk_states, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
         CUDA_CHECK(cudaEventRecord(o.walked[i], o.chain));
         CUDA_CHECK(cudaStreamWaitEvent(o.outputs, o.walked[i], 0));
         CUDA_LAUNCH_WITH_SHARED_ON(o.outputs, chunk_outputs_kernel, output_slice, THREADS, output_bytes, *p, C, w, slice, r->o);
