@@ -9,7 +9,8 @@
  *   2. chunk_states (serial over chunks, parallel over heads and 4- or 8-wide column
  *      tiles of S): per chunk, save S0, Vnew = U - W S0, S = exp(gamma_C) S0 + Kdec^T Vnew.
  *      S stays in shared memory for the whole sequence; a chunk step is two small products,
- *      and the inputs of the next two chunks are copied in (cp.async) while it runs.
+ *      and the inputs of the next two or three chunks are copied in (bulk copies by the
+ *      TMA unit, one thread issuing them) while it runs.
  *   3. chunk_outputs (parallel over every chunk again): o = scale (exp(gamma) Q S0 + P Vnew)
  *      with P = lower(Q K^T exp(gamma_i - gamma_j)) (eq. 14), from the saved S0 and Vnew.
  * This is how FLA splits its Triton forward too. From 64 chunks on, the three overlap: the
@@ -28,7 +29,7 @@
 #include "../../common/cuda_check.h"
 #include "../../common/device.h"
 #include "../../common/stage.h"
-#include <cuda_pipeline_primitives.h>
+#include "../../common/bulk_copy.cuh" /* the TMA ring's PTX: mbarriers and bulk copies */
 
 #include "wy_chunked_solve.cuh" /* the gate sums and the blocked triangular solve of kernel 1 */
 extern "C" { /* the CPU twin's header, for its flop count: C linkage */
@@ -289,11 +290,15 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
 /* Kernel 2: one block per (head, COLUMNS = 4 or 8 columns of S), serial over the chunks.
  * Per chunk it needs its part of the chunk's input block: W, keys_t, its COLUMNS rows of U_t
  * and the decay (chain_stage_floats). These do not depend on S, so they are copied ahead into
- * a ring of CHAIN_STAGES shared-memory slots with cp.async (copies that go from global to
- * shared memory without passing through registers, and that the thread waits for only when
- * it needs them): while chunk n computes, the copies of chunks n + 1 and n + 2 are in flight.
- * One chunk ahead was not enough: the block (35 KB at K = 64) comes from DRAM, and the
- * latency of a load from there is longer than a chunk step. Then, per chunk:
+ * a ring of CHAIN_STAGES shared-memory slots: while chunk n computes, the copies of chunks
+ * n + 1, n + 2 (and n + 3) are in flight. One chunk ahead was not enough: the block (35 KB at
+ * K = 64) comes from DRAM, and the latency of a load from there is longer than a chunk step.
+ * The copies are bulk copies (cp.async.bulk, common/bulk_copy.cuh): the TMA unit moves each
+ * contiguous piece (W and keys_t, the tile's rows of U_t, the decay) on one instruction of
+ * thread 0, and counts the bytes on the slot's mbarrier, which every thread waits on. Before,
+ * every thread copied 16 bytes at a time with cp.async, nine copies a thread a chunk at
+ * K = 64: issuing them took a fifth of a step (a slice of 128 chunks: 215 us, then 175; H200,
+ * B=1 T=16384 H=8 K=V=64, ncu). Then, per chunk:
  *   Vnew = U - W S0 (eq. 13)                   row i of W against the COLUMNS columns of S0
  *   S = exp(gamma_C) S0 + Kdec^T Vnew (eq. 15)  row m of keys_t against the columns of Vnew
  * Thread (row, part) owns row `row` (0 .. 63; for S also row + 64) and a quarter of the dot
@@ -303,9 +308,10 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * The four parts are summed with two shuffles. The eight lanes of a quarter warp share one
  * part and hold eight consecutive rows: row strides of 17 or 33 float4 put their loads in
  * eight different bank groups, and the S or Vnew value they need is one broadcast.
- * Two barriers a chunk: one before Vnew (the chunk's copies have landed, S is complete, and
- * the slot refilled next is read no more), one between Vnew and the update.
- * S_t[COLUMNS][KW] (S transposed) and Vnew_t[COLUMNS][68] follow the ring in shared memory.
+ * Two barriers a chunk: one before Vnew (after the wait for the chunk's copies: S is complete,
+ * and the slot refilled next is read no more), one between Vnew and the update.
+ * S_t[COLUMNS][KW] (S transposed), Vnew_t[COLUMNS][68] and the slots' mbarriers follow the
+ * ring in shared memory.
  * COLUMNS = 8 halves the blocks when 4-column tiles would be more than one per SM (so a
  * second wave of serial chains would wait for the first). K_LIMIT (SMALL_K = 64 or MAX_K =
  * 128: the kernel is made for K <= K_LIMIT) bounds the loops over K at compile time, so that
@@ -315,34 +321,30 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * and a slice took 216 us, not 238 (H200, B=1 T=16384 H=8 K=V=64). A launch walks one slice
  * of the chunks (see the forward pass), from `start` (h0, or the state the slice before it
  * left in ht), and leaves its state in ht. */
-constexpr int CHAIN_STAGES = 3, PARTS = 4;
+constexpr int PARTS = 4;
+enum { SMALL_K = 64 };
+/* The ring's slots: 4 for 4-column tiles at K <= 64 (one wave of chains: a step waits on the
+ * latency of its copies, and a fourth slot hides more of it), else 3: at K = 128 four do not
+ * fit, and with 8-column tiles (several waves) a fourth slot was slower, 1.96 -> 2.11 ms at
+ * (8, 4096, 16, 64, 64). At (1, 16384, 8, 64, 64) 3, 4, 5 slots: 0.633, 0.599, 0.640 ms. */
+__host__ __device__ constexpr int chain_stages(int columns, int k_limit) { return columns == 4 && k_limit <= SMALL_K ? 4 : 3; }
 __host__ __device__ static inline size_t chain_stage_floats(size_t K, int columns)
 {
     return chain_u_offset(K) + columns * CHUNK_STRIDE + 4;
 }
 
-/* Start copying block's part for one column tile into one slot of the ring: W and keys_t
- * whole (shared4 float4), then COLUMNS rows of U_t (the tile's, from float4 u4_offset of the
- * block on), then the decay, as consecutive float4.
- * The loop over W and keys_t has a trip count known at compile time (enough for K = K_LIMIT,
- * each copy behind a test): unrolled, every copy addresses its source and destination as one
- * base register plus a constant. A loop with a run-time bound reused one address register
- * from copy to copy, and a copy keeps its address registers until the memory pipe takes it:
- * ncu put a tenth of kernel 2's stall samples on the add that advanced that register. */
-template <int COLUMNS, int K_LIMIT>
-__device__ static void fetch_chain_inputs(float4 *slot, const float4 *block, int shared4, int u4_offset, int decay4_offset)
+/* Start copying block's part for one column tile into one slot of the ring, by bulk copies
+ * (the TMA unit), issued by one thread: W and keys_t whole (shared4 float4), then COLUMNS rows
+ * of U_t (the tile's, from float4 u4_offset of the block on), then the decay, as consecutive
+ * float4. The slot's barrier `landed` expects their bytes. */
+template <int COLUMNS>
+__device__ static void fetch_chain_inputs(float4 *slot, const float4 *block, int shared4, int u4_offset, int decay4_offset, uint64_t *landed)
 {
     constexpr int U4 = COLUMNS * CHUNK_STRIDE / 4;
-    constexpr int FETCH_STEPS = (int)((chain_u_offset(K_LIMIT) / 4 + THREADS - 1) / THREADS);
-    static_assert(U4 < THREADS, "one float4 of U_t per thread");
-#pragma unroll
-    for (int step = 0; step < FETCH_STEPS; step++)
-        if (step * THREADS + (int)threadIdx.x < shared4)
-            __pipeline_memcpy_async(slot + threadIdx.x + step * THREADS, block + threadIdx.x + step * THREADS, sizeof(float4));
-    if (threadIdx.x < U4)
-        __pipeline_memcpy_async(slot + shared4 + threadIdx.x, block + u4_offset + threadIdx.x, sizeof(float4));
-    else if (threadIdx.x == U4)
-        __pipeline_memcpy_async(slot + shared4 + U4, block + decay4_offset, sizeof(float4));
+    barrier_arrive_expecting(landed, (uint32_t)(shared4 + U4 + 1) * sizeof(float4));
+    bulk_copy(slot, block, (uint32_t)shared4 * sizeof(float4), landed);
+    bulk_copy(slot + shared4, block + u4_offset, U4 * sizeof(float4), landed);
+    bulk_copy(slot + shared4 + U4, block + decay4_offset, sizeof(float4), landed);
 }
 
 /* acc[c] summed over the four parts: lanes 8 and 16 apart (see the mapping above) */
@@ -372,6 +374,7 @@ template <int COLUMNS, int K_LIMIT>
 __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_problem p, size_t C, chunk_workspace w, chunk_slice slice,
                                                                    const float *start, float *ht)
 {
+    constexpr int CHAIN_STAGES = chain_stages(COLUMNS, K_LIMIT);
     extern __shared__ float4 tiles4[];
     const int K = (int)p.K, KW = (int)padded_k(p.K), stage4 = (int)chain_stage_floats(p.K, COLUMNS) / 4;
     const size_t V = p.V, chunks = chunks_of(p.T, C), tiles_per_head = (V + COLUMNS - 1) / COLUMNS;
@@ -382,6 +385,7 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
     const int decay4_offset = (int)(chain_decay_offset(p.K, V) / 4);
     const float4 *next_block = (const float4 *)w.chain_inputs + (head * chunks + slice.first) * block4; /* the slice's first */
     float *S_t = (float *)(tiles4 + CHAIN_STAGES * stage4), *Vnew_t = S_t + COLUMNS * KW;
+    uint64_t *landed = (uint64_t *)(Vnew_t + COLUMNS * CHUNK_STRIDE); /* a barrier per slot */
     /* where this tile's S0 and Vnew go, advanced a chunk at a time (not recomputed in size_t) */
     float *states = w.states + (head * chunks + slice.first) * K * V + column0;
     float *new_values = w.new_values + (head * p.T + slice.first * C) * V + column0;
@@ -391,6 +395,11 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
     const size_t save_offset = (size_t)save_m * V + save_c, save_stride = THREADS / COLUMNS * V;
     const size_t row_offset = (size_t)row * V + part; /* Vnew's column 4 q + part */
 
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < CHAIN_STAGES; s++)
+            barrier_init(&landed[s], 1); /* thread 0's arrival, with the bytes it expects */
+        barrier_init_fence();
+    }
     for (int e = threadIdx.x; e < COLUMNS * KW + COLUMNS * CHUNK_STRIDE; e += THREADS)
         S_t[e] = 0.0f; /* padding must read as zero */
     __syncthreads();
@@ -398,26 +407,24 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         const int m = e / COLUMNS, c = e % COLUMNS; /* consecutive threads, consecutive columns */
         S_t[c * KW + m] = start && column0 + c < V ? start[(head * K + m) * V + column0 + c] : 0.0f;
     }
-    for (int ahead = 0; ahead < CHAIN_STAGES - 1; ahead++) {
-        if ((size_t)ahead < slice.count) {
-            fetch_chain_inputs<COLUMNS, K_LIMIT>(tiles4 + ahead * stage4, next_block, shared4, u4_offset, decay4_offset);
-            next_block += block4;
-        }
-        __pipeline_commit(); /* one group per chunk, empty past the end, so that the count below holds */
-    }
+    for (int ahead = 0; ahead < CHAIN_STAGES - 1 && (size_t)ahead < slice.count; ahead++, next_block += block4)
+        if (threadIdx.x == 0)
+            fetch_chain_inputs<COLUMNS>(tiles4 + ahead * stage4, next_block, shared4, u4_offset, decay4_offset, &landed[ahead]);
 
     int slot = 0, next_slot = CHAIN_STAGES - 1; /* the ring's slots of this chunk and of the one copied next */
+    uint32_t phase = 0; /* the parity of the slot's barrier phase this pass round the ring waits for */
     for (size_t index = 0; index < slice.count; index++) { /* the slice's chunk number, from 0 */
         const size_t chunk = slice.first + index, n = p.T - chunk * C < C ? p.T - chunk * C : C;
         const float *slot_floats = (const float *)(tiles4 + slot * stage4);
         const float *Wt = slot_floats, *keys_t = slot_floats + chain_keys_offset(K), *u_t = slot_floats + chain_u_offset(K);
-        __pipeline_wait_prior(CHAIN_STAGES - 2); /* this thread's copies of this chunk have landed */
-        __syncthreads(); /* and everyone's; S is complete; the slot refilled next (chunk - 1's) is read no more */
+        barrier_wait(&landed[slot], phase); /* this chunk's copies have landed */
+        __syncthreads(); /* S is complete; the slot refilled next (chunk - 1's) is read no more */
         if (index + CHAIN_STAGES - 1 < slice.count) {
-            fetch_chain_inputs<COLUMNS, K_LIMIT>(tiles4 + next_slot * stage4, next_block, shared4, u4_offset, decay4_offset);
+            if (threadIdx.x == 0)
+                fetch_chain_inputs<COLUMNS>(tiles4 + next_slot * stage4, next_block, shared4, u4_offset, decay4_offset, &landed[next_slot]);
             next_block += block4;
         }
-        __pipeline_commit();
+        phase ^= slot == CHAIN_STAGES - 1; /* the next pass round the ring waits for the next phase */
         slot = slot == CHAIN_STAGES - 1 ? 0 : slot + 1; /* not index % 3: a 64-bit division */
         next_slot = next_slot == CHAIN_STAGES - 1 ? 0 : next_slot + 1;
         if (save_real) { /* S0: THREADS / COLUMNS rows a pass */
@@ -585,7 +592,6 @@ enum { SLICES = 2, MIN_SLICE_CHUNKS = 32 };
 
 /* Kernel 2 for a tile width and K: made for K up to SMALL_K or up to MAX_K (its loops over K
  * unroll to the limit) */
-enum { SMALL_K = 64 };
 typedef void (*chain_kernel)(gdn_device_problem, size_t, chunk_workspace, chunk_slice, const float *, float *);
 static chain_kernel chain_kernel_for(int columns, size_t K)
 {
@@ -649,7 +655,9 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     const size_t M = MAX_CHUNK, KW = padded_k(K);
     const size_t keys_rows = round_up4(K) > M ? round_up4(K) : M; /* keys_t and what replaces it (Tm_t, P_t) */
     size_t prepare_bytes = M * sizeof(double) + (keys_rows * M + M * (M + 1) + M * M + 2 * M) * sizeof(float);
-    size_t state_bytes = (CHAIN_STAGES * chain_stage_floats(K, state_columns) + state_columns * (KW + CHUNK_STRIDE)) * sizeof(float);
+    const int stages = chain_stages(state_columns, K <= SMALL_K ? (int)SMALL_K : (int)MAX_K); /* as chain_kernel_for picks */
+    size_t state_bytes = (stages * chain_stage_floats(K, state_columns) + state_columns * (KW + CHUNK_STRIDE)) * sizeof(float) +
+                         stages * sizeof(uint64_t); /* the ring, S_t, Vnew_t, the slots' barriers */
     size_t output_bytes = M * sizeof(double) + ((round_up4(K) + keys_rows) * M + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
 
     overlap_streams o = {};

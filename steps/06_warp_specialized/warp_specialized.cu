@@ -62,6 +62,7 @@
 #include <stdint.h>
 
 #include "../../common/cuda_check.h"
+#include "../../common/bulk_copy.cuh" /* the ring's PTX: mbarriers and bulk copies (05's kernel 2 uses them too) */
 #include "../../common/device.h"
 #include "../../common/stage.h"
 #include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
@@ -578,42 +579,6 @@ __host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool preci
 /* threads of a chain block of `tiles` 16-column tiles: two consumer warps a tile, one producer */
 __host__ __device__ static inline int chain_block_threads(int tiles) { return 32 * (CONSUMER_WARPS_PER_TILE * tiles + 1); }
 
-/* ---- the PTX of the ring (PTX ISA: mbarrier, cp.async.bulk; sm_90) ---- */
-__device__ __forceinline__ static uint32_t shared_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ static void barrier_init(uint64_t *barrier, int arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)), "r"(arrivals) : "memory");
-}
-/* one arrival that also says how many bytes of bulk copies must land before the phase ends */
-__device__ __forceinline__ static void barrier_arrive_expecting(uint64_t *barrier, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ static void barrier_arrive(uint64_t *barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
-}
-/* wait until the phase of this parity has completed (phases alternate 0, 1, 0, ...) */
-__device__ __forceinline__ static void barrier_wait(uint64_t *barrier, uint32_t parity)
-{
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT;\n"
-                 "}\n" ::"r"(shared_address(barrier)),
-                 "r"(parity)
-                 : "memory");
-}
-/* bytes (a multiple of 16, both ends 16-byte aligned) from global to shared memory by the
- * TMA unit; their arrival counts against the barrier's expected bytes */
-__device__ __forceinline__ static void bulk_copy(void *to, const void *from, uint32_t bytes, uint64_t *barrier)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     shared_address(to)),
-                 "l"(from), "r"(bytes), "r"(shared_address(barrier))
-                 : "memory");
-}
 /* the 8 x 8 bf16 matrix whose row g, columns 2t, 2t + 1 this lane holds, transposed: the lane
  * gets row g, columns 2t, 2t + 1 of the transpose, that is column g, rows 2t, 2t + 1 */
 __device__ __forceinline__ static uint32_t transpose8x8(uint32_t pair)
@@ -675,7 +640,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
             barrier_init(&full[s], 1);
             barrier_init(&empty[s], 32 * consumers);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); /* visible to the TMA unit */
+        barrier_init_fence(); /* visible to the TMA unit */
     }
     __syncthreads(); /* the block's only barrier */
 

@@ -1,0 +1,58 @@
+/* bulk_copy.cuh -- the PTX of a shared-memory ring filled by the TMA unit (sm_90), shared by
+ * the GPU stages that use one (05's kernel 2, 06's and so 07's chain).
+ *
+ * A bulk copy (cp.async.bulk) moves a contiguous piece of global memory into shared memory in
+ * one instruction issued by one thread; no thread copies 16 bytes at a time. Its arrival is
+ * counted on an mbarrier, a 64-bit counter in shared memory that completes a phase when the
+ * arrivals it was made for have happened and the bytes it was told to expect have landed.
+ * Waiters name the phase by its parity (0, 1, 0, ...). PTX ISA: "mbarrier", "cp.async.bulk".
+ */
+#ifndef GDN_BULK_COPY_CUH
+#define GDN_BULK_COPY_CUH
+
+#include <stdint.h>
+
+__device__ __forceinline__ static uint32_t shared_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+/* a barrier whose phases complete after `arrivals` arrivals (and their expected bytes) */
+__device__ __forceinline__ static void barrier_init(uint64_t *barrier, int arrivals)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)), "r"(arrivals) : "memory");
+}
+/* after the initialising thread's barrier_init calls, before the barrier that lets any other
+ * thread (or the TMA unit) use them */
+__device__ __forceinline__ static void barrier_init_fence(void)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+/* one arrival that also says how many bytes of bulk copies must land before the phase ends */
+__device__ __forceinline__ static void barrier_arrive_expecting(uint64_t *barrier, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ static void barrier_arrive(uint64_t *barrier)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
+}
+/* wait until the phase of this parity has completed */
+__device__ __forceinline__ static void barrier_wait(uint64_t *barrier, uint32_t parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n"
+                 "}\n" ::"r"(shared_address(barrier)),
+                 "r"(parity)
+                 : "memory");
+}
+/* bytes (a multiple of 16, both ends 16-byte aligned) from global to shared memory by the
+ * TMA unit; their arrival counts against the barrier's expected bytes */
+__device__ __forceinline__ static void bulk_copy(void *to, const void *from, uint32_t bytes, uint64_t *barrier)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     shared_address(to)),
+                 "l"(from), "r"(bytes), "r"(shared_address(barrier))
+                 : "memory");
+}
+
+#endif
