@@ -2,7 +2,7 @@
 # sanitize.sh BIN [PATTERN] -- compute-sanitizer's memcheck, racecheck and synccheck on every
 # GPU binary (or those whose name matches the grep PATTERN), on small problems that still
 # reach every code path (partial tiles and chunks, K = 128 with two threads per column, h0;
-# 05's GPU twin in two slices;
+# 05's GPU twin in two slices and with 8-column chain tiles;
 # for 06 and 07 both modes, one- and two-tile chain blocks, a fold and a replay; 08's GPU
 # twin under mpirun, 2 ranks). Run on a machine with a CUDA device; exits non-zero on any report.
 set -u
@@ -28,6 +28,7 @@ for stage in 01_naive_loop 03_parallel_scan 04_two_phase_scan 05_wy_chunked; do
     done
 done
 sanitize 05_wy_chunked_cuda "--B 1 --T 4100 --H 1 --K 16 --V 8 --h0" # 65 chunks: two slices, three streams
+sanitize 05_wy_chunked_cuda "--B 4 --T 150 --H 40 --K 32 --V 16" # 160 heads: 8-column chain tiles, a ring of three slots that wraps
 for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode"
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # two-tile chain blocks
