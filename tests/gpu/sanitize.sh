@@ -28,7 +28,7 @@ for stage in 01_naive_loop 03_parallel_scan 04_two_phase_scan 05_wy_chunked; do
     done
 done
 sanitize 05_wy_chunked_cuda "--B 1 --T 4100 --H 1 --K 16 --V 8 --h0" # 65 chunks: two slices, three streams
-sanitize 05_wy_chunked_cuda "--B 4 --T 150 --H 40 --K 32 --V 16" # 160 heads: 8-column chain tiles, a ring of three slots that wraps
+sanitize 05_wy_chunked_cuda "--B 4 --T 300 --H 40 --K 32 --V 16" # 160 heads: 8-column chain tiles; 5 chunks, so the ring of three slots wraps
 for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode"
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # two-tile chain blocks
