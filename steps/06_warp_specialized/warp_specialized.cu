@@ -62,9 +62,9 @@
 #include <stdint.h>
 
 #include "../../common/cuda_check.h"
-#include "../../common/bulk_copy.cuh" /* the ring's PTX: mbarriers and bulk copies (05's kernel 2 uses them too) */
 #include "../../common/device.h"
 #include "../../common/stage.h"
+#include "../../common/bulk_copy.cuh" /* the TMA ring's PTX: mbarriers and bulk copies */
 #include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
 extern "C" { /* stage 05's flop count: the same algebra */
 #include "../05_wy_chunked/wy_chunked.h"
