@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+/* a shared-memory pointer as the 32-bit address PTX takes (also ldmatrix's, in 06) */
 __device__ __forceinline__ static uint32_t shared_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 /* a barrier whose phases complete after `arrivals` arrivals (and their expected bytes) */
 __device__ __forceinline__ static void barrier_init(uint64_t *barrier, int arrivals)

@@ -92,7 +92,7 @@ __host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK
  * fragment. Where lanes gathered their pairs with four 4-byte loads, a warp now issues one. */
 __device__ __forceinline__ static void load_matrices(uint32_t (&r)[4], const bf16 *row)
 {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row);
+    const uint32_t address = shared_address(row); /* common/bulk_copy.cuh */
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(address));
@@ -151,7 +151,7 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
  * transposed copy. */
 __device__ __forceinline__ static void load_matrices_transposed(uint32_t (&r)[4], const bf16 *row)
 {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row);
+    const uint32_t address = shared_address(row); /* common/bulk_copy.cuh */
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(address));
