@@ -76,7 +76,10 @@ const test_shape test_bf16_shapes[] = {{1, 1, 1, 64, 64},    {1, 100, 3, 64, 64}
                                        /* 256 one-tile chain blocks at K = 128: two waves with
                                         * stage 06's deepest ring, one with two slots, which
                                         * chain_launch_shape then picks */
-                                       {2, 130, 16, 128, 128}};
+                                       {2, 130, 16, 128, 128},
+                                       /* 640 one-tile chain blocks: 4-tile blocks, whose
+                                        * consumer warps carry two n-tiles (chain_ntiles) */
+                                       {4, 100, 40, 128, 64}};
 const int test_bf16_shape_count = sizeof test_bf16_shapes / sizeof test_bf16_shapes[0];
 
 void test_describe_shape(char *what, size_t size, test_shape shape, int with_h0)

@@ -49,9 +49,11 @@
  *             (__launch_bounds__(256, 3) keeps the registers under 85; --precise, whose W
  *             low terms need more, 102 and 2 blocks: at 85 it spilled)
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
- *             else 32 or 16; 288, 160 or 96 threads (two consumer warps per 16 columns and
- *             a producer), 127 registers, 204 KB with 4 ring slots (at 64 columns): 1 block
- *             an SM (fewer slots where more blocks an SM save a wave: chain_launch_shape)
+ *             else 32 or 16; a producer warp and consumer warps: at 64 columns four, 16
+ *             columns (two MMA n-tiles) each, 168 registers; at 32 or 16 columns two per
+ *             16 columns, 126 registers; so 160, 160 or 96 threads; 204 KB with 4 ring
+ *             slots (at 64 columns): 1 block an SM (fewer slots where more blocks an SM
+ *             save a wave: chain_launch_shape)
  *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 62 registers, 96 KB:
  *             2 blocks an SM (64 columns where V is not a multiple of 128: 51 registers)
  *
@@ -71,8 +73,9 @@ extern "C" { /* stage 05's flop count: the same algebra */
 }
 
 typedef __nv_bfloat16 bf16;
-/* kernel 2: 1, 2 or MAX_CHAIN_TILES tiles of 16 state columns per block, two consumer warps
- * (8 columns each) a tile, and a producer warp; a ring of 2 to 4 slots */
+/* kernel 2: 1, 2 or MAX_CHAIN_TILES tiles of 16 state columns per block, a producer warp and
+ * consumer warps of 8 columns, two a tile (of 16 columns, one a tile, at MAX_CHAIN_TILES:
+ * chain_ntiles); a ring of 2 to 4 slots */
 enum { CHUNK = 64, MAX_K = 128, THREADS = 256, MAX_CHAIN_TILES = 4, CONSUMER_WARPS_PER_TILE = 2 };
 static_assert((int)CHUNK == (int)SOLVE_CHUNK, "kernel 1's chunk is the solve's");
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
@@ -527,22 +530,24 @@ __global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kerne
 
 /* ---- kernel 2: the chain, warp-specialized: a producer warp and chains in registers ----
  * One block per (head, segment, 16 x tiles columns of S), serial over chunks. The block has
- * 2 tiles consumer warps and one producer warp:
+ * consumer warps, 2 tiles of them (tiles of them in the widest blocks: chain_ntiles), and
+ * one producer warp:
  *   the producer (its lane 0) brings each chunk's W, decayed keys, the block's rows of U and
  *     the decay into a ring of `stages` slots with three bulk copies (cp.async.bulk, the TMA
  *     unit: one instruction per contiguous piece, no thread copies 16 bytes at a time), and
  *     runs ahead of the consumers as far as the ring allows;
- *   consumer warp c owns 8 columns of the state, column0 .. column0 + 7, all K rows, in its
- *     MMA accumulators (K / 16 m-tiles of 16 x 8), for the whole run, and does every step of
- *     its columns alone: no warp waits for another, only for data.
+ *   consumer warp c owns 8 NTILES columns of the state, column0 .. column0 + 8 NTILES - 1,
+ *     all K rows, in its MMA accumulators (NTILES n-tiles of K / 16 m-tiles of 16 x 8), for
+ *     the whole run, and does every step of its columns alone: no warp waits for another,
+ *     only for data. With two n-tiles, each A fragment it loads serves two MMAs.
  * Per chunk, per consumer warp (eq. 13-15):
  *   S0 in bf16 as B fragments: the accumulators hold S by rows (lane: rows g, g + 8, columns
  *     2t, 2t + 1), a B fragment wants it by columns (rows 2t, 2t + 1 of column g): the 8 x 8
  *     transpose within the warp's registers is one instruction, movmatrix.trans; the same
  *     fragments, stored as 4-byte pairs, are S0^T for kernel 3
- *   Vnew = U - W S0                     64 tokens x 8 columns, depth K (A: W from the slot)
+ *   Vnew = U - W S0                     64 tokens x 8 NTILES columns, depth K (A: W from the slot)
  *   Vnew in bf16 as B fragments, by movmatrix again (and Vnew^T for kernel 3)
- *   S = exp(gamma_C) S + Kdec^T Vnew    K x 8, depth 64 (A: the decayed keys from the slot)
+ *   S = exp(gamma_C) S + Kdec^T Vnew    K x 8 NTILES, depth 64 (A: the decayed keys from the slot)
  * Nothing of S or Vnew goes through shared memory, and there is no block barrier in the loop:
  * the ring's two mbarriers per slot are the only waits. "full": the producer's arrival
  * with the slot's byte count, completed by the bulk copies' bytes; "empty": one arrival per
@@ -576,8 +581,18 @@ __host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool preci
 {
     return stages * chain_slot_bytes(K, precise, tiles) + 2 * (size_t)stages * sizeof(uint64_t);
 }
-/* threads of a chain block of `tiles` 16-column tiles: two consumer warps a tile, one producer */
-__host__ __device__ static inline int chain_block_threads(int tiles) { return 32 * (CONSUMER_WARPS_PER_TILE * tiles + 1); }
+/* n-tiles (8 state columns each, the n of m16n8k16) a consumer warp carries. One, so two
+ * warps a 16-column tile, where blocks are few and the chain's latency is the time: more
+ * warps, shorter steps. Two in blocks of MAX_CHAIN_TILES tiles, made only where the blocks
+ * fill the GPU (chain_tiles): there throughput is the time, and a warp that carries both
+ * halves of a tile loads each A fragment of W and of the decayed keys once for two MMAs,
+ * where two warps loaded it twice (measured in docs/06: 5-12% less time a pass). */
+__host__ __device__ static inline int chain_ntiles(int tiles) { return tiles == MAX_CHAIN_TILES ? 2 : 1; }
+/* threads of a chain block of `tiles` 16-column tiles: its consumer warps and one producer */
+__host__ __device__ static inline int chain_block_threads(int tiles)
+{
+    return 32 * (CONSUMER_WARPS_PER_TILE * tiles / chain_ntiles(tiles) + 1);
+}
 
 /* the 8 x 8 bf16 matrix whose row g, columns 2t, 2t + 1 this lane holds, transposed: the lane
  * gets row g, columns 2t, 2t + 1 of the transpose, that is column g, rows 2t, 2t + 1 */
@@ -614,15 +629,15 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
     load_matrices(a, quarter_row(tile, ld, row0, k0));
 }
 
-template <bool PRECISE, bool FOLD>
-__global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILES + 1), 1)
+template <bool PRECISE, bool FOLD, int NTILES> /* NTILES: chain_ntiles of the block's tiles */
+__global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILES / NTILES + 1), 1)
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
     constexpr int KEY_TILES = MAX_K / 16; /* m-tiles of S a warp may hold */
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
     const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
-    const int consumers = blockDim.x / 32 - 1, block_columns = 8 * consumers, tiles = consumers / CONSUMER_WARPS_PER_TILE;
+    const int consumers = blockDim.x / 32 - 1, block_columns = 8 * NTILES * consumers, tiles = block_columns / 16;
     const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = segments.runs;
     const size_t groups = (columns + block_columns - 1) / block_columns, group = blockIdx.x % groups;
     const size_t segment = blockIdx.x / groups % runs, head = blockIdx.x / groups / runs;
@@ -669,26 +684,28 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
         return;
     }
 
-    /* a consumer: state columns column0 .. column0 + 7 */
-    const int column0 = block_column0 + 8 * warp;
+    /* a consumer: state columns column0 .. column0 + 8 NTILES - 1, n-tile u: column0 + 8 u .. */
+    const int column0 = block_column0 + 8 * NTILES * warp;
     const bool has_columns = column0 < columns, identity = FOLD && column0 < KP; /* identity: U is zero there */
     bf16 *states_t = w.states_t + (head * chunks + first) * VP * KP + column0 * KP;
     bf16 *new_values_t = w.new_values_t + (head * chunks + first) * VP * CHUNK + column0 * CHUNK;
     const size_t low_offset = PRECISE ? w.states_low_t - w.states_t : 0, new_low_offset = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
 
-    float S[KEY_TILES][4]; /* m-tile q: rows 16 q + g (+ 8), columns column0 + 2t (+ 1) */
+    float S[NTILES][KEY_TILES][4]; /* n-tile u, m-tile q: rows 16 q + g (+ 8), columns column0 + 8 u + 2t (+ 1) */
 #pragma unroll
-    for (int q = 0; q < KEY_TILES; q++)
+    for (int u = 0; u < NTILES; u++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int m = fragment_row(16 * q, r), c = column0 + fragment_column(0, 0, r);
-            float start = 0.0f;
-            if (FOLD)
-                start = m == c && m < K ? 1.0f : 0.0f; /* [I | 0] */
-            else if (segments.starts && m < K && c < (int)V)
-                start = segments.starts[((head * P + segment) * K + m) * V + c];
-            S[q][r] = start;
-        }
+        for (int q = 0; q < KEY_TILES; q++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int m = fragment_row(16 * q, r), c = column0 + 8 * u + fragment_column(0, 0, r);
+                float start = 0.0f;
+                if (FOLD)
+                    start = m == c && m < K ? 1.0f : 0.0f; /* [I | 0] */
+                else if (segments.starts && m < K && c < (int)V)
+                    start = segments.starts[((head * P + segment) * K + m) * V + c];
+                S[u][q][r] = start;
+            }
 
     for (size_t chunk = first; chunk < end; chunk++) {
         const size_t j = chunk - first;
@@ -696,84 +713,100 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
         const unsigned char *slot = slots + s * slot_bytes;
         const bf16 *W = (const bf16 *)slot, *W_low = (const bf16 *)(slot + chain_w_bytes(K));
         const bf16 *keys_t = (const bf16 *)(slot + chain_keys_offset(K, PRECISE));
-        const float *U_t = (const float *)(slot + u_offset) + (column0 - block_column0) * CHUNK; /* this warp's 8 rows */
+        const float *U_t = (const float *)(slot + u_offset) + (column0 - block_column0) * CHUNK; /* this warp's rows */
         barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
         if (has_columns) {
-            /* S0 as B fragments (eq. 13's right operand), and S0^T for kernel 3: after the
-             * transpose, this lane holds column column0 + g, rows 16 q + 2t, 2t + 1 (+ 8) */
-            uint32_t state[KEY_TILES][2], state_low[PRECISE ? KEY_TILES : 1][2];
+            /* Vnew = U - W S0 (eq. 13): token m-tiles 16 i .., depth K. Per key tile q, S0 as B
+             * fragments (and S0^T for kernel 3: after the transpose, this lane holds column
+             * column0 + 8 u + g, rows 16 q + 2t, 2t + 1 (+ 8)); each A fragment of W serves
+             * every n-tile. */
+            float values[NTILES][4][4];
+#pragma unroll
+            for (int u = 0; u < NTILES; u++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    values[u][i][0] = values[u][i][1] = values[u][i][2] = values[u][i][3] = 0.0f;
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
                 if (16 * q >= KP)
                     break;
-                to_b_fragment<false>(state[q], S[q]);
-                if (PRECISE)
-                    to_b_fragment<true>(state_low[PRECISE ? q : 0], S[q]);
-                if (!FOLD)
+                uint32_t state[NTILES][2], state_low[PRECISE ? NTILES : 1][2];
 #pragma unroll
-                    for (int half = 0; half < 2; half++) {
-                        *(uint32_t *)&states_t[g * KP + 16 * q + 8 * half + 2 * t] = state[q][half];
-                        if (PRECISE)
-                            *(uint32_t *)&states_t[low_offset + g * KP + 16 * q + 8 * half + 2 * t] = state_low[PRECISE ? q : 0][half];
-                    }
-            }
-            /* Vnew = U - W S0 (eq. 13): token m-tiles 16 i .., depth K */
-            float values[4][4];
+                for (int u = 0; u < NTILES; u++) {
+                    to_b_fragment<false>(state[u], S[u][q]);
+                    if (PRECISE)
+                        to_b_fragment<true>(state_low[PRECISE ? u : 0], S[u][q]);
+                    if (!FOLD)
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                values[i][0] = values[i][1] = values[i][2] = values[i][3] = 0.0f;
-#pragma unroll
-            for (int q = 0; q < KEY_TILES; q++) {
-                if (16 * q >= KP)
-                    break;
+                        for (int half = 0; half < 2; half++) {
+                            const int at = (8 * u + g) * KP + 16 * q + 8 * half + 2 * t;
+                            *(uint32_t *)&states_t[at] = state[u][half];
+                            if (PRECISE)
+                                *(uint32_t *)&states_t[low_offset + at] = state_low[PRECISE ? u : 0][half];
+                        }
+                }
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     uint32_t a[4];
                     load_a_fragment(a, W, LDK, 16 * i, 16 * q);
-                    mma_bf16_16x8x16(values[i], a, state[q]);
-                    if (PRECISE) { /* (W + W_low)(S + S_low) less the product of the two small parts */
-                        mma_bf16_16x8x16(values[i], a, state_low[PRECISE ? q : 0]);
+#pragma unroll
+                    for (int u = 0; u < NTILES; u++) {
+                        mma_bf16_16x8x16(values[u][i], a, state[u]);
+                        if (PRECISE) /* (W + W_low)(S + S_low) less the product of the two small parts */
+                            mma_bf16_16x8x16(values[u][i], a, state_low[PRECISE ? u : 0]);
+                    }
+                    if (PRECISE) {
                         load_a_fragment(a, W_low, LDK, 16 * i, 16 * q);
-                        mma_bf16_16x8x16(values[i], a, state[q]);
+#pragma unroll
+                        for (int u = 0; u < NTILES; u++)
+                            mma_bf16_16x8x16(values[u][i], a, state[u]);
                     }
                 }
             }
-            uint32_t value[4][2], value_low[PRECISE ? 4 : 1][2];
+            uint32_t value[NTILES][4][2], value_low[PRECISE ? NTILES : 1][4][2];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
+            for (int u = 0; u < NTILES; u++)
 #pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int token = fragment_row(16 * i, r), c = fragment_column(0, 0, r);
-                    values[i][r] = (identity ? 0.0f : U_t[c * CHUNK + token]) - values[i][r];
-                }
-                to_b_fragment<false>(value[i], values[i]);
-                if (PRECISE)
-                    to_b_fragment<true>(value_low[PRECISE ? i : 0], values[i]);
-                if (!FOLD) /* Vnew^T for kernel 3: column column0 + g, tokens 16 i + 2t, 2t + 1 (+ 8) */
+                for (int i = 0; i < 4; i++) {
 #pragma unroll
-                    for (int half = 0; half < 2; half++) {
-                        *(uint32_t *)&new_values_t[g * CHUNK + 16 * i + 8 * half + 2 * t] = value[i][half];
-                        if (PRECISE)
-                            *(uint32_t *)&new_values_t[new_low_offset + g * CHUNK + 16 * i + 8 * half + 2 * t] =
-                                value_low[PRECISE ? i : 0][half];
+                    for (int r = 0; r < 4; r++) {
+                        const int token = fragment_row(16 * i, r), c = 8 * u + fragment_column(0, 0, r);
+                        values[u][i][r] = (identity ? 0.0f : U_t[c * CHUNK + token]) - values[u][i][r];
                     }
-            }
-            /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64 */
+                    to_b_fragment<false>(value[u][i], values[u][i]);
+                    if (PRECISE)
+                        to_b_fragment<true>(value_low[PRECISE ? u : 0][i], values[u][i]);
+                    if (!FOLD) /* Vnew^T for kernel 3: column column0 + 8 u + g, tokens 16 i + 2t, 2t + 1 (+ 8) */
+#pragma unroll
+                        for (int half = 0; half < 2; half++) {
+                            const int at = (8 * u + g) * CHUNK + 16 * i + 8 * half + 2 * t;
+                            *(uint32_t *)&new_values_t[at] = value[u][i][half];
+                            if (PRECISE)
+                                *(uint32_t *)&new_values_t[new_low_offset + at] = value_low[PRECISE ? u : 0][i][half];
+                        }
+                }
+            /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64; each A
+             * fragment of the decayed keys serves every n-tile */
             const float decay = *((const float *)(slot + u_offset) + block_columns * CHUNK);
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
                 if (16 * q >= KP)
                     break;
 #pragma unroll
-                for (int r = 0; r < 4; r++)
-                    S[q][r] *= decay;
+                for (int u = 0; u < NTILES; u++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        S[u][q][r] *= decay;
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     uint32_t a[4];
                     load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
-                    mma_bf16_16x8x16(S[q], a, value[i]);
-                    if (PRECISE)
-                        mma_bf16_16x8x16(S[q], a, value_low[PRECISE ? i : 0]);
+#pragma unroll
+                    for (int u = 0; u < NTILES; u++) {
+                        mma_bf16_16x8x16(S[u][q], a, value[u][i]);
+                        if (PRECISE)
+                            mma_bf16_16x8x16(S[u][q], a, value_low[PRECISE ? u : 0][i]);
+                    }
                 }
             }
         }
@@ -784,17 +817,19 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
     if (!has_columns || (!FOLD && segment + 1 != P))
         return;
 #pragma unroll
-    for (int q = 0; q < KEY_TILES; q++)
+    for (int u = 0; u < NTILES; u++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int m = fragment_row(16 * q, r), c = column0 + fragment_column(0, 0, r);
-            if (m >= K)
-                continue;
-            if (!FOLD && c < (int)V)
-                segments.ends[(head * K + m) * V + c] = S[q][r];
-            else if (FOLD && (c < K || (c >= KP && c - KP < (int)V))) /* row m of [A | B] */
-                segments.ends[((head * runs + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = S[q][r];
-        }
+        for (int q = 0; q < KEY_TILES; q++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int m = fragment_row(16 * q, r), c = column0 + 8 * u + fragment_column(0, 0, r);
+                if (m >= K)
+                    continue;
+                if (!FOLD && c < (int)V)
+                    segments.ends[(head * K + m) * V + c] = S[u][q][r];
+                else if (FOLD && (c < K || (c >= KP && c - KP < (int)V))) /* row m of [A | B] */
+                    segments.ends[((head * runs + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = S[u][q][r];
+            }
 }
 
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
@@ -950,12 +985,20 @@ static chain_shape chain_shape_of(int tiles, size_t K, bool precise)
     return shape;
 }
 
+/* Kernel 2 as made for blocks of `tiles` tiles (chain_ntiles) */
+typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int);
+template <bool PRECISE, bool FOLD>
+static chain_kernel chain_kernel_for(int tiles)
+{
+    return chain_ntiles(tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2> : chunk_states_kernel<PRECISE, FOLD, 1>;
+}
+
 /* Blocks of a shape an SM holds at once (registers, shared memory, threads: the occupancy
  * query); 1 where no device answers. */
 template <bool PRECISE, bool FOLD>
 static size_t chain_blocks_per_sm(chain_shape shape)
 {
-    void (*kernel)(gdn_device_problem, chunk_workspace, chain_segments, int) = chunk_states_kernel<PRECISE, FOLD>;
+    const chain_kernel kernel = chain_kernel_for<PRECISE, FOLD>(shape.tiles);
     int per_sm = 1;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, chain_block_threads(shape.tiles), shape.bytes) != cudaSuccess ||
@@ -999,7 +1042,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
         return -1;
-    void (*chunk_states)(gdn_device_problem, chunk_workspace, chain_segments, int) = chunk_states_kernel<PRECISE, FOLD>;
+    const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape.tiles);
     CUDA_LAUNCH_WITH_SHARED(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
     return 0;
 }
