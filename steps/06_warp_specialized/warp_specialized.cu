@@ -530,8 +530,8 @@ __global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kerne
 
 /* ---- kernel 2: the chain, warp-specialized: a producer warp and chains in registers ----
  * One block per (head, segment, 16 x tiles columns of S), serial over chunks. The block has
- * consumer warps, 2 tiles of them (tiles of them in the widest blocks: chain_ntiles), and
- * one producer warp:
+ * 2 x tiles consumer warps (tiles of them in the widest blocks: chain_ntiles) and one
+ * producer warp:
  *   the producer (its lane 0) brings each chunk's W, decayed keys, the block's rows of U and
  *     the decay into a ring of `stages` slots with three bulk copies (cp.async.bulk, the TMA
  *     unit: one instruction per contiguous piece, no thread copies 16 bytes at a time), and
