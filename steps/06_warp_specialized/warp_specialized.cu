@@ -19,7 +19,8 @@
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
  * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
- * Tm and the scaled keys and values instead); W; the joins of the
+ * Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and the
+ * chain as FLA keeps it (fp32 with --precise); the joins of the
  * triangular solve on tensor cores, in tf32 (2^-11); the state S where it enters Vnew = U -
  * W S, and Vnew where it enters the state update and the output (the fp32 state itself is
  * never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
@@ -39,7 +40,8 @@
  * 4 banks, no conflict.
  *
  * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores; workspace per token:
- * gamma (double) and, per chunk, W and the decayed keys (bf16), U (fp32), S0 and Vnew (bf16).
+ * gamma (double) and, per chunk, W, the decayed keys and U (bf16; U fp32 with --precise), S0
+ * and Vnew (bf16).
  * Depth: T / 64 chunk steps of kernel 2, each two 64-deep MMA chains per warp.
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  *
@@ -62,6 +64,7 @@
 #include <cuda_bf16.h>
 #include <cuda_pipeline_primitives.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "../../common/cuda_check.h"
 #include "../../common/device.h"
@@ -249,9 +252,25 @@ __device__ static void copy_tile(bf16 *tile, int ld, int tile_rows, int rows, in
  *   W_low    bf16 [64][key_stride]       --precise only: W less its bf16 rounding
  *   keys_t   bf16 [round_up16(K)][72]    the keys decayed to the chunk's end, transposed: A of
  *                                         the state update S += Kdec^T Vnew
- *   U_t      fp32 [round_up16(V)][64]    U transposed: a 16-column tile is 16 whole rows
+ *   U_t      bf16 [round_up16(V)][64]    U transposed: a 16-column tile is 16 whole rows
+ *                                         (fp32 with --precise: chain_u_type)
  *   decay    fp32 [4]                    exp(gamma_C) and padding
  * Zeros past the chunk's tokens, past K and past V. */
+/* U in bf16, as FLA stores it: it is rounded to bf16 as Vnew = U - W S0 anyway before the
+ * state update and the output use it, and bf16 halves what kernel 1 writes of it and the
+ * chain reads. --precise keeps it fp32. */
+template <bool PRECISE> using chain_u_type = std::conditional_t<PRECISE, float, bf16>;
+__host__ __device__ static inline size_t chain_u_size(bool precise) { return precise ? sizeof(float) : sizeof(bf16); }
+__device__ __forceinline__ static float to_float(float x) { return x; }
+__device__ __forceinline__ static float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ static void set_from_float(float &to, float x) { to = x; }
+__device__ __forceinline__ static void set_from_float(bf16 &to, float x) { to = __float2bfloat16_rn(x); }
+/* two floats as the bf16 pair of one 32-bit register, the first in the low half */
+__device__ __forceinline__ static uint32_t pack_bf16(float low_column, float high_column)
+{
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(low_column, high_column);
+    return *(const uint32_t *)&pair;
+}
 __host__ __device__ static inline size_t chain_w_bytes(size_t K) { return (size_t)CHUNK * key_stride(K) * sizeof(bf16); }
 __host__ __device__ static inline size_t chain_keys_offset(size_t K, bool precise) { return chain_w_bytes(K) * (precise ? 2 : 1); }
 __host__ __device__ static inline size_t chain_u_offset(size_t K, bool precise)
@@ -260,14 +279,14 @@ __host__ __device__ static inline size_t chain_u_offset(size_t K, bool precise)
 }
 __host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V, bool precise)
 {
-    return chain_u_offset(K, precise) + (size_t)round_up16(V) * CHUNK * sizeof(float);
+    return chain_u_offset(K, precise) + (size_t)round_up16(V) * CHUNK * chain_u_size(precise);
 }
 __host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V, bool precise) { return chain_decay_offset(K, V, precise) + 4 * sizeof(float); }
 /* what one chain block of `tiles` 16-column tiles copies of it per chunk: W (and W_low),
  * keys_t, its 16 tiles rows of U_t, the decay */
 __host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise, int tiles)
 {
-    return chain_u_offset(K, precise) + (size_t)tiles * 16 * CHUNK * sizeof(float) + 4 * sizeof(float);
+    return chain_u_offset(K, precise) + (size_t)tiles * 16 * CHUNK * chain_u_size(precise) + 4 * sizeof(float);
 }
 
 typedef struct {
@@ -316,7 +335,8 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
  * conflicts for them. The join's scratch uses 32 + 4 the same way. */
 constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 4;
 /* kernel 1's staging tile for U_t: 64 tokens a row, rows 4 banks apart (the lanes of a fragment
- * store hit 8 rows 2 apart: 32 different banks) */
+ * store hit 8 rows 2 apart: 32 different banks); in bf16 (not --precise) TOKEN_STRIDE, 36 banks:
+ * rows 2 apart are 8 banks apart, each lane group's 8 tokens 4 banks wide */
 constexpr int STAGE_STRIDE = CHUNK + 4;
 static_assert(MAX_K % 16 == 0 && CHUNK * (MAX_K + 8) * sizeof(bf16) <= CHUNK * SOLVE_STRIDE * sizeof(float),
               "W's staging tile (64 rows of key_stride(K) <= MAX_K + 8) fits in Tm");
@@ -452,9 +472,10 @@ __global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kerne
      * 8 rows, half of each 32-byte sector of a direct store; from the staging tile the block
      * stores whole rows, 16 bytes a thread, consecutive threads on consecutive bytes. */
     bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K)), *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
-    float *U_t = (float *)(chain + chain_u_offset(K, PRECISE));
+    chain_u_type<PRECISE> *U_t = (chain_u_type<PRECISE> *)(chain + chain_u_offset(K, PRECISE));
     bf16 *W_stage = (bf16 *)Tm;  /* [64][LDK]: W as it is in the chain block */
-    float *U_stage = Tm;         /* [64 columns][STAGE_STRIDE]: 64 columns of U_t at a time */
+    chain_u_type<PRECISE> *U_stage = (chain_u_type<PRECISE> *)Tm; /* [64 columns][u_stage_stride]: 64 columns of U_t at a time */
+    constexpr int u_stage_stride = PRECISE ? STAGE_STRIDE : TOKEN_STRIDE;
     for (int column0 = tile_column; column0 < KP; column0 += 64) { /* W */
         clear(acc);
         warp_product_rows(acc, Tm_keys, TOKEN_STRIDE, keys, LDK, tile_row, column0, KP, CHUNK);
@@ -502,14 +523,15 @@ __global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kerne
                     for (int r = 0; r < 4; r++) { /* + the diagonal's term, beta_i v_i */
                         const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
                         if (out < width)
-                            U_stage[(out - pass) * STAGE_STRIDE + i] = acc[j][r] + beta[i] * __bfloat162float(values[i * LDV + out]);
+                            set_from_float(U_stage[(out - pass) * u_stage_stride + i], acc[j][r] + beta[i] * __bfloat162float(values[i * LDV + out]));
                     }
             }
             __syncthreads();
             const int rows = width - pass < 64 ? width - pass : 64; /* rows of U_t: columns of U */
-            for (int e = threadIdx.x; e < rows * (CHUNK / 4); e += THREADS) {
-                const int row = e / (CHUNK / 4), piece = e % (CHUNK / 4);
-                ((float4 *)(U_t + (size_t)(slice + pass + row) * CHUNK))[piece] = ((const float4 *)(U_stage + row * STAGE_STRIDE))[piece];
+            constexpr int row_pieces = CHUNK * sizeof(chain_u_type<PRECISE>) / 16; /* 16-byte pieces of a row of U_t */
+            for (int e = threadIdx.x; e < rows * row_pieces; e += THREADS) {
+                const int row = e / row_pieces, piece = e % row_pieces;
+                ((uint4 *)(U_t + (size_t)(slice + pass + row) * CHUNK))[piece] = ((const uint4 *)(U_stage + row * u_stage_stride))[piece];
             }
         }
     }
@@ -602,11 +624,6 @@ __device__ __forceinline__ static uint32_t transpose8x8(uint32_t pair)
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(out) : "r"(pair));
     return out;
 }
-__device__ __forceinline__ static uint32_t pack_bf16(float low_column, float high_column)
-{
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(low_column, high_column);
-    return *(const uint32_t *)&pair;
-}
 /* x - bf16(x), rounded: the low term of the two-term split (--precise) */
 __device__ __forceinline__ static uint32_t pack_bf16_low(float low_column, float high_column)
 {
@@ -665,8 +682,9 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
         /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
         const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
         const int u_end = block_column0 + block_columns < value_column0 + VP ? block_column0 + block_columns : value_column0 + VP;
-        const uint32_t u_bytes = u_first < u_end ? (uint32_t)(u_end - u_first) * CHUNK * sizeof(float) : 0;
-        const uint32_t decay_to = (uint32_t)(u_offset + block_columns * CHUNK * sizeof(float));
+        const uint32_t u_row = CHUNK * sizeof(chain_u_type<PRECISE>); /* bytes of a row of U_t */
+        const uint32_t u_bytes = u_first < u_end ? (uint32_t)(u_end - u_first) * u_row : 0;
+        const uint32_t decay_to = (uint32_t)(u_offset + block_columns * u_row);
         for (size_t chunk = first; chunk < end; chunk++) {
             const size_t j = chunk - first;
             const int s = (int)(j % stages);
@@ -677,8 +695,8 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
             barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);
             bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
             if (u_bytes)
-                bulk_copy(slot + u_offset + (u_first - block_column0) * CHUNK * sizeof(float),
-                          block + u_offset + (size_t)(u_first - value_column0) * CHUNK * sizeof(float), u_bytes, &full[s]);
+                bulk_copy(slot + u_offset + (u_first - block_column0) * u_row, block + u_offset + (size_t)(u_first - value_column0) * u_row,
+                          u_bytes, &full[s]);
             bulk_copy(slot + decay_to, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
         }
         return;
@@ -713,7 +731,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
         const unsigned char *slot = slots + s * slot_bytes;
         const bf16 *W = (const bf16 *)slot, *W_low = (const bf16 *)(slot + chain_w_bytes(K));
         const bf16 *keys_t = (const bf16 *)(slot + chain_keys_offset(K, PRECISE));
-        const float *U_t = (const float *)(slot + u_offset) + (column0 - block_column0) * CHUNK; /* this warp's rows */
+        const chain_u_type<PRECISE> *U_t = (const chain_u_type<PRECISE> *)(slot + u_offset) + (column0 - block_column0) * CHUNK; /* this warp's rows */
         barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
         if (has_columns) {
             /* Vnew = U - W S0 (eq. 13): token m-tiles 16 i .., depth K. Per key tile q, S0 as B
@@ -771,7 +789,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
 #pragma unroll
                     for (int r = 0; r < 4; r++) {
                         const int token = fragment_row(16 * i, r), c = 8 * u + fragment_column(0, 0, r);
-                        values[u][i][r] = (identity ? 0.0f : U_t[c * CHUNK + token]) - values[u][i][r];
+                        values[u][i][r] = (identity ? 0.0f : to_float(U_t[c * CHUNK + token])) - values[u][i][r];
                     }
                     to_b_fragment<false>(value[u][i], values[u][i]);
                     if (PRECISE)
@@ -787,7 +805,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
                 }
             /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64; each A
              * fragment of the decayed keys serves every n-tile */
-            const float decay = *((const float *)(slot + u_offset) + block_columns * CHUNK);
+            const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
                 if (16 * q >= KP)
