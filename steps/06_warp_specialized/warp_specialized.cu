@@ -53,9 +53,9 @@
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
  *             else 32 or 16; a producer warp and consumer warps: at 64 columns four, 16
  *             columns (two MMA n-tiles) each, 168 registers; at 32 or 16 columns two per
- *             16 columns, 126 registers; so 160, 160 or 96 threads; 204 KB with 4 ring
- *             slots (at 64 columns): 1 block an SM (fewer slots where more blocks an SM
- *             save a wave: chain_launch_shape)
+ *             16 columns, 126 registers; so 160, 160 or 96 threads; 172 KB with 4 ring
+ *             slots (at 64 columns): 1 block an SM (two slots, 86 KB, 2 blocks an SM, where
+ *             that saves a wave: chain_launch_shape)
  *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 62 registers, 96 KB:
  *             2 blocks an SM (64 columns where V is not a multiple of 128: 51 registers)
  *
@@ -1027,27 +1027,26 @@ static size_t chain_blocks_per_sm(chain_shape shape)
     return (size_t)per_sm;
 }
 
-/* The launch's shape: chain_tiles' width, and the deepest ring that still runs the blocks in
- * the fewest waves. Where the blocks outnumber what the GPU holds at once, a shallower ring
- * may fit more of them an SM: at (2, 16384, 16, 128, 128), 256 one-tile blocks, four 40 KB
- * slots allow one an SM (two waves of 256 chunk steps), two slots allow two (one wave). */
+/* The launch's shape: chain_tiles' width and the ring's depth: the deepest ring that fits
+ * (chain_shape_of), unless two slots, the most blocks an SM, run the blocks in fewer waves.
+ * A block alone on its SM is latency-bound and the producer's lead hides its copies: at (1,
+ * 65536, 8, 128, 128), 64 one-tile blocks, 4 slots took 2.164 ms, 3 slots 2.213, 2 slots
+ * 2.247. Where the blocks outnumber what the GPU holds at once, they must share SMs, and two
+ * slots shared best: at (2, 16384, 16, 128, 128), 256 one-tile blocks, four 38 KB slots allow
+ * one an SM (two waves of 256 chunk steps), three allow two and two allow three (one wave
+ * either way), and two slots ran 1.240 ms where three ran 1.282 (docs/06). */
 template <bool PRECISE, bool FOLD>
 static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K)
 {
     const int sms = gdn_sm_count();
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms);
     const size_t blocks = one_tile_blocks / tiles;
-    chain_shape best = chain_shape_of(tiles, K, PRECISE);
-    size_t slots = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(best), best_waves = (blocks + slots - 1) / slots;
-    for (int stages = best.stages - 1; stages >= 2 && best_waves > 1; stages--) {
-        const chain_shape shallower = {tiles, stages, chain_shared_bytes(K, PRECISE, tiles, stages)};
-        slots = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(shallower);
-        if ((blocks + slots - 1) / slots < best_waves) {
-            best = shallower;
-            best_waves = (blocks + slots - 1) / slots;
-        }
-    }
-    return best;
+    const chain_shape deepest = chain_shape_of(tiles, K, PRECISE), two_slots = {tiles, 2, chain_shared_bytes(K, PRECISE, tiles, 2)};
+    const auto waves = [&](chain_shape shape) {
+        const size_t at_once = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(shape);
+        return (blocks + at_once - 1) / at_once;
+    };
+    return waves(two_slots) < waves(deepest) ? two_slots : deepest;
 }
 
 /* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). */

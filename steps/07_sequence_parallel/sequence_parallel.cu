@@ -116,13 +116,14 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  *         + waves(heads * P * groups(V)) * ceil(chunks / P)                   replay
  *         + SCAN_STEP * (P - 1) + FIXED                                       scan, the rest
  * groups(n): 16-column tiles of an n-column state. blocks_per_sm is the count for stage 06's
- * two-slot ring: chain_launch_shape takes a shallower ring where it saves a wave, so a launch
- * runs in the waves the shallowest ring allows. The constants are fitted to the H200 sweep of
+ * two-slot ring: chain_launch_shape takes two slots where they save a wave, so a launch runs
+ * in the waves the two-slot ring allows. The constants are fitted to the H200 sweep of
  * docs/07 (medians for P = 1 .. 64 at six shapes): STEP_COST 1.5 for blocks of 2 and of 4
  * tiles (the middle of the band of costs that pick a good P at every shape), SCAN_STEP (a
  * scan step: K FMAs a column, the next map copied into shared memory meanwhile) and FIXED
  * (two more launches, a fold's and a replay's pipeline start), so that the chosen P is one
- * whose measured time was within 3% of the best. Where the heads'
+ * whose measured time was within 3% of the best (checked again after stage 06's chain blocks
+ * changed: the fourteenth session's sweep, docs/07). Where the heads'
  * one-tile blocks alone give every SM a block, P = 1 without asking the model: the chain is
  * then bound by the GPU's throughput, not one block's latency, and a fold only adds work
  * (measured at 32 heads of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
@@ -170,8 +171,8 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
         const int sms = gdn_sm_count();
         size_t blocks_per_sm[3];
         /* the replay's kernel (no FOLD) in this mode (--precise's has more registers), with
-         * the two-slot ring: chain_launch_shape gives a launch the fewest waves any ring
-         * allows, and the shallowest ring allows the most blocks an SM */
+         * the two-slot ring: chain_launch_shape takes it where it gives fewer waves than the
+         * deepest, and two slots allow the most blocks an SM */
         for (int i = 0; i < 3; i++) { /* 1, 2 and 4 tiles */
             const chain_shape shallowest = {1 << i, 2, chain_shared_bytes(p->K, s->precise, 1 << i, 2)};
             blocks_per_sm[i] = s->precise ? chain_blocks_per_sm<true, false>(shallowest) : chain_blocks_per_sm<false, false>(shallowest);
