@@ -122,8 +122,8 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * tiles (the middle of the band of costs that pick a good P at every shape), SCAN_STEP (a
  * scan step: K FMAs a column, the next map copied into shared memory meanwhile) and FIXED
  * (two more launches, a fold's and a replay's pipeline start), so that the chosen P is one
- * whose measured time was within 3% of the best (checked again after stage 06's chain blocks
- * changed: the fourteenth session's sweep, docs/07). Where the heads'
+ * whose measured time was within 3% of the best (checked with a new sweep each time stage 06's
+ * chain blocks change: docs/07). Where the heads'
  * one-tile blocks alone give every SM a block, P = 1 without asking the model: the chain is
  * then bound by the GPU's throughput, not one block's latency, and a fold only adds work
  * (measured at 32 heads of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */

@@ -142,8 +142,8 @@ END_TEST
 /* ---- the automatic P: a host function, tested with or without a GPU ---- */
 
 /* Chain blocks an H200 SM holds, as the occupancy query answers for stage 06's blocks of 1, 2
- * and 4 tiles with two-slot rings (the ring that sets a launch's waves; the fourteenth
- * session's code: two n-tiles a warp in 4-tile blocks, U in bf16): 5, 3, 2 at K = 64
+ * and 4 tiles with two-slot rings (the ring that sets a launch's waves; stage 06 as it is
+ * now: two n-tiles a warp in 4-tile blocks, U in bf16): 5, 3, 2 at K = 64
  * (registers bound them), 3, 2, 2 at K = 128 (shared memory, and registers for 4 tiles). */
 static const size_t H200_SMS = 132, h200_k64[3] = {5, 3, 2}, h200_k128[3] = {3, 2, 2};
 static const size_t *h200_blocks_per_sm(size_t K) { return K <= 64 ? h200_k64 : h200_k128; }
@@ -163,7 +163,7 @@ END_TEST
 
 /* Few heads and long sequences: P is one of the P whose time was within 3% of the best P
  * measured on the H200 (docs/07 "Choosing P": P = 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64 and
- * the model's own; the fourteenth session's sweep); one chunk: 1; more heads never ask for
+ * the model's own; docs/07's latest sweep); one chunk: 1; more heads never ask for
  * more segments. (At 16 heads of K = V = 128 one segment was 5.7% slower than 8.) */
 START_TEST(automatic_segments_cut_long_sequences)
 {
