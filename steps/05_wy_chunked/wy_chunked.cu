@@ -591,11 +591,12 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
 enum { SLICES = 2, MIN_SLICE_CHUNKS = 32 };
 
 /* Kernel 2 for a tile width and K: made for K up to SMALL_K or up to MAX_K (its loops over K
- * unroll to the limit) */
+ * unroll to the limit); chain_k_limit says which, for the kernel and for its ring's depth */
+static int chain_k_limit(size_t K) { return K <= SMALL_K ? (int)SMALL_K : (int)MAX_K; }
 typedef void (*chain_kernel)(gdn_device_problem, size_t, chunk_workspace, chunk_slice, const float *, float *);
 static chain_kernel chain_kernel_for(int columns, size_t K)
 {
-    const bool small = K <= SMALL_K;
+    const bool small = chain_k_limit(K) == SMALL_K;
     if (columns == 8)
         return small ? chunk_states_kernel<8, SMALL_K> : chunk_states_kernel<8, MAX_K>;
     return small ? chunk_states_kernel<4, SMALL_K> : chunk_states_kernel<4, MAX_K>;
@@ -655,7 +656,7 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     const size_t M = MAX_CHUNK, KW = padded_k(K);
     const size_t keys_rows = round_up4(K) > M ? round_up4(K) : M; /* keys_t and what replaces it (Tm_t, P_t) */
     size_t prepare_bytes = M * sizeof(double) + (keys_rows * M + M * (M + 1) + M * M + 2 * M) * sizeof(float);
-    const int stages = chain_stages(state_columns, K <= SMALL_K ? (int)SMALL_K : (int)MAX_K); /* as chain_kernel_for picks */
+    const int stages = chain_stages(state_columns, chain_k_limit(K));
     size_t state_bytes = (stages * chain_stage_floats(K, state_columns) + state_columns * (KW + CHUNK_STRIDE)) * sizeof(float) +
                          stages * sizeof(uint64_t); /* the ring, S_t, Vnew_t, the slots' barriers */
     size_t output_bytes = M * sizeof(double) + ((round_up4(K) + keys_rows) * M + K * OUTPUT_COLUMNS + M * OUTPUT_COLUMNS) * sizeof(float);
