@@ -260,7 +260,10 @@ __device__ static void copy_tile(bf16 *tile, int ld, int tile_rows, int rows, in
  * state update and the output use it, and bf16 halves what kernel 1 writes of it and the
  * chain reads. --precise keeps it fp32. */
 template <bool PRECISE> using chain_u_type = std::conditional_t<PRECISE, float, bf16>;
-__host__ __device__ static inline size_t chain_u_size(bool precise) { return precise ? sizeof(float) : sizeof(bf16); }
+__host__ __device__ static inline size_t chain_u_size(bool precise) /* the same, chosen at run time */
+{
+    return precise ? sizeof(chain_u_type<true>) : sizeof(chain_u_type<false>);
+}
 __device__ __forceinline__ static float to_float(float x) { return x; }
 __device__ __forceinline__ static float to_float(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ static void set_from_float(float &to, float x) { to = x; }
