@@ -56,4 +56,23 @@ __device__ __forceinline__ static void bulk_copy(void *to, const void *from, uin
                  : "memory");
 }
 
+/* The other way: threads write a tile into shared memory, then bulk stores (cp.async.bulk
+ * from shared to global) hand it to the TMA unit, which writes it out in whole lines. The
+ * threads' writes must first be made visible to the TMA unit (the "async proxy": every
+ * writing thread fences, then the group syncs), and before the tile is written again the
+ * issuing thread waits until its stores have read it. A thread's stores form bulk groups:
+ * it commits them, and waits on the groups. PTX ISA: "cp.async.bulk", "membar/fence". */
+__device__ __forceinline__ static void fence_shared_for_bulk_store(void) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* bytes (a multiple of 16, both ends 16-byte aligned) from shared to global memory */
+__device__ __forceinline__ static void bulk_store(void *to, const void *from, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(to), "r"(shared_address(from)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ static void bulk_store_commit(void) { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+/* until this thread's committed stores have read their shared memory */
+__device__ __forceinline__ static void bulk_store_wait_read(void) { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+/* until they have also written global memory */
+__device__ __forceinline__ static void bulk_store_wait(void) { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 #endif

@@ -295,8 +295,10 @@ __host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise
 typedef struct {
     double *gamma;         /* [heads T] */
     unsigned char *chain;  /* [heads chunks] chain blocks */
-    bf16 *states_t;        /* [heads chunks][round_up16(V)][round_up16(K)]: S0 transposed, for kernel 3 */
-    bf16 *new_values_t;    /* [heads chunks][round_up16(V)][64]: Vnew transposed */
+    bf16 *states_t;        /* [heads chunks][round_up16(V)][key_stride(K)]: S0 transposed, for kernel 3 */
+    bf16 *new_values_t;    /* [heads chunks][round_up16(V)][TOKEN_STRIDE]: Vnew transposed */
+    /* (rows padded as kernel 3's tiles are, so that a tile comes in by one bulk copy; the
+       padding holds whatever a staged chain left there, and is never read) */
     bf16 *states_low_t, *new_values_low_t; /* --precise only, same shapes: what bf16 rounded away */
 } chunk_workspace;
 
@@ -308,8 +310,8 @@ static int workspace_parts(size_t heads, size_t T, size_t K, size_t V, bool prec
 {
     const size_t terms = precise ? 2 : 1, chunks = chunks_of(T);
     size_t gamma[3] = {heads, T, sizeof(double)}, chain[3] = {heads, chunks, chain_block_bytes(K, V, precise)};
-    size_t states[5] = {heads, chunks, (size_t)round_up16(V), (size_t)round_up16(K), terms * sizeof(bf16)};
-    size_t values[5] = {heads, chunks, (size_t)round_up16(V), CHUNK, terms * sizeof(bf16)};
+    size_t states[5] = {heads, chunks, (size_t)round_up16(V), (size_t)key_stride(K), terms * sizeof(bf16)};
+    size_t values[5] = {heads, chunks, (size_t)round_up16(V), TOKEN_STRIDE, terms * sizeof(bf16)};
     if (gdn_multiply_sizes(&bytes[0], 3, gamma) || gdn_multiply_sizes(&bytes[1], 3, chain) ||
         gdn_multiply_sizes(&bytes[2], 5, states) || gdn_multiply_sizes(&bytes[3], 5, values))
         return -1;
@@ -573,7 +575,17 @@ __global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kerne
  *   Vnew = U - W S0                     64 tokens x 8 NTILES columns, depth K (A: W from the slot)
  *   Vnew in bf16 as B fragments, by movmatrix again (and Vnew^T for kernel 3)
  *   S = exp(gamma_C) S + Kdec^T Vnew    K x 8 NTILES, depth 64 (A: the decayed keys from the slot)
- * Nothing of S or Vnew goes through shared memory, and there is no block barrier in the loop:
+ * S0^T and Vnew^T leave one of two ways (chain_launch_shape picks):
+ *   where blocks are few (fewer than SMs), the chain's step latency is the time: the pairs go
+ *     from the registers straight to global memory;
+ *   where the blocks fill the GPU, memory traffic is the time, and each 4-byte pair was half
+ *     of a 32-byte sector, the other half written by the next instruction: with STAGED the
+ *     pairs go into the warp's staging tiles, and each tile leaves by one bulk store (its rows
+ *     are contiguous in the workspace), whole lines, while the update runs. Through the TMA
+ *     unit, which also brings the ring's slots in, these stores slowed the few-block chain
+ *     (docs/06), so that it keeps the plain stores.
+ * Nothing of S or Vnew goes through shared memory but on its way out, and there is no block
+ * barrier in the loop:
  * the ring's two mbarriers per slot are the only waits. "full": the producer's arrival
  * with the slot's byte count, completed by the bulk copies' bytes; "empty": one arrival per
  * consumer thread when it has read the slot, which the producer waits for before refilling it
@@ -601,10 +613,19 @@ typedef struct {
 /* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
 __host__ __device__ static inline size_t segment_chunk(size_t s, size_t P, size_t chunks) { return s * chunks / P; }
 
-/* The ring: `stages` slots, then a "full" and an "empty" mbarrier (8 bytes each) per slot */
-__host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool precise, int tiles, int stages)
+/* With STAGED, a consumer warp's staging tiles for its rows of S0^T and Vnew^T (and their
+ * low terms with --precise): the workspace's rows, key_stride(K) and TOKEN_STRIDE bf16, in
+ * which the lanes' 4-byte writes fall in 32 different banks. 16 tiles rows a block. */
+__host__ __device__ static inline size_t chain_staging_bytes(size_t K, bool precise, int tiles)
 {
-    return stages * chain_slot_bytes(K, precise, tiles) + 2 * (size_t)stages * sizeof(uint64_t);
+    return (size_t)16 * tiles * (key_stride(K) + TOKEN_STRIDE) * sizeof(bf16) * (precise ? 2 : 1);
+}
+/* The ring: `stages` slots, then a "full" and an "empty" mbarrier (8 bytes each) per slot,
+ * then (staged) the consumers' staging tiles */
+__host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool precise, int tiles, int stages, bool staged)
+{
+    return stages * chain_slot_bytes(K, precise, tiles) + 2 * (size_t)stages * sizeof(uint64_t) +
+           (staged ? chain_staging_bytes(K, precise, tiles) : 0);
 }
 /* n-tiles (8 state columns each, the n of m16n8k16) a consumer warp carries. One, so two
  * warps a 16-column tile, where blocks are few and the chain's latency is the time: more
@@ -649,10 +670,12 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
     load_matrices(a, quarter_row(tile, ld, row0, k0));
 }
 
-template <bool PRECISE, bool FOLD, int NTILES> /* NTILES: chain_ntiles of the block's tiles */
+/* NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and Vnew^T leave by bulk stores */
+template <bool PRECISE, bool FOLD, int NTILES, bool STAGED>
 __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILES / NTILES + 1), 1)
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
+    static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
     constexpr int KEY_TILES = MAX_K / 16; /* m-tiles of S a warp may hold */
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
@@ -708,9 +731,14 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
     /* a consumer: state columns column0 .. column0 + 8 NTILES - 1, n-tile u: column0 + 8 u .. */
     const int column0 = block_column0 + 8 * NTILES * warp;
     const bool has_columns = column0 < columns, identity = FOLD && column0 < KP; /* identity: U is zero there */
-    bf16 *states_t = w.states_t + (head * chunks + first) * VP * KP + column0 * KP;
-    bf16 *new_values_t = w.new_values_t + (head * chunks + first) * VP * CHUNK + column0 * CHUNK;
+    bf16 *states_t = w.states_t + (head * chunks + first) * VP * LDK + column0 * LDK;
+    bf16 *new_values_t = w.new_values_t + (head * chunks + first) * VP * TOKEN_STRIDE + column0 * TOKEN_STRIDE;
     const size_t low_offset = PRECISE ? w.states_low_t - w.states_t : 0, new_low_offset = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
+    /* STAGED: this warp's staging tiles: S0^T rows, Vnew^T rows, then (--precise) their low terms */
+    constexpr int ROWS = 8 * NTILES;
+    bf16 *stage_states = (bf16 *)(empty + stages) + (size_t)warp * ROWS * (LDK + TOKEN_STRIDE) * (PRECISE ? 2 : 1);
+    bf16 *stage_values = stage_states + ROWS * LDK;
+    bf16 *stage_states_low = stage_values + ROWS * TOKEN_STRIDE, *stage_values_low = stage_states_low + ROWS * LDK;
 
     float S[NTILES][KEY_TILES][4]; /* n-tile u, m-tile q: rows 16 q + g (+ 8), columns column0 + 8 u + 2t (+ 1) */
 #pragma unroll
@@ -737,6 +765,14 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
         const chain_u_type<PRECISE> *U_t = (const chain_u_type<PRECISE> *)(slot + u_offset) + (column0 - block_column0) * CHUNK; /* this warp's rows */
         barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
         if (has_columns) {
+            /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */
+            bf16 *const states_out = STAGED ? stage_states : states_t, *const values_out = STAGED ? stage_values : new_values_t;
+            bf16 *const states_low_out = STAGED ? stage_states_low : states_t + low_offset;
+            bf16 *const values_low_out = STAGED ? stage_values_low : new_values_t + new_low_offset;
+            if (STAGED && j > 0) { /* the last chunk's stores have read the staging tiles */
+                bulk_store_wait_read();
+                __syncwarp();
+            }
             /* Vnew = U - W S0 (eq. 13): token m-tiles 16 i .., depth K. Per key tile q, S0 as B
              * fragments (and S0^T for kernel 3: after the transpose, this lane holds column
              * column0 + 8 u + g, rows 16 q + 2t, 2t + 1 (+ 8)); each A fragment of W serves
@@ -760,10 +796,10 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
                     if (!FOLD)
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
-                            const int at = (8 * u + g) * KP + 16 * q + 8 * half + 2 * t;
-                            *(uint32_t *)&states_t[at] = state[u][half];
+                            const int at = (8 * u + g) * LDK + 16 * q + 8 * half + 2 * t;
+                            *(uint32_t *)&states_out[at] = state[u][half];
                             if (PRECISE)
-                                *(uint32_t *)&states_t[low_offset + at] = state_low[PRECISE ? u : 0][half];
+                                *(uint32_t *)&states_low_out[at] = state_low[PRECISE ? u : 0][half];
                         }
                 }
 #pragma unroll
@@ -800,12 +836,25 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
                     if (!FOLD) /* Vnew^T for kernel 3: column column0 + 8 u + g, tokens 16 i + 2t, 2t + 1 (+ 8) */
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
-                            const int at = (8 * u + g) * CHUNK + 16 * i + 8 * half + 2 * t;
-                            *(uint32_t *)&new_values_t[at] = value[u][i][half];
+                            const int at = (8 * u + g) * TOKEN_STRIDE + 16 * i + 8 * half + 2 * t;
+                            *(uint32_t *)&values_out[at] = value[u][i][half];
                             if (PRECISE)
-                                *(uint32_t *)&new_values_t[new_low_offset + at] = value_low[PRECISE ? u : 0][i][half];
+                                *(uint32_t *)&values_low_out[at] = value_low[PRECISE ? u : 0][i][half];
                         }
                 }
+            if (STAGED) { /* S0^T and Vnew^T out, whole lines, while the update runs */
+                fence_shared_for_bulk_store();
+                __syncwarp();
+                if (lane < 2 * (PRECISE ? 2 : 1)) { /* the warp's rows are contiguous in the workspace too */
+                    const bool is_value = lane & 1, is_low = lane >> 1;
+                    if (is_value)
+                        bulk_store(new_values_t + (is_low ? new_low_offset : 0), is_low ? stage_values_low : stage_values,
+                                   ROWS * TOKEN_STRIDE * sizeof(bf16));
+                    else
+                        bulk_store(states_t + (is_low ? low_offset : 0), is_low ? stage_states_low : stage_states, ROWS * LDK * sizeof(bf16));
+                }
+                bulk_store_commit();
+            }
             /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64; each A
              * fragment of the decayed keys serves every n-tile */
             const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
@@ -832,9 +881,11 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
             }
         }
         barrier_arrive(&empty[s]); /* this thread has read the slot */
-        states_t += VP * KP;
-        new_values_t += VP * CHUNK;
+        states_t += VP * LDK;
+        new_values_t += VP * TOKEN_STRIDE;
     }
+    if (STAGED && has_columns)
+        bulk_store_wait(); /* the staging tiles stay until the stores are done */
     if (!has_columns || (!FOLD && segment + 1 != P))
         return;
 #pragma unroll
@@ -873,30 +924,54 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4), output_column = COLUMNS / 2 * (warp / 4);
     const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16;
-    const bf16 *S0_t = w.states_t + head_chunk * VP * KP, *new_values_t = w.new_values_t + head_chunk * VP * CHUNK;
+    const bf16 *S0_t = w.states_t + head_chunk * VP * LDK, *new_values_t = w.new_values_t + head_chunk * VP * TOKEN_STRIDE;
     double *gamma = shared;
     bf16 *q = (bf16 *)(gamma + CHUNK), *k = q + CHUNK * LDK, *S = k + CHUNK * LDK, *Vnew = S + COLUMNS * LDK;
     bf16 *P = Vnew + COLUMNS * TOKEN_STRIDE;
     /* --precise: the low bf16 terms of S0, Vnew and P */
     bf16 *S_low = P + CHUNK * TOKEN_STRIDE, *Vnew_low = S_low + COLUMNS * LDK, *P_low = Vnew_low + COLUMNS * TOKEN_STRIDE;
 
+    /* S0^T and Vnew^T rows of this block's columns: kernel 2 stored them padded as these tiles
+     * are, so each tile is one contiguous piece and comes by one bulk copy (the TMA unit),
+     * issued by one thread, where 256 threads issued 16-byte copies and their addresses */
+    __shared__ uint64_t tiles_landed;
+    const int columns = VP - (int)column0 < COLUMNS ? VP - (int)column0 : COLUMNS;
+    const size_t low_states = PRECISE ? w.states_low_t - w.states_t : 0, low_values = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
+    if (threadIdx.x == 0) {
+        barrier_init(&tiles_landed, 1);
+        barrier_init_fence();
+        const uint32_t state_bytes = (uint32_t)(columns * LDK * sizeof(bf16)), value_bytes = (uint32_t)(columns * TOKEN_STRIDE * sizeof(bf16));
+        barrier_arrive_expecting(&tiles_landed, (state_bytes + value_bytes) * (PRECISE ? 2 : 1));
+        bulk_copy(S, S0_t + column0 * LDK, state_bytes, &tiles_landed);
+        bulk_copy(Vnew, new_values_t + column0 * TOKEN_STRIDE, value_bytes, &tiles_landed);
+        if (PRECISE) {
+            bulk_copy(S_low, S0_t + low_states + column0 * LDK, state_bytes, &tiles_landed);
+            bulk_copy(Vnew_low, new_values_t + low_values + column0 * TOKEN_STRIDE, value_bytes, &tiles_landed);
+        }
+    }
+    const uint4 zero = make_uint4(0, 0, 0, 0); /* the rows past V, 16 bytes a store (not unrolled:
+                                                   unrolled, ptxas spilled here at 40 registers) */
+#pragma unroll 1
+    for (int e = columns * LDK / 8 + threadIdx.x; e < COLUMNS * LDK / 8; e += THREADS) {
+        ((uint4 *)S)[e] = zero;
+        if (PRECISE)
+            ((uint4 *)S_low)[e] = zero;
+    }
+#pragma unroll 1
+    for (int e = columns * TOKEN_STRIDE / 8 + threadIdx.x; e < COLUMNS * TOKEN_STRIDE / 8; e += THREADS) {
+        ((uint4 *)Vnew)[e] = zero;
+        if (PRECISE)
+            ((uint4 *)Vnew_low)[e] = zero;
+    }
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
     copy_tile(q, LDK, CHUNK, n, K, KP, q16 + first_token * K, token_stride * K);
     copy_tile(k, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
-    /* S0^T and Vnew^T rows of this block's columns; zero past V */
-    const int columns = VP - (int)column0 < COLUMNS ? VP - (int)column0 : COLUMNS;
-    const size_t low_states = PRECISE ? w.states_low_t - w.states_t : 0, low_values = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
-    copy_tile(S, LDK, COLUMNS, columns, KP, KP, S0_t + column0 * KP, KP);
-    copy_tile(Vnew, TOKEN_STRIDE, COLUMNS, columns, CHUNK, CHUNK, new_values_t + column0 * CHUNK, CHUNK);
-    if (PRECISE) {
-        copy_tile(S_low, LDK, COLUMNS, columns, KP, KP, S0_t + low_states + column0 * KP, KP);
-        copy_tile(Vnew_low, TOKEN_STRIDE, COLUMNS, columns, CHUNK, CHUNK, new_values_t + low_values + column0 * CHUNK, CHUNK);
-    }
     __pipeline_commit();
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
     __pipeline_wait_prior(0);
-    __syncthreads();
+    __syncthreads(); /* the barrier's initialization is seen before any thread waits on it */
+    barrier_wait(&tiles_landed, 0);
 
     float scores[4][4];
     clear(scores);
@@ -977,10 +1052,12 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
  * still leave a block for every SM: wider blocks share each copy of W and the decayed keys
  * among more columns, but when blocks are few the chain's latency is the time, and more
  * blocks on more SMs shorten it. Slots (chain_shape_of): as many as fit on an SM, up to 4, so
- * that the producer runs up to three chunks ahead, unless fewer save a wave (below). Stage
- * 07's model of its launches uses both, so that it models what runs. */
+ * that the producer runs up to three chunks ahead, unless fewer save a wave (below). Staged
+ * stores (chunk_states_kernel) where the blocks fill the GPU. Stage 07's model of its
+ * launches uses all three, so that it models what runs. */
 typedef struct {
     int tiles, stages;
+    bool staged;
     size_t bytes;
 } chain_shape;
 
@@ -992,7 +1069,7 @@ static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms)
     return 1;
 }
 
-static chain_shape chain_shape_of(int tiles, size_t K, bool precise)
+static chain_shape chain_shape_of(int tiles, size_t K, bool precise, bool staged)
 {
     int per_block = 227 * 1024;
     if (cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess)
@@ -1000,18 +1077,22 @@ static chain_shape chain_shape_of(int tiles, size_t K, bool precise)
     chain_shape shape;
     shape.tiles = tiles;
     shape.stages = 2;
-    while (shape.stages < 4 && chain_shared_bytes(K, precise, shape.tiles, shape.stages + 1) <= (size_t)per_block)
+    shape.staged = staged;
+    while (shape.stages < 4 && chain_shared_bytes(K, precise, shape.tiles, shape.stages + 1, staged) <= (size_t)per_block)
         shape.stages++;
-    shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages);
+    shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages, staged);
     return shape;
 }
 
-/* Kernel 2 as made for blocks of `tiles` tiles (chain_ntiles) */
+/* Kernel 2 as made for a shape: its blocks' tiles (chain_ntiles), staged or not (a fold
+ * never is: it stores nothing for kernel 3) */
 typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int);
 template <bool PRECISE, bool FOLD>
-static chain_kernel chain_kernel_for(int tiles)
+static chain_kernel chain_kernel_for(chain_shape shape)
 {
-    return chain_ntiles(tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2> : chunk_states_kernel<PRECISE, FOLD, 1>;
+    if (shape.staged && !FOLD)
+        return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2, !FOLD> : chunk_states_kernel<PRECISE, FOLD, 1, !FOLD>;
+    return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2, false> : chunk_states_kernel<PRECISE, FOLD, 1, false>;
 }
 
 /* Blocks of a shape an SM holds at once (registers, shared memory, threads: the occupancy
@@ -1019,7 +1100,7 @@ static chain_kernel chain_kernel_for(int tiles)
 template <bool PRECISE, bool FOLD>
 static size_t chain_blocks_per_sm(chain_shape shape)
 {
-    const chain_kernel kernel = chain_kernel_for<PRECISE, FOLD>(shape.tiles);
+    const chain_kernel kernel = chain_kernel_for<PRECISE, FOLD>(shape);
     int per_sm = 1;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, chain_block_threads(shape.tiles), shape.bytes) != cudaSuccess ||
@@ -1037,14 +1118,17 @@ static size_t chain_blocks_per_sm(chain_shape shape)
  * 2.247. Where the blocks outnumber what the GPU holds at once, they must share SMs, and two
  * slots shared best: at (2, 16384, 16, 128, 128), 256 one-tile blocks, four 38 KB slots allow
  * one an SM (two waves of 256 chunk steps), three allow two and two allow three (one wave
- * either way), and two slots ran 1.240 ms where three ran 1.282 (docs/06). */
+ * either way), and two slots ran 1.240 ms where three ran 1.282 (docs/06). Staged where the
+ * blocks are at least the SMs (not with FOLD). */
 template <bool PRECISE, bool FOLD>
 static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K)
 {
     const int sms = gdn_sm_count();
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms);
     const size_t blocks = one_tile_blocks / tiles;
-    const chain_shape deepest = chain_shape_of(tiles, K, PRECISE), two_slots = {tiles, 2, chain_shared_bytes(K, PRECISE, tiles, 2)};
+    const bool staged = !FOLD && blocks >= (size_t)sms;
+    const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged),
+                      two_slots = {tiles, 2, staged, chain_shared_bytes(K, PRECISE, tiles, 2, staged)};
     const auto waves = [&](chain_shape shape) {
         const size_t at_once = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(shape);
         return (blocks + at_once - 1) / at_once;
@@ -1062,7 +1146,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
         return -1;
-    const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape.tiles);
+    const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape);
     CUDA_LAUNCH_WITH_SHARED(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
     return 0;
 }

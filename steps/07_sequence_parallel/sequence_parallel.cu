@@ -172,9 +172,10 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
         size_t blocks_per_sm[3];
         /* the replay's kernel (no FOLD) in this mode (--precise's has more registers), with
          * the two-slot ring: chain_launch_shape takes it where it gives fewer waves than the
-         * deepest, and two slots allow the most blocks an SM */
+         * deepest, and two slots allow the most blocks an SM; staged, as it is where its
+         * blocks outnumber the SMs, the only case in which blocks an SM matter */
         for (int i = 0; i < 3; i++) { /* 1, 2 and 4 tiles */
-            const chain_shape shallowest = {1 << i, 2, chain_shared_bytes(p->K, s->precise, 1 << i, 2)};
+            const chain_shape shallowest = {1 << i, 2, true, chain_shared_bytes(p->K, s->precise, 1 << i, 2, true)};
             blocks_per_sm[i] = s->precise ? chain_blocks_per_sm<true, false>(shallowest) : chain_blocks_per_sm<false, false>(shallowest);
         }
         s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
