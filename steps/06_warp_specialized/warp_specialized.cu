@@ -616,7 +616,8 @@ __host__ __device__ static inline size_t segment_chunk(size_t s, size_t P, size_
 
 /* With STAGED, a consumer warp's staging tiles for its rows of S0^T and Vnew^T (and their
  * low terms with --precise): the workspace's rows, key_stride(K) and TOKEN_STRIDE bf16, in
- * which the lanes' 4-byte writes fall in 32 different banks. 16 tiles rows a block. */
+ * which the lanes' 4-byte writes fall in 32 different banks; 16 rows for each 16-column tile
+ * of the block. */
 __host__ __device__ static inline size_t chain_staging_bytes(size_t K, bool precise, int tiles)
 {
     return (size_t)16 * tiles * (key_stride(K) + TOKEN_STRIDE) * sizeof(bf16) * (precise ? 2 : 1);
@@ -1086,7 +1087,8 @@ static chain_shape chain_shape_of(int tiles, size_t K, bool precise, bool staged
 }
 
 /* Kernel 2 as made for a shape: its blocks' tiles (chain_ntiles), staged or not (a fold
- * never is: it stores nothing for kernel 3) */
+ * never is: it stores nothing for kernel 3; STAGED = !FOLD below, so that the staged fold,
+ * which the kernel refuses by a static_assert, is never instantiated) */
 typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int);
 template <bool PRECISE, bool FOLD>
 static chain_kernel chain_kernel_for(chain_shape shape)
