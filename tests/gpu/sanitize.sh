@@ -3,7 +3,8 @@
 # GPU binary (or those whose name matches the grep PATTERN), on small problems that still
 # reach every code path (partial tiles and chunks, K = 128 with two threads per column, h0;
 # 05's GPU twin in two slices and with 8-column chain tiles;
-# for 06 and 07 both modes, one-, two- and four-tile chain blocks, a fold and a replay; 08's GPU
+# for 06 and 07 both modes, one-, two- and four-tile chain blocks, a fold and a replay, chains
+# with plain stores (fewer blocks than SMs) and with staged bulk stores (more); 08's GPU
 # twin under mpirun, 2 ranks). Run on a machine with a CUDA device; exits non-zero on any report.
 set -u
 bin=${1:-bin}
@@ -30,14 +31,14 @@ done
 sanitize 05_wy_chunked_cuda "--B 1 --T 4100 --H 1 --K 16 --V 8 --h0" # 65 chunks: two slices, three streams
 sanitize 05_wy_chunked_cuda "--B 4 --T 300 --H 40 --K 32 --V 16" # 160 heads: 8-column chain tiles; 5 chunks, so the ring of three slots wraps
 for mode in "" "--precise"; do
-    sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode"
-    sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # four-tile chain blocks: two n-tiles a warp
-    sanitize 06_warp_specialized "--B 4 --T 130 --H 40 --K 64 --V 32 $mode" # two-tile chain blocks
-    sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 72 $mode" # 5 tiles: one-tile blocks
-    sanitize 06_warp_specialized "--B 2 --T 150 --H 3 --K 64 --V 128 $mode" # kernel 3: 128-column blocks (default mode)
+    sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # plain stores
+    sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # four-tile chain blocks: two n-tiles a warp; staged
+    sanitize 06_warp_specialized "--B 4 --T 130 --H 40 --K 64 --V 32 $mode" # two-tile chain blocks; staged
+    sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 72 $mode" # 5 tiles: one-tile blocks; staged
+    sanitize 06_warp_specialized "--B 2 --T 150 --H 3 --K 64 --V 128 $mode" # kernel 3: 128-column blocks (default mode); plain stores
     sanitize 07_sequence_parallel "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 --segments 3 $mode"
     sanitize 07_sequence_parallel "--B 1 --T 200 --H 1 --K 128 --V 72 --h0 $mode"
-    sanitize 07_sequence_parallel "--B 4 --T 300 --H 40 --K 64 --V 64 --segments 3 $mode" # four-tile fold and replay
+    sanitize 07_sequence_parallel "--B 4 --T 300 --H 40 --K 64 --V 64 --segments 3 $mode" # four-tile fold and replay; staged replay
     sanitize 08_context_parallel_cuda "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 --segments 2 $mode" \
         "mpirun -q -np 2 --oversubscribe --mca btl_vader_single_copy_mechanism none" " "
 done
