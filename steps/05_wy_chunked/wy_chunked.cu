@@ -411,7 +411,7 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         if (threadIdx.x == 0)
             fetch_chain_inputs<COLUMNS>(tiles4 + ahead * stage4, next_block, shared4, u4_offset, decay4_offset, &landed[ahead]);
 
-    int slot = 0, next_slot = CHAIN_STAGES - 1; /* the ring's slots of this chunk and of the one copied next */
+    int slot = 0; /* the ring's slot of this chunk; the one copied next is the slot before it */
     uint32_t phase = 0; /* the parity of the slot's barrier phase this pass round the ring waits for */
     for (size_t index = 0; index < slice.count; index++) { /* the slice's chunk number, from 0 */
         const size_t chunk = slice.first + index, n = p.T - chunk * C < C ? p.T - chunk * C : C;
@@ -420,13 +420,13 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
         barrier_wait(&landed[slot], phase); /* this chunk's copies have landed */
         __syncthreads(); /* S is complete; the slot refilled next (chunk - 1's) is read no more */
         if (index + CHAIN_STAGES - 1 < slice.count) {
+            const int refill = slot == 0 ? CHAIN_STAGES - 1 : slot - 1; /* chunk - 1's, read no more */
             if (threadIdx.x == 0)
-                fetch_chain_inputs<COLUMNS>(tiles4 + next_slot * stage4, next_block, shared4, u4_offset, decay4_offset, &landed[next_slot]);
+                fetch_chain_inputs<COLUMNS>(tiles4 + refill * stage4, next_block, shared4, u4_offset, decay4_offset, &landed[refill]);
             next_block += block4;
         }
         phase ^= slot == CHAIN_STAGES - 1; /* the next pass round the ring waits for the next phase */
         slot = slot == CHAIN_STAGES - 1 ? 0 : slot + 1; /* not index % 3: a 64-bit division */
-        next_slot = next_slot == CHAIN_STAGES - 1 ? 0 : next_slot + 1;
         if (save_real) { /* S0: THREADS / COLUMNS rows a pass */
             float *to = states + save_offset;
             for (int m = save_m; m < K; m += THREADS / COLUMNS, to += save_stride)
