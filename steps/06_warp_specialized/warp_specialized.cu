@@ -1085,6 +1085,13 @@ static chain_shape chain_shape_of(int tiles, size_t K, bool precise, bool staged
     shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages, staged);
     return shape;
 }
+/* The same blocks with the shallowest ring, two slots: the most blocks an SM (for
+ * chain_launch_shape, and for stage 07's model of the waves its launches take) */
+static chain_shape two_slot_shape(int tiles, size_t K, bool precise, bool staged)
+{
+    const chain_shape shape = {tiles, 2, staged, chain_shared_bytes(K, precise, tiles, 2, staged)};
+    return shape;
+}
 
 /* Kernel 2 as made for a shape: its blocks' tiles (chain_ntiles), staged or not (a fold
  * never is: it stores nothing for kernel 3; STAGED = !FOLD below, so that the staged fold,
@@ -1130,8 +1137,7 @@ static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_r
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms);
     const size_t blocks = one_tile_blocks / tiles;
     const bool staged = !FOLD && blocks >= (size_t)sms;
-    const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged),
-                      two_slots = {tiles, 2, staged, chain_shared_bytes(K, PRECISE, tiles, 2, staged)};
+    const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged), two_slots = two_slot_shape(tiles, K, PRECISE, staged);
     const auto waves = [&](chain_shape shape) {
         const size_t at_once = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(shape);
         return (blocks + at_once - 1) / at_once;

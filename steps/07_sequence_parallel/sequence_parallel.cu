@@ -175,7 +175,7 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
          * deepest, and two slots allow the most blocks an SM; staged, as it is where its
          * blocks outnumber the SMs, the only case in which blocks an SM matter */
         for (int i = 0; i < 3; i++) { /* 1, 2 and 4 tiles */
-            const chain_shape shallowest = {1 << i, 2, true, chain_shared_bytes(p->K, s->precise, 1 << i, 2, true)};
+            const chain_shape shallowest = two_slot_shape(1 << i, p->K, s->precise, true);
             blocks_per_sm[i] = s->precise ? chain_blocks_per_sm<true, false>(shallowest) : chain_blocks_per_sm<false, false>(shallowest);
         }
         s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
