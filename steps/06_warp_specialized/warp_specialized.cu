@@ -1009,8 +1009,36 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         warp_product(acc, P_low, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, CHUNK);
     }
     /* o leaves in bf16, as FLA writes it (half the bytes of fp32), or with --precise in fp32
-     * (a bf16 o would undo what the two terms gained). A lane's two neighbours in a row go out
-     * as one store (4 or 8 bytes) where V is even, so the pair is aligned. */
+     * (a bf16 o would undo what the two terms gained). In bf16 with V a multiple of 8 it goes
+     * through a staging tile, as kernel 1's W and U do: a lane's fragment is 4-byte pairs in 8
+     * rows, half of each 32-byte sector of a direct store; from the tile the block stores whole
+     * rows, 16 bytes a thread. The tile takes the place of q onwards (q, k, S0, Vnew and P are
+     * spent by then), row stride COLUMNS + 8 so that a fragment's 8 rows fall on different
+     * banks. */
+    if (!PRECISE && V % 8 == 0) {
+        constexpr int OUTPUT_STRIDE = COLUMNS + 8, ROW_PIECES = COLUMNS / 8;
+        static_assert(CHUNK * OUTPUT_STRIDE <= (COLUMNS + CHUNK) * TOKEN_STRIDE, "the staging tile fits in the place of Vnew and P alone");
+        bf16 *o_stage = q;
+        __syncthreads(); /* every warp has read q, k, S0, Vnew and P */
+#pragma unroll
+        for (int j = 0; j < TILES; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r += 2) {
+                const int i = fragment_row(tile_row, r), c = fragment_column(output_column, j, r);
+                *(__nv_bfloat162 *)&o_stage[i * OUTPUT_STRIDE + c] = __floats2bfloat162_rn(p.scale * acc[j][r], p.scale * acc[j][r + 1]);
+            }
+        __syncthreads();
+        const int pieces = (int)(V - column0 < COLUMNS ? V - column0 : COLUMNS) / 8; /* of a row, inside V */
+        bf16 *o_rows = o16 + first_token * V + column0; /* token t0 + i's row: i H V further */
+        for (int e = threadIdx.x; e < n * ROW_PIECES; e += THREADS) {
+            const int i = e / ROW_PIECES, piece = e % ROW_PIECES;
+            if (piece < pieces)
+                ((uint4 *)(o_rows + i * token_stride * V))[piece] = ((const uint4 *)(o_stage + i * OUTPUT_STRIDE))[piece];
+        }
+        return;
+    }
+    /* Otherwise a lane's two neighbours in a row go out as one store (4 or 8 bytes) where V is
+     * even, so the pair is aligned. */
 #pragma unroll
     for (int j = 0; j < TILES; j++)
 #pragma unroll
