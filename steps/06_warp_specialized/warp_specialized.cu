@@ -972,9 +972,9 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
     __pipeline_wait_prior(0);
-    __syncthreads(); /* the barrier's initialization is seen before any thread waits on it */
-    barrier_wait(&tiles_landed, 0);
+    __syncthreads(); /* q, k and gamma are here; the barrier's initialization is seen before any thread waits on it */
 
+    /* P first, from q and k alone, while S0^T and Vnew^T are still landing */
     float scores[4][4];
     clear(scores);
     warp_product(scores, q, LDK, k, LDK, tile_row, tile_column, KP); /* Q K^T */
@@ -992,6 +992,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     constexpr int TILES = COLUMNS / 16; /* n-tiles of o per warp */
     float acc[TILES][4];
     clear(acc);
+    barrier_wait(&tiles_landed, 0); /* S0^T and Vnew^T */
     warp_product(acc, q, LDK, S, LDK, tile_row, output_column, KP); /* Q S0 */
     if (PRECISE)
         warp_product(acc, q, LDK, S_low, LDK, tile_row, output_column, KP);
