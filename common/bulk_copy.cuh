@@ -10,6 +10,7 @@
 #ifndef GDN_BULK_COPY_CUH
 #define GDN_BULK_COPY_CUH
 
+#include <cuda.h> /* CUtensorMap, for tensor copies (the map itself is made on the host) */
 #include <stdint.h>
 
 /* a shared-memory pointer as the 32-bit address PTX takes (also ldmatrix's, in 06) */
@@ -53,6 +54,22 @@ __device__ __forceinline__ static void bulk_copy(void *to, const void *from, uin
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                      shared_address(to)),
                  "l"(from), "r"(bytes), "r"(shared_address(barrier))
+                 : "memory");
+}
+
+/* A tensor copy (cp.async.bulk.tensor): one box of a strided tensor, described once on the
+ * host by a tensor map (cuTensorMapEncodeTiled: the tensor's sizes and strides, the box's
+ * size), from coordinates c0 (innermost), c1, c2, into shared memory as a dense box (128-byte
+ * aligned), by one instruction of one thread. A box may hang past the tensor's end (those
+ * elements land as zeros, and the whole box's bytes count against the barrier), but no
+ * dimension of the box may be larger than the tensor's: the encoder does not refuse that,
+ * and other projects report faults when it happens. `map` is the address of a
+ * __grid_constant__ kernel parameter. PTX ISA: "cp.async.bulk.tensor", "Tensor Map". */
+__device__ __forceinline__ static void tensor_copy_3d(void *to, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *barrier)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+                     shared_address(to)),
+                 "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(shared_address(barrier))
                  : "memory");
 }
 

@@ -63,6 +63,7 @@
  * Build and run:  make bin/06_warp_specialized && bin/06_warp_specialized --T 16384 --H 8 --check-against oracle
  */
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled: the driver's tensor map maker, found at run time */
 #include <cuda_pipeline_primitives.h>
 #include <stdint.h>
 #include <type_traits>
@@ -86,6 +87,11 @@ constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
 
 __host__ __device__ static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
 __host__ __device__ static inline int key_stride(size_t K) { return round_up16(K) + 8; } /* bf16 row stride of K-wide tiles */
+/* Kernel 3 takes q and k by tensor copies (make_token_tile_map) where the box fits: K a
+ * multiple of 16, so that the box's columns past K are padding, never read, and the input's
+ * strides are whole 16 bytes; at least two heads, so that a row of all heads (H K) is at least
+ * one padded tile wide (K + 8); at least one chunk of tokens. Otherwise the threads copy. */
+__host__ __device__ static inline bool keys_by_tensor_map(size_t K, size_t H, size_t T) { return K % 16 == 0 && H >= 2 && T >= 64; }
 /* kernel 1 keeps at most VALUE_SLICE columns of v in shared memory (row stride value_stride) */
 constexpr int VALUE_SLICE = 128;
 __host__ __device__ static inline int value_stride(size_t V) { return key_stride(V < VALUE_SLICE ? V : VALUE_SLICE); }
@@ -915,7 +921,9 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
  * chunk loaded the same q and k and made the same P; measured at (8, 4096, 16, 128, 128) in
  * the docs. */
 template <bool PRECISE, int COLUMNS>
-__global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o, bf16 *o16)
+__global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o, bf16 *o16,
+                                                                const __grid_constant__ CUtensorMap q_map,
+                                                                const __grid_constant__ CUtensorMap k_map)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
@@ -927,7 +935,9 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4), output_column = COLUMNS / 2 * (warp / 4);
     const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16;
     const bf16 *S0_t = w.states_t + head_chunk * VP * LDK, *new_values_t = w.new_values_t + head_chunk * VP * TOKEN_STRIDE;
-    double *gamma = shared;
+    /* the tiles from a 128-byte boundary, as tensor copies want (q lands at 512 bytes past it,
+     * k at 128 LDK bytes past q); the launch adds 128 bytes for the shift */
+    double *gamma = (double *)((unsigned char *)shared + (128 - shared_address(shared) % 128) % 128);
     bf16 *q = (bf16 *)(gamma + CHUNK), *k = q + CHUNK * LDK, *S = k + CHUNK * LDK, *Vnew = S + COLUMNS * LDK;
     bf16 *P = Vnew + COLUMNS * TOKEN_STRIDE;
     /* --precise: the low bf16 terms of S0, Vnew and P */
@@ -936,12 +946,25 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     /* S0^T and Vnew^T rows of this block's columns: kernel 2 stored them padded as these tiles
      * are, so each tile is one contiguous piece and comes by one bulk copy (the TMA unit),
      * issued by one thread, where 256 threads issued 16-byte copies and their addresses */
-    __shared__ uint64_t tiles_landed;
+    __shared__ uint64_t tiles_landed, keys_landed;
     const int columns = VP - (int)column0 < COLUMNS ? VP - (int)column0 : COLUMNS;
     const size_t low_states = PRECISE ? w.states_low_t - w.states_t : 0, low_values = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
+    /* q and k: a head's 64 rows of a chunk lie H K values apart in the input, so they are no
+     * one piece; a tensor map (made by the launch, make_token_tile_map) describes that layout,
+     * and one tensor copy each brings the tile, already padded: the box is LDK wide, so each
+     * row brings 8 more values, the next head's first keys (or, for the last head, zeros from
+     * past the row), into the padding, and the rows past T land as zeros. Where the box does
+     * not fit (keys_by_tensor_map) the threads copy the tiles (copy_tile). */
+    const bool keys_by_map = keys_by_tensor_map(p.K, p.H, p.T);
     if (threadIdx.x == 0) {
         barrier_init(&tiles_landed, 1);
+        barrier_init(&keys_landed, 1);
         barrier_init_fence();
+        if (keys_by_map) {
+            barrier_arrive_expecting(&keys_landed, (uint32_t)(2 * CHUNK * LDK * sizeof(bf16)));
+            tensor_copy_3d(q, &q_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
+            tensor_copy_3d(k, &k_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
+        }
         const uint32_t state_bytes = (uint32_t)(columns * LDK * sizeof(bf16)), value_bytes = (uint32_t)(columns * TOKEN_STRIDE * sizeof(bf16));
         barrier_arrive_expecting(&tiles_landed, (state_bytes + value_bytes) * (PRECISE ? 2 : 1));
         bulk_copy(S, S0_t + column0 * LDK, state_bytes, &tiles_landed);
@@ -966,13 +989,18 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
             ((uint4 *)Vnew_low)[e] = zero;
     }
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
-    copy_tile(q, LDK, CHUNK, n, K, KP, q16 + first_token * K, token_stride * K);
-    copy_tile(k, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
-    __pipeline_commit();
+    if (!keys_by_map) {
+        copy_tile(q, LDK, CHUNK, n, K, KP, q16 + first_token * K, token_stride * K);
+        copy_tile(k, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
+        __pipeline_commit();
+    }
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
-    __pipeline_wait_prior(0);
-    __syncthreads(); /* q, k and gamma are here; the barrier's initialization is seen before any thread waits on it */
+    if (!keys_by_map)
+        __pipeline_wait_prior(0);
+    __syncthreads(); /* gamma is here; the barriers' initialization is seen before any thread waits on them */
+    if (keys_by_map)
+        barrier_wait(&keys_landed, 0); /* q and k */
 
     /* P first, from q and k alone, while S0^T and Vnew^T are still landing */
     float scores[4][4];
@@ -1189,18 +1217,49 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     return 0;
 }
 
+/* q, k (width K) or v (width V), (B, T, H, width) bf16, as a 3-D tensor for the TMA unit:
+ * innermost the token's row of all heads (H width values), then T, then B (strides in bytes);
+ * and the box a kernel takes of it: box_width values of a row (from h width: one head's, plus
+ * the padding) of CHUNK tokens, the padded tile ldmatrix reads. Every box dimension is within
+ * the tensor's (the callers' conditions); the tokens past T land as zeros.
+ * cuTensorMapEncodeTiled is a driver function; the runtime hands out its address, so nothing
+ * links the driver library. */
+static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_device_problem *p, size_t width, int box_width)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess || !encode) {
+            encode = NULL;
+            return gdn_set_error("stage 06: the CUDA driver does not offer cuTensorMapEncodeTiled");
+        }
+    }
+    const cuuint64_t sizes[3] = {p->H * width, p->T, p->B};
+    const cuuint64_t strides[2] = {p->H * width * sizeof(bf16), p->T * p->H * width * sizeof(bf16)};
+    const cuuint32_t box[3] = {(cuuint32_t)box_width, CHUNK, 1}, steps[3] = {1, 1, 1};
+    const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)tensor, sizes, strides, box, steps,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k or v (CUresult %d)", (int)result);
+}
+
 /* Kernel 3 with COLUMNS columns of o a block. */
 template <bool PRECISE, int COLUMNS>
 static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
     const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE, terms = PRECISE ? 2 : 1;
-    const size_t bytes = M * sizeof(double) + (2 * M * LDK + terms * (COLUMNS * LDK + COLUMNS * LDT + M * LDT)) * sizeof(bf16);
+    const size_t bytes = 128 + M * sizeof(double) + (2 * M * LDK + terms * (COLUMNS * LDK + COLUMNS * LDT + M * LDT)) * sizeof(bf16);
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + COLUMNS - 1) / COLUMNS), 1, &blocks))
         return -1;
     if (!PRECISE && !r->o_bf16)
         return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
-    CUDA_LAUNCH_WITH_SHARED((chunk_outputs_kernel<PRECISE, COLUMNS>), blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16);
+    CUtensorMap q_map = {}, k_map = {}; /* unused (zero) where the threads copy q and k */
+    if (keys_by_tensor_map(p->K, p->H, p->T) &&
+        (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K))))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED((chunk_outputs_kernel<PRECISE, COLUMNS>), blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
     r->o_in_bf16 = !PRECISE;
     return 0;
 }
