@@ -92,6 +92,11 @@ __host__ __device__ static inline int key_stride(size_t K) { return round_up16(K
  * strides are whole 16 bytes; at least two heads, so that a row of all heads (H K) is at least
  * one padded tile wide (K + 8); at least one chunk of tokens. Otherwise the threads copy. */
 __host__ __device__ static inline bool keys_by_tensor_map(size_t K, size_t H, size_t T) { return K % 16 == 0 && H >= 2 && T >= 64; }
+/* kernel 1 its k and first slice of v where both boxes fit (V a multiple of 16 as well) */
+__host__ __device__ static inline bool tiles_by_tensor_map(size_t K, size_t V, size_t H, size_t T)
+{
+    return keys_by_tensor_map(K, H, T) && V % 16 == 0;
+}
 /* kernel 1 keeps at most VALUE_SLICE columns of v in shared memory (row stride value_stride) */
 constexpr int VALUE_SLICE = 128;
 __host__ __device__ static inline int value_stride(size_t V) { return key_stride(V < VALUE_SLICE ? V : VALUE_SLICE); }
@@ -408,7 +413,9 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
 template <bool PRECISE>
-__global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w)
+__global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
+                                                                                   const __grid_constant__ CUtensorMap k_map,
+                                                                                   const __grid_constant__ CUtensorMap v_map)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K);
@@ -419,28 +426,51 @@ __global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kerne
     unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(p.K, V, PRECISE);
     const bf16 *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
     const int VP = round_up16(V), LDV = value_stride(V);
-    double *gamma = shared;
+    /* from a 128-byte boundary, as tensor copies want (the keys land 128-byte aligned past the
+     * gates and Tm); the launch adds 128 bytes for the shift */
+    double *gamma = (double *)((unsigned char *)shared + (128 - shared_address(shared) % 128) % 128);
     float *beta = (float *)(gamma + CHUNK), *scaled_beta = beta + CHUNK, *Tm = scaled_beta + CHUNK;
     bf16 *keys = (bf16 *)(Tm + CHUNK * SOLVE_STRIDE), *values = keys + CHUNK * LDK, *Tm_keys = values + CHUNK * LDV;
     bf16 *Tm_values = Tm_keys + CHUNK * TOKEN_STRIDE;
 
     /* k and v in, asynchronously: the keys are waited for before K K^T, the values only
-     * before U = Tm (beta V), so their copy runs under the gates, K K^T and the solve. */
+     * before U = Tm (beta V), so their copy runs under the gates, K K^T and the solve. Where
+     * the boxes fit (tiles_by_tensor_map), one tensor copy each, on an mbarrier each, as
+     * kernel 3 takes q and k (the values' box is the first slice's tile: columns past it are
+     * padding, never read); else the threads copy them. */
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
-    copy_tile(keys, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
-    __pipeline_commit();
-    copy_tile(values, LDV, CHUNK, n, (int)(V < VALUE_SLICE ? V : VALUE_SLICE), VP < VALUE_SLICE ? VP : VALUE_SLICE,
-              v16 + first_token * V, token_stride * V);
-    __pipeline_commit();
+    const bool by_map = tiles_by_tensor_map(p.K, V, p.H, p.T);
+    static_assert((CHUNK * sizeof(double) + (2 * CHUNK + CHUNK * SOLVE_STRIDE) * sizeof(float)) % 128 == 0,
+                  "the keys' tile starts 128-byte aligned (the values' then does too: 64 rows of LDK bf16 are 128 LDK bytes)");
+    __shared__ uint64_t keys_landed, values_landed;
+    if (by_map && threadIdx.x == 0) {
+        barrier_init(&keys_landed, 1);
+        barrier_init(&values_landed, 1);
+        barrier_init_fence();
+        barrier_arrive_expecting(&keys_landed, (uint32_t)(CHUNK * LDK * sizeof(bf16)));
+        tensor_copy_3d(keys, &k_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
+        barrier_arrive_expecting(&values_landed, (uint32_t)(CHUNK * LDV * sizeof(bf16)));
+        tensor_copy_3d(values, &v_map, (int)(h * V), (int)t0, (int)b, &values_landed);
+    }
+    if (!by_map) {
+        copy_tile(keys, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
+        __pipeline_commit();
+        copy_tile(values, LDV, CHUNK, n, (int)(V < VALUE_SLICE ? V : VALUE_SLICE), VP < VALUE_SLICE ? VP : VALUE_SLICE,
+                  v16 + first_token * V, token_stride * V);
+        __pipeline_commit();
+    }
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
         gamma[i] = i < n ? p.g[token] : 0.0;
         beta[i] = i < n ? p.beta[token] : 0.0f;
     }
-    __syncthreads();
+    __syncthreads(); /* (and the barriers' initialization is seen before any thread waits on them) */
     if (threadIdx.x < 32) /* eq. 9 */
         cumulative_gates(gamma, beta, scaled_beta, n, w.gamma + row0, (float *)(chain + chain_decay_offset(K, V, PRECISE)));
-    __pipeline_wait_prior(1); /* the keys */
+    if (by_map)
+        barrier_wait(&keys_landed, 0);
+    else
+        __pipeline_wait_prior(1); /* the keys */
     __syncthreads();
 
     /* I + M, M[i, j] = beta_i (k_i . k_j) exp(gamma_i - gamma_j) for j < i (eq. 10): K K^T on
@@ -474,7 +504,10 @@ __global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kerne
         Tm_keys[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(lower * scaled_beta[l]);
         Tm_values[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(lower * beta[l]);
     }
-    __pipeline_wait_prior(0); /* the values */
+    if (by_map)
+        barrier_wait(&values_landed, 0);
+    else
+        __pipeline_wait_prior(0); /* the values */
     __syncthreads();
 
     /* each warp 16 rows and 32 of every 64 columns of [W | U]; K and V are zero past K and
@@ -1094,15 +1127,46 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
 
 /* ---- the three passes, each launched and checked (stage 07 launches them too) ---- */
 
+/* q, k (width K) or v (width V), (B, T, H, width) bf16, as a 3-D tensor for the TMA unit:
+ * innermost the token's row of all heads (H width values), then T, then B (strides in bytes);
+ * and the box a kernel takes of it: box_width values of a row (from h width: one head's, plus
+ * the padding) of CHUNK tokens, the padded tile ldmatrix reads. Every box dimension is within
+ * the tensor's (the callers' conditions); the tokens past T land as zeros.
+ * cuTensorMapEncodeTiled is a driver function; the runtime hands out its address, so nothing
+ * links the driver library. */
+static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_device_problem *p, size_t width, int box_width)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess || !encode) {
+            encode = NULL;
+            return gdn_set_error("stage 06: the CUDA driver does not offer cuTensorMapEncodeTiled");
+        }
+    }
+    const cuuint64_t sizes[3] = {p->H * width, p->T, p->B};
+    const cuuint64_t strides[2] = {p->H * width * sizeof(bf16), p->T * p->H * width * sizeof(bf16)};
+    const cuuint32_t box[3] = {(cuuint32_t)box_width, CHUNK, 1}, steps[3] = {1, 1, 1};
+    const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)tensor, sizes, strides, box, steps,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k or v (CUresult %d)", (int)result);
+}
+
 template <bool PRECISE>
 static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 {
     const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE;
-    const size_t bytes = M * sizeof(double) + (2 * M + M * SOLVE_STRIDE) * sizeof(float) + (M * LDK + M * value_stride(p->V) + 2 * M * LDT) * sizeof(bf16);
+    const size_t bytes = 128 + M * sizeof(double) + (2 * M + M * SOLVE_STRIDE) * sizeof(float) + (M * LDK + M * value_stride(p->V) + 2 * M * LDT) * sizeof(bf16);
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * chunks_of(p->T), 1, &blocks))
         return -1;
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<PRECISE>, blocks, THREADS, bytes, *p, w);
+    CUtensorMap k_map = {}, v_map = {}; /* unused (zero) where the threads copy k and v */
+    if (tiles_by_tensor_map(p->K, p->V, p->H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
+                                                        make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<PRECISE>, blocks, THREADS, bytes, *p, w, k_map, v_map);
     return 0;
 }
 
@@ -1215,33 +1279,6 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape);
     CUDA_LAUNCH_WITH_SHARED(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
     return 0;
-}
-
-/* q, k (width K) or v (width V), (B, T, H, width) bf16, as a 3-D tensor for the TMA unit:
- * innermost the token's row of all heads (H width values), then T, then B (strides in bytes);
- * and the box a kernel takes of it: box_width values of a row (from h width: one head's, plus
- * the padding) of CHUNK tokens, the padded tile ldmatrix reads. Every box dimension is within
- * the tensor's (the callers' conditions); the tokens past T land as zeros.
- * cuTensorMapEncodeTiled is a driver function; the runtime hands out its address, so nothing
- * links the driver library. */
-static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_device_problem *p, size_t width, int box_width)
-{
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-    if (!encode) {
-        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-            found != cudaDriverEntryPointSuccess || !encode) {
-            encode = NULL;
-            return gdn_set_error("stage 06: the CUDA driver does not offer cuTensorMapEncodeTiled");
-        }
-    }
-    const cuuint64_t sizes[3] = {p->H * width, p->T, p->B};
-    const cuuint64_t strides[2] = {p->H * width * sizeof(bf16), p->T * p->H * width * sizeof(bf16)};
-    const cuuint32_t box[3] = {(cuuint32_t)box_width, CHUNK, 1}, steps[3] = {1, 1, 1};
-    const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)tensor, sizes, strides, box, steps,
-                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k or v (CUresult %d)", (int)result);
 }
 
 /* Kernel 3 with COLUMNS columns of o a block. */
