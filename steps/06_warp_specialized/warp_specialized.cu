@@ -1079,7 +1079,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
      * banks. */
     if (!PRECISE && V % 8 == 0) {
         constexpr int OUTPUT_STRIDE = COLUMNS + 8, ROW_PIECES = COLUMNS / 8;
-        static_assert(CHUNK * OUTPUT_STRIDE <= (COLUMNS + CHUNK) * TOKEN_STRIDE, "the staging tile fits in the place of Vnew and P alone");
+        static_assert(CHUNK * OUTPUT_STRIDE <= (COLUMNS + CHUNK) * TOKEN_STRIDE, "the staging tile is no larger than Vnew and P, so it fits in the tiles from q on");
         bf16 *o_stage = q;
         __syncthreads(); /* every warp has read q, k, S0, Vnew and P */
 #pragma unroll
