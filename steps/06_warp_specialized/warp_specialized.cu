@@ -1042,13 +1042,16 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) { /* only j <= i: exponents <= 0 */
+        for (int r = 0; r < 4; r += 2) { /* sums r and r + 1 are neighbours in a row: one 4-byte store */
             const int i = fragment_row(tile_row, r), l = fragment_column(tile_column, j, r);
-            const float exact = l <= i && i < n ? scores[j][r] * expf((float)(gamma[i] - gamma[l])) : 0.0f;
-            const bf16 high = __float2bfloat16_rn(exact);
-            P[i * TOKEN_STRIDE + l] = high;
+            float exact[2];
+            for (int s = 0; s < 2; s++) /* only l <= i: exponents <= 0 */
+                exact[s] = l + s <= i && i < n ? scores[j][r + s] * expf((float)(gamma[i] - gamma[l + s])) : 0.0f;
+            const __nv_bfloat162 high = __floats2bfloat162_rn(exact[0], exact[1]);
+            *(__nv_bfloat162 *)&P[i * TOKEN_STRIDE + l] = high;
             if (PRECISE)
-                P_low[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(exact - __bfloat162float(high));
+                *(__nv_bfloat162 *)&P_low[i * TOKEN_STRIDE + l] =
+                    __floats2bfloat162_rn(exact[0] - __low2float(high), exact[1] - __high2float(high));
         }
     constexpr int TILES = COLUMNS / 16; /* n-tiles of o per warp */
     float acc[TILES][4];
@@ -1057,13 +1060,13 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     warp_product(acc, q, LDK, S, LDK, tile_row, output_column, KP); /* Q S0 */
     if (PRECISE)
         warp_product(acc, q, LDK, S_low, LDK, tile_row, output_column, KP);
+    const int upper = fragment_row(tile_row, 0), lower = upper + 8; /* this lane's two rows of o */
+    const float decay_upper = upper < n ? expf((float)gamma[upper]) : 0.0f, decay_lower = lower < n ? expf((float)gamma[lower]) : 0.0f;
 #pragma unroll
     for (int j = 0; j < TILES; j++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int i = fragment_row(tile_row, r);
-            acc[j][r] *= i < n ? expf((float)gamma[i]) : 0.0f;
-        }
+        for (int r = 0; r < 4; r++)
+            acc[j][r] *= r < 2 ? decay_upper : decay_lower;
     __syncthreads(); /* P complete */
     warp_product(acc, P, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, CHUNK); /* + P Vnew */
     if (PRECISE) {
