@@ -92,7 +92,7 @@ __host__ __device__ static inline int key_stride(size_t K) { return round_up16(K
  * strides are whole 16 bytes; at least two heads, so that a row of all heads (H K) is at least
  * one padded tile wide (K + 8); at least one chunk of tokens. Otherwise the threads copy. */
 __host__ __device__ static inline bool keys_by_tensor_map(size_t K, size_t H, size_t T) { return K % 16 == 0 && H >= 2 && T >= 64; }
-/* kernel 1 its k and first slice of v where both boxes fit (V a multiple of 16 as well) */
+/* kernel 1 takes its k and first slice of v the same way where both boxes fit (V a multiple of 16 as well) */
 __host__ __device__ static inline bool tiles_by_tensor_map(size_t K, size_t V, size_t H, size_t T)
 {
     return keys_by_tensor_map(K, H, T) && V % 16 == 0;
