@@ -8,13 +8,15 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's fourth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's sixth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
  * state in the registers of their MMA accumulators for the whole sequence; where its blocks
  * fill the GPU, S0^T and Vnew^T leave it through staging tiles by bulk stores, whole lines,
- * and kernel 3 takes them in by bulk copies. wgmma is the next step. The chain kernel also
+ * and kernel 3 takes them in by bulk copies. Strided tiles of the inputs (kernel 3's q and k,
+ * kernel 1's k and v) come by tensor copies where their boxes fit, and o leaves through a
+ * staging tile in whole rows. wgmma is the next step. The chain kernel also
  * runs a sequence as segments (one here; stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
@@ -48,17 +50,17 @@
  *
  * Budget at K = V = 128, default mode (nvcc -Xptxas -v: no spills; shared memory from the
  * launchers' formulas), and what it allows on an H200 SM (64 K registers, 227 KB shared):
- *   kernel 1: a block per (head, chunk), 256 threads, 80 registers, 70 KB: 3 blocks an SM
+ *   kernel 1: a block per (head, chunk), 256 threads, 78 registers, 70 KB: 3 blocks an SM
  *             (__launch_bounds__(256, 3) keeps the registers under 85; --precise, whose W
- *             low terms need more, 102 and 2 blocks: at 85 it spilled)
+ *             low terms need more, 104 and 2 blocks: at 85 it spilled)
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
  *             else 32 or 16; a producer warp and consumer warps: at 64 columns four, 16
  *             columns (two MMA n-tiles) each, 160 registers; at 32 or 16 columns two per
  *             16 columns, 124 registers (126 with plain stores); so 160, 160 or 96 threads;
  *             at 64 columns 4 ring slots and the staging tiles take 198 KB: 1 block an SM
  *             (two slots, 112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
- *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 60 registers, 96 KB:
- *             2 blocks an SM (64 columns where V is not a multiple of 128: 40 registers)
+ *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 59 registers, 96 KB:
+ *             2 blocks an SM (64 columns where V is not a multiple of 128: 46 registers)
  *
  * Build and run:  make bin/06_warp_specialized && bin/06_warp_specialized --T 16384 --H 8 --check-against oracle
  */
