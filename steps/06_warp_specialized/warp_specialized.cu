@@ -1047,6 +1047,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         for (int r = 0; r < 4; r += 2) { /* sums r and r + 1 are neighbours in a row: one 4-byte store */
             const int i = fragment_row(tile_row, r), l = fragment_column(tile_column, j, r);
             float exact[2];
+#pragma unroll
             for (int s = 0; s < 2; s++) /* only l <= i: exponents <= 0 */
                 exact[s] = l + s <= i && i < n ? scores[j][r + s] * expf((float)(gamma[i] - gamma[l + s])) : 0.0f;
             const __nv_bfloat162 high = __floats2bfloat162_rn(exact[0], exact[1]);
