@@ -86,8 +86,8 @@ MPI_BINARIES := $(if $(HAVE_MPI),$(BIN)/08_context_parallel)
 MPI_GPU_BINARIES := $(if $(and $(HAVE_MPI),$(GPU_STAGES)),$(BIN)/08_context_parallel_cuda)
 MPI_LINK_FLAGS = $(patsubst -pthread,-Xcompiler -pthread,$(filter -L% -l% -pthread,$(shell $(MPICC) --showme:link 2>/dev/null)))
 
-# Measuring tools under plots/, built into bin/ beside the stages.
-TOOLS := $(BIN)/fma_peak $(BIN)/precision_study $(BIN)/make_problem
+# Measuring tools under plots/, built into bin/ beside the stages (gpu_peak where nvcc is found).
+TOOLS := $(BIN)/fma_peak $(BIN)/precision_study $(BIN)/make_problem $(if $(CUDA_RUNNER),$(BIN)/gpu_peak)
 
 TEST_SOURCES := $(wildcard tests/*.c)
 TEST_OBJECTS := $(TEST_SOURCES:%.c=$(BUILD)/%.o)
@@ -222,6 +222,14 @@ $(BUILD)/plots/%.o: plots/%.c | require-build
 $(BIN)/fma_peak: $(BUILD)/plots/fma_peak.o $(call stage_object,05_wy_chunked) $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
 	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/plots/gpu_peak.o: plots/gpu_peak.cu | require-build
+	@mkdir -p $(dir $@)
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+
+$(BIN)/gpu_peak: $(BUILD)/plots/gpu_peak.o $(CUDA_RUNNER) $(COMMON_OBJECTS)
+	@mkdir -p $(dir $@)
+	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) $^ -o $@ -Xcompiler -fopenmp -lm
 
 $(BIN)/make_problem: $(BUILD)/plots/make_problem.o $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
