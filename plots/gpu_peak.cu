@@ -22,11 +22,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "../common/cuda_check.h"
 #include "../common/device.h"
 #include "../common/error.h"
+#include "../common/stage.h"
 extern "C" {
 #include "../common/timing.h"
 }
@@ -137,29 +137,8 @@ static int time_median(const measure *m, int reps, double *median_ms)
     return status;
 }
 
-static int parse_positive(const char *option, const char *text, long *value)
+static int gpu_peak(long copy_mib, long reps)
 {
-    char *end = NULL;
-    const long x = strtol(text, &end, 10);
-    if (!text[0] || *end || x < 1 || x > 1 << 20)
-        return gdn_set_error("gpu_peak: %s wants a whole number from 1 to %d, got '%s'", option, 1 << 20, text);
-    *value = x;
-    return 0;
-}
-
-static int gpu_peak(int argc, char **argv)
-{
-    long copy_mib = 1024, reps = 20;
-    for (int i = 1; i < argc; i++) {
-        if (i + 1 < argc && strcmp(argv[i], "--copy-mib") == 0) {
-            if (parse_positive("--copy-mib", argv[++i], &copy_mib))
-                return -1;
-        } else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0) {
-            if (parse_positive("--reps", argv[++i], &reps))
-                return -1;
-        } else
-            return gdn_set_error("gpu_peak: unknown or incomplete option '%s' (usage: bin/gpu_peak [--copy-mib N] [--reps N])", argv[i]);
-    }
     if (!gdn_cuda_device_present())
         return -1;
     const int sms = gdn_sm_count();
@@ -229,7 +208,10 @@ static int gpu_peak(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    if (gpu_peak(argc, argv)) {
+    static const char *const names[] = {"copy-mib", "reps", NULL};
+    size_t values[2] = {1024, 20};
+    gdn_tool_options(argc, argv, "gpu_peak", names, values, (size_t)1 << 20); /* the tools' options (common/cli.c) */
+    if (gpu_peak((long)values[0], (long)values[1])) {
         fprintf(stderr, "%s\n", gdn_last_error());
         return 1;
     }
