@@ -52,7 +52,8 @@
  * launchers' formulas), and what it allows on an H200 SM (64 K registers, 227 KB shared):
  *   kernel 1: a block per (head, chunk), 256 threads, 78 registers, 70 KB: 3 blocks an SM
  *             (__launch_bounds__(256, 3) keeps the registers under 85; --precise, whose W
- *             low terms need more, 104 and 2 blocks: at 85 it spilled)
+ *             low terms need more, 104 and 2 blocks: at 85 it spilled); where four blocks'
+ *             shared memory fits (K = V = 64: 55 KB), 4 blocks and 63 registers
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
  *             else 32 or 16; a producer warp and consumer warps: at 64 columns four, 16
  *             columns (two MMA n-tiles) each, 160 registers; at 32 or 16 columns two per
@@ -414,8 +415,13 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
 /* ---- kernel 1: one block per (head, chunk), 8 warps; warp w owns output rows 16 (w % 4) and
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
-template <bool PRECISE>
-__global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
+/* BLOCKS: the blocks an SM should hold, which caps the registers (__launch_bounds__): 3 (at
+ * most 85 registers), or 4 where four blocks' shared memory fits too (K and V up to 64: 55 KB
+ * a block; at most 64 registers); 2 with --precise. At 4, V is one slice (VALUE_SLICE): the
+ * loop over later slices and their copies go, and with them the registers that made 64 too
+ * few (20 bytes spilled) */
+template <bool PRECISE, int BLOCKS>
+__global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
                                                                                    const __grid_constant__ CUtensorMap k_map,
                                                                                    const __grid_constant__ CUtensorMap v_map)
 {
@@ -549,9 +555,10 @@ __global__ void __launch_bounds__(THREADS, PRECISE ? 2 : 3) prepare_chunks_kerne
     /* U, VALUE_SLICE columns of v at a time (one slice, already here, for V <= VALUE_SLICE),
      * 64 columns a pass: each warp's 32 into the staging tile, then the block's 64 rows of
      * U_t out */
-    for (int slice = 0; slice < VP; slice += VALUE_SLICE) {
+    constexpr bool ONE_SLICE = BLOCKS == 4; /* the launch makes four only for V <= VALUE_SLICE */
+    for (int slice = 0; slice < (ONE_SLICE ? 1 : VP); slice += VALUE_SLICE) {
         const int width = VP - slice < VALUE_SLICE ? VP - slice : VALUE_SLICE;
-        if (slice > 0) {
+        if (!ONE_SLICE && slice > 0) {
             __syncthreads(); /* the last slice is no longer read */
             copy_tile(values, LDV, CHUNK, n, (int)(V - slice < VALUE_SLICE ? V - slice : VALUE_SLICE), width,
                       v16 + first_token * V + slice, token_stride * V);
@@ -1172,7 +1179,20 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
     if (tiles_by_tensor_map(p->K, p->V, p->H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
                                                         make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
         return -1;
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<PRECISE>, blocks, THREADS, bytes, *p, w, k_map, v_map);
+    /* four blocks an SM where the occupancy query says their shared memory fits (and V is one
+     * slice, as that kernel assumes): at K = V = 64 (2048 blocks at (1, 16384, 8, 64, 64)) 3
+     * an SM run 5.2 waves, so 6 rounds; 4 run 3.9 */
+    auto kernel = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3>;
+    if constexpr (!PRECISE) {
+        int per_sm = 0;
+        auto four = prepare_chunks_kernel<false, 4>;
+        if (cudaFuncSetAttribute(four, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, four, THREADS, bytes) != cudaSuccess)
+            cudaGetLastError(); /* keep three; a missing device is reported by the launch */
+        if (per_sm >= 4 && p->V <= VALUE_SLICE)
+            kernel = four;
+    }
+    CUDA_LAUNCH_WITH_SHARED(kernel, blocks, THREADS, bytes, *p, w, k_map, v_map);
     return 0;
 }
 
