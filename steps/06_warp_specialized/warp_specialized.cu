@@ -8,15 +8,15 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's sixth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's seventh step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
  * state in the registers of their MMA accumulators for the whole sequence; where its blocks
  * fill the GPU, S0^T and Vnew^T leave it through staging tiles by bulk stores, whole lines,
  * and kernel 3 takes them in by bulk copies. Strided tiles of the inputs (kernel 3's q and k,
- * kernel 1's k and v) come by tensor copies where their boxes fit, and o leaves through a
- * staging tile in whole rows. wgmma is the next step. The chain kernel also
+ * kernel 1's k and v) come by tensor copies where their boxes fit, o leaves through a staging
+ * tile in whole rows, and kernel 1 runs four blocks an SM where they fit. wgmma is next. The chain kernel also
  * runs a sequence as segments (one here; stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
