@@ -16,8 +16,9 @@
  * fill the GPU, S0^T and Vnew^T leave it through staging tiles by bulk stores, whole lines,
  * and kernel 3 takes them in by bulk copies. Strided tiles of the inputs (kernel 3's q and k,
  * kernel 1's k and v) come by tensor copies where their boxes fit, o leaves through a staging
- * tile in whole rows, and kernel 1 runs four blocks an SM where they fit. wgmma is next. The chain kernel also
- * runs a sequence as segments (one here; stage 07 includes this file and cuts it).
+ * tile in whole rows, and kernel 1 runs four blocks an SM where they fit. wgmma is next. The
+ * chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
+ * cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
@@ -1182,17 +1183,17 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
     /* four blocks an SM where the occupancy query says their shared memory fits (and V is one
      * slice, as that kernel assumes): at K = V = 64 (2048 blocks at (1, 16384, 8, 64, 64)) 3
      * an SM run 5.2 waves, so 6 rounds; 4 run 3.9 */
-    auto kernel = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3>;
-    if constexpr (!PRECISE) {
+    auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3>;
+    if (!PRECISE && p->V <= VALUE_SLICE) {
         int per_sm = 0;
         auto four = prepare_chunks_kernel<false, 4>;
         if (cudaFuncSetAttribute(four, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess ||
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, four, THREADS, bytes) != cudaSuccess)
             cudaGetLastError(); /* keep three; a missing device is reported by the launch */
-        if (per_sm >= 4 && p->V <= VALUE_SLICE)
-            kernel = four;
+        if (per_sm >= 4)
+            prepare_chunks = four;
     }
-    CUDA_LAUNCH_WITH_SHARED(kernel, blocks, THREADS, bytes, *p, w, k_map, v_map);
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map);
     return 0;
 }
 
