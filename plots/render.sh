@@ -19,3 +19,4 @@ render gpu_progression.gp gpu_vs_T.dat
 render mpi_scaling.gp mpi_scaling_16cores.dat
 render context_parallel_gpu.gp context_parallel_gpu.dat
 render sequence_parallel.gp stage07_vs_T.dat
+render roofline.gp roofline_06.dat
