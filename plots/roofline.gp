@@ -1,8 +1,14 @@
 # roofline.gp -- stage 06's three kernels on the roofline of the card they ran on: flops a byte
 # against flops a second, under the two roofs gpu_peak measured (plots/data/gpu_peak.dat: the
-# copy rate and mma.sync's bf16 rate) and the data sheet's (dashed). Data: plots/data/roofline_06.dat
+# copy rate and mma.sync's bf16 rate, read from that file) and the data sheet's (dashed). Data:
+# plots/data/roofline_06.dat
 # (kernel times from ncu; flops and bytes counted from the layouts, docs/06).
 load 'common.gp'
+# the measured roofs, from plots/data/gpu_peak.dat (columns copy_gbs and mma_bf16_tflops)
+stats 'data/gpu_peak.dat' using 3 nooutput
+copy_tbs = STATS_max / 1000.0
+stats 'data/gpu_peak.dat' using 5 nooutput
+mma_tflops = STATS_max
 set output 'roofline.png'
 set title sprintf("Stage 06's kernels on the roofline\n{/*0.8 bf16 products; bytes counted from the layouts; %s}", machine)
 set xlabel "arithmetic intensity (flops per byte moved)"
@@ -11,14 +17,13 @@ set logscale xy
 set xrange [5:500]
 set yrange [2:2000]
 set key inside right bottom box opaque
-copy_tbs = 3.9116; mma_tflops = 624.0      # plots/data/gpu_peak.dat
 sheet_tbs = 4.8; sheet_tflops = 989.0      # the H200's data sheet (wgmma for the flops)
 roof(x, tbs, peak) = (tbs * x < peak) ? tbs * x : peak
 data = 'data/roofline_06.dat'
 shape(s) = sprintf("$1 == \"%s\"", s)
 tflops(chunks, flops, us) = chunks * flops / (us * 1e-6) / 1e12
-set label 1 "ridge: 160 flops a byte" at 60, 800 font ',9'
-plot roof(x, copy_tbs, mma_tflops) with lines ls 6 dt 1 lw 2 title "measured: copies 3.91 TB/s, mma.sync 624 TFLOP/s", \
+set label 1 sprintf("ridge: %.0f flops a byte", mma_tflops / copy_tbs) at 60, 800 font ',9'
+plot roof(x, copy_tbs, mma_tflops) with lines ls 6 dt 1 lw 2 title sprintf("measured: copies %.2f TB/s, mma.sync %.0f TFLOP/s", copy_tbs, mma_tflops), \
      roof(x, sheet_tbs, sheet_tflops) with lines ls 6 dt 2 lw 1 title "data sheet: 4.8 TB/s, 989 TFLOP/s", \
      rows(data, shape("(8,4096,16,128,128)")) using ($4 / $5):(tflops($3, $4, $6)) with points ls 1 ps 2 title "(B, T, H, K, V) = (8, 4096, 16, 128, 128)", \
      rows(data, shape("(8,4096,16,128,128)")." && $2 != \"2_chunk_states\"") using ($4 / $5):(tflops($3, $4, $6)):(sprintf("kernel %s", substr(strcol(2), 1, 1))) with labels left offset 1.2, 0.4 notitle, \
