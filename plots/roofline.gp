@@ -1,8 +1,8 @@
 # roofline.gp -- stage 06's three kernels on the roofline of the card they ran on: flops a byte
 # against flops a second, under the two roofs gpu_peak measured (plots/data/gpu_peak.dat: the
 # copy rate and mma.sync's bf16 rate, read from that file) and the data sheet's (dashed). Data:
-# plots/data/roofline_06.dat
-# (kernel times from ncu; flops and bytes counted from the layouts, docs/06).
+# plots/data/roofline_06.dat (kernel times from ncu; flops and bytes counted from the layouts,
+# docs/06).
 load 'common.gp'
 # the measured roofs, from plots/data/gpu_peak.dat (columns copy_gbs and mma_bf16_tflops)
 stats 'data/gpu_peak.dat' using 3 nooutput
