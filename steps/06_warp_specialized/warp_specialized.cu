@@ -1168,6 +1168,21 @@ static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_d
     return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k or v (CUresult %d)", (int)result);
 }
 
+/* Blocks of `kernel` an SM holds at once with `bytes` of dynamic shared memory (the occupancy
+ * query: registers, shared memory, threads); 0 where no device answers (the launch then
+ * reports what is missing). */
+template <typename Kernel>
+static int kernel_blocks_per_sm(Kernel kernel, int threads, size_t bytes)
+{
+    int per_sm = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        per_sm = 0;
+    }
+    return per_sm;
+}
+
 template <bool PRECISE>
 static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 {
@@ -1184,15 +1199,8 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
      * slice, as that kernel assumes): at K = V = 64 (2048 blocks at (1, 16384, 8, 64, 64)) 3
      * an SM run 5.2 waves, so 6 rounds; 4 run 3.9 */
     auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3>;
-    if (!PRECISE && p->V <= VALUE_SLICE) {
-        int per_sm = 0;
-        auto four = prepare_chunks_kernel<false, 4>;
-        if (cudaFuncSetAttribute(four, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, four, THREADS, bytes) != cudaSuccess)
-            cudaGetLastError(); /* keep three; a missing device is reported by the launch */
-        if (per_sm >= 4)
-            prepare_chunks = four;
-    }
+    if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4>, THREADS, bytes) >= 4)
+        prepare_chunks = prepare_chunks_kernel<false, 4>;
     CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map);
     return 0;
 }
@@ -1258,15 +1266,8 @@ static chain_kernel chain_kernel_for(chain_shape shape)
 template <bool PRECISE, bool FOLD>
 static size_t chain_blocks_per_sm(chain_shape shape)
 {
-    const chain_kernel kernel = chain_kernel_for<PRECISE, FOLD>(shape);
-    int per_sm = 1;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shape.bytes) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, chain_block_threads(shape.tiles), shape.bytes) != cudaSuccess ||
-        per_sm < 1) {
-        cudaGetLastError();
-        per_sm = 1;
-    }
-    return (size_t)per_sm;
+    const int per_sm = kernel_blocks_per_sm(chain_kernel_for<PRECISE, FOLD>(shape), chain_block_threads(shape.tiles), shape.bytes);
+    return per_sm < 1 ? 1 : (size_t)per_sm;
 }
 
 /* The launch's shape: chain_tiles' width and the ring's depth: the deepest ring that fits
