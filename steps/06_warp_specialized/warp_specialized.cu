@@ -51,10 +51,10 @@
  *
  * Budget at K = V = 128, default mode (nvcc -Xptxas -v: no spills; shared memory from the
  * launchers' formulas), and what it allows on an H200 SM (64 K registers, 227 KB shared):
- *   kernel 1: a block per (head, chunk), 256 threads, 78 registers, 70 KB: 3 blocks an SM
- *             (__launch_bounds__(256, 3) keeps the registers under 85; --precise, whose W
- *             low terms need more, 104 and 2 blocks: at 85 it spilled); where four blocks'
- *             shared memory fits (K = V = 64: 55 KB), 4 blocks and 63 registers
+ *   kernel 1: a block per (head, chunk), 256 threads, 53 KB at K = V = 128 (its tiles
+ *             reuse each other's places: tm_place_bytes): 4 blocks an SM where V is one
+ *             slice, at most 64 registers (__launch_bounds__(256, 4)); else 3, 76 registers;
+ *             --precise, whose W low terms need more, 92 and 2 blocks
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
  *             else 32 or 16; a producer warp and consumer warps: at 64 columns four, 16
  *             columns (two MMA n-tiles) each, 160 registers; at 32 or 16 columns two per
@@ -359,10 +359,25 @@ constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 4;
  * store hit 8 rows 2 apart: 32 different banks); in bf16 (not --precise) TOKEN_STRIDE, 36 banks:
  * rows 2 apart are 8 banks apart, each lane group's 8 tokens 4 banks wide */
 constexpr int STAGE_STRIDE = CHUNK + 4;
-static_assert(MAX_K % 16 == 0 && CHUNK * (MAX_K + 8) * sizeof(bf16) <= CHUNK * SOLVE_STRIDE * sizeof(float),
-              "W's staging tile (64 rows of key_stride(K) <= MAX_K + 8) fits in Tm");
-static_assert(STAGE_STRIDE <= SOLVE_STRIDE, "U's staging tile fits in Tm");
-static_assert(32 * JOIN_STRIDE * sizeof(float) <= CHUNK * TOKEN_STRIDE * sizeof(bf16), "the join's scratch fits in Tm_keys");
+/* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
+ * K = V = 128 (53 KB a block; 70 KB when each tile had its own place):
+ *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
+ *               strictly lower part scaled), and once W is made, U's staging tile where
+ *               Tm_keys was;
+ *   the keys:   k's tile, and W's staging tile in its place, a 64-column pass at a time;
+ *   the values: the solve's scratch (32 x JOIN_STRIDE floats), then v's tile, which is loaded
+ *               only after the solve. */
+__host__ __device__ constexpr size_t u_stage_bytes(bool precise) { return (size_t)CHUNK * (precise ? STAGE_STRIDE * sizeof(float) : TOKEN_STRIDE * sizeof(bf16)); }
+__host__ __device__ constexpr size_t tm_place_bytes(bool precise)
+{
+    return CHUNK * SOLVE_STRIDE * sizeof(float) > CHUNK * TOKEN_STRIDE * sizeof(bf16) + u_stage_bytes(precise)
+               ? CHUNK * SOLVE_STRIDE * sizeof(float)
+               : CHUNK * TOKEN_STRIDE * sizeof(bf16) + u_stage_bytes(precise);
+}
+__host__ __device__ constexpr size_t values_place_bytes(size_t ldv)
+{
+    return CHUNK * ldv * sizeof(bf16) > 32 * JOIN_STRIDE * sizeof(float) ? CHUNK * ldv * sizeof(bf16) : 32 * JOIN_STRIDE * sizeof(float);
+}
 
 /* acc += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 .. col0 + 8), one m16n8 tile;
  * fp32 in shared memory, both row major; depth a multiple of 8. */
@@ -428,8 +443,12 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K);
-    const size_t V = p.V, chunks = chunks_of(p.T), chunk = blockIdx.x % chunks, head = blockIdx.x / chunks;
-    const size_t t0 = chunk * CHUNK, b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
+    const size_t V = p.V;
+    /* the block's (head, chunk), 32-bit as blockIdx.x is: registers are few at four blocks an SM */
+    const unsigned chunks = (unsigned)chunks_of(p.T), chunk = blockIdx.x % chunks, head = blockIdx.x / chunks;
+    const unsigned b = head / (unsigned)p.H, h = head % (unsigned)p.H;
+    const size_t t0 = (size_t)chunk * CHUNK;
+    const size_t row0 = (size_t)head * p.T + t0;
     const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4);
     unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(p.K, V, PRECISE);
@@ -439,17 +458,18 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * gates and Tm); the launch adds 128 bytes for the shift */
     double *gamma = (double *)((unsigned char *)shared + (128 - shared_address(shared) % 128) % 128);
     float *beta = (float *)(gamma + CHUNK), *scaled_beta = beta + CHUNK, *Tm = scaled_beta + CHUNK;
-    bf16 *keys = (bf16 *)(Tm + CHUNK * SOLVE_STRIDE), *values = keys + CHUNK * LDK, *Tm_keys = values + CHUNK * LDV;
-    bf16 *Tm_values = Tm_keys + CHUNK * TOKEN_STRIDE;
+    bf16 *keys = (bf16 *)((unsigned char *)Tm + tm_place_bytes(PRECISE)), *values = keys + CHUNK * LDK;
+    bf16 *Tm_values = (bf16 *)Tm, *Tm_keys = Tm_values + CHUNK * TOKEN_STRIDE; /* in Tm's place, once Tm is read */
 
-    /* k and v in, asynchronously: the keys are waited for before K K^T, the values only
-     * before U = Tm (beta V), so their copy runs under the gates, K K^T and the solve. Where
-     * the boxes fit (tiles_by_tensor_map), one tensor copy each, on an mbarrier each, as
-     * kernel 3 takes q and k (the values' box is the first slice's tile: columns past it are
-     * padding, never read); else the threads copy them. */
+    /* k and v in, asynchronously: the keys now, waited for before K K^T; the values once the
+     * solve is done with their place (its scratch), waited for only before U = Tm (beta V),
+     * so their copy runs under the rounding of Tm, the decayed keys and W. Where the boxes fit
+     * (tiles_by_tensor_map), one tensor copy each, on an mbarrier each, as kernel 3 takes q
+     * and k (the values' box is the first slice's tile: columns past it are padding, never
+     * read); else the threads copy them. */
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
     const bool by_map = tiles_by_tensor_map(p.K, V, p.H, p.T);
-    static_assert((CHUNK * sizeof(double) + (2 * CHUNK + CHUNK * SOLVE_STRIDE) * sizeof(float)) % 128 == 0,
+    static_assert((CHUNK * sizeof(double) + 2 * CHUNK * sizeof(float) + tm_place_bytes(PRECISE)) % 128 == 0,
                   "the keys' tile starts 128-byte aligned (the values' then does too: 64 rows of LDK bf16 are 128 LDK bytes)");
     __shared__ uint64_t keys_landed, values_landed;
     if (by_map && threadIdx.x == 0) {
@@ -458,14 +478,9 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
         barrier_init_fence();
         barrier_arrive_expecting(&keys_landed, (uint32_t)(CHUNK * LDK * sizeof(bf16)));
         tensor_copy_3d(keys, &k_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
-        barrier_arrive_expecting(&values_landed, (uint32_t)(CHUNK * LDV * sizeof(bf16)));
-        tensor_copy_3d(values, &v_map, (int)(h * V), (int)t0, (int)b, &values_landed);
     }
     if (!by_map) {
         copy_tile(keys, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
-        __pipeline_commit();
-        copy_tile(values, LDV, CHUNK, n, (int)(V < VALUE_SLICE ? V : VALUE_SLICE), VP < VALUE_SLICE ? VP : VALUE_SLICE,
-                  v16 + first_token * V, token_stride * V);
         __pipeline_commit();
     }
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
@@ -479,7 +494,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     if (by_map)
         barrier_wait(&keys_landed, 0);
     else
-        __pipeline_wait_prior(1); /* the keys */
+        __pipeline_wait_prior(0); /* the keys */
     __syncthreads();
 
     /* I + M, M[i, j] = beta_i (k_i . k_j) exp(gamma_i - gamma_j) for j < i (eq. 10): K K^T on
@@ -498,7 +513,8 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     __syncthreads();
     invert_diagonal_blocks(Tm, SOLVE_STRIDE); /* Tm = (I + M)^-1 (eq. 11): the diagonal blocks in fp32, */
     __syncthreads();
-    join_diagonal_blocks_tf32(Tm, (float *)Tm_keys); /* the rest on tensor cores */
+    join_diagonal_blocks_tf32(Tm, (float *)values); /* the rest on tensor cores, its scratch in the values' place */
+    fence_shared_for_bulk_store(); /* the scratch's accesses before the values' tensor copy (common/bulk_copy.cuh) */
     /* W = Tm (beta e^gamma K) and U = Tm (beta V) (eq. 12) as (Tm diag(beta e^gamma)) K and
      * (Tm diag(beta)) V: the scaling goes into Tm's columns, so K and V enter the products as
      * they are, row major, and ldmatrix.trans makes their B fragments (stage 05 wrote scaled,
@@ -507,52 +523,105 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * of W is beta_i e^gamma_i k_i plus the rest; that term is added in fp32 below and the
      * products take Tm's strictly lower part: in bf16 the diagonal would round beta_i once for
      * the whole row, an error no sum averages away (at T = 1 it is the whole of U). */
-    for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) {
-        const int i = e / CHUNK, l = e % CHUNK;
+    /* into Tm's own place, so each thread reads its 16 elements first, and writes them after
+     * a barrier: the bf16 pair (keys' scale, values' scale) of each in one register */
+    constexpr int PER_THREAD = CHUNK * CHUNK / THREADS;
+    uint32_t scaled[PER_THREAD];
+#pragma unroll
+    for (int a = 0; a < PER_THREAD; a++) {
+        const int e = threadIdx.x + a * THREADS, i = e / CHUNK, l = e % CHUNK;
         const float lower = l < i ? Tm[i * SOLVE_STRIDE + l] : 0.0f;
-        Tm_keys[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(lower * scaled_beta[l]);
-        Tm_values[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(lower * beta[l]);
+        scaled[a] = pack_bf16(lower * scaled_beta[l], lower * beta[l]);
     }
-    if (by_map)
-        barrier_wait(&values_landed, 0);
-    else
-        __pipeline_wait_prior(0); /* the values */
+    __syncthreads(); /* every read of Tm done (and of the solve's scratch: the values may come) */
+    if (by_map && threadIdx.x == 0) {
+        barrier_arrive_expecting(&values_landed, (uint32_t)(CHUNK * LDV * sizeof(bf16)));
+        tensor_copy_3d(values, &v_map, (int)(h * V), (int)t0, (int)b, &values_landed);
+    }
+    if (!by_map) {
+        copy_tile(values, LDV, CHUNK, n, (int)(V < VALUE_SLICE ? V : VALUE_SLICE), VP < VALUE_SLICE ? VP : VALUE_SLICE,
+                  v16 + first_token * V, token_stride * V);
+        __pipeline_commit();
+    }
+#pragma unroll
+    for (int a = 0; a < PER_THREAD; a++) {
+        const int e = threadIdx.x + a * THREADS, i = e / CHUNK, l = e % CHUNK;
+        const __nv_bfloat162 pair = *(const __nv_bfloat162 *)&scaled[a];
+        Tm_keys[i * TOKEN_STRIDE + l] = __low2bfloat16(pair);
+        Tm_values[i * TOKEN_STRIDE + l] = __high2bfloat16(pair);
+    }
+    /* the keys decayed to the chunk's end, transposed (eq. 15), now, while the keys' place is
+     * still theirs (W's staging tile takes it next); zero past the chunk and past K. Thread:
+     * token j = e % 64, key columns 8 a .. + 8 (a = e / 64): one exponential per token and one
+     * 16-byte read of its keys; consecutive threads write consecutive tokens of each keys_t
+     * row (coalesced) */
+    bf16 *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
+    for (int e = threadIdx.x; e < KP / 8 * CHUNK; e += THREADS) {
+        const int j = e % CHUNK, c0 = e / CHUNK * 8;
+        const float decay = j < n ? expf((float)(gamma[n - 1] - gamma[j])) : 0.0f;
+        const uint4 raw = *(const uint4 *)(keys + j * LDK + c0);
+        const bf16 *pieces = (const bf16 *)&raw;
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            keys_t[(c0 + q) * TOKEN_STRIDE + j] = __float2bfloat16_rn(c0 + q < K ? __bfloat162float(pieces[q]) * decay : 0.0f);
+    }
     __syncthreads();
 
     /* each warp 16 rows and 32 of every 64 columns of [W | U]; K and V are zero past K and
      * V in shared memory, so W's columns K .. KP and U's V .. VP come out zero, as kernel 2
      * needs them (W is its A, U_t rows its 16-column tiles). Both leave through a staging
-     * tile in Tm's place (Tm is no longer read): a lane's fragment is a few 4-byte pieces in
-     * 8 rows, half of each 32-byte sector of a direct store; from the staging tile the block
-     * stores whole rows, 16 bytes a thread, consecutive threads on consecutive bytes. */
-    bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K)), *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
+     * tile: a lane's fragment is a few 4-byte pieces in 8 rows, half of each 32-byte sector of
+     * a direct store; from the staging tile the block stores whole rows, 16 bytes a thread,
+     * consecutive threads on consecutive bytes. W's staging tile is the keys' own place: a
+     * pass of 64 columns reads only its own columns of the keys, so after a barrier its W
+     * columns can take their place (the diagonal's term, a key, is read before it). */
+    bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K));
     chain_u_type<PRECISE> *U_t = (chain_u_type<PRECISE> *)(chain + chain_u_offset(K, PRECISE));
-    bf16 *W_stage = (bf16 *)Tm;  /* [64][LDK]: W as it is in the chain block */
-    chain_u_type<PRECISE> *U_stage = (chain_u_type<PRECISE> *)Tm; /* [64 columns][u_stage_stride]: 64 columns of U_t at a time */
+    bf16 *W_stage = keys; /* [64][LDK]: W as it is in the chain block */
+    chain_u_type<PRECISE> *U_stage = (chain_u_type<PRECISE> *)Tm_keys; /* [64 columns][u_stage_stride]: 64 columns of U_t at a time */
     constexpr int u_stage_stride = PRECISE ? STAGE_STRIDE : TOKEN_STRIDE;
-    for (int column0 = tile_column; column0 < KP; column0 += 64) { /* W */
-        clear(acc);
-        warp_product_rows(acc, Tm_keys, TOKEN_STRIDE, keys, LDK, tile_row, column0, KP, CHUNK);
+    for (int pass = 0; pass < KP; pass += 64) { /* W, every warp in every pass (the barrier) */
+        const int column0 = pass + tile_column;
+        uint32_t sums[4][2]; /* the warp's W, rounded, as bf16 pairs */
+        if (column0 < KP) {
+            clear(acc);
+            warp_product_rows(acc, Tm_keys, TOKEN_STRIDE, keys, LDK, tile_row, column0, KP, CHUNK);
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+            for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int r = 0; r < 4; r += 2) { /* sums r and r + 1 are neighbours in a row: one 4-byte store */
-                const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
-                if (out >= KP)
-                    continue;
-                const __nv_bfloat162 key = *(const __nv_bfloat162 *)&keys[i * LDK + out]; /* the diagonal's term */
-                const float first = acc[j][r] + scaled_beta[i] * __low2float(key), second = acc[j][r + 1] + scaled_beta[i] * __high2float(key);
-                const __nv_bfloat162 high = __floats2bfloat162_rn(first, second);
-                *(__nv_bfloat162 *)&W_stage[i * LDK + out] = high;
-                if (PRECISE) /* the low terms go straight out: --precise is the slow mode anyway */
-                    *(__nv_bfloat162 *)&W_low[i * LDK + out] = __floats2bfloat162_rn(first - __low2float(high), second - __high2float(high));
-            }
+                for (int r = 0; r < 4; r += 2) { /* sums r and r + 1 are neighbours in a row: one 4-byte store */
+                    const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
+                    if (out >= KP)
+                        continue;
+                    const __nv_bfloat162 key = *(const __nv_bfloat162 *)&keys[i * LDK + out]; /* the diagonal's term */
+                    const float first = acc[j][r] + scaled_beta[i] * __low2float(key), second = acc[j][r + 1] + scaled_beta[i] * __high2float(key);
+                    sums[j][r / 2] = pack_bf16(first, second);
+                    if (PRECISE) { /* the low terms go straight out: --precise is the slow mode anyway */
+                        const __nv_bfloat162 high = *(const __nv_bfloat162 *)&sums[j][r / 2];
+                        *(__nv_bfloat162 *)&W_low[i * LDK + out] = __floats2bfloat162_rn(first - __low2float(high), second - __high2float(high));
+                    }
+                }
+        }
+        __syncthreads(); /* every read of this pass's keys done */
+        if (column0 < KP)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r += 2) {
+                    const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
+                    if (out < KP)
+                        *(uint32_t *)&W_stage[i * LDK + out] = sums[j][r / 2];
+                }
     }
     for (int e = threadIdx.x; e < CHUNK * (LDK - KP); e += THREADS) /* the padding columns, zero */
         W_stage[e / (LDK - KP) * LDK + KP + e % (LDK - KP)] = __float2bfloat16_rn(0.0f);
     __syncthreads();
     for (int e = threadIdx.x; e < CHUNK * LDK / 8; e += THREADS)
         ((uint4 *)W)[e] = ((const uint4 *)W_stage)[e];
+    if (by_map)
+        barrier_wait(&values_landed, 0);
+    else
+        __pipeline_wait_prior(0); /* the values */
     /* U, VALUE_SLICE columns of v at a time (one slice, already here, for V <= VALUE_SLICE),
      * 64 columns a pass: each warp's 32 into the staging tile, then the block's 64 rows of
      * U_t out */
@@ -589,19 +658,6 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
                 ((uint4 *)(U_t + (size_t)(slice + pass + row) * CHUNK))[piece] = ((const uint4 *)(U_stage + row * u_stage_stride))[piece];
             }
         }
-    }
-    /* the keys decayed to the chunk's end, transposed (eq. 15); zero past the chunk and past K.
-     * Thread: token j = e % 64, key columns 8 a .. + 8 (a = e / 64): one exponential per
-     * token and one 16-byte read of its keys; consecutive threads write consecutive tokens of
-     * each keys_t row (coalesced) */
-    for (int e = threadIdx.x; e < KP / 8 * CHUNK; e += THREADS) {
-        const int j = e % CHUNK, c0 = e / CHUNK * 8;
-        const float decay = j < n ? expf((float)(gamma[n - 1] - gamma[j])) : 0.0f;
-        const uint4 raw = *(const uint4 *)(keys + j * LDK + c0);
-        const bf16 *pieces = (const bf16 *)&raw;
-#pragma unroll
-        for (int q = 0; q < 8; q++)
-            keys_t[(c0 + q) * TOKEN_STRIDE + j] = __float2bfloat16_rn(c0 + q < K ? __bfloat162float(pieces[q]) * decay : 0.0f);
     }
 }
 
@@ -1186,8 +1242,9 @@ static int kernel_blocks_per_sm(Kernel kernel, int threads, size_t bytes)
 template <bool PRECISE>
 static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 {
-    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE;
-    const size_t bytes = 128 + M * sizeof(double) + (2 * M + M * SOLVE_STRIDE) * sizeof(float) + (M * LDK + M * value_stride(p->V) + 2 * M * LDT) * sizeof(bf16);
+    const size_t M = CHUNK, LDK = key_stride(p->K);
+    const size_t bytes = 128 + M * sizeof(double) + 2 * M * sizeof(float) + tm_place_bytes(PRECISE) + M * LDK * sizeof(bf16) +
+                         values_place_bytes((size_t)value_stride(p->V));
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * chunks_of(p->T), 1, &blocks))
         return -1;
@@ -1197,7 +1254,8 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
         return -1;
     /* four blocks an SM where the occupancy query says their shared memory fits (and V is one
      * slice, as that kernel assumes): at K = V = 64 (2048 blocks at (1, 16384, 8, 64, 64)) 3
-     * an SM run 5.2 waves, so 6 rounds; 4 run 3.9 */
+     * an SM run 5.2 waves, so 6 rounds; 4 run 3.9. At K = V = 128 four fit because the tiles
+     * share their places (tm_place_bytes): 53 KB a block */
     auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3>;
     if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4>, THREADS, bytes) >= 4)
         prepare_chunks = prepare_chunks_kernel<false, 4>;
