@@ -502,13 +502,28 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     float acc[4][4];
     clear(acc);
     warp_product(acc, keys, LDK, keys, LDK, tile_row, tile_column, KP);
+    /* the gates of the thread's two rows and eight columns, read once: the stores into Tm
+     * between them would otherwise make the compiler read them again for every element */
+    double row_gamma[2], column_gamma[4][2];
+    float row_beta[2];
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int i = fragment_row(tile_row, 2 * half);
+        row_gamma[half] = gamma[i], row_beta[half] = beta[i];
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            column_gamma[j][r] = gamma[fragment_column(tile_column, j, r)];
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int i = fragment_row(tile_row, r), l = fragment_column(tile_column, j, r);
-            Tm[i * SOLVE_STRIDE + l] =
-                i == l ? 1.0f : l < i && i < n ? beta[i] * acc[j][r] * expf((float)(gamma[i] - gamma[l])) : 0.0f;
+            Tm[i * SOLVE_STRIDE + l] = i == l                 ? 1.0f
+                                       : l < i && i < n ? row_beta[r / 2] * acc[j][r] * expf((float)(row_gamma[r / 2] - column_gamma[j][r % 2]))
+                                                        : 0.0f;
         }
     __syncthreads();
     invert_diagonal_blocks(Tm, SOLVE_STRIDE); /* Tm = (I + M)^-1 (eq. 11): the diagonal blocks in fp32, */
@@ -524,14 +539,19 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * products take Tm's strictly lower part: in bf16 the diagonal would round beta_i once for
      * the whole row, an error no sum averages away (at T = 1 it is the whole of U). */
     /* into Tm's own place, so each thread reads its 16 elements first, and writes them after
-     * a barrier: the bf16 pair (keys' scale, values' scale) of each in one register */
-    constexpr int PER_THREAD = CHUNK * CHUNK / THREADS;
+     * a barrier: the bf16 pair (keys' scale, values' scale) of each in one register. Thread:
+     * column l of rows i0, i0 + 4, ..., so its column's two scales are read once and its
+     * elements lie at fixed offsets from one address (no index arithmetic per element) */
+    static_assert(THREADS % CHUNK == 0, "each thread keeps one column of Tm (and one token of keys_t below)");
+    constexpr int PER_THREAD = CHUNK * CHUNK / THREADS, ROW_STEP = THREADS / CHUNK;
+    const int l = threadIdx.x % CHUNK, first_row = threadIdx.x / CHUNK;
+    const float keys_scale = scaled_beta[l], values_scale = beta[l];
     uint32_t scaled[PER_THREAD];
 #pragma unroll
     for (int a = 0; a < PER_THREAD; a++) {
-        const int e = threadIdx.x + a * THREADS, i = e / CHUNK, l = e % CHUNK;
+        const int i = first_row + a * ROW_STEP;
         const float lower = l < i ? Tm[i * SOLVE_STRIDE + l] : 0.0f;
-        scaled[a] = pack_bf16(lower * scaled_beta[l], lower * beta[l]);
+        scaled[a] = pack_bf16(lower * keys_scale, lower * values_scale);
     }
     __syncthreads(); /* every read of Tm done (and of the solve's scratch: the values may come) */
     if (by_map && threadIdx.x == 0) {
@@ -545,25 +565,27 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     }
 #pragma unroll
     for (int a = 0; a < PER_THREAD; a++) {
-        const int e = threadIdx.x + a * THREADS, i = e / CHUNK, l = e % CHUNK;
+        const int i = first_row + a * ROW_STEP;
         const __nv_bfloat162 pair = *(const __nv_bfloat162 *)&scaled[a];
         Tm_keys[i * TOKEN_STRIDE + l] = __low2bfloat16(pair);
         Tm_values[i * TOKEN_STRIDE + l] = __high2bfloat16(pair);
     }
     /* the keys decayed to the chunk's end, transposed (eq. 15), now, while the keys' place is
-     * still theirs (W's staging tile takes it next); zero past the chunk and past K. Thread:
-     * token j = e % 64, key columns 8 a .. + 8 (a = e / 64): one exponential per token and one
-     * 16-byte read of its keys; consecutive threads write consecutive tokens of each keys_t
-     * row (coalesced) */
+     * still theirs (W's staging tile takes it next); zero past the chunk (decay 0) and past K
+     * (the keys' tile is zero there: copy_tile's zeros; a tensor copy's K is KP). Thread:
+     * token threadIdx.x % 64 (its one exponential), key columns c0 .. c0 + 8 for c0 =
+     * 8 (threadIdx.x / 64), + 32, ...: one 16-byte read of its keys each; consecutive threads
+     * write consecutive tokens of each keys_t row (coalesced) */
     bf16 *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
-    for (int e = threadIdx.x; e < KP / 8 * CHUNK; e += THREADS) {
-        const int j = e % CHUNK, c0 = e / CHUNK * 8;
-        const float decay = j < n ? expf((float)(gamma[n - 1] - gamma[j])) : 0.0f;
-        const uint4 raw = *(const uint4 *)(keys + j * LDK + c0);
+    const int token = threadIdx.x % CHUNK;
+    const float decay = token < n ? expf((float)(gamma[n - 1] - gamma[token])) : 0.0f;
+    for (int c0 = threadIdx.x / CHUNK * 8; c0 < KP; c0 += ROW_STEP * 8) {
+        const uint4 raw = *(const uint4 *)(keys + token * LDK + c0);
         const bf16 *pieces = (const bf16 *)&raw;
+        bf16 *token_column = keys_t + c0 * TOKEN_STRIDE + token; /* keys_t[c0][token] */
 #pragma unroll
         for (int q = 0; q < 8; q++)
-            keys_t[(c0 + q) * TOKEN_STRIDE + j] = __float2bfloat16_rn(c0 + q < K ? __bfloat162float(pieces[q]) * decay : 0.0f);
+            token_column[q * TOKEN_STRIDE] = __float2bfloat16_rn(__bfloat162float(pieces[q]) * decay);
     }
     __syncthreads();
 
