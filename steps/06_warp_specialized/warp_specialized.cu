@@ -54,7 +54,7 @@
  *   kernel 1: a block per (head, chunk), 256 threads, 53 KB at K = V = 128 (its tiles
  *             reuse each other's places: tm_place_bytes): 4 blocks an SM where V is one
  *             slice, at most 64 registers (__launch_bounds__(256, 4)); else 3, 76 registers;
- *             --precise, whose W low terms need more, 92 and 2 blocks
+ *             --precise, whose W low terms need more, 96 and 2 blocks
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
  *             else 32 or 16; a producer warp and consumer warps: at 64 columns four, 16
  *             columns (two MMA n-tiles) each, 160 registers; at 32 or 16 columns two per
