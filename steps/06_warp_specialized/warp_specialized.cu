@@ -432,8 +432,8 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
 /* BLOCKS: the blocks an SM should hold, which caps the registers (__launch_bounds__): 3 (at
- * most 85 registers), or 4 where four blocks' shared memory fits too (K and V up to 64: 55 KB
- * a block; at most 64 registers); 2 with --precise. At 4, V is one slice (VALUE_SLICE): the
+ * most 85 registers), or 4 where four blocks' shared memory fits too (53 KB a block at K = V =
+ * 128: tm_place_bytes; at most 64 registers); 2 with --precise. At 4, V is one slice (VALUE_SLICE): the
  * loop over later slices and their copies go, and with them the registers that made 64 too
  * few (20 bytes spilled) */
 template <bool PRECISE, int BLOCKS>
@@ -540,8 +540,8 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * the whole row, an error no sum averages away (at T = 1 it is the whole of U). */
     /* into Tm's own place, so each thread reads its 16 elements first, and writes them after
      * a barrier: the bf16 pair (keys' scale, values' scale) of each in one register. Thread:
-     * column l of rows i0, i0 + 4, ..., so its column's two scales are read once and its
-     * elements lie at fixed offsets from one address (no index arithmetic per element) */
+     * column l of rows first_row, first_row + 4, ..., so its column's two scales are read once
+     * and its elements lie at fixed offsets from one address (no index arithmetic per element) */
     static_assert(THREADS % CHUNK == 0, "each thread keeps one column of Tm (and one token of keys_t below)");
     constexpr int PER_THREAD = CHUNK * CHUNK / THREADS, ROW_STEP = THREADS / CHUNK;
     const int l = threadIdx.x % CHUNK, first_row = threadIdx.x / CHUNK;
