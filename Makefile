@@ -218,14 +218,13 @@ $(BUILD)/common/cuda_runner.o: common/cuda_runner.cu | require-build
 $(BUILD)/plots/%.o: plots/%.c | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -c $< -o $@
+$(BUILD)/plots/%.o: plots/%.cu | require-build
+	@mkdir -p $(dir $@)
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
 
 $(BIN)/fma_peak: $(BUILD)/plots/fma_peak.o $(call stage_object,05_wy_chunked) $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
 	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
-
-$(BUILD)/plots/gpu_peak.o: plots/gpu_peak.cu | require-build
-	@mkdir -p $(dir $@)
-	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
 
 $(BIN)/gpu_peak: $(BUILD)/plots/gpu_peak.o $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
