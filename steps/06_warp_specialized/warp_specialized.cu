@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's seventh step: the products are on tensor cores (the triangular solve's
+ * This is the stage's tenth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -16,7 +16,9 @@
  * fill the GPU, S0^T and Vnew^T leave it through staging tiles by bulk stores, whole lines,
  * and kernel 3 takes them in by bulk copies. Strided tiles of the inputs (kernel 3's q and k,
  * kernel 1's k and v) come by tensor copies where their boxes fit, o leaves through a staging
- * tile in whole rows, and kernel 1 runs four blocks an SM where they fit. wgmma is next. The
+ * tile in whole rows, and kernel 1 runs four blocks an SM where they fit. The chain's step is
+ * compiled with its key tiles known at K = 64 and 128 (no branch between the tiles, so their
+ * MMAs interleave: docs/06, the tenth step). wgmma is next. The
  * chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -57,8 +59,10 @@
  *             --precise, whose W low terms need more, 96 and 2 blocks
  *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
  *             else 32 or 16; a producer warp and consumer warps: at 64 columns four, 16
- *             columns (two MMA n-tiles) each, 160 registers; at 32 or 16 columns two per
- *             16 columns, 124 registers (126 with plain stores); so 160, 160 or 96 threads;
+ *             columns (two MMA n-tiles) each, 155 registers (160 with plain stores); at 32
+ *             or 16 columns two per 16 columns, 166 registers (154 with plain stores: the
+ *             chunk step compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step);
+ *             so 160, 160 or 96 threads;
  *             at 64 columns 4 ring slots and the staging tiles take 198 KB: 1 block an SM
  *             (two slots, 112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
  *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 59 registers, 96 KB:
@@ -893,7 +897,15 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
         const bf16 *keys_t = (const bf16 *)(slot + chain_keys_offset(K, PRECISE));
         const chain_u_type<PRECISE> *U_t = (const chain_u_type<PRECISE> *)(slot + u_offset) + (column0 - block_column0) * CHUNK; /* this warp's rows */
         barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
-        if (has_columns) {
+        /* One chunk step of this warp's columns. TILES: the key tiles (KP / 16) where the
+         * compiler is told them, 4 or 8 (K = 64, 128); 0: any K, a test per tile. The test
+         * is a branch between the tiles, and code does not move across it: with TILES known
+         * the loops have no branches, so the independent products of different key tiles
+         * interleave (the update's four depth steps of one tile wait on each other; those of
+         * the next tile need not wait for them), and their shared-memory loads are issued
+         * early. */
+        auto chunk_step = [&](auto known_tiles) {
+            constexpr int TILES = decltype(known_tiles)::value;
             /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */
             bf16 *const states_out = STAGED ? stage_states : states_t, *const values_out = STAGED ? stage_values : new_values_t;
             bf16 *const states_low_out = STAGED ? stage_states_low : states_t + low_offset;
@@ -914,7 +926,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
                     values[u][i][0] = values[u][i][1] = values[u][i][2] = values[u][i][3] = 0.0f;
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
-                if (16 * q >= KP)
+                if (TILES ? q >= TILES : 16 * q >= KP)
                     break;
                 uint32_t state[NTILES][2], state_low[PRECISE ? NTILES : 1][2];
 #pragma unroll
@@ -989,7 +1001,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
             const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
-                if (16 * q >= KP)
+                if (TILES ? q >= TILES : 16 * q >= KP)
                     break;
 #pragma unroll
                 for (int u = 0; u < NTILES; u++)
@@ -1008,6 +1020,18 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
                     }
                 }
             }
+        };
+        /* the step with its tiles known where a warp carries one n-tile, default precision: with
+         * two n-tiles (the widest blocks) the copies' extra registers cost blocks an SM, and
+         * --precise spilled */
+        constexpr bool SPECIALIZED = !PRECISE && NTILES == 1;
+        if (has_columns) {
+            if (SPECIALIZED && KP == 64)
+                chunk_step(std::integral_constant<int, SPECIALIZED ? 4 : 0>{});
+            else if (SPECIALIZED && KP == 128)
+                chunk_step(std::integral_constant<int, SPECIALIZED ? 8 : 0>{});
+            else
+                chunk_step(std::integral_constant<int, 0>{});
         }
         barrier_arrive(&empty[s]); /* this thread has read the slot */
         states_t += VP * LDK;

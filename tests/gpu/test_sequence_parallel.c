@@ -144,8 +144,8 @@ END_TEST
 /* Chain blocks an H200 SM holds, as the occupancy query answers for stage 06's blocks of 1, 2
  * and 4 tiles with two-slot rings (the ring that sets a launch's waves; stage 06 as it is
  * now: two n-tiles a warp in 4-tile blocks, U in bf16, staged stores, as where blocks
- * outnumber SMs): 4, 3, 2 at K = 64, 2, 2, 2 at K = 128 (shared memory and registers). */
-static const size_t H200_SMS = 132, h200_k64[3] = {4, 3, 2}, h200_k128[3] = {2, 2, 2};
+ * outnumber SMs): 4, 2, 2 at K = 64, 2, 2, 2 at K = 128 (shared memory and registers). */
+static const size_t H200_SMS = 132, h200_k64[3] = {4, 2, 2}, h200_k128[3] = {2, 2, 2};
 static const size_t *h200_blocks_per_sm(size_t K) { return K <= 64 ? h200_k64 : h200_k128; }
 
 /* Where B H alone fills the GPU, P = 1: the shapes of stage 06's benchmark. */
