@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's tenth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's eleventh step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -390,6 +390,7 @@ __device__ __forceinline__ static void warp_product_tf32(float (&acc)[4], const 
 {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const float *a_row = A + (row0 + g) * lda + t, *b_column = B + t * ldb + col0 + g;
+#pragma unroll
     for (int k0 = 0; k0 < depth; k0 += 8) {
         const uint32_t a[4] = {to_tf32(a_row[k0]), to_tf32(a_row[8 * lda + k0]), to_tf32(a_row[k0 + 4]),
                                to_tf32(a_row[8 * lda + k0 + 4])};
@@ -409,6 +410,7 @@ __device__ __forceinline__ static void warp_product_tf32(float (&acc)[4], const 
 __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
 {
     const int warp = threadIdx.x / 32;
+#pragma unroll /* each level's sizes constant: its index divisions become shifts, its products unroll */
     for (int size = 16; size <= 32; size *= 2) {
         const int tiles = size / 16 * (size / 8), pairs = CHUNK / (2 * size); /* tiles of one X_ab */
         const int pair = warp / tiles, tile = warp % tiles, row0 = tile / (size / 8) * 16, col0 = tile % (size / 8) * 8;
@@ -507,7 +509,8 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     clear(acc);
     warp_product(acc, keys, LDK, keys, LDK, tile_row, tile_column, KP);
     /* the gates of the thread's two rows and eight columns, read once: the stores into Tm
-     * between them would otherwise make the compiler read them again for every element */
+     * between them would otherwise make the compiler read them again for every element (the
+     * rows' betas serve U's diagonal term too, below) */
     double row_gamma[2], column_gamma[4][2];
     float row_beta[2];
 #pragma unroll
@@ -670,10 +673,13 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
 #pragma unroll
                 for (int j = 0; j < 4; j++)
 #pragma unroll
-                    for (int r = 0; r < 4; r++) { /* + the diagonal's term, beta_i v_i */
+                    for (int r = 0; r < 4; r += 2) { /* + the diagonal's term, beta_i v_i; sums r and r + 1 are neighbours in a row of v */
                         const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
-                        if (out < width)
-                            set_from_float(U_stage[(out - pass) * u_stage_stride + i], acc[j][r] + beta[i] * __bfloat162float(values[i * LDV + out]));
+                        if (out >= width) /* width is even, out too: out + 1 is inside as well */
+                            continue;
+                        const __nv_bfloat162 value = *(const __nv_bfloat162 *)&values[i * LDV + out];
+                        set_from_float(U_stage[(out - pass) * u_stage_stride + i], acc[j][r] + row_beta[r / 2] * __low2float(value));
+                        set_from_float(U_stage[(out + 1 - pass) * u_stage_stride + i], acc[j][r + 1] + row_beta[r / 2] * __high2float(value));
                     }
             }
             __syncthreads();
