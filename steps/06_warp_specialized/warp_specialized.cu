@@ -442,14 +442,16 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
  * 128: tm_place_bytes; at most 64 registers); 2 with --precise. At 4, V is one slice (VALUE_SLICE): the
  * loop over later slices and their copies go, and with them the registers that made 64 too
  * few (20 bytes spilled) */
-template <bool PRECISE, int BLOCKS>
+template <bool PRECISE, int BLOCKS, int SIZE>
 __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
                                                                                    const __grid_constant__ CUtensorMap k_map,
                                                                                    const __grid_constant__ CUtensorMap v_map)
 {
     extern __shared__ double shared[];
-    const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K);
-    const size_t V = p.V;
+    /* SIZE: K = V = SIZE known to the compiler (64 or 128, where the launch sees them), so
+     * the strides, the passes and the loops' bounds are constants; 0: as the problem says */
+    const size_t key_count = SIZE ? (size_t)SIZE : p.K, V = SIZE ? (size_t)SIZE : p.V;
+    const int K = (int)key_count, KP = round_up16(key_count), LDK = key_stride(key_count);
     /* the block's (head, chunk), 32-bit as blockIdx.x is: registers are few at four blocks an SM */
     const unsigned chunks = (unsigned)chunks_of(p.T), chunk = blockIdx.x % chunks, head = blockIdx.x / chunks;
     const unsigned b = head / (unsigned)p.H, h = head % (unsigned)p.H;
@@ -457,7 +459,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     const size_t row0 = (size_t)head * p.T + t0;
     const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4);
-    unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(p.K, V, PRECISE);
+    unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(key_count, V, PRECISE);
     const bf16 *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
     const int VP = round_up16(V), LDV = value_stride(V);
     /* from a 128-byte boundary, as tensor copies want (the keys land 128-byte aligned past the
@@ -474,7 +476,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * and k (the values' box is the first slice's tile: columns past it are padding, never
      * read); else the threads copy them. */
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
-    const bool by_map = tiles_by_tensor_map(p.K, V, p.H, p.T);
+    const bool by_map = tiles_by_tensor_map(key_count, V, p.H, p.T);
     static_assert((CHUNK * sizeof(double) + 2 * CHUNK * sizeof(float) + tm_place_bytes(PRECISE)) % 128 == 0,
                   "the keys' tile starts 128-byte aligned (the values' then does too: 64 rows of LDK bf16 are 128 LDK bytes)");
     __shared__ uint64_t keys_landed, values_landed;
@@ -1071,14 +1073,16 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
  * V is a multiple of 128 (output_columns): with 64, a block per 64 columns, each block of a
  * chunk loaded the same q and k and made the same P; measured at (8, 4096, 16, 128, 128) in
  * the docs. */
-template <bool PRECISE, int COLUMNS>
+template <bool PRECISE, int COLUMNS, int SIZE>
 __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o, bf16 *o16,
                                                                 const __grid_constant__ CUtensorMap q_map,
                                                                 const __grid_constant__ CUtensorMap k_map)
 {
     extern __shared__ double shared[];
-    const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
-    const size_t V = p.V, chunks = chunks_of(p.T), tiles_per_chunk = (V + COLUMNS - 1) / COLUMNS;
+    /* SIZE: K = V = SIZE known to the compiler (64 or 128), as in kernel 1; 0: as given */
+    const size_t key_count = SIZE ? (size_t)SIZE : p.K, V = SIZE ? (size_t)SIZE : p.V;
+    const int K = (int)key_count, KP = round_up16(key_count), LDK = key_stride(key_count), VP = round_up16(V);
+    const size_t chunks = chunks_of(p.T), tiles_per_chunk = (V + COLUMNS - 1) / COLUMNS;
     const size_t column0 = blockIdx.x % tiles_per_chunk * COLUMNS, head_chunk = blockIdx.x / tiles_per_chunk;
     const size_t head = head_chunk / chunks, chunk = head_chunk % chunks, t0 = chunk * CHUNK;
     const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
@@ -1106,7 +1110,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
      * row brings 8 more values, the next head's first keys (or, for the last head, zeros from
      * past the row), into the padding, and the rows past T land as zeros. Where the box does
      * not fit (keys_by_tensor_map) the threads copy the tiles (copy_tile). */
-    const bool keys_by_map = keys_by_tensor_map(p.K, p.H, p.T);
+    const bool keys_by_map = keys_by_tensor_map(key_count, p.H, p.T);
     if (threadIdx.x == 0) {
         barrier_init(&tiles_landed, 1);
         barrier_init(&keys_landed, 1);
@@ -1199,7 +1203,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
      * rows, 16 bytes a thread. The tile takes the place of q onwards (q, k, S0, Vnew and P are
      * spent by then), row stride COLUMNS + 8 so that a fragment's 8 rows fall on different
      * banks. */
-    if (!PRECISE && V % 8 == 0) {
+    if (!PRECISE && p.V % 8 == 0) { /* (p.V: with V a constant the path below would be unreachable code, a warning) */
         constexpr int OUTPUT_STRIDE = COLUMNS + 8, ROW_PIECES = COLUMNS / 8;
         static_assert(CHUNK * OUTPUT_STRIDE <= (COLUMNS + CHUNK) * TOKEN_STRIDE, "the staging tile is no larger than Vnew and P, so it fits in the tiles from q on");
         bf16 *o_stage = q;
@@ -1308,9 +1312,14 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
      * slice, as that kernel assumes): at K = V = 64 (2048 blocks at (1, 16384, 8, 64, 64)) 3
      * an SM run 5.2 waves, so 6 rounds; 4 run 3.9. At K = V = 128 four fit because the tiles
      * share their places (tm_place_bytes): 53 KB a block */
-    auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3>;
-    if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4>, THREADS, bytes) >= 4)
-        prepare_chunks = prepare_chunks_kernel<false, 4>;
+    auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
+    if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
+        /* K = V = 64 or 128, the common sizes, compiled with them known */
+        const bool square = p->K == p->V;
+        prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<false, 4, 64>
+                         : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
+                                                 : prepare_chunks_kernel<false, 4, 0>;
+    }
     CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map);
     return 0;
 }
@@ -1434,7 +1443,10 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
     if (keys_by_tensor_map(p->K, p->H, p->T) &&
         (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K))))
         return -1;
-    CUDA_LAUNCH_WITH_SHARED((chunk_outputs_kernel<PRECISE, COLUMNS>), blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
+    /* K = V = 64 or 128 (one COLUMNS each: 64 columns where V is not a multiple of 128) compiled with them known */
+    constexpr int SIZE = PRECISE ? 0 : COLUMNS;
+    auto chunk_outputs = SIZE && p->K == SIZE && p->V == SIZE ? chunk_outputs_kernel<PRECISE, COLUMNS, SIZE> : chunk_outputs_kernel<PRECISE, COLUMNS, 0>;
+    CUDA_LAUNCH_WITH_SHARED(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
     r->o_in_bf16 = !PRECISE;
     return 0;
 }
