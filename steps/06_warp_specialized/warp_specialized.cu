@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's eleventh step: the products are on tensor cores (the triangular solve's
+ * This is the stage's twelfth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -18,9 +18,9 @@
  * kernel 1's k and v) come by tensor copies where their boxes fit, o leaves through a staging
  * tile in whole rows, and kernel 1 runs four blocks an SM where they fit. The chain's step is
  * compiled with its key tiles known at K = 64 and 128 (no branch between the tiles, so their
- * MMAs interleave: docs/06, the tenth step). wgmma is next. The
- * chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
- * cuts it).
+ * MMAs interleave: docs/06, the tenth step), and kernels 1 and 3 with K = V = 64 or 128 known
+ * (constant strides and bounds: the twelfth step). wgmma is next. The chain kernel also runs
+ * a sequence as segments (one here; stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
@@ -65,8 +65,9 @@
  *             so 160, 160 or 96 threads;
  *             at 64 columns 4 ring slots and the staging tiles take 198 KB: 1 block an SM
  *             (two slots, 112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
- *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 59 registers, 96 KB:
- *             2 blocks an SM (64 columns where V is not a multiple of 128: 46 registers)
+ *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 59 registers (62
+ *             compiled for K = V = 128), 96 KB: 2 blocks an SM (64 columns where V is not a
+ *             multiple of 128: 46 registers, 40 for K = V = 64)
  *
  * Build and run:  make bin/06_warp_specialized && bin/06_warp_specialized --T 16384 --H 8 --check-against oracle
  */
