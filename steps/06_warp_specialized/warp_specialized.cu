@@ -465,7 +465,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     const int VP = round_up16(V), LDV = value_stride(V);
     /* from a 128-byte boundary, as tensor copies want (the keys land 128-byte aligned past the
      * gates and Tm); the launch adds 128 bytes for the shift */
-    double *gamma = (double *)((unsigned char *)shared + (128 - shared_address(shared) % 128) % 128);
+    double *gamma = (double *)SHARED_AT_128_BYTES(shared); /* common/bulk_copy.cuh */
     float *beta = (float *)(gamma + CHUNK), *scaled_beta = beta + CHUNK, *Tm = scaled_beta + CHUNK;
     bf16 *keys = (bf16 *)((unsigned char *)Tm + tm_place_bytes(PRECISE)), *values = keys + CHUNK * LDK;
     bf16 *Tm_values = (bf16 *)Tm, *Tm_keys = Tm_values + CHUNK * TOKEN_STRIDE; /* in Tm's place, once Tm is read */
@@ -1093,7 +1093,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     const bf16 *S0_t = w.states_t + head_chunk * VP * LDK, *new_values_t = w.new_values_t + head_chunk * VP * TOKEN_STRIDE;
     /* the tiles from a 128-byte boundary, as tensor copies want (q lands at 512 bytes past it,
      * k at 128 LDK bytes past q); the launch adds 128 bytes for the shift */
-    double *gamma = (double *)((unsigned char *)shared + (128 - shared_address(shared) % 128) % 128);
+    double *gamma = (double *)SHARED_AT_128_BYTES(shared); /* common/bulk_copy.cuh */
     bf16 *q = (bf16 *)(gamma + CHUNK), *k = q + CHUNK * LDK, *S = k + CHUNK * LDK, *Vnew = S + COLUMNS * LDK;
     bf16 *P = Vnew + COLUMNS * TOKEN_STRIDE;
     /* --precise: the low bf16 terms of S0, Vnew and P */
