@@ -2,6 +2,9 @@
 # diffs.sh -- the lesson of each stage as a diff against the stage before it.
 #   diffs.sh write OUT STAGE...   OUT/NN_from_MM.diff for each stage and the one it builds on
 #   diffs.sh show FROM TO         print the diff of FROM's source against TO's
+#   diffs.sh markdown FROM TO     the same as a Markdown block for docs/: fenced as a diff (so
+#                                 that its +, - and # lines are not read as lists and headings),
+#                                 and folded under a summary line when it is long
 # A stage's source is steps/NN_name/name.c, or name.cu for a stage that runs only on the GPU
 # (06 on). Each stage is compared with the stage before it that has the same kind of source:
 # a CUDA-only stage with the previous stage's GPU twin (06 against 05's wy_chunked.cu), a C
@@ -27,6 +30,23 @@ show() { # FROM TO [KIND]: TO's source of KIND (c or cu; default: TO's own kind)
     # diff exits 1 when the files differ, which is the point; labels without timestamps
     diff -u --label "$(source_of "$1" "$kind")" --label "$(source_of "$2" "$kind")" \
         "$(source_of "$1" "$kind")" "$(source_of "$2" "$kind")" || true
+}
+# Diffs longer than this many lines are folded (<details>) in the docs: 06's is two thousand
+# lines, which a reader opens on purpose rather than scrolls past
+FOLD_LINES=400
+markdown() { # FROM TO
+    text=$(show "$1" "$2")
+    lines=$(printf '%s\n' "$text" | wc -l)
+    added=$(printf '%s\n' "$text" | grep -c '^+[^+]' || true)
+    removed=$(printf '%s\n' "$text" | grep -c '^-[^-]' || true)
+    if [ "$lines" -gt "$FOLD_LINES" ]; then
+        printf '<details>\n<summary>The diff: %s lines added, %s removed (click to unfold)</summary>\n\n' "$added" "$removed"
+    fi
+    # four backticks: a fence the code's own text cannot close
+    printf '````diff\n%s\n````\n' "$text"
+    if [ "$lines" -gt "$FOLD_LINES" ]; then
+        printf '\n</details>\n'
+    fi
 }
 case "${1:-}" in
 write)
@@ -58,5 +78,6 @@ write)
     done
     ;;
 show) show "$2" "$3" ;;
-*) echo "usage: diffs.sh write OUT STAGE... | diffs.sh show FROM TO" >&2; exit 2 ;;
+markdown) markdown "$2" "$3" ;;
+*) echo "usage: diffs.sh write OUT STAGE... | diffs.sh show FROM TO | diffs.sh markdown FROM TO" >&2; exit 2 ;;
 esac
