@@ -12,4 +12,6 @@ set style line 6 lc rgb '#444444' lw 2 pt 3 dt 2
 # rows(file, condition): the rows of a data file that satisfy an awk condition, as a gnuplot
 # data source; filtering (instead of NaN for other rows) keeps each curve's line unbroken.
 rows(file, condition) = sprintf("< awk 'NR > 1 && !/^#/ && %s' %s", condition, file)
-stage(s) = sprintf("$1 == \"%s\"", s)
+# first_column(s): the rows whose first column is s (a stage's name, a shape)
+first_column(s) = sprintf("$1 == \"%s\"", s)
+stage(s) = first_column(s)

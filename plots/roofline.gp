@@ -21,13 +21,12 @@ set key inside right bottom box opaque
 sheet_tbs = 4.8; sheet_tflops = 989.0      # the H200's data sheet (wgmma for the flops)
 roof(x, tbs, peak) = (tbs * x < peak) ? tbs * x : peak
 data = 'data/roofline_06.dat'
-shape(s) = sprintf("$1 == \"%s\"", s)
 tflops(chunks, flops, us) = chunks * flops / (us * 1e-6) / 1e12
 set label 1 sprintf("ridge: %.0f flops a byte", mma_tflops / copy_tbs) at 60, 800 font ',9'
 plot roof(x, copy_tbs, mma_tflops) with lines ls 6 dt 1 lw 2 title sprintf("measured: copies %.2f TB/s, mma.sync %.0f TFLOP/s", copy_tbs, mma_tflops), \
      roof(x, sheet_tbs, sheet_tflops) with lines ls 6 dt 2 lw 1 title "data sheet: 4.8 TB/s, 989 TFLOP/s", \
-     rows(data, shape("(8,4096,16,128,128)")) using ($4 / $5):(tflops($3, $4, $6)) with points ls 1 ps 2 title "(B, T, H, K, V) = (8, 4096, 16, 128, 128)", \
-     rows(data, shape("(8,4096,16,128,128)")." && $2 != \"2_chunk_states\"") using ($4 / $5):(tflops($3, $4, $6)):(sprintf("kernel %s", substr(strcol(2), 1, 1))) with labels left offset 1.2, 0.4 notitle, \
-     rows(data, shape("(8,4096,16,128,128)")." && $2 == \"2_chunk_states\"") using ($4 / $5):(tflops($3, $4, $6)):(sprintf("kernel %s", substr(strcol(2), 1, 1))) with labels left offset 1.2, -0.6 notitle, \
-     rows(data, shape("(1,16384,8,64,64)")) using ($4 / $5):(tflops($3, $4, $6)) with points ls 2 ps 2 title "(1, 16384, 8, 64, 64)", \
-     rows(data, shape("(1,16384,8,64,64)")) using ($4 / $5):(tflops($3, $4, $6)):(sprintf("kernel %s", substr(strcol(2), 1, 1))) with labels right offset -1.2, 0 notitle
+     rows(data, first_column("(8,4096,16,128,128)")) using ($4 / $5):(tflops($3, $4, $6)) with points ls 1 ps 2 title "(B, T, H, K, V) = (8, 4096, 16, 128, 128)", \
+     rows(data, first_column("(8,4096,16,128,128)")." && $2 != \"2_chunk_states\"") using ($4 / $5):(tflops($3, $4, $6)):(sprintf("kernel %s", substr(strcol(2), 1, 1))) with labels left offset 1.2, 0.4 notitle, \
+     rows(data, first_column("(8,4096,16,128,128)")." && $2 == \"2_chunk_states\"") using ($4 / $5):(tflops($3, $4, $6)):(sprintf("kernel %s", substr(strcol(2), 1, 1))) with labels left offset 1.2, -0.6 notitle, \
+     rows(data, first_column("(1,16384,8,64,64)")) using ($4 / $5):(tflops($3, $4, $6)) with points ls 2 ps 2 title "(1, 16384, 8, 64, 64)", \
+     rows(data, first_column("(1,16384,8,64,64)")) using ($4 / $5):(tflops($3, $4, $6)):(sprintf("kernel %s", substr(strcol(2), 1, 1))) with labels right offset -1.2, 0 notitle
