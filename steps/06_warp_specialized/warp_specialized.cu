@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's twelfth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's thirteenth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -19,8 +19,10 @@
  * tile in whole rows, and kernel 1 runs four blocks an SM where they fit. The chain's step is
  * compiled with its key tiles known at K = 64 and 128 (no branch between the tiles, so their
  * MMAs interleave: docs/06, the tenth step), and kernels 1 and 3 with K = V = 64 or 128 known
- * (constant strides and bounds: the twelfth step). wgmma is next. The chain kernel also runs
- * a sequence as segments (one here; stage 07 includes this file and cuts it).
+ * (constant strides and bounds: the twelfth step); kernel 1's idle warps decay and transpose
+ * the keys while two of them invert the diagonal blocks (the thirteenth). wgmma is next. The
+ * chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
+ * cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
@@ -536,6 +538,29 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
                                                         : 0.0f;
         }
     __syncthreads();
+    /* The keys decayed to the chunk's end, transposed (eq. 15), by warps 2-7 while warps 0 and
+     * 1 invert the diagonal blocks (64 threads, 15 dependent rows, with the other six warps
+     * waiting at its barrier until now); the keys' place is theirs until W's staging tile
+     * takes it. Zero past the chunk (decay 0) and past K (the keys' tile is zero there:
+     * copy_tile's zeros; a tensor copy's K is KP). Worker: token worker % 64 (its one
+     * exponential), key columns c0 .. c0 + 8 for c0 = 8 (worker / 64), + 24, ...: one 16-byte
+     * read of its keys each; consecutive threads write consecutive tokens of each keys_t row
+     * (coalesced). */
+    static_assert(SOLVE_BLOCKS * SOLVE_BLOCK == CHUNK && (THREADS - CHUNK) % CHUNK == 0, "the inversion takes the first 64 threads");
+    if (threadIdx.x >= CHUNK) {
+        constexpr int KEY_WORKERS = THREADS - CHUNK, COLUMN_STEP = KEY_WORKERS / CHUNK * 8;
+        const int worker = threadIdx.x - CHUNK, token = worker % CHUNK;
+        bf16 *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
+        const float decay = token < n ? expf((float)(gamma[n - 1] - gamma[token])) : 0.0f;
+        for (int c0 = worker / CHUNK * 8; c0 < KP; c0 += COLUMN_STEP) {
+            const uint4 raw = *(const uint4 *)(keys + token * LDK + c0);
+            const bf16 *pieces = (const bf16 *)&raw;
+            bf16 *token_column = keys_t + c0 * TOKEN_STRIDE + token; /* keys_t[c0][token] */
+#pragma unroll
+            for (int q = 0; q < 8; q++)
+                token_column[q * TOKEN_STRIDE] = __float2bfloat16_rn(__bfloat162float(pieces[q]) * decay);
+        }
+    }
     invert_diagonal_blocks(Tm, SOLVE_STRIDE); /* Tm = (I + M)^-1 (eq. 11): the diagonal blocks in fp32, */
     __syncthreads();
     join_diagonal_blocks_tf32(Tm, (float *)values); /* the rest on tensor cores, its scratch in the values' place */
@@ -579,23 +604,6 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
         const __nv_bfloat162 pair = *(const __nv_bfloat162 *)&scaled[a];
         Tm_keys[i * TOKEN_STRIDE + l] = __low2bfloat16(pair);
         Tm_values[i * TOKEN_STRIDE + l] = __high2bfloat16(pair);
-    }
-    /* the keys decayed to the chunk's end, transposed (eq. 15), now, while the keys' place is
-     * still theirs (W's staging tile takes it next); zero past the chunk (decay 0) and past K
-     * (the keys' tile is zero there: copy_tile's zeros; a tensor copy's K is KP). Thread:
-     * token threadIdx.x % 64 (its one exponential), key columns c0 .. c0 + 8 for c0 =
-     * 8 (threadIdx.x / 64), + 32, ...: one 16-byte read of its keys each; consecutive threads
-     * write consecutive tokens of each keys_t row (coalesced) */
-    bf16 *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
-    const int token = threadIdx.x % CHUNK;
-    const float decay = token < n ? expf((float)(gamma[n - 1] - gamma[token])) : 0.0f;
-    for (int c0 = threadIdx.x / CHUNK * 8; c0 < KP; c0 += ROW_STEP * 8) {
-        const uint4 raw = *(const uint4 *)(keys + token * LDK + c0);
-        const bf16 *pieces = (const bf16 *)&raw;
-        bf16 *token_column = keys_t + c0 * TOKEN_STRIDE + token; /* keys_t[c0][token] */
-#pragma unroll
-        for (int q = 0; q < 8; q++)
-            token_column[q * TOKEN_STRIDE] = __float2bfloat16_rn(__bfloat162float(pieces[q]) * decay);
     }
     __syncthreads();
 
@@ -645,8 +653,9 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
                         *(uint32_t *)&W_stage[i * LDK + out] = sums[j][r / 2];
                 }
     }
-    for (int e = threadIdx.x; e < CHUNK * (LDK - KP); e += THREADS) /* the padding columns, zero */
-        W_stage[e / (LDK - KP) * LDK + KP + e % (LDK - KP)] = __float2bfloat16_rn(0.0f);
+    static_assert(CHUNK <= THREADS, "a thread a row's padding");
+    if (threadIdx.x < CHUNK) /* the padding columns, zero: key_stride's 8 bf16, 16 bytes a row */
+        *(uint4 *)&W_stage[threadIdx.x * LDK + KP] = make_uint4(0, 0, 0, 0);
     __syncthreads();
     for (int e = threadIdx.x; e < CHUNK * LDK / 8; e += THREADS)
         ((uint4 *)W)[e] = ((const uint4 *)W_stage)[e];

@@ -118,8 +118,10 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * groups(n): 16-column tiles of an n-column state. blocks_per_sm is the count for stage 06's
  * two-slot ring: chain_launch_shape takes two slots where they save a wave, so a launch runs
  * in the waves the two-slot ring allows. The constants are fitted to the H200 sweep of
- * docs/07 (medians for P = 1 .. 64 at six shapes): STEP_COST 1.5 for blocks of 2 and of 4
- * tiles (the middle of the band of costs that pick a good P at every shape), SCAN_STEP (a
+ * docs/07 (medians for P = 1 .. 64 at six shapes): STEP_COST 1.6 for blocks of 2 tiles and
+ * 3.1 for blocks of 4 (the middle of the band of costs that pick a good P at every shape and
+ * never more segments for more heads: 1.5 .. 1.8 and 2.6 .. 3.5; one-tile steps got faster
+ * than wide ones), SCAN_STEP (a
  * scan step: K FMAs a column, the next map copied into shared memory meanwhile) and FIXED
  * (two more launches, a fold's and a replay's pipeline start), so that the chosen P is one
  * whose measured time was within 3% of the best (checked with a new sweep each time stage 06's
@@ -129,7 +131,7 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * (measured at 32 heads of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
 static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[3], double steps)
 {
-    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.5, 0.0, 1.5};
+    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.6, 0.0, 3.1};
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms);
     const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[tiles == 1 ? 0 : tiles == 2 ? 1 : 2];
     const size_t slots = sms * (per_sm ? per_sm : 1);
