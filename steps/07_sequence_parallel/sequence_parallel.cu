@@ -121,14 +121,13 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * docs/07 (medians for P = 1 .. 64 at six shapes): STEP_COST 1.6 for blocks of 2 tiles and
  * 3.1 for blocks of 4 (the middle of the band of costs that pick a good P at every shape and
  * never more segments for more heads: 1.5 .. 1.8 and 2.6 .. 3.5; one-tile steps got faster
- * than wide ones), SCAN_STEP (a
- * scan step: K FMAs a column, the next map copied into shared memory meanwhile) and FIXED
- * (two more launches, a fold's and a replay's pipeline start), so that the chosen P is one
- * whose measured time was within 3% of the best (checked with a new sweep each time stage 06's
- * chain blocks change: docs/07). Where the heads'
- * one-tile blocks alone give every SM a block, P = 1 without asking the model: the chain is
- * then bound by the GPU's throughput, not one block's latency, and a fold only adds work
- * (measured at 32 heads of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
+ * than wide ones), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared
+ * memory meanwhile) and FIXED (two more launches, a fold's and a replay's pipeline start), so
+ * that the chosen P is one whose measured time was within 3% of the best (checked with a new
+ * sweep each time stage 06's chain blocks change: docs/07). Where the heads' one-tile blocks
+ * alone give every SM a block, P = 1 without asking the model: the chain is then bound by the
+ * GPU's throughput, not one block's latency, and a fold only adds work (measured at 32 heads
+ * of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
 static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[3], double steps)
 {
     static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.6, 0.0, 3.1};
