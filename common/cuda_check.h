@@ -8,6 +8,8 @@
  *                                              with more than 48 KB of dynamic shared memory
  *     CUDA_LAUNCH_WITH_SHARED_ON(stream, kernel, blocks, threads, bytes, args...);   the same,
  *                                              into a stream other than the default one
+ *     CUDA_LAUNCH_AFTER_PREVIOUS(kernel, blocks, threads, bytes, args...);   the same, the
+ *                                              kernel overlapping the end of the one before
  *
  * Kernel faults that happen later (an illegal address) surface at the next synchronising
  * call, which is checked the same way; the runner synchronises after every timed pass.
@@ -44,6 +46,29 @@
     } while (0)
 #define CUDA_LAUNCH_WITH_SHARED(kernel, blocks, threads, bytes, ...) \
     CUDA_LAUNCH_WITH_SHARED_ON(0, kernel, blocks, threads, bytes, __VA_ARGS__)
+
+/* The same into the default stream, but the kernel may start while the kernel before it
+ * finishes (programmatic dependent launch, sm_90 on): its blocks are placed as soon as every
+ * block of the one before has run griddepcontrol.launch_dependents (or exited), and must run
+ * griddepcontrol.wait before they read anything that kernel, or one before it, wrote. What a
+ * kernel does before its wait (set up shared memory and barriers, load inputs no kernel
+ * writes) overlaps the end of the one before. Where the kernel before it is not one (a copy,
+ * an event), the launch waits for it as any launch would. */
+#define CUDA_LAUNCH_AFTER_PREVIOUS(kernel, blocks, threads, bytes, ...)                                    \
+    do {                                                                                                  \
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))); \
+        cudaLaunchAttribute overlap_;                                                                     \
+        overlap_.id = cudaLaunchAttributeProgrammaticStreamSerialization;                                 \
+        overlap_.val.programmaticStreamSerializationAllowed = 1;                                          \
+        cudaLaunchConfig_t config_ = {};                                                                  \
+        config_.gridDim = dim3(blocks);                                                                   \
+        config_.blockDim = dim3(threads);                                                                 \
+        config_.dynamicSmemBytes = (bytes);                                                               \
+        config_.attrs = &overlap_;                                                                        \
+        config_.numAttrs = 1;                                                                             \
+        CUDA_CHECK(cudaLaunchKernelEx(&config_, kernel, __VA_ARGS__));                                    \
+        CUDA_CHECK_LAUNCH(#kernel);                                                                       \
+    } while (0)
 
 /* Blocks of `per_block` covering `count` items, refusing grids CUDA cannot launch. */
 static inline int gdn_blocks_for(size_t count, size_t per_block, unsigned *blocks)

@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirteenth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's fourteenth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -20,9 +20,10 @@
  * compiled with its key tiles known at K = 64 and 128 (no branch between the tiles, so their
  * MMAs interleave: docs/06, the tenth step), and kernels 1 and 3 with K = V = 64 or 128 known
  * (constant strides and bounds: the twelfth step); kernel 1's idle warps decay and transpose
- * the keys while two of them invert the diagonal blocks (the thirteenth). wgmma is next. The
- * chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
- * cuts it).
+ * the keys while two of them invert the diagonal blocks (the thirteenth); the chain and kernel
+ * 3 start their blocks while the kernel before them ends (programmatic dependent launch: the
+ * fourteenth). wgmma is next. The chain kernel also runs a sequence as segments (one here;
+ * stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
@@ -435,6 +436,21 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
         }
         __syncthreads();
     }
+}
+
+/* ---- the kernels' overlap (programmatic dependent launch, docs/06 the fourteenth step): the
+ * chain and kernel 3 are launched by CUDA_LAUNCH_AFTER_PREVIOUS (common/cuda_check.h), so the
+ * GPU places their blocks as the last blocks of the kernel before them exit, without waiting
+ * for that kernel's memory to be flushed and the next launch to be processed. A block sets up
+ * what needs nothing from that kernel (barriers, tensor-map prefetches, loads of the inputs)
+ * and then waits for it to end, its writes visible, before it reads anything it wrote
+ * (wait_for_previous_kernel). The wait covers the kernels before the one before too: that one
+ * ended after its own wait. No kernel lets the next one start earlier (griddepcontrol.
+ * launch_dependents): measured, the early blocks then took room from the last waves of the
+ * kernel before (1-2 % slower at the large shapes, 11 % at (2, 1000, 3, 40, 72), docs/06). ---- */
+__device__ __forceinline__ static void wait_for_previous_kernel(void)
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 /* ---- kernel 1: one block per (head, chunk), 8 warps; warp w owns output rows 16 (w % 4) and
@@ -852,6 +868,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
         barrier_init_fence(); /* visible to the TMA unit */
     }
     __syncthreads(); /* the block's only barrier */
+    wait_for_previous_kernel(); /* kernel 1's W, keys and U (and in stage 07 the scan's starts) */
 
     if (warp == consumers) { /* the producer */
         if (lane != 0)
@@ -1125,11 +1142,12 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         barrier_init(&tiles_landed, 1);
         barrier_init(&keys_landed, 1);
         barrier_init_fence();
-        if (keys_by_map) {
+        if (keys_by_map) { /* q and k are inputs: no kernel of the pass writes them */
             barrier_arrive_expecting(&keys_landed, (uint32_t)(2 * CHUNK * LDK * sizeof(bf16)));
             tensor_copy_3d(q, &q_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
             tensor_copy_3d(k, &k_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
         }
+        wait_for_previous_kernel(); /* the chain's S0^T and Vnew^T */
         const uint32_t state_bytes = (uint32_t)(columns * LDK * sizeof(bf16)), value_bytes = (uint32_t)(columns * TOKEN_STRIDE * sizeof(bf16));
         barrier_arrive_expecting(&tiles_landed, (state_bytes + value_bytes) * (PRECISE ? 2 : 1));
         bulk_copy(S, S0_t + column0 * LDK, state_bytes, &tiles_landed);
@@ -1159,6 +1177,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         copy_tile(k, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
         __pipeline_commit();
     }
+    wait_for_previous_kernel(); /* kernel 1's gamma: kernel 1 ended before the chain did */
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
     if (!keys_by_map)
@@ -1434,7 +1453,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
         return -1;
     const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape);
-    CUDA_LAUNCH_WITH_SHARED(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
     return 0;
 }
 
@@ -1456,7 +1475,7 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
     /* K = V = 64 or 128 (one COLUMNS each: 64 columns where V is not a multiple of 128) compiled with them known */
     constexpr int SIZE = PRECISE ? 0 : COLUMNS;
     auto chunk_outputs = SIZE && p->K == SIZE && p->V == SIZE ? chunk_outputs_kernel<PRECISE, COLUMNS, SIZE> : chunk_outputs_kernel<PRECISE, COLUMNS, 0>;
-    CUDA_LAUNCH_WITH_SHARED(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
     r->o_in_bf16 = !PRECISE;
     return 0;
 }
