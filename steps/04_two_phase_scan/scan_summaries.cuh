@@ -18,78 +18,116 @@
 enum { SCAN_COLUMNS = 8 };
 
 /* Row stride of a map's A in shared memory, in floats: a multiple of 4 (16-byte rows for the
- * copies) and 4 more than K rounded up, so that the 4 rows a warp reads at once (threads
- * (i, j), i = 4 a warp) fall 4 banks apart, not in one bank. */
+ * copies) and 4 more than K rounded up, so that the 4 rows whose 16-byte pieces a quarter of a
+ * warp reads at once (two threads a row) fall 4 banks apart, not in one bank. */
 __host__ __device__ static inline size_t scan_map_stride(size_t K) { return (K + 3) / 4 * 4 + 4; }
 
-/* A_s (K x K, row i at map + i W) into shared memory (stride lda) by cp.async: the copy goes
- * on while the block sums the step before. 16-byte pieces where K, W and the map are 16-byte
- * aligned, else 4-byte ones. The caller commits, waits and syncs. */
-__device__ static void copy_map(float *to, const float *map, size_t K, size_t W, size_t lda)
+enum { SCAN_COLUMNS_A_THREAD = 4, SCAN_THREADS_A_ROW = SCAN_COLUMNS / SCAN_COLUMNS_A_THREAD };
+static_assert(SCAN_COLUMNS_A_THREAD == 4, "a thread's columns travel as one float4");
+
+/* Row i of A_s (at from, K floats) into shared memory (at to) by cp.async, by the
+ * SCAN_THREADS_A_ROW threads that sum row i (this one is `part` of them): pieces part, part +
+ * SCAN_THREADS_A_ROW, ..., so no thread divides to find its row. 16-byte pieces where K, W and
+ * the map are 16-byte aligned (whole), else 4-byte ones. The copy goes on while the block sums
+ * the step before; the caller commits, waits and syncs. */
+__device__ static void copy_map_row(float *to, const float *from, size_t K, bool whole, unsigned part)
 {
-    const bool whole = K % 4 == 0 && W % 4 == 0 && (uintptr_t)map % 16 == 0;
-    const size_t per_row = whole ? K / 4 : K, pieces = K * per_row;
-    for (size_t e = threadIdx.x; e < pieces; e += blockDim.x) {
-        const size_t row = e / per_row, piece = e % per_row;
-        if (whole)
-            __pipeline_memcpy_async(to + row * lda + 4 * piece, map + row * W + 4 * piece, 16);
-        else
-            __pipeline_memcpy_async(to + row * lda + piece, map + row * W + piece, 4);
-    }
+    if (whole)
+        for (size_t piece = part; piece < K / 4; piece += SCAN_THREADS_A_ROW)
+            __pipeline_memcpy_async(to + 4 * piece, from + 4 * piece, 16);
+    else
+        for (size_t e = part; e < K; e += SCAN_THREADS_A_ROW)
+            __pipeline_memcpy_async(to + e, from + e, 4);
 }
 
-/* Start states of every segment: block (head, SCAN_COLUMNS columns), thread (row i, column j)
- * computes start_{s+1}[i, j] = B_s[i, j] + sum_m A_s[i, m] start_s[m, j] (eq. 7). The maps do
- * not depend on the states, so the whole of A_{s+1} is copied into shared memory (two
- * buffers) while step s sums: a step waits on its K-long sums, not on memory. (The kernel
- * before read A_s 32 columns at a time, each slice's load covered by one slice's sums: 20 us
- * a step at K = 128 on the H200, docs/07.) starts[head][s] is K x V. */
+/* Start states of every segment: block (head, SCAN_COLUMNS columns), thread (row i, columns
+ * j .. j + 3) computes start_{s+1}[i, j + c] = B_s[i, j + c] + sum_m A_s[i, m] start_s[m, j + c]
+ * (eq. 7), each of its four sums over m in order, as one thread a sum did before (bit-equal).
+ * A step is a chain the next one waits for, so what it waits on is the time: its sums, and
+ * what they wait for. The sums: a thread's four share every A_s[i, m] it reads, which it reads
+ * four floats at a time, and start_s's four columns come in one read: 5 shared reads for 16
+ * multiply-adds (a thread a sum took 8 for 4). What they wait for: A_s, copied into shared
+ * memory (two buffers) while step s - 1 summed, and B_s, read into registers at step s - 1, so
+ * that no step starts with a read from global memory. */
 template <int MAX_K>
-__global__ void __launch_bounds__(MAX_K * SCAN_COLUMNS)
+__global__ void __launch_bounds__(MAX_K * SCAN_THREADS_A_ROW)
 scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, float *starts)
 {
-    extern __shared__ float maps_shared[]; /* [2][K][scan_map_stride(K)]: A_s and A_{s+1} */
-    __shared__ float S[2][MAX_K][SCAN_COLUMNS];
+    extern __shared__ float4 maps_shared4[]; /* [2][K][scan_map_stride(K)] floats: A_s and A_{s+1} */
+    float *maps_shared = (float *)maps_shared4;
+    __shared__ float4 S[2][MAX_K][SCAN_THREADS_A_ROW]; /* start_s's SCAN_COLUMNS columns, a row */
     const size_t head = blockIdx.x, K = p.K, V = p.V, W = K + V, lda = scan_map_stride(K);
-    const unsigned i = threadIdx.x / SCAN_COLUMNS, j = threadIdx.x % SCAN_COLUMNS;
-    const size_t column = (size_t)blockIdx.y * SCAN_COLUMNS + j;
-    const bool inside = i < K && column < V;
+    const unsigned i = threadIdx.x / SCAN_THREADS_A_ROW, quad = threadIdx.x % SCAN_THREADS_A_ROW;
+    const size_t column = (size_t)blockIdx.y * SCAN_COLUMNS + SCAN_COLUMNS_A_THREAD * quad; /* the first of four */
     const float *maps = summaries + head * (P - 1) * K * W;
-    S[0][i][j] = inside && p.h0 ? p.h0[(head * K + i) * V + column] : 0.0f;
-    if (P > 1)
-        copy_map(maps_shared, maps, K, W, lda);
+    const bool whole = K % 4 == 0 && W % 4 == 0 && (uintptr_t)maps % 16 == 0;
+    bool inside[SCAN_COLUMNS_A_THREAD];
+    float start[SCAN_COLUMNS_A_THREAD], b_now[SCAN_COLUMNS_A_THREAD], b_next[SCAN_COLUMNS_A_THREAD];
+    for (int c = 0; c < SCAN_COLUMNS_A_THREAD; c++) {
+        inside[c] = i < K && column + c < V;
+        start[c] = inside[c] && p.h0 ? p.h0[(head * K + i) * V + column + c] : 0.0f;
+        b_now[c] = inside[c] && P > 1 ? maps[i * W + K + column + c] : 0.0f; /* B_0[i, column + c] */
+    }
+    S[0][i][quad] = make_float4(start[0], start[1], start[2], start[3]);
+    if (P > 1 && i < K)
+        copy_map_row(maps_shared + i * lda, maps + i * W, K, whole, quad);
     __pipeline_commit();
     int now = 0;
+    const size_t whole_quads = K / 4; /* A's row in float4 pieces, then K % 4 floats alone */
     for (size_t s = 0; s + 1 < P; s++) {
         const float *A = maps_shared + (s % 2) * K * lda;
-        float next = inside ? maps[s * K * W + i * W + K + column] : 0.0f; /* B_s[i, j] */
-        if (s + 2 < P) /* A_{s+1}, into the buffer step s - 1 used */
-            copy_map(maps_shared + ((s + 1) % 2) * K * lda, maps + (s + 1) * K * W, K, W, lda);
+        for (int c = 0; c < SCAN_COLUMNS_A_THREAD; c++) /* B_{s+1}, for the next step */
+            b_next[c] = inside[c] && s + 2 < P ? maps[(s + 1) * K * W + i * W + K + column + c] : 0.0f;
+        if (s + 2 < P && i < K) /* A_{s+1}, into the buffer step s - 1 used */
+            copy_map_row(maps_shared + ((s + 1) % 2) * K * lda + i * lda, maps + (s + 1) * K * W + i * W, K, whole, quad);
         __pipeline_commit();
         __pipeline_wait_prior(1); /* A_s is here (A_{s+1} may still be coming) */
         __syncthreads();          /* A_s and S[now] complete */
-        if (inside) {
-            starts[((head * P + s) * K + i) * V + column] = S[now][i][j];
+        float next[SCAN_COLUMNS_A_THREAD] = {b_now[0], b_now[1], b_now[2], b_now[3]};
+        if (i < K) {
+            const float4 mine = S[now][i][quad];
+            const float here[SCAN_COLUMNS_A_THREAD] = {mine.x, mine.y, mine.z, mine.w};
+            for (int c = 0; c < SCAN_COLUMNS_A_THREAD; c++)
+                if (inside[c])
+                    starts[((head * P + s) * K + i) * V + column + c] = here[c];
             const float *row = A + i * lda;
-#pragma unroll 8
-            for (size_t m = 0; m < K; m++)
-                next += row[m] * S[now][m][j];
+#pragma unroll 4
+            for (size_t m4 = 0; m4 < whole_quads; m4++) {
+                const float4 a = *(const float4 *)(row + 4 * m4);
+                const float4 s0 = S[now][4 * m4][quad], s1 = S[now][4 * m4 + 1][quad];
+                const float4 s2 = S[now][4 * m4 + 2][quad], s3 = S[now][4 * m4 + 3][quad];
+                next[0] += a.x * s0.x; next[1] += a.x * s0.y; next[2] += a.x * s0.z; next[3] += a.x * s0.w;
+                next[0] += a.y * s1.x; next[1] += a.y * s1.y; next[2] += a.y * s1.z; next[3] += a.y * s1.w;
+                next[0] += a.z * s2.x; next[1] += a.z * s2.y; next[2] += a.z * s2.z; next[3] += a.z * s2.w;
+                next[0] += a.w * s3.x; next[1] += a.w * s3.y; next[2] += a.w * s3.z; next[3] += a.w * s3.w;
+            }
+            for (size_t m = 4 * whole_quads; m < K; m++) {
+                const float4 sm = S[now][m][quad];
+                next[0] += row[m] * sm.x; next[1] += row[m] * sm.y; next[2] += row[m] * sm.z; next[3] += row[m] * sm.w;
+            }
         }
-        S[1 - now][i][j] = next;
+        S[1 - now][i][quad] = make_float4(next[0], next[1], next[2], next[3]);
+        for (int c = 0; c < SCAN_COLUMNS_A_THREAD; c++)
+            b_now[c] = b_next[c];
         __syncthreads(); /* S[1 - now] complete; every read of A_s done before step s + 1 refills it */
         now = 1 - now;
     }
-    if (inside)
-        starts[((head * P + P - 1) * K + i) * V + column] = S[now][i][j];
+    if (i < K) {
+        const float4 mine = S[now][i][quad];
+        const float here[SCAN_COLUMNS_A_THREAD] = {mine.x, mine.y, mine.z, mine.w};
+        for (int c = 0; c < SCAN_COLUMNS_A_THREAD; c++)
+            if (inside[c])
+                starts[((head * P + P - 1) * K + i) * V + column + c] = here[c];
+    }
 }
 
-/* The scan for every head: a block per (head, SCAN_COLUMNS columns), a thread per entry, and
- * two maps' A in shared memory (135 KB at K = 128: one block an SM). */
+/* The scan for every head: a block per (head, SCAN_COLUMNS columns), a thread per four entries
+ * of a row, and two maps' A in shared memory (135 KB at K = 128: one block an SM). */
 template <int MAX_K>
 static inline int launch_scan_summaries_for(const gdn_device_problem *p, size_t P, const float *summaries, float *starts, dim3 grid)
 {
     const size_t bytes = 2 * p->K * scan_map_stride(p->K) * sizeof(float);
-    CUDA_LAUNCH_WITH_SHARED(scan_summaries_kernel<MAX_K>, grid, MAX_K * SCAN_COLUMNS, bytes, *p, P, summaries, starts);
+    CUDA_LAUNCH_WITH_SHARED(scan_summaries_kernel<MAX_K>, grid, MAX_K * SCAN_THREADS_A_ROW, bytes, *p, P, summaries, starts);
     return 0;
 }
 

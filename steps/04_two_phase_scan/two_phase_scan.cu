@@ -8,7 +8,7 @@
  *      token loop (naive_loop_step.cuh) on the augmented state [A | B], K + V columns,
  *      from [I | 0], with values [0 | v] (eq. 6). One thread per column, as in stage 01.
  *   2. scan_summaries:  start_{p+1} = A_p start_p + B_p from start_0 = h0 (eq. 7), P - 1
- *      ordered steps per head; a block per (head, 8 state columns), a thread per entry.
+ *      ordered steps per head; a block per (head, 8 state columns), a thread per 4 entries.
  *   3. replay_segments: every segment replayed from its true start with stage 01's loop,
  *      writing o; the last one writes ht.
  * On the GPU a fold costs the same time per token as a replay (a wider state means more
