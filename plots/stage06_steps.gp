@@ -6,7 +6,7 @@ set title sprintf("Stage 06, step by step (each step's commit, one run)\n%s", ma
 set xlabel "step (docs/06_warp_specialized.md, \"The steps at a glance\")" noenhanced
 set ylabel "median time per forward pass (ms)"
 set logscale y
-set xrange [0.5:13.5]
+set xrange [0.5:14.5]
 set xtics 1
 set key inside right top
 data = rows('data/stage06_steps.dat', '$1 ~ /^[0-9]/')
