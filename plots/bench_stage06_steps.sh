@@ -19,7 +19,9 @@ out=${1:-plots/data}
 steps="1:aad64fd 2:9f3b8b8 3:7306ae1 4:0aaec5e 5:4b6b867 6:09e4515 7:db435aa 8:9b0d1a4 9:de20fb1
        10:0d166ef 11:b119d70 12:38208fb 13:a81ff9d 14:75b7dbb"
 shapes="8_4096_16_128_128 1_16384_8_64_64"
-last=13
+# the reference output: the last step's (the list's last entry, so that adding a step moves it)
+last=${steps##*[[:space:]]}
+last=${last%%:*}
 git rev-parse --git-dir > /dev/null 2>&1 || { echo "bench_stage06_steps.sh: needs a git clone (it builds each step's commit)" >&2; exit 1; }
 bench_begin
 make bin/make_problem > /dev/null
