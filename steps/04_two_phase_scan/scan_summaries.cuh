@@ -13,6 +13,7 @@
 
 #include "../../common/cuda_check.h"
 #include "../../common/device.h"
+#include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
 #include "../01_naive_loop/naive_loop_step.cuh" /* naive_loop_max_k: 32, 64 or 128 rows */
 
 enum { SCAN_COLUMNS = 8 };
@@ -61,6 +62,7 @@ scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, fl
     const size_t column = (size_t)blockIdx.y * SCAN_COLUMNS + SCAN_COLUMNS_A_THREAD * quad; /* the first of four */
     const float *maps = summaries + head * (P - 1) * K * W;
     const bool whole = K % 4 == 0 && W % 4 == 0 && (uintptr_t)maps % 16 == 0;
+    wait_for_previous_kernel(); /* the fold's maps (stage 07 launches the scan overlapping the fold) */
     bool inside[SCAN_COLUMNS_A_THREAD];
     float start[SCAN_COLUMNS_A_THREAD], b_now[SCAN_COLUMNS_A_THREAD], b_next[SCAN_COLUMNS_A_THREAD];
     for (int c = 0; c < SCAN_COLUMNS_A_THREAD; c++) {
@@ -127,7 +129,7 @@ template <int MAX_K>
 static inline int launch_scan_summaries_for(const gdn_device_problem *p, size_t P, const float *summaries, float *starts, dim3 grid)
 {
     const size_t bytes = 2 * p->K * scan_map_stride(p->K) * sizeof(float);
-    CUDA_LAUNCH_WITH_SHARED(scan_summaries_kernel<MAX_K>, grid, MAX_K * SCAN_THREADS_A_ROW, bytes, *p, P, summaries, starts);
+    CUDA_LAUNCH_AFTER_PREVIOUS(scan_summaries_kernel<MAX_K>, grid, MAX_K * SCAN_THREADS_A_ROW, bytes, *p, P, summaries, starts);
     return 0;
 }
 

@@ -84,6 +84,7 @@
 #include "../../common/device.h"
 #include "../../common/stage.h"
 #include "../../common/bulk_copy.cuh" /* the TMA ring's PTX: mbarriers and bulk copies */
+#include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
 #include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
 extern "C" { /* stage 05's flop count: the same algebra */
 #include "../05_wy_chunked/wy_chunked.h"
@@ -448,11 +449,6 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
  * ended after its own wait. No kernel lets the next one start earlier (griddepcontrol.
  * launch_dependents): measured, the early blocks then took room from the last waves of the
  * kernel before (1-2 % slower at the large shapes, 11 % at (2, 1000, 3, 40, 72), docs/06). ---- */
-__device__ __forceinline__ static void wait_for_previous_kernel(void)
-{
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
 /* ---- kernel 1: one block per (head, chunk), 8 warps; warp w owns output rows 16 (w % 4) and
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
