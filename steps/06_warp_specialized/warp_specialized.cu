@@ -277,8 +277,9 @@ __device__ static void copy_tile(bf16 *tile, int ld, int tile_rows, int rows, in
  *   W_low    bf16 [64][key_stride]       --precise only: W less its bf16 rounding
  *   keys_t   bf16 [round_up16(K)][72]    the keys decayed to the chunk's end, transposed: A of
  *                                         the state update S += Kdec^T Vnew
- *   U_t      bf16 [round_up16(V)][64]    U transposed: a 16-column tile is 16 whole rows
- *                                         (fp32 with --precise: chain_u_type)
+ *   U_t      bf16 [round_up16(V)][64]    U transposed: a 16-column tile is 16 whole rows,
+ *                                         each 8 rows in the chain's fragment order
+ *                                         (u_fragment_index; fp32 with --precise: chain_u_type)
  *   decay    fp32 [4]                    exp(gamma_C) and padding
  * Zeros past the chunk's tokens, past K and past V. */
 /* U in bf16, as FLA stores it: it is rounded to bf16 as Vnew = U - W S0 anyway before the
@@ -289,15 +290,36 @@ __host__ __device__ static inline size_t chain_u_size(bool precise) /* the same,
 {
     return precise ? sizeof(chain_u_type<true>) : sizeof(chain_u_type<false>);
 }
+/* U_t in the order the chain reads it (the fifteenth step). The chain's consumer warp reads an
+ * n-tile of U_t (8 columns of U: 8 rows of 64 tokens, 512 values) as MMA fragments: lane 4g + t
+ * takes, for each token tile i, the four values at tokens 16 i + g, 16 i + g + 8 of columns 2t,
+ * 2t + 1 (r = 0 .. 3, the accumulator's order). Stored row by row, those were 16 reads of 2
+ * bytes a lane, the 4 lanes of a g 128 bytes apart: 4-way bank conflicts. Stored in fragment
+ * order, a lane's 16 values lie together, [i][r], in 16-byte pieces (2 token tiles a piece in
+ * bf16, 1 in fp32), piece p of lane l at piece 32 p + l of the n-tile: 2 (or 4) loads of 16
+ * bytes a lane, consecutive lanes on consecutive bytes. Kernel 1 writes each value there;
+ * nothing else reads U. The index in its n-tile of the first of lane's four values of tile i: */
+template <typename T> __host__ __device__ constexpr int u_tiles_a_piece(void) { return 16 / (4 * (int)sizeof(T)); }
+template <typename T> __host__ __device__ constexpr int u_fragment_index(int lane, int i)
+{
+    return (i / u_tiles_a_piece<T>() * 32 + lane) * 4 * u_tiles_a_piece<T>() + i % u_tiles_a_piece<T>() * 4;
+}
 __device__ __forceinline__ static float to_float(float x) { return x; }
 __device__ __forceinline__ static float to_float(bf16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ static void set_from_float(float &to, float x) { to = x; }
-__device__ __forceinline__ static void set_from_float(bf16 &to, float x) { to = __float2bfloat16_rn(x); }
 /* two floats as the bf16 pair of one 32-bit register, the first in the low half */
 __device__ __forceinline__ static uint32_t pack_bf16(float low_column, float high_column)
 {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(low_column, high_column);
     return *(const uint32_t *)&pair;
+}
+/* four values of U into their place in U_t (u_fragment_index): one 8- or 16-byte store */
+__device__ __forceinline__ static void store_four(bf16 *to, const float (&four)[4])
+{
+    *(uint2 *)to = make_uint2(pack_bf16(four[0], four[1]), pack_bf16(four[2], four[3]));
+}
+__device__ __forceinline__ static void store_four(float *to, const float (&four)[4])
+{
+    *(float4 *)to = make_float4(four[0], four[1], four[2], four[3]);
 }
 __host__ __device__ static inline size_t chain_w_bytes(size_t K) { return (size_t)CHUNK * key_stride(K) * sizeof(bf16); }
 __host__ __device__ static inline size_t chain_keys_offset(size_t K, bool precise) { return chain_w_bytes(K) * (precise ? 2 : 1); }
@@ -364,10 +386,6 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
  * columns t; rows t, columns g) fall in 32 different banks. 05's stride of 65 gave 2-way
  * conflicts for them. The join's scratch uses 32 + 4 the same way. */
 constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 4;
-/* kernel 1's staging tile for U_t: 64 tokens a row, rows 4 banks apart (the lanes of a fragment
- * store hit 8 rows 2 apart: 32 different banks); in bf16 (not --precise) TOKEN_STRIDE, 36 banks:
- * rows 2 apart are 8 banks apart, each lane group's 8 tokens 4 banks wide */
-constexpr int STAGE_STRIDE = CHUNK + 4;
 /* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
  * K = V = 128 (53 KB a block; 70 KB when each tile had its own place):
  *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
@@ -376,12 +394,15 @@ constexpr int STAGE_STRIDE = CHUNK + 4;
  *   the keys:   k's tile, and W's staging tile in its place, a 64-column pass at a time;
  *   the values: the solve's scratch (32 x JOIN_STRIDE floats), then v's tile, which is loaded
  *               only after the solve. */
-__host__ __device__ constexpr size_t u_stage_bytes(bool precise) { return (size_t)CHUNK * (precise ? STAGE_STRIDE * sizeof(float) : TOKEN_STRIDE * sizeof(bf16)); }
+/* kernel 1's staging tile for U_t: 64 of its rows, laid out as in the chain block */
+__host__ __device__ constexpr size_t u_stage_bytes(bool precise) { return (size_t)CHUNK * CHUNK * (precise ? sizeof(float) : sizeof(bf16)); }
+/* Tm's place holds Tm, then Tm_values and, after them, Tm_keys or (once W is made) U's
+ * staging tile: room for the larger of each */
 __host__ __device__ constexpr size_t tm_place_bytes(bool precise)
 {
-    return CHUNK * SOLVE_STRIDE * sizeof(float) > CHUNK * TOKEN_STRIDE * sizeof(bf16) + u_stage_bytes(precise)
-               ? CHUNK * SOLVE_STRIDE * sizeof(float)
-               : CHUNK * TOKEN_STRIDE * sizeof(bf16) + u_stage_bytes(precise);
+    constexpr size_t tm = CHUNK * SOLVE_STRIDE * sizeof(float), scaled_tile = CHUNK * TOKEN_STRIDE * sizeof(bf16);
+    const size_t after_solve = scaled_tile + (scaled_tile > u_stage_bytes(precise) ? scaled_tile : u_stage_bytes(precise));
+    return tm > after_solve ? tm : after_solve;
 }
 __host__ __device__ constexpr size_t values_place_bytes(size_t ldv)
 {
@@ -630,8 +651,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K));
     chain_u_type<PRECISE> *U_t = (chain_u_type<PRECISE> *)(chain + chain_u_offset(K, PRECISE));
     bf16 *W_stage = keys; /* [64][LDK]: W as it is in the chain block */
-    chain_u_type<PRECISE> *U_stage = (chain_u_type<PRECISE> *)Tm_keys; /* [64 columns][u_stage_stride]: 64 columns of U_t at a time */
-    constexpr int u_stage_stride = PRECISE ? STAGE_STRIDE : TOKEN_STRIDE;
+    chain_u_type<PRECISE> *U_stage = (chain_u_type<PRECISE> *)Tm_keys; /* 64 rows of U_t at a time, in fragment order */
     for (int pass = 0; pass < KP; pass += 64) { /* W, every warp in every pass (the barrier) */
         const int column0 = pass + tile_column;
         uint32_t sums[4][2]; /* the warp's W, rounded, as bf16 pairs */
@@ -695,24 +715,26 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
                 clear(acc);
                 warp_product_rows(acc, Tm_values, TOKEN_STRIDE, values, LDV, tile_row, column0, width, CHUNK);
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-#pragma unroll
-                    for (int r = 0; r < 4; r += 2) { /* + the diagonal's term, beta_i v_i; sums r and r + 1 are neighbours in a row of v */
-                        const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
-                        if (out >= width) /* width is even, out too: out + 1 is inside as well */
-                            continue;
-                        const __nv_bfloat162 value = *(const __nv_bfloat162 *)&values[i * LDV + out];
-                        set_from_float(U_stage[(out - pass) * u_stage_stride + i], acc[j][r] + row_beta[r / 2] * __low2float(value));
-                        set_from_float(U_stage[(out + 1 - pass) * u_stage_stride + i], acc[j][r + 1] + row_beta[r / 2] * __high2float(value));
-                    }
+                for (int j = 0; j < 4; j++) { /* + the diagonal's term, beta_i v_i */
+                    const int out = fragment_column(column0, j, 0), row = fragment_row(tile_row, 0);
+                    if (out >= width) /* width is a multiple of 16: the whole n-tile is past it */
+                        continue;
+                    /* this lane's fragment of n-tile j holds U at tokens row, row + 8 of columns out,
+                     * out + 1: the four values lane (4g + t) of the chain reads for token tile
+                     * tile_row / 16 of that n-tile, one store (u_fragment_index) */
+                    const __nv_bfloat162 top = *(const __nv_bfloat162 *)&values[row * LDV + out];
+                    const __nv_bfloat162 bottom = *(const __nv_bfloat162 *)&values[(row + 8) * LDV + out];
+                    const float four[4] = {acc[j][0] + row_beta[0] * __low2float(top), acc[j][1] + row_beta[0] * __high2float(top),
+                                           acc[j][2] + row_beta[1] * __low2float(bottom), acc[j][3] + row_beta[1] * __high2float(bottom)};
+                    const int n_tile = (out - pass) / 8;
+                    store_four(U_stage + n_tile * 8 * CHUNK + u_fragment_index<chain_u_type<PRECISE>>(threadIdx.x % 32, tile_row / 16), four);
+                }
             }
             __syncthreads();
             const int rows = width - pass < 64 ? width - pass : 64; /* rows of U_t: columns of U */
-            constexpr int row_pieces = CHUNK * sizeof(chain_u_type<PRECISE>) / 16; /* 16-byte pieces of a row of U_t */
-            for (int e = threadIdx.x; e < rows * row_pieces; e += THREADS) {
-                const int row = e / row_pieces, piece = e % row_pieces;
-                ((uint4 *)(U_t + (size_t)(slice + pass + row) * CHUNK))[piece] = ((const uint4 *)(U_stage + row * u_stage_stride))[piece];
-            }
+            const int pieces = rows * CHUNK * (int)sizeof(chain_u_type<PRECISE>) / 16; /* the staging tile is laid out as U_t */
+            for (int e = threadIdx.x; e < pieces; e += THREADS)
+                ((uint4 *)(U_t + (size_t)(slice + pass) * CHUNK))[e] = ((const uint4 *)U_stage)[e];
         }
     }
 }
@@ -994,14 +1016,21 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
             }
             uint32_t value[NTILES][4][2], value_low[PRECISE ? NTILES : 1][4][2];
 #pragma unroll
-            for (int u = 0; u < NTILES; u++)
+            for (int u = 0; u < NTILES; u++) {
+                /* this lane's 16 values of n-tile u of U, [token tile][r], in 16-byte loads
+                 * (u_fragment_index: pieces lane, 32 + lane, ...) */
+                using u_type = chain_u_type<PRECISE>;
+                constexpr int PIECES = 4 / u_tiles_a_piece<u_type>();
+                uint4 pieces[PIECES];
+#pragma unroll
+                for (int piece = 0; piece < PIECES; piece++)
+                    pieces[piece] = identity ? make_uint4(0, 0, 0, 0) : ((const uint4 *)(U_t + 8 * u * CHUNK))[32 * piece + lane];
+                const u_type *mine = (const u_type *)pieces;
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
 #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        const int token = fragment_row(16 * i, r), c = 8 * u + fragment_column(0, 0, r);
-                        values[u][i][r] = (identity ? 0.0f : to_float(U_t[c * CHUNK + token])) - values[u][i][r];
-                    }
+                    for (int r = 0; r < 4; r++)
+                        values[u][i][r] = to_float(mine[4 * i + r]) - values[u][i][r];
                     to_b_fragment<false>(value[u][i], values[u][i]);
                     if (PRECISE)
                         to_b_fragment<true>(value_low[PRECISE ? u : 0][i], values[u][i]);
@@ -1014,6 +1043,7 @@ __global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILE
                                 *(uint32_t *)&values_low_out[at] = value_low[PRECISE ? u : 0][i][half];
                         }
                 }
+            }
             if (STAGED) { /* S0^T and Vnew^T out, whole lines, while the update runs */
                 fence_shared_for_bulk_store();
                 __syncwarp();
