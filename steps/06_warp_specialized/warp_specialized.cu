@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's fourteenth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's fifteenth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -22,7 +22,8 @@
  * (constant strides and bounds: the twelfth step); kernel 1's idle warps decay and transpose
  * the keys while two of them invert the diagonal blocks (the thirteenth); the chain and kernel
  * 3 start their blocks while the kernel before them ends (programmatic dependent launch: the
- * fourteenth). wgmma is next. The chain kernel also runs a sequence as segments (one here;
+ * fourteenth); kernel 1 stores U in the order the chain's MMA fragments read it (the
+ * fifteenth). wgmma is next. The chain kernel also runs a sequence as segments (one here;
  * stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
