@@ -646,7 +646,8 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * needs them (W is its A, U_t rows its 16-column tiles). Both leave through a staging
      * tile: a lane's fragment is a few 4-byte pieces in 8 rows, half of each 32-byte sector of
      * a direct store; from the staging tile the block stores whole rows, 16 bytes a thread,
-     * consecutive threads on consecutive bytes. W's staging tile is the keys' own place: a
+     * consecutive threads on consecutive bytes (U's staging tile is laid out as U_t, in the
+     * chain's fragment order: u_fragment_index). W's staging tile is the keys' own place: a
      * pass of 64 columns reads only its own columns of the keys, so after a barrier its W
      * columns can take their place (the diagonal's term, a key, is read before it). */
     bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K));
