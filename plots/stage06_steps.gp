@@ -6,10 +6,12 @@ set title sprintf("Stage 06, step by step (each step's commit, one run)\n%s", ma
 set xlabel "step (docs/06_warp_specialized.md, \"The steps at a glance\")" noenhanced
 set ylabel "median time per forward pass (ms)"
 set logscale y
-set xrange [0.5:14.5]
 set xtics 1
 set key inside right top
 data = rows('data/stage06_steps.dat', '$1 ~ /^[0-9]/')
+# as many steps as the data has (bench_stage06_steps.sh's list grows a step at a time)
+stats data using 1 nooutput
+set xrange [0.5:STATS_max + 0.5]
 plot data using 1:3 with linespoints title "06, (B,T,H,K,V) = (8,4096,16,128,128)" ls 1, \
      '' using 1:5 with lines title "FLA (Triton), CUDA graph, same shape" ls 1 dt 2, \
      '' using 1:4 with linespoints title "06, (1,16384,8,64,64)" ls 2, \
