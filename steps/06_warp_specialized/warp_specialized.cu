@@ -92,10 +92,10 @@ extern "C" { /* stage 05's flop count: the same algebra */
 }
 
 typedef __nv_bfloat16 bf16;
-/* kernel 2: 1, 2 or MAX_CHAIN_TILES tiles of 16 state columns per block, a producer warp and
- * consumer warps of 8 columns, two a tile (of 16 columns, one a tile, at MAX_CHAIN_TILES:
- * chain_ntiles); a ring of 2 to 4 slots */
-enum { CHUNK = 64, MAX_K = 128, THREADS = 256, MAX_CHAIN_TILES = 4, CONSUMER_WARPS_PER_TILE = 2 };
+/* kernel 2: 1, 2, 4 or MAX_CHAIN_TILES = 8 tiles of 16 state columns per block, a producer
+ * warp and consumer warps of 8 columns, two a tile (of 16 columns, one a tile, in blocks of 4
+ * or 8 tiles: chain_ntiles); a ring of 2 to 4 slots */
+enum { CHUNK = 64, MAX_K = 128, THREADS = 256, MAX_CHAIN_TILES = 8, CONSUMER_WARPS_PER_TILE = 2 };
 static_assert((int)CHUNK == (int)SOLVE_CHUNK, "kernel 1's chunk is the solve's");
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
 
@@ -816,11 +816,11 @@ __host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool preci
 }
 /* n-tiles (8 state columns each, the n of m16n8k16) a consumer warp carries. One, so two
  * warps a 16-column tile, where blocks are few and the chain's latency is the time: more
- * warps, shorter steps. Two in blocks of MAX_CHAIN_TILES tiles, made only where the blocks
+ * warps, shorter steps. Two in blocks of 4 and 8 tiles, made only where the blocks (about)
  * fill the GPU (chain_tiles): there throughput is the time, and a warp that carries both
  * halves of a tile loads each A fragment of W and of the decayed keys once for two MMAs,
  * where two warps loaded it twice (measured in docs/06: 5-12% less time a pass). */
-__host__ __device__ static inline int chain_ntiles(int tiles) { return tiles == MAX_CHAIN_TILES ? 2 : 1; }
+__host__ __device__ static inline int chain_ntiles(int tiles) { return tiles >= 4 ? 2 : 1; }
 /* threads of a chain block of `tiles` 16-column tiles: its consumer warps and one producer */
 __host__ __device__ static inline int chain_block_threads(int tiles)
 {
@@ -857,9 +857,11 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
     load_matrices(a, quarter_row(tile, ld, row0, k0));
 }
 
-/* NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and Vnew^T leave by bulk stores */
+/* NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and Vnew^T leave by bulk stores.
+ * The bound is the widest block of each kind: 2 tiles of two one-n-tile warps each (5 warps
+ * with the producer) and MAX_CHAIN_TILES tiles of one two-n-tile warp each (9 warps). */
 template <bool PRECISE, bool FOLD, int NTILES, bool STAGED>
-__global__ void __launch_bounds__(32 * (CONSUMER_WARPS_PER_TILE * MAX_CHAIN_TILES / NTILES + 1), 1)
+__global__ void __launch_bounds__(NTILES == 1 ? 32 * (CONSUMER_WARPS_PER_TILE * 2 + 1) : 32 * (MAX_CHAIN_TILES + 1), 1)
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
     static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
@@ -1382,13 +1384,17 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 }
 
 /* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
- * Tiles (chain_tiles): the most (4, 2, 1) that divide a head's tiles (tiles_per_run) and
+ * Tiles (chain_tiles): the most (8, 4, 2, 1) that divide a head's tiles (tiles_per_run) and
  * still leave a block for every SM: wider blocks share each copy of W and the decayed keys
  * among more columns, but when blocks are few the chain's latency is the time, and more
- * blocks on more SMs shorten it. Slots (chain_shape_of): as many as fit on an SM, up to 4, so
- * that the producer runs up to three chunks ahead, unless fewer save a wave (below). Staged
- * stores (chunk_states_kernel) where the blocks fill the GPU. Stage 07's model of its
- * launches uses all three, so that it models what runs. */
+ * blocks on more SMs shorten it. 8 tiles (128 columns, a whole head at K = V = 128) where
+ * they leave a block for 95 % of the SMs: one a head at 128 heads leaves 4 of 132 SMs idle,
+ * and still ran faster than two 64-column blocks an SM (docs/06, the sixteenth step). Slots
+ * (chain_shape_of): as many as fit on an SM, up to 4, so that the producer runs up to three
+ * chunks ahead, unless fewer save a wave (below). Staged stores (chunk_states_kernel) where
+ * the blocks fill the GPU, and always in 8-tile blocks (from registers, their 128 columns'
+ * stores ran the chain 2.2 times slower). Stage 07's model of its launches uses all three, so
+ * that it models what runs. */
 typedef struct {
     int tiles, stages;
     bool staged;
@@ -1397,9 +1403,11 @@ typedef struct {
 
 static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms)
 {
-    for (int tiles = MAX_CHAIN_TILES; tiles > 1; tiles /= 2)
-        if (tiles_per_run % tiles == 0 && one_tile_blocks / tiles >= sms)
+    for (int tiles = MAX_CHAIN_TILES; tiles > 1; tiles /= 2) {
+        const size_t blocks = one_tile_blocks / tiles;
+        if (tiles_per_run % tiles == 0 && (tiles == MAX_CHAIN_TILES ? blocks * 100 >= sms * 95 : blocks >= sms))
             return tiles;
+    }
     return 1;
 }
 
@@ -1454,14 +1462,14 @@ static size_t chain_blocks_per_sm(chain_shape shape)
  * slots shared best: at (2, 16384, 16, 128, 128), 256 one-tile blocks, four 38 KB slots allow
  * one an SM (two waves of 256 chunk steps), three allow two and two allow three (one wave
  * either way), and two slots ran 1.240 ms where three ran 1.282 (docs/06). Staged where the
- * blocks are at least the SMs (not with FOLD). */
+ * blocks are at least the SMs, or 8 tiles wide (not with FOLD). */
 template <bool PRECISE, bool FOLD>
 static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K)
 {
     const int sms = gdn_sm_count();
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms);
     const size_t blocks = one_tile_blocks / tiles;
-    const bool staged = !FOLD && blocks >= (size_t)sms;
+    const bool staged = !FOLD && (blocks >= (size_t)sms || tiles == MAX_CHAIN_TILES);
     const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged), two_slots = two_slot_shape(tiles, K, PRECISE, staged);
     const auto waves = [&](chain_shape shape) {
         const size_t at_once = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(shape);

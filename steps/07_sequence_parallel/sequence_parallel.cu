@@ -36,6 +36,7 @@ extern "C" {
 }
 
 enum { MAX_AUTOMATIC_SEGMENTS = 128 };
+static_assert(1 << (CHAIN_WIDTHS - 1) == MAX_CHAIN_TILES, "one blocks_per_sm entry for each width chain_tiles picks");
 
 /* The workspace: stage 06's, then the maps of segments 0 .. P-2, then the start states. */
 static int sequence_parallel_parts(const gdn_problem *p, const gdn_settings *s, size_t bytes[6])
@@ -121,23 +122,28 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * docs/07 (medians for P = 1 .. 64 at six shapes): STEP_COST 1.6 for blocks of 2 tiles and
  * 3.1 for blocks of 4 (the middle of the band of costs that pick a good P at every shape and
  * never more segments for more heads: 1.5 .. 1.8 and 2.6 .. 3.5; one-tile steps got faster
- * than wide ones), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared
+ * than wide ones), 5.3 for blocks of 8 (measured, not fitted: ncu's replay step at (1, 65536,
+ * 8, 128, 128), P = 16, 3.7 us against a one-tile block's 0.69 at P = 1; the fold's 8-tile
+ * step, which stores nothing a chunk, 3.0; the sweep chooses the same P at every cost from
+ * 3.2 up), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared
  * memory meanwhile) and FIXED (two more launches, a fold's and a replay's pipeline start), so
  * that the chosen P is one whose measured time was within 3% of the best (checked with a new
  * sweep each time stage 06's chain blocks change: docs/07). Where the heads' one-tile blocks
  * alone give every SM a block, P = 1 without asking the model: the chain is then bound by the
  * GPU's throughput, not one block's latency, and a fold only adds work (measured at 32 heads
  * of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
-static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[3], double steps)
+static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
+                              double steps)
 {
-    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.6, 0.0, 3.1};
+    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.6, 0.0, 3.1, 0.0, 0.0, 0.0, 5.3};
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms);
-    const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[tiles == 1 ? 0 : tiles == 2 ? 1 : 2];
+    const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[tiles == 1 ? 0 : tiles == 2 ? 1 : tiles == 4 ? 2 : 3];
     const size_t slots = sms * (per_sm ? per_sm : 1);
     return (double)((blocks + slots - 1) / slots) * steps * STEP_COST[tiles];
 }
 
-static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[3], size_t P)
+static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
+                             size_t P)
 {
     const double SCAN_STEP = 2.0, FIXED = 14.0;
     const size_t value_groups = (size_t)round_up16(V) / 16, fold_groups = value_groups + (size_t)round_up16(K) / 16;
@@ -149,7 +155,8 @@ static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, si
     return fold + replay + SCAN_STEP * (double)(P - 1) + FIXED;
 }
 
-extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[3])
+extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t sms,
+                                             const size_t blocks_per_sm[CHAIN_WIDTHS])
 {
     size_t best = 1;
     if (sms == 0)
@@ -170,12 +177,12 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
     const size_t chunks = chunks_of(p->T);
     if (s->segments == 0) {
         const int sms = gdn_sm_count();
-        size_t blocks_per_sm[3];
+        size_t blocks_per_sm[CHAIN_WIDTHS];
         /* the replay's kernel (no FOLD) in this mode (--precise's has more registers), with
          * the two-slot ring: chain_launch_shape takes it where it gives fewer waves than the
          * deepest, and two slots allow the most blocks an SM; staged, as it is where its
          * blocks outnumber the SMs, the only case in which blocks an SM matter */
-        for (int i = 0; i < 3; i++) { /* 1, 2 and 4 tiles */
+        for (int i = 0; i < CHAIN_WIDTHS; i++) { /* 1, 2, 4 and 8 tiles */
             const chain_shape shallowest = two_slot_shape(1 << i, p->K, s->precise, true);
             blocks_per_sm[i] = s->precise ? chain_blocks_per_sm<true, false>(shallowest) : chain_blocks_per_sm<false, false>(shallowest);
         }

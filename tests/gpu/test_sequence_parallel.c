@@ -141,11 +141,12 @@ END_TEST
 
 /* ---- the automatic P: a host function, tested with or without a GPU ---- */
 
-/* Chain blocks an H200 SM holds, as the occupancy query answers for stage 06's blocks of 1, 2
- * and 4 tiles with two-slot rings (the ring that sets a launch's waves; stage 06 as it is
- * now: two n-tiles a warp in 4-tile blocks, U in bf16, staged stores, as where blocks
- * outnumber SMs): 4, 2, 2 at K = 64, 2, 2, 2 at K = 128 (shared memory and registers). */
-static const size_t H200_SMS = 132, h200_k64[3] = {4, 2, 2}, h200_k128[3] = {2, 2, 2};
+/* Chain blocks an H200 SM holds, as the occupancy query answers for stage 06's blocks of 1, 2,
+ * 4 and 8 tiles with two-slot rings (the ring that sets a launch's waves; stage 06 as it is
+ * now: two n-tiles a warp in 4- and 8-tile blocks, U in bf16, staged stores, as where blocks
+ * outnumber SMs): 4, 2, 2, 1 at K = 64, 2, 2, 2, 1 at K = 128 (shared memory and registers;
+ * printed by 07 on the H200 when the 8-tile blocks came). */
+static const size_t H200_SMS = 132, h200_k64[CHAIN_WIDTHS] = {4, 2, 2, 1}, h200_k128[CHAIN_WIDTHS] = {2, 2, 2, 1};
 static const size_t *h200_blocks_per_sm(size_t K) { return K <= 64 ? h200_k64 : h200_k128; }
 
 /* Where B H alone fills the GPU, P = 1: the shapes of stage 06's benchmark. */
@@ -164,7 +165,7 @@ END_TEST
 /* Few heads and long sequences: P is one of the P whose time was within 3% of the best P
  * measured on the H200 (docs/07 "Choosing P": P = 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64 and
  * the model's own; docs/07's latest sweep); one chunk: 1; more heads never ask for
- * more segments. (At 16 heads of K = V = 128 one segment is now the best, 14% faster than 8:
+ * more segments. (At 16 heads of K = V = 128 one segment is now the best, 8% faster than 8:
  * since stage 06's one-tile chain blocks got faster, a wide block's step costs more of them.) */
 START_TEST(automatic_segments_cut_long_sequences)
 {
