@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's fifteenth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's sixteenth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -23,7 +23,9 @@
  * the keys while two of them invert the diagonal blocks (the thirteenth); the chain and kernel
  * 3 start their blocks while the kernel before them ends (programmatic dependent launch: the
  * fourteenth); kernel 1 stores U in the order the chain's MMA fragments read it (the
- * fifteenth). wgmma is next. The chain kernel also runs a sequence as segments (one here;
+ * fifteenth); where a head's 128 columns in one block still give nearly every SM a block, the
+ * chain takes them so (W and the keys come into an SM once a chunk), with staged stores (the
+ * sixteenth). wgmma is next. The chain kernel also runs a sequence as segments (one here;
  * stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
@@ -61,14 +63,16 @@
  *             reuse each other's places: tm_place_bytes): 4 blocks an SM where V is one
  *             slice, at most 64 registers (__launch_bounds__(256, 4)); else 3, 76 registers;
  *             --precise, whose W low terms need more, 96 and 2 blocks
- *   kernel 2: a block per (head, segment, 64 state columns) where such blocks fill the GPU,
- *             else 32 or 16; a producer warp and consumer warps: at 64 columns four, 16
- *             columns (two MMA n-tiles) each, 155 registers (160 with plain stores); at 32
- *             or 16 columns two per 16 columns, 166 registers (154 with plain stores: the
- *             chunk step compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step);
- *             so 160, 160 or 96 threads;
- *             at 64 columns 4 ring slots and the staging tiles take 198 KB: 1 block an SM
- *             (two slots, 112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
+ *   kernel 2: a block per (head, segment, 128 state columns) where such blocks give 95 % of
+ *             the SMs a block, else 64 where they fill the GPU, else 32 or 16; a producer
+ *             warp and consumer warps: at 128 and 64 columns eight and four, 16 columns (two
+ *             MMA n-tiles) each, 155 registers (160 with plain stores); at 32 or 16 columns
+ *             two per 16 columns, 143 registers (172 with plain stores; the chunk step
+ *             compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step); so 288, 160,
+ *             160 or 96 threads;
+ *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
+ *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
+ *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
  *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 59 registers (62
  *             compiled for K = V = 128), 96 KB: 2 blocks an SM (64 columns where V is not a
  *             multiple of 128: 46 registers, 40 for K = V = 64)
