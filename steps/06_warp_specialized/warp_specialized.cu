@@ -64,7 +64,7 @@
  *             slice, at most 64 registers (__launch_bounds__(256, 4)); else 3, 76 registers;
  *             --precise, whose W low terms need more, 96 and 2 blocks
  *   kernel 2: a block per (head, segment, 128 state columns) where such blocks give 95 % of
- *             the SMs a block, else 64 where they fill the GPU, else 32 or 16; a producer
+ *             the SMs a block (not --precise), else 64 where they fill the GPU, else 32 or 16; a producer
  *             warp and consumer warps: at 128 and 64 columns eight and four, 16 columns (two
  *             MMA n-tiles) each, 155 registers (160 with plain stores); at 32 or 16 columns
  *             two per 16 columns, 143 registers (172 with plain stores; the chunk step
@@ -824,12 +824,12 @@ __host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool preci
  * fill the GPU (chain_tiles): there throughput is the time, and a warp that carries both
  * halves of a tile loads each A fragment of W and of the decayed keys once for two MMAs,
  * where two warps loaded it twice (measured in docs/06: 5-12% less time a pass). */
-__host__ __device__ static inline int chain_ntiles(int tiles) { return tiles >= 4 ? 2 : 1; }
+__host__ __device__ constexpr int chain_ntiles(int tiles) { return tiles >= 4 ? 2 : 1; }
 /* threads of a chain block of `tiles` 16-column tiles: its consumer warps and one producer */
-__host__ __device__ static inline int chain_block_threads(int tiles)
-{
-    return 32 * (CONSUMER_WARPS_PER_TILE * tiles / chain_ntiles(tiles) + 1);
-}
+__host__ __device__ constexpr int chain_block_threads(int tiles) { return 32 * (CONSUMER_WARPS_PER_TILE * tiles / chain_ntiles(tiles) + 1); }
+/* The widest chain block: MAX_CHAIN_TILES tiles, or 4 with --precise, whose ring slots and
+ * staging tiles hold two terms: 8 staged tiles at K = 128 would take 278 KB of an SM's 227. */
+__host__ __device__ constexpr int widest_chain_tiles(bool precise) { return precise ? MAX_CHAIN_TILES / 2 : MAX_CHAIN_TILES; }
 
 /* the 8 x 8 bf16 matrix whose row g, columns 2t, 2t + 1 this lane holds, transposed: the lane
  * gets row g, columns 2t, 2t + 1 of the transpose, that is column g, rows 2t, 2t + 1 */
@@ -863,9 +863,10 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
 
 /* NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and Vnew^T leave by bulk stores.
  * The bound is the widest block of each kind: 2 tiles of two one-n-tile warps each (5 warps
- * with the producer) and MAX_CHAIN_TILES tiles of one two-n-tile warp each (9 warps). */
+ * with the producer), widest_chain_tiles tiles of one two-n-tile warp each (9 warps, 5 with
+ * --precise). ptxas reads it even where it caps nothing (docs/06, the sixteenth step). */
 template <bool PRECISE, bool FOLD, int NTILES, bool STAGED>
-__global__ void __launch_bounds__(NTILES == 1 ? 32 * (CONSUMER_WARPS_PER_TILE * 2 + 1) : 32 * (MAX_CHAIN_TILES + 1), 1)
+__global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
     static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
@@ -1388,7 +1389,7 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 }
 
 /* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
- * Tiles (chain_tiles): the most (8, 4, 2, 1) that divide a head's tiles (tiles_per_run) and
+ * Tiles (chain_tiles): the most (8, 4, 2, 1; 4 at most with --precise: widest_chain_tiles) that divide a head's tiles (tiles_per_run) and
  * still leave a block for every SM: wider blocks share each copy of W and the decayed keys
  * among more columns, but when blocks are few the chain's latency is the time, and more
  * blocks on more SMs shorten it. 8 tiles (128 columns, a whole head at K = V = 128) where
@@ -1405,9 +1406,9 @@ typedef struct {
     size_t bytes;
 } chain_shape;
 
-static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms)
+static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, int widest)
 {
-    for (int tiles = MAX_CHAIN_TILES; tiles > 1; tiles /= 2) {
+    for (int tiles = widest; tiles > 1; tiles /= 2) {
         const size_t blocks = one_tile_blocks / tiles;
         if (tiles_per_run % tiles == 0 && (tiles == MAX_CHAIN_TILES ? blocks * 100 >= sms * 95 : blocks >= sms))
             return tiles;
@@ -1471,7 +1472,7 @@ template <bool PRECISE, bool FOLD>
 static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K)
 {
     const int sms = gdn_sm_count();
-    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms);
+    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms, widest_chain_tiles(PRECISE));
     const size_t blocks = one_tile_blocks / tiles;
     const bool staged = !FOLD && (blocks >= (size_t)sms || tiles == MAX_CHAIN_TILES);
     const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged), two_slots = two_slot_shape(tiles, K, PRECISE, staged);

@@ -136,8 +136,12 @@ static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size
                               double steps)
 {
     static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.6, 0.0, 3.1, 0.0, 0.0, 0.0, 5.3};
-    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms);
-    const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[tiles == 1 ? 0 : tiles == 2 ? 1 : tiles == 4 ? 2 : 3];
+    const auto width_index = [](int tiles) { return tiles == 1 ? 0 : tiles == 2 ? 1 : tiles == 4 ? 2 : 3; }; /* log2 */
+    int widest = MAX_CHAIN_TILES; /* the widest blocks stage 06 makes (4 tiles with --precise) */
+    while (widest > 1 && blocks_per_sm[width_index(widest)] == 0)
+        widest /= 2;
+    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms, widest);
+    const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[width_index(tiles)];
     const size_t slots = sms * (per_sm ? per_sm : 1);
     return (double)((blocks + slots - 1) / slots) * steps * STEP_COST[tiles];
 }
@@ -182,9 +186,11 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
          * the two-slot ring: chain_launch_shape takes it where it gives fewer waves than the
          * deepest, and two slots allow the most blocks an SM; staged, as it is where its
          * blocks outnumber the SMs, the only case in which blocks an SM matter */
-        for (int i = 0; i < CHAIN_WIDTHS; i++) { /* 1, 2, 4 and 8 tiles */
+        for (int i = 0; i < CHAIN_WIDTHS; i++) { /* 1, 2, 4 and 8 tiles; 0: a width stage 06 does not make */
             const chain_shape shallowest = two_slot_shape(1 << i, p->K, s->precise, true);
-            blocks_per_sm[i] = s->precise ? chain_blocks_per_sm<true, false>(shallowest) : chain_blocks_per_sm<false, false>(shallowest);
+            blocks_per_sm[i] = (1 << i) > widest_chain_tiles(s->precise) ? 0
+                               : s->precise                              ? chain_blocks_per_sm<true, false>(shallowest)
+                                                                         : chain_blocks_per_sm<false, false>(shallowest);
         }
         s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
     }
