@@ -64,12 +64,12 @@
  *             slice, at most 64 registers (__launch_bounds__(256, 4)); else 3, 76 registers;
  *             --precise, whose W low terms need more, 96 and 2 blocks
  *   kernel 2: a block per (head, segment, 128 state columns) where such blocks give 95 % of
- *             the SMs a block (not --precise), else 64 where they fill the GPU, else 32 or 16; a producer
- *             warp and consumer warps: at 128 and 64 columns eight and four, 16 columns (two
- *             MMA n-tiles) each, 155 registers (160 with plain stores); at 32 or 16 columns
- *             two per 16 columns, 143 registers (172 with plain stores; the chunk step
- *             compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step); so 288, 160,
- *             160 or 96 threads;
+ *             the SMs a block (not --precise), else 64 where they fill the GPU, else 32 or
+ *             16; a producer warp and consumer warps: at 128 and 64 columns eight and four,
+ *             16 columns (two MMA n-tiles) each, 155 registers (160 with plain stores); at 32
+ *             or 16 columns two per 16 columns, 143 registers (172 with plain stores; the
+ *             chunk step compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step); so
+ *             288, 160, 160 or 96 threads;
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
@@ -1389,8 +1389,9 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
 }
 
 /* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
- * Tiles (chain_tiles): the most (8, 4, 2, 1; 4 at most with --precise: widest_chain_tiles) that divide a head's tiles (tiles_per_run) and
- * still leave a block for every SM: wider blocks share each copy of W and the decayed keys
+ * Tiles (chain_tiles): the most (8, 4, 2, 1; at most 4 with --precise: widest_chain_tiles)
+ * that divide a head's tiles (tiles_per_run) and still leave a block for every SM: wider
+ * blocks share each copy of W and the decayed keys
  * among more columns, but when blocks are few the chain's latency is the time, and more
  * blocks on more SMs shorten it. 8 tiles (128 columns, a whole head at K = V = 128) where
  * they leave a block for 95 % of the SMs: one a head at 128 heads leaves 4 of 132 SMs idle,
