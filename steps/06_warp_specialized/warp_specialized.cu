@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's sixteenth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's seventeenth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -25,7 +25,9 @@
  * fourteenth); kernel 1 stores U in the order the chain's MMA fragments read it (the
  * fifteenth); where a head's 128 columns in one block still give nearly every SM a block, the
  * chain takes them so (W and the keys come into an SM once a chunk), with staged stores (the
- * sixteenth). wgmma is next. The chain kernel also runs a sequence as segments (one here;
+ * sixteenth); and there, at K = V = 128, four output warps in the same block do kernel 3's
+ * work from the staging tiles, so that S0^T and Vnew^T never leave the SM and kernel 3 does
+ * not run (the seventeenth). The chain kernel also runs a sequence as segments (one here;
  * stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
@@ -66,14 +68,18 @@
  *   kernel 2: a block per (head, segment, 128 state columns) where such blocks give 95 % of
  *             the SMs a block (not --precise), else 64 where they fill the GPU, else 32 or
  *             16; a producer warp and consumer warps: at 128 and 64 columns eight and four,
- *             16 columns (two MMA n-tiles) each, 155 registers (160 with plain stores); at 32
+ *             16 columns (two MMA n-tiles) each, 156 registers (162 with plain stores); at 32
  *             or 16 columns two per 16 columns, 143 registers (172 with plain stores; the
  *             chunk step compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step); so
  *             288, 160, 160 or 96 threads;
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
+ *             with output warps (K = V = 128: OUTPUTS) 512 threads, two slots with q and k,
+ *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg:
+ *             the chain 168, the output warps 152, the producer's warpgroup 24;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
- *   kernel 3: a block per (head, chunk, 128 columns of o), 256 threads, 59 registers (62
+ *   kernel 3: (not run where the chain's output warps make o) a block per (head, chunk,
+ *             128 columns of o), 256 threads, 59 registers (62
  *             compiled for K = V = 128), 96 KB: 2 blocks an SM (64 columns where V is not a
  *             multiple of 128: 46 registers, 40 for K = V = 64)
  *
@@ -861,20 +867,209 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
     load_matrices(a, quarter_row(tile, ld, row0, k0));
 }
 
+/* ---- output warps in the chain's block (OUTPUTS): kernel 3's work where S0^T and Vnew^T are ----
+ * A chain block of MAX_CHAIN_TILES tiles holds a whole head's state at K = V = 128, so its
+ * staging tiles hold all of S0^T and Vnew^T for a chunk: four more warps can form the chunk's
+ * o from them there, and neither goes to global memory and back (52 KB each way a chunk).
+ * The block: warps 0 .. 7 the chain (two warpgroups), 8 .. 11 the output warps (one), 12 the
+ * producer (its warpgroup's other three warps leave at once). Registers by warpgroup
+ * (setmaxnreg; every thread starts with 65,536 / 512 = 128): the chain 168 a thread, the
+ * output warps 152, the producer's warpgroup 24, all 65,536 of the SM's (the output warps
+ * spilled at 128, and the chain's code is the 8-tile block's, 155 registers). ptxas gives
+ * each role the budget set where it begins only if no role's code is reached from another's:
+ * each returns where it ends. Shared memory: the chain's ring of two slots and
+ * its staging tiles, and for each slot the chunk's q and k (which the producer brings with W,
+ * the keys and U); 223 KB. */
+enum { OUTPUT_WARPS = 4, OUTPUT_PRODUCER_WARP = 12, OUTPUT_BLOCK_THREADS = 512, OUTPUT_CHAIN_REGISTERS = 168, OUTPUT_ROLE_REGISTERS = 152,
+       OUTPUT_PRODUCER_REGISTERS = 24 };
+static_assert((int)OUTPUT_PRODUCER_WARP == (int)MAX_CHAIN_TILES + (int)OUTPUT_WARPS, "warps: the chain's, the output warps, the producer");
+static_assert(OUTPUT_CHAIN_REGISTERS * 256 + (OUTPUT_ROLE_REGISTERS + OUTPUT_PRODUCER_REGISTERS) * 128 <= 65536, "the warpgroups' registers fit the SM");
+
+/* setmaxnreg is sm_90a's, not sm_90's: nvcc -arch=sm_90a also compiles a compute_90 PTX, in
+   which the OUTPUTS kernel is a trap (an H200 runs the sm_90a code) */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+constexpr bool HAVE_SETMAXNREG = true;
+#else
+constexpr bool HAVE_SETMAXNREG = false;
+#endif
+/* the register budget of this thread's warpgroup (PTX "setmaxnreg"): every warp of the
+   warpgroup executes it; an increase waits until the registers are free */
+template <int REGISTERS> __device__ __forceinline__ static void set_max_registers_up(void)
+{
+    if constexpr (HAVE_SETMAXNREG)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGISTERS));
+}
+template <int REGISTERS> __device__ __forceinline__ static void set_max_registers_down(void)
+{
+    if constexpr (HAVE_SETMAXNREG)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));
+}
+/* the output warps' own barrier (barrier 1; __syncthreads is barrier 0) */
+__device__ __forceinline__ static void output_warps_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(32 * OUTPUT_WARPS) : "memory"); }
+
+/* Where the q and k tiles begin (OUTPUTS), from the 128-byte boundary the block's shared memory
+ * starts at: after the ring, its barriers and the staging tiles, on a 128-byte boundary; then
+ * [slot][q, k] CHUNK x key_stride(K) bf16 each, three barriers, and two chunks' gamma. */
+__host__ __device__ static inline size_t output_tiles_offset(size_t K, int tiles, int stages)
+{
+    return (chain_shared_bytes(K, false, tiles, stages, true) + 127) / 128 * 128;
+}
+__host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles, int stages)
+{
+    return 128 + output_tiles_offset(K, tiles, stages) + 2 * (size_t)stages * CHUNK * key_stride(K) * sizeof(bf16) + 3 * sizeof(uint64_t) +
+           2 * CHUNK * sizeof(double);
+}
+
+/* The output warps' loop over the block's chunks. Output warp r takes rows 16 r .. 16 r + 15
+ * of the chunk's o, all 128 columns, K = V = 128 (the only shape that runs this):
+ *     P = lower(Q K^T exp(gamma_i - gamma_j)), o = scale (exp(gamma) Q S0 + P Vnew)    (eq. 14)
+ * each sum in the order kernel 3 takes it (the same products, k by k), so o is bit for bit
+ * kernel 3's. P is the warp's own 16 rows, all 64 tokens, so it never goes to shared memory:
+ * two n-tiles of an m16n8 accumulator, rounded to bf16 pairs, are an m16n8k16 A fragment.
+ * Per chunk the warps wait for the slot (q, k), make P, wait for the chain's staging tiles,
+ * add Q S0 and let the chain write the next S0^T (states_free), then P Vnew and let it write
+ * the next Vnew^T (values_free); o goes through the warp's own rows of the q tile, whole rows
+ * out, and the slot is released. */
+__device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
+                                          int stages, uint64_t *full, uint64_t *empty, bf16 *output_tiles, uint64_t *staged_full,
+                                          uint64_t *states_free, uint64_t *values_free, const bf16 *staging, bf16 *o16)
+{
+    constexpr int SIZE = 128, LDK = SIZE + 8, GROUPS = SIZE / 16; /* K = V = SIZE; the chain's 16-column warps */
+    constexpr int GROUP_STRIDE = 16 * (LDK + TOKEN_STRIDE);       /* bf16 from one chain warp's staging tiles to the next's */
+    const int lane = threadIdx.x % 32, quarter = lane / 8, tile_row = 16 * (int)(threadIdx.x / 32 - MAX_CHAIN_TILES);
+    const int output_thread = (int)threadIdx.x - 32 * MAX_CHAIN_TILES; /* 0 .. 127 */
+    const size_t b = head / p.H, h = head % p.H, V = SIZE;
+    double *gamma_buffers = (double *)(staged_full + 3); /* [2][CHUNK]: chunks j and j + 1 */
+    /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
+    const auto gamma_of = [&](size_t chunk) {
+        const size_t t = chunk * CHUNK + (size_t)output_thread;
+        return output_thread < CHUNK && chunk < end && t < p.T ? w.gamma[head * p.T + t] : 0.0;
+    };
+    double gamma_next = gamma_of(first);
+    for (size_t chunk = first; chunk < end; chunk++) {
+        const size_t j = chunk - first, t0 = chunk * CHUNK;
+        const int s = (int)(j % stages), n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK);
+        double *gamma = gamma_buffers + (j & 1) * CHUNK;
+        if (output_thread < CHUNK)
+            gamma[output_thread] = gamma_next;
+        gamma_next = gamma_of(chunk + 1);
+        output_warps_sync(); /* gamma is here; chunk j - 2's reads of its buffer are done */
+        bf16 *q = output_tiles + 2 * s * CHUNK * LDK, *k = q + CHUNK * LDK;
+        barrier_wait(&full[s], (uint32_t)((j / stages) & 1)); /* q and k */
+
+        /* P = lower(Q K^T e^(gamma_i - gamma_l)), as A fragments of P Vnew: a[kk] for tokens 16 kk .. */
+        uint32_t p_fragments[CHUNK / 16][4];
+        {
+            float scores[CHUNK / 8][4];
+            clear(scores);
+            warp_product(scores, q, LDK, k, LDK, tile_row, 0, SIZE); /* Q K^T */
+            uint32_t pairs[CHUNK / 8][2];
+#pragma unroll
+            for (int jj = 0; jj < CHUNK / 8; jj++)
+#pragma unroll
+                for (int r = 0; r < 4; r += 2) {
+                    const int i = fragment_row(tile_row, r), l = fragment_column(0, jj, r);
+                    float exact[2];
+#pragma unroll
+                    for (int e = 0; e < 2; e++) /* only l <= i: exponents <= 0 */
+                        exact[e] = l + e <= i && i < n ? scores[jj][r + e] * expf((float)(gamma[i] - gamma[l + e])) : 0.0f;
+                    pairs[jj][r / 2] = pack_bf16(exact[0], exact[1]);
+                }
+#pragma unroll
+            for (int kk = 0; kk < CHUNK / 16; kk++) { /* rows g, g + 8 of columns +0, then of columns +8 */
+                p_fragments[kk][0] = pairs[2 * kk][0];
+                p_fragments[kk][1] = pairs[2 * kk][1];
+                p_fragments[kk][2] = pairs[2 * kk + 1][0];
+                p_fragments[kk][3] = pairs[2 * kk + 1][1];
+            }
+        }
+        float acc[2 * GROUPS][4];
+        clear(acc);
+        barrier_wait(staged_full, (uint32_t)(j & 1)); /* S0^T and Vnew^T of this chunk */
+        /* Q S0: B^T from the chain warps' S0^T rows, 16 columns a chain warp */
+        const bf16 *a_row = quarter_row(q, LDK, tile_row, 0);
+        const int b_offset = (lane % 8 + 8 * (quarter / 2)) * LDK + 8 * (quarter % 2);
+        for (int k0 = 0; k0 < SIZE; k0 += 16) {
+            uint32_t a[4];
+            load_matrices(a, a_row + k0);
+#pragma unroll
+            for (int c = 0; c < GROUPS; c++) {
+                uint32_t bt[4];
+                load_matrices(bt, staging + c * GROUP_STRIDE + b_offset + k0);
+                const uint32_t first_tile[2] = {bt[0], bt[1]}, second_tile[2] = {bt[2], bt[3]};
+                mma_bf16_16x8x16(acc[2 * c], a, first_tile);
+                mma_bf16_16x8x16(acc[2 * c + 1], a, second_tile);
+            }
+        }
+        barrier_arrive(states_free);
+        const int upper = fragment_row(tile_row, 0), lower = upper + 8; /* this lane's two rows of o */
+        const float decay_upper = upper < n ? expf((float)gamma[upper]) : 0.0f, decay_lower = lower < n ? expf((float)gamma[lower]) : 0.0f;
+#pragma unroll
+        for (int jj = 0; jj < 2 * GROUPS; jj++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[jj][r] *= r < 2 ? decay_upper : decay_lower;
+        /* + P Vnew: B^T from the chain warps' Vnew^T rows, after their S0^T rows */
+        const int v_offset = 16 * LDK + (lane % 8 + 8 * (quarter / 2)) * TOKEN_STRIDE + 8 * (quarter % 2);
+#pragma unroll
+        for (int kk = 0; kk < CHUNK / 16; kk++)
+#pragma unroll
+            for (int c = 0; c < GROUPS; c++) {
+                uint32_t bt[4];
+                load_matrices(bt, staging + c * GROUP_STRIDE + v_offset + 16 * kk);
+                const uint32_t first_tile[2] = {bt[0], bt[1]}, second_tile[2] = {bt[2], bt[3]};
+                mma_bf16_16x8x16(acc[2 * c], p_fragments[kk], first_tile);
+                mma_bf16_16x8x16(acc[2 * c + 1], p_fragments[kk], second_tile);
+            }
+        barrier_arrive(values_free);
+        /* o in bf16 through this warp's own 16 rows of the q tile (no other warp reads them),
+           then whole rows out, 16 bytes a lane */
+        __syncwarp();
+#pragma unroll
+        for (int jj = 0; jj < 2 * GROUPS; jj++)
+#pragma unroll
+            for (int r = 0; r < 4; r += 2) {
+                const int i = fragment_row(tile_row, r), c = fragment_column(0, jj, r);
+                *(__nv_bfloat162 *)&q[i * LDK + c] = __floats2bfloat162_rn(p.scale * acc[jj][r], p.scale * acc[jj][r + 1]);
+            }
+        __syncwarp();
+        const size_t first_token = gdn_device_token(&p, b, t0, h); /* token t0 + i: first + i H */
+        constexpr int ROW_PIECES = SIZE / 8;
+        for (int e = lane; e < 16 * ROW_PIECES; e += 32) {
+            const int i = tile_row + e / ROW_PIECES, piece = e % ROW_PIECES;
+            if (i < n)
+                ((uint4 *)(o16 + (first_token + (size_t)i * p.H) * V))[piece] = ((const uint4 *)(q + i * LDK))[piece];
+        }
+        fence_shared_for_bulk_store(); /* the slot's next contents come by the TMA unit, after these writes */
+        barrier_arrive(&empty[s]);
+    }
+}
+
 /* NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and Vnew^T leave by bulk stores.
+ * OUTPUTS: they do not leave; output warps in the block take them from the staging tiles and
+ * do kernel 3's work (below, chunk_outputs_role), so that kernel 3 does not run.
  * The bound is the widest block of each kind: 2 tiles of two one-n-tile warps each (5 warps
  * with the producer), widest_chain_tiles tiles of one two-n-tile warp each (9 warps, 5 with
- * --precise). ptxas reads it even where it caps nothing (docs/06, the sixteenth step). */
-template <bool PRECISE, bool FOLD, int NTILES, bool STAGED>
-__global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
-    chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
+ * --precise), and with OUTPUTS four warpgroups (OUTPUT_BLOCK_THREADS). ptxas reads it even
+ * where it caps nothing (docs/06, the sixteenth step). */
+template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS = false>
+__global__ void __launch_bounds__(OUTPUTS ? (int)OUTPUT_BLOCK_THREADS : chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
+    chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages, bf16 *o16,
+                        const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map)
 {
     static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
+    static_assert(!OUTPUTS || (STAGED && !PRECISE && NTILES == 2), "output warps read the staging tiles of 8-tile blocks, bf16 only");
+    if constexpr (OUTPUTS && !HAVE_SETMAXNREG) { /* the compute_90 PTX: never run on an H200 */
+        __trap();
+        return;
+    }
     constexpr int KEY_TILES = MAX_K / 16; /* m-tiles of S a warp may hold */
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
     const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
-    const int consumers = blockDim.x / 32 - 1, block_columns = 8 * NTILES * consumers, tiles = block_columns / 16;
+    /* consumers: the chain's warps, 0 .. consumers - 1; the producer is warp `consumers`, or
+       with OUTPUTS warp OUTPUT_PRODUCER_WARP (warps 8 .. 11 are the output warps) */
+    const int consumers = OUTPUTS ? MAX_CHAIN_TILES : blockDim.x / 32 - 1, block_columns = 8 * NTILES * consumers, tiles = block_columns / 16;
     const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = segments.runs;
     const size_t groups = (columns + block_columns - 1) / block_columns, group = blockIdx.x % groups;
     const size_t segment = blockIdx.x / groups % runs, head = blockIdx.x / groups / runs;
@@ -884,22 +1079,34 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
     const int slot_bytes = (int)chain_slot_bytes(p.K, PRECISE, tiles), u_offset = (int)chain_u_offset(p.K, PRECISE);
     const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
     const unsigned char *blocks = w.chain + head * chunks * block_bytes;
-    unsigned char *slots = (unsigned char *)ring;
+    /* with OUTPUTS from a 128-byte boundary, for the tensor copies of q and k (output_tiles) */
+    unsigned char *slots = OUTPUTS ? SHARED_AT_128_BYTES(ring) : (unsigned char *)ring;
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
+    const int readers = 32 * consumers + (OUTPUTS ? 32 * OUTPUT_WARPS : 0); /* threads that read a slot */
+    /* OUTPUTS: each slot's q and k tiles, then the hand-over barriers between the chain's warps
+       and the output warps: staging tiles written (staged_full), S0^T and Vnew^T read (states_free,
+       values_free) */
+    bf16 *const output_tiles = OUTPUTS ? (bf16 *)(slots + output_tiles_offset(p.K, tiles, stages)) : NULL;
+    uint64_t *const staged_full = OUTPUTS ? (uint64_t *)(output_tiles + 2 * stages * CHUNK * LDK) : NULL;
+    uint64_t *const states_free = staged_full + 1, *const values_free = staged_full + 2;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; s++) {
             barrier_init(&full[s], 1);
-            barrier_init(&empty[s], 32 * consumers);
+            barrier_init(&empty[s], readers);
+        }
+        if (OUTPUTS) {
+            barrier_init(staged_full, 32 * consumers);
+            barrier_init(states_free, 32 * OUTPUT_WARPS);
+            barrier_init(values_free, 32 * OUTPUT_WARPS);
         }
         barrier_init_fence(); /* visible to the TMA unit */
     }
     __syncthreads(); /* the block's only barrier */
     wait_for_previous_kernel(); /* kernel 1's W, keys and U (and in stage 07 the scan's starts) */
 
-    if (warp == consumers) { /* the producer */
-        if (lane != 0)
-            return;
+    /* the producer: one lane brings each chunk's W, keys and U (with OUTPUTS q and k too) */
+    const auto produce = [&]() {
         /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
         const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
         const int u_end = block_column0 + block_columns < value_column0 + VP ? block_column0 + block_columns : value_column0 + VP;
@@ -913,14 +1120,40 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
                 barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
             unsigned char *slot = slots + s * slot_bytes;
             const unsigned char *block = blocks + chunk * block_bytes;
-            barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);
+            const uint32_t key_tile_bytes = OUTPUTS ? (uint32_t)(CHUNK * LDK * sizeof(bf16)) : 0;
+            barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16 + 2 * key_tile_bytes);
+            if (OUTPUTS) { /* q and k of the chunk, for the output warps (kernel 3's tensor copies) */
+                const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
+                tensor_copy_3d(output_tiles + 2 * s * CHUNK * LDK, &q_map, h * K, t0, b, &full[s]);
+                tensor_copy_3d(output_tiles + (2 * s + 1) * CHUNK * LDK, &k_map, h * K, t0, b, &full[s]);
+            }
             bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
             if (u_bytes)
                 bulk_copy(slot + u_offset + (u_first - block_column0) * u_row, block + u_offset + (size_t)(u_first - value_column0) * u_row,
                           u_bytes, &full[s]);
             bulk_copy(slot + decay_to, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
         }
+    };
+    if (!OUTPUTS && warp == consumers) {
+        if (lane == 0)
+            produce();
         return;
+    }
+    if (OUTPUTS) { /* each role returns where it ends, so that the chain's code below is reached
+                      only after its registers grew (ptxas allocates by those regions) */
+        if (warp >= OUTPUT_PRODUCER_WARP) { /* the producer's warpgroup gives registers back */
+            set_max_registers_down<OUTPUT_PRODUCER_REGISTERS>();
+            if (warp == OUTPUT_PRODUCER_WARP && lane == 0)
+                produce();
+            return;
+        }
+        if (warp >= consumers) {
+            set_max_registers_up<OUTPUT_ROLE_REGISTERS>();
+            chunk_outputs_role(p, w, head, first, end, stages, full, empty, output_tiles, staged_full, states_free, values_free,
+                               (const bf16 *)(empty + stages), o16);
+            return;
+        }
+        set_max_registers_up<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups */
     }
 
     /* a consumer: state columns column0 .. column0 + 8 NTILES - 1, n-tile u: column0 + 8 u .. */
@@ -972,7 +1205,9 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
             bf16 *const states_out = STAGED ? stage_states : states_t, *const values_out = STAGED ? stage_values : new_values_t;
             bf16 *const states_low_out = STAGED ? stage_states_low : states_t + low_offset;
             bf16 *const values_low_out = STAGED ? stage_values_low : new_values_t + new_low_offset;
-            if (STAGED && j > 0) { /* the last chunk's stores have read the staging tiles */
+            if (OUTPUTS && j > 0) /* the output warps have read the last chunk's S0^T */
+                barrier_wait(states_free, (uint32_t)((j - 1) & 1));
+            else if (STAGED && j > 0) { /* the last chunk's stores have read the staging tiles */
                 bulk_store_wait_read();
                 __syncwarp();
             }
@@ -1024,6 +1259,8 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
                 }
             }
             uint32_t value[NTILES][4][2], value_low[PRECISE ? NTILES : 1][4][2];
+            if (OUTPUTS && j > 0) /* and its Vnew^T */
+                barrier_wait(values_free, (uint32_t)((j - 1) & 1));
 #pragma unroll
             for (int u = 0; u < NTILES; u++) {
                 /* this lane's 16 values of n-tile u of U, [token tile][r], in 16-byte loads
@@ -1053,7 +1290,9 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
                         }
                 }
             }
-            if (STAGED) { /* S0^T and Vnew^T out, whole lines, while the update runs */
+            if (OUTPUTS) /* S0^T and Vnew^T are in the staging tiles: the output warps' turn */
+                barrier_arrive(staged_full);
+            else if (STAGED) { /* S0^T and Vnew^T out, whole lines, while the update runs */
                 fence_shared_for_bulk_store();
                 __syncwarp();
                 if (lane < 2 * (PRECISE ? 2 : 1)) { /* the warp's rows are contiguous in the workspace too */
@@ -1107,7 +1346,7 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
         states_t += VP * LDK;
         new_values_t += VP * TOKEN_STRIDE;
     }
-    if (STAGED && has_columns)
+    if (STAGED && !OUTPUTS && has_columns)
         bulk_store_wait(); /* the staging tiles stay until the stores are done */
     if (!has_columns || (!FOLD && segment + 1 != P))
         return;
@@ -1417,16 +1656,24 @@ static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms,
     return 1;
 }
 
-static chain_shape chain_shape_of(int tiles, size_t K, bool precise, bool staged)
+/* the shared memory a block may have on this GPU (an H200's 227 KB where no device answers:
+   a missing device is reported by the launch) */
+static size_t shared_bytes_per_block(void)
 {
     int per_block = 227 * 1024;
     if (cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess)
-        cudaGetLastError(); /* keep the H200's number; a missing device is reported by the launch */
+        cudaGetLastError();
+    return (size_t)per_block;
+}
+
+static chain_shape chain_shape_of(int tiles, size_t K, bool precise, bool staged)
+{
+    const size_t per_block = shared_bytes_per_block();
     chain_shape shape;
     shape.tiles = tiles;
     shape.stages = 2;
     shape.staged = staged;
-    while (shape.stages < 4 && chain_shared_bytes(K, precise, shape.tiles, shape.stages + 1, staged) <= (size_t)per_block)
+    while (shape.stages < 4 && chain_shared_bytes(K, precise, shape.tiles, shape.stages + 1, staged) <= per_block)
         shape.stages++;
     shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages, staged);
     return shape;
@@ -1442,7 +1689,7 @@ static chain_shape two_slot_shape(int tiles, size_t K, bool precise, bool staged
 /* Kernel 2 as made for a shape: its blocks' tiles (chain_ntiles), staged or not (a fold
  * never is: it stores nothing for kernel 3; STAGED = !FOLD below, so that the staged fold,
  * which the kernel refuses by a static_assert, is never instantiated) */
-typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int);
+typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int, bf16 *, const CUtensorMap, const CUtensorMap);
 template <bool PRECISE, bool FOLD>
 static chain_kernel chain_kernel_for(chain_shape shape)
 {
@@ -1484,9 +1731,12 @@ static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_r
     return waves(two_slots) < waves(deepest) ? two_slots : deepest;
 }
 
-/* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). */
+/* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). With `r` (not
+ * with FOLD), where the blocks are MAX_CHAIN_TILES wide and hold a whole head of K = V = 128,
+ * the block also makes o (OUTPUTS: chunk_outputs_role), and *outputs_done says so. */
 template <bool PRECISE, bool FOLD>
-static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments)
+static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments, gdn_device_result *r = NULL,
+                               bool *outputs_done = NULL)
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
     const chain_shape shape = chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K);
@@ -1494,8 +1744,28 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
         return -1;
+    const CUtensorMap none = {};
+    if (outputs_done)
+        *outputs_done = false;
+    if constexpr (!PRECISE && !FOLD) {
+        const size_t bytes = output_block_bytes(p->K, shape.tiles, 2);
+        if (r && outputs_done && shape.tiles == MAX_CHAIN_TILES && p->K == 128 && p->V == 128 && keys_by_tensor_map(p->K, p->H, p->T) &&
+            bytes <= shared_bytes_per_block()) {
+            if (!r->o_bf16)
+                return gdn_set_error("the chain's output warps write o in bf16: the runner made no room for it");
+            CUtensorMap q_map, k_map;
+            if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)))
+                return -1;
+            CUDA_LAUNCH_AFTER_PREVIOUS((chunk_states_kernel<false, false, 2, true, true>), blocks, OUTPUT_BLOCK_THREADS, bytes, *p, w, segments,
+                                       2, (bf16 *)r->o_bf16, q_map, k_map);
+            r->o_in_bf16 = 1;
+            *outputs_done = true;
+            return 0;
+        }
+    }
     const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape);
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages,
+                               (bf16 *)NULL, none, none);
     return 0;
 }
 
@@ -1544,10 +1814,10 @@ template <bool PRECISE>
 static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
-    return launch_prepare_chunks<PRECISE>(p, w) || launch_chunk_states<PRECISE, false>(p, w, whole) ||
-                   launch_chunk_outputs<PRECISE>(p, w, r)
-               ? -1
-               : 0;
+    bool outputs_done;
+    if (launch_prepare_chunks<PRECISE>(p, w) || launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
+        return -1;
+    return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
 }
 
 static int warp_specialized_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)

@@ -67,19 +67,20 @@ template <bool PRECISE>
 static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk_workspace w, float *maps, float *starts,
                                     gdn_device_result *r)
 {
+    bool outputs_done;
     if (launch_prepare_chunks<PRECISE>(p, w))
         return -1;
     if (P == 1) { /* stage 06 */
         const chain_segments whole = {1, 1, p->h0, r->ht};
-        if (launch_chunk_states<PRECISE, false>(p, w, whole))
+        if (launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
             return -1;
     } else {
         const chain_segments fold = {P, P - 1, NULL, maps}, replay = {P, P, starts, r->ht};
         if (launch_chunk_states<PRECISE, true>(p, w, fold) || launch_scan_summaries(p, P, maps, starts) ||
-            launch_chunk_states<PRECISE, false>(p, w, replay))
+            launch_chunk_states<PRECISE, false>(p, w, replay, r, &outputs_done))
             return -1;
     }
-    return launch_chunk_outputs<PRECISE>(p, w, r);
+    return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
 }
 
 static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
