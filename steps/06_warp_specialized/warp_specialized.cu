@@ -68,7 +68,7 @@
  *   kernel 2: a block per (head, segment, 128 state columns) where such blocks give 95 % of
  *             the SMs a block (not --precise), else 64 where they fill the GPU, else 32 or
  *             16; a producer warp and consumer warps: at 128 and 64 columns eight and four,
- *             16 columns (two MMA n-tiles) each, 156 registers (162 with plain stores); at 32
+ *             16 columns (two MMA n-tiles) each, 155 registers (160 with plain stores); at 32
  *             or 16 columns two per 16 columns, 143 registers (172 with plain stores; the
  *             chunk step compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step); so
  *             288, 160, 160 or 96 threads;
@@ -1045,17 +1045,13 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     }
 }
 
-/* NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and Vnew^T leave by bulk stores.
- * OUTPUTS: they do not leave; output warps in the block take them from the staging tiles and
- * do kernel 3's work (below, chunk_outputs_role), so that kernel 3 does not run.
- * The bound is the widest block of each kind: 2 tiles of two one-n-tile warps each (5 warps
- * with the producer), widest_chain_tiles tiles of one two-n-tile warp each (9 warps, 5 with
- * --precise), and with OUTPUTS four warpgroups (OUTPUT_BLOCK_THREADS). ptxas reads it even
- * where it caps nothing (docs/06, the sixteenth step). */
-template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS = false>
-__global__ void __launch_bounds__(OUTPUTS ? (int)OUTPUT_BLOCK_THREADS : chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
-    chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages, bf16 *o16,
-                        const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map)
+/* A chain block (kernel 2). NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and
+ * Vnew^T leave by bulk stores. OUTPUTS: they do not leave; output warps in the block take
+ * them from the staging tiles and do kernel 3's work (chunk_outputs_role, above), so that
+ * kernel 3 does not run. */
+template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS>
+__device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_workspace w, chain_segments segments,
+                                                   int stages, bf16 *o16, const CUtensorMap *q_map, const CUtensorMap *k_map)
 {
     static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
     static_assert(!OUTPUTS || (STAGED && !PRECISE && NTILES == 2), "output warps read the staging tiles of 8-tile blocks, bf16 only");
@@ -1082,7 +1078,6 @@ __global__ void __launch_bounds__(OUTPUTS ? (int)OUTPUT_BLOCK_THREADS : chain_bl
     /* with OUTPUTS from a 128-byte boundary, for the tensor copies of q and k (output_tiles) */
     unsigned char *slots = OUTPUTS ? SHARED_AT_128_BYTES(ring) : (unsigned char *)ring;
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
-    const int readers = 32 * consumers + (OUTPUTS ? 32 * OUTPUT_WARPS : 0); /* threads that read a slot */
     /* OUTPUTS: each slot's q and k tiles, then the hand-over barriers between the chain's warps
        and the output warps: staging tiles written (staged_full), S0^T and Vnew^T read (states_free,
        values_free) */
@@ -1093,7 +1088,7 @@ __global__ void __launch_bounds__(OUTPUTS ? (int)OUTPUT_BLOCK_THREADS : chain_bl
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; s++) {
             barrier_init(&full[s], 1);
-            barrier_init(&empty[s], readers);
+            barrier_init(&empty[s], 32 * (consumers + (OUTPUTS ? OUTPUT_WARPS : 0))); /* the threads that read a slot */
         }
         if (OUTPUTS) {
             barrier_init(staged_full, 32 * consumers);
@@ -1105,14 +1100,21 @@ __global__ void __launch_bounds__(OUTPUTS ? (int)OUTPUT_BLOCK_THREADS : chain_bl
     __syncthreads(); /* the block's only barrier */
     wait_for_previous_kernel(); /* kernel 1's W, keys and U (and in stage 07 the scan's starts) */
 
-    /* the producer: one lane brings each chunk's W, keys and U (with OUTPUTS q and k too) */
-    const auto produce = [&]() {
+    /* Each role returns where it ends: ptxas then gives the code of each role of an OUTPUTS
+       block the registers set where the role begins (setmaxnreg) */
+    if (OUTPUTS ? warp >= OUTPUT_PRODUCER_WARP : warp == consumers) { /* the producer */
+        if constexpr (OUTPUTS)
+            set_max_registers_down<OUTPUT_PRODUCER_REGISTERS>(); /* its whole warpgroup gives registers back */
+        if (lane != 0 || (OUTPUTS && warp != OUTPUT_PRODUCER_WARP))
+            return;
         /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
         const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
         const int u_end = block_column0 + block_columns < value_column0 + VP ? block_column0 + block_columns : value_column0 + VP;
         const uint32_t u_row = CHUNK * sizeof(chain_u_type<PRECISE>); /* bytes of a row of U_t */
         const uint32_t u_bytes = u_first < u_end ? (uint32_t)(u_end - u_first) * u_row : 0;
         const uint32_t decay_to = (uint32_t)(u_offset + block_columns * u_row);
+        /* OUTPUTS: the chunk's q and k come into the slot too (kernel 3's tensor copies) */
+        const uint32_t key_tiles_bytes = OUTPUTS ? (uint32_t)(2 * CHUNK * LDK * sizeof(bf16)) : 0;
         for (size_t chunk = first; chunk < end; chunk++) {
             const size_t j = chunk - first;
             const int s = (int)(j % stages);
@@ -1120,12 +1122,11 @@ __global__ void __launch_bounds__(OUTPUTS ? (int)OUTPUT_BLOCK_THREADS : chain_bl
                 barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
             unsigned char *slot = slots + s * slot_bytes;
             const unsigned char *block = blocks + chunk * block_bytes;
-            const uint32_t key_tile_bytes = OUTPUTS ? (uint32_t)(CHUNK * LDK * sizeof(bf16)) : 0;
-            barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16 + 2 * key_tile_bytes);
-            if (OUTPUTS) { /* q and k of the chunk, for the output warps (kernel 3's tensor copies) */
+            barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16 + key_tiles_bytes);
+            if constexpr (OUTPUTS) {
                 const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
-                tensor_copy_3d(output_tiles + 2 * s * CHUNK * LDK, &q_map, h * K, t0, b, &full[s]);
-                tensor_copy_3d(output_tiles + (2 * s + 1) * CHUNK * LDK, &k_map, h * K, t0, b, &full[s]);
+                tensor_copy_3d(output_tiles + 2 * s * CHUNK * LDK, q_map, h * K, t0, b, &full[s]);
+                tensor_copy_3d(output_tiles + (2 * s + 1) * CHUNK * LDK, k_map, h * K, t0, b, &full[s]);
             }
             bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
             if (u_bytes)
@@ -1133,21 +1134,10 @@ __global__ void __launch_bounds__(OUTPUTS ? (int)OUTPUT_BLOCK_THREADS : chain_bl
                           u_bytes, &full[s]);
             bulk_copy(slot + decay_to, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
         }
-    };
-    if (!OUTPUTS && warp == consumers) {
-        if (lane == 0)
-            produce();
         return;
     }
-    if (OUTPUTS) { /* each role returns where it ends, so that the chain's code below is reached
-                      only after its registers grew (ptxas allocates by those regions) */
-        if (warp >= OUTPUT_PRODUCER_WARP) { /* the producer's warpgroup gives registers back */
-            set_max_registers_down<OUTPUT_PRODUCER_REGISTERS>();
-            if (warp == OUTPUT_PRODUCER_WARP && lane == 0)
-                produce();
-            return;
-        }
-        if (warp >= consumers) {
+    if constexpr (OUTPUTS) {
+        if (warp >= consumers) { /* the output warps */
             set_max_registers_up<OUTPUT_ROLE_REGISTERS>();
             chunk_outputs_role(p, w, head, first, end, stages, full, empty, output_tiles, staged_full, states_free, values_free,
                                (const bf16 *)(empty + stages), o16);
@@ -1364,6 +1354,27 @@ __global__ void __launch_bounds__(OUTPUTS ? (int)OUTPUT_BLOCK_THREADS : chain_bl
                 else if (FOLD && (c < K || (c >= KP && c - KP < (int)V))) /* row m of [A | B] */
                     segments.ends[((head * runs + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = S[u][q][r];
             }
+}
+
+/* Kernel 2's two entries. Each is bound by its widest block: 2 tiles of two one-n-tile warps
+ * each (5 warps with the producer), widest_chain_tiles tiles of one two-n-tile warp each (9
+ * warps, 5 with --precise), and with output warps four warpgroups. ptxas reads the bound even
+ * where it caps nothing (docs/06, the sixteenth step). The output warps' kernel is an entry of
+ * its own, with its own parameters, so that the other blocks' code stays as it was: with
+ * them, and one shift moved in the PTX, ptxas scheduled the one-tile chain 5 % slower
+ * (docs/06, the seventeenth step). */
+template <bool PRECISE, bool FOLD, int NTILES, bool STAGED>
+__global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
+    chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
+{
+    chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL);
+}
+/* the 8-tile block with output warps: kernel 3's tensor maps of q and k, and o in bf16 */
+static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
+    chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, bf16 *o16,
+                                const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map)
+{
+    chain_block<false, false, 2, true, true>(p, w, segments, 2, o16, &q_map, &k_map);
 }
 
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
@@ -1689,7 +1700,7 @@ static chain_shape two_slot_shape(int tiles, size_t K, bool precise, bool staged
 /* Kernel 2 as made for a shape: its blocks' tiles (chain_ntiles), staged or not (a fold
  * never is: it stores nothing for kernel 3; STAGED = !FOLD below, so that the staged fold,
  * which the kernel refuses by a static_assert, is never instantiated) */
-typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int, bf16 *, const CUtensorMap, const CUtensorMap);
+typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int);
 template <bool PRECISE, bool FOLD>
 static chain_kernel chain_kernel_for(chain_shape shape)
 {
@@ -1744,7 +1755,6 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
         return -1;
-    const CUtensorMap none = {};
     if (outputs_done)
         *outputs_done = false;
     if constexpr (!PRECISE && !FOLD) {
@@ -1756,16 +1766,15 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             CUtensorMap q_map, k_map;
             if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)))
                 return -1;
-            CUDA_LAUNCH_AFTER_PREVIOUS((chunk_states_kernel<false, false, 2, true, true>), blocks, OUTPUT_BLOCK_THREADS, bytes, *p, w, segments,
-                                       2, (bf16 *)r->o_bf16, q_map, k_map);
+            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, bytes, *p, w, segments, (bf16 *)r->o_bf16,
+                                       q_map, k_map);
             r->o_in_bf16 = 1;
             *outputs_done = true;
             return 0;
         }
     }
     const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape);
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages,
-                               (bf16 *)NULL, none, none);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
     return 0;
 }
 

@@ -117,6 +117,10 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  *   P > 1:  waves(heads * (P - 1) * groups(K + V)) * ceil(chunks / P)         fold
  *         + waves(heads * P * groups(V)) * ceil(chunks / P)                   replay
  *         + SCAN_STEP * (P - 1) + FIXED                                       scan, the rest
+ *   and at K = V = 128 (not --precise), where the replay's blocks are 8 tiles wide, they make
+ *   o too (stage 06's output warps) at STEP_COST_WITH_OUTPUTS a step; where they do not,
+ *   + OUTPUT_STEP * heads * chunks / SMs                                       kernel 3
+ *   (elsewhere kernel 3 runs at every P, the same time, and is left out).
  * groups(n): 16-column tiles of an n-column state. blocks_per_sm is the count for stage 06's
  * two-slot ring: chain_launch_shape takes two slots where they save a wave, so a launch runs
  * in the waves the two-slot ring allows. The constants are fitted to the H200 sweep of
@@ -124,19 +128,25 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * 3.1 for blocks of 4 (the middle of the band of costs that pick a good P at every shape and
  * never more segments for more heads: 1.5 .. 1.8 and 2.6 .. 3.5; one-tile steps got faster
  * than wide ones), 5.3 for blocks of 8 (measured, not fitted: ncu's replay step at (1, 65536,
- * 8, 128, 128), P = 16, 3.7 us against a one-tile block's 0.69 at P = 1; the fold's 8-tile
- * step, which stores nothing a chunk, 3.0; the sweep chooses the same P at every cost from
- * 3.2 up), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared
+ * 8, 128, 128), P = 16, 3.7 us against a one-tile block's 0.69 at P = 1), FOLD_STEP_COST_8
+ * 3.0 for the fold's 8-tile step, which stores nothing a chunk, STEP_COST_WITH_OUTPUTS 8.1
+ * (the replay's 8-tile step with output warps: 5.66 and 5.55 us at (1, 65536, 8 and 16, 128,
+ * 128), P = 16 and 8) and OUTPUT_STEP 5.4 (kernel 3 at those shapes: 232 and 461 us for
+ * 8192 and 16384 chunks of heads on 132 SMs, in one-tile steps of 0.69 us), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared
  * memory meanwhile) and FIXED (two more launches, a fold's and a replay's pipeline start), so
  * that the chosen P is one whose measured time was within 3% of the best (checked with a new
  * sweep each time stage 06's chain blocks change: docs/07). Where the heads' one-tile blocks
  * alone give every SM a block, P = 1 without asking the model: the chain is then bound by the
  * GPU's throughput, not one block's latency, and a fold only adds work (measured at 32 heads
  * of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
+enum chain_launch_kind { FOLD_LAUNCH, REPLAY_LAUNCH, REPLAY_WITH_OUTPUTS };
+/* one launch's modelled time; with REPLAY_WITH_OUTPUTS, *outputs_in_chain says whether its
+   blocks are the 8-tile ones that make o (stage 06's output warps) */
 static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
-                              double steps)
+                              double steps, chain_launch_kind kind, bool *outputs_in_chain)
 {
     static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.6, 0.0, 3.1, 0.0, 0.0, 0.0, 5.3};
+    const double FOLD_STEP_COST_8 = 3.0, STEP_COST_WITH_OUTPUTS = 8.1;
     const auto width_index = [](int tiles) { return tiles == 1 ? 0 : tiles == 2 ? 1 : tiles == 4 ? 2 : 3; }; /* log2 */
     int widest = MAX_CHAIN_TILES; /* the widest blocks stage 06 makes (4 tiles with --precise) */
     while (widest > 1 && blocks_per_sm[width_index(widest)] == 0)
@@ -144,20 +154,31 @@ static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms, widest);
     const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[width_index(tiles)];
     const size_t slots = sms * (per_sm ? per_sm : 1);
-    return (double)((blocks + slots - 1) / slots) * steps * STEP_COST[tiles];
+    const bool wide = tiles == MAX_CHAIN_TILES;
+    if (outputs_in_chain)
+        *outputs_in_chain = kind == REPLAY_WITH_OUTPUTS && wide;
+    const double cost = !wide ? STEP_COST[tiles] : kind == FOLD_LAUNCH ? FOLD_STEP_COST_8 : kind == REPLAY_WITH_OUTPUTS ? STEP_COST_WITH_OUTPUTS
+                                                                                                                         : STEP_COST[tiles];
+    return (double)((blocks + slots - 1) / slots) * steps * cost;
 }
 
 static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
                              size_t P)
 {
-    const double SCAN_STEP = 2.0, FIXED = 14.0;
+    const double SCAN_STEP = 2.0, FIXED = 14.0, OUTPUT_STEP = 5.4;
     const size_t value_groups = (size_t)round_up16(V) / 16, fold_groups = value_groups + (size_t)round_up16(K) / 16;
     const double steps = (double)((chunks + P - 1) / P);
-    const double replay = modelled_launch(heads * P * value_groups, value_groups, sms, blocks_per_sm, steps);
+    /* stage 06's output warps: K = V = 128 in 8-tile blocks (none with --precise) */
+    const bool outputs_possible = K == 128 && V == 128 && blocks_per_sm[CHAIN_WIDTHS - 1] > 0;
+    bool outputs_in_chain = false;
+    const double replay = modelled_launch(heads * P * value_groups, value_groups, sms, blocks_per_sm, steps,
+                                          outputs_possible ? REPLAY_WITH_OUTPUTS : REPLAY_LAUNCH, &outputs_in_chain);
+    /* kernel 3, where P decides whether it runs: its blocks fill the GPU, so its time is its work */
+    const double outputs = outputs_possible && !outputs_in_chain ? OUTPUT_STEP * (double)(heads * chunks) / (double)sms : 0.0;
     if (P == 1)
-        return replay;
-    const double fold = modelled_launch(heads * (P - 1) * fold_groups, fold_groups, sms, blocks_per_sm, steps);
-    return fold + replay + SCAN_STEP * (double)(P - 1) + FIXED;
+        return replay + outputs;
+    const double fold = modelled_launch(heads * (P - 1) * fold_groups, fold_groups, sms, blocks_per_sm, steps, FOLD_LAUNCH, NULL);
+    return fold + replay + outputs + SCAN_STEP * (double)(P - 1) + FIXED;
 }
 
 extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t sms,
