@@ -4,7 +4,8 @@
     ncu --csv --metrics gpu__time_duration.sum BIN ARGS --reps 1 | python3 plots/kernel_times.py
 
 Prints "prepare fold scan chain outputs" in microseconds, the first launch of each (the
-warm-up pass); "-" for a kernel that did not run (P = 1 has no fold and no scan).
+warm-up pass); "-" for a kernel that did not run (P = 1 has no fold and no scan; where 06's
+chain blocks have output warps, the chain makes o and kernel 3 does not run).
 """
 import csv
 import sys
@@ -17,6 +18,8 @@ def kind(name):
         return "prepare"
     if "scan_summaries" in name:
         return "scan"
+    if "chunk_states_outputs" in name:  # 06's chain block with output warps: the chain and kernel 3's work
+        return "chain"
     if "chunk_outputs" in name:
         return "outputs"
     if "chunk_states" in name:  # 06 and 07: chunk_states_kernel<PRECISE, FOLD>; 05: <COLUMNS>
