@@ -883,7 +883,8 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
 enum { OUTPUT_WARPS = 4, OUTPUT_PRODUCER_WARP = 12, OUTPUT_BLOCK_THREADS = 512, OUTPUT_CHAIN_REGISTERS = 168, OUTPUT_ROLE_REGISTERS = 152,
        OUTPUT_PRODUCER_REGISTERS = 24 };
 static_assert((int)OUTPUT_PRODUCER_WARP == (int)MAX_CHAIN_TILES + (int)OUTPUT_WARPS, "warps: the chain's, the output warps, the producer");
-static_assert(OUTPUT_CHAIN_REGISTERS * 256 + (OUTPUT_ROLE_REGISTERS + OUTPUT_PRODUCER_REGISTERS) * 128 <= 65536, "the warpgroups' registers fit the SM");
+static_assert(OUTPUT_CHAIN_REGISTERS * 256 + (OUTPUT_ROLE_REGISTERS + OUTPUT_PRODUCER_REGISTERS) * 128 <= 65536,
+              "the warpgroups' registers fit the SM");
 
 /* setmaxnreg is sm_90a's, not sm_90's: nvcc -arch=sm_90a also compiles a compute_90 PTX, in
    which the OUTPUTS kernel is a trap (an H200 runs the sm_90a code) */
@@ -1764,7 +1765,8 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             if (!r->o_bf16)
                 return gdn_set_error("the chain's output warps write o in bf16: the runner made no room for it");
             CUtensorMap q_map, k_map;
-            if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)))
+            if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) ||
+                make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)))
                 return -1;
             CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, bytes, *p, w, segments, (bf16 *)r->o_bf16,
                                        q_map, k_map);

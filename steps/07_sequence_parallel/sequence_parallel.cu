@@ -132,10 +132,11 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * 3.0 for the fold's 8-tile step, which stores nothing a chunk, STEP_COST_WITH_OUTPUTS 8.1
  * (the replay's 8-tile step with output warps: 5.66 and 5.55 us at (1, 65536, 8 and 16, 128,
  * 128), P = 16 and 8) and OUTPUT_STEP 5.4 (kernel 3 at those shapes: 232 and 461 us for
- * 8192 and 16384 chunks of heads on 132 SMs, in one-tile steps of 0.69 us), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared
- * memory meanwhile) and FIXED (two more launches, a fold's and a replay's pipeline start), so
- * that the chosen P is one whose measured time was within 3% of the best (checked with a new
- * sweep each time stage 06's chain blocks change: docs/07). Where the heads' one-tile blocks
+ * 8192 and 16384 chunks of heads on 132 SMs, in one-tile steps of 0.69 us), SCAN_STEP (a
+ * scan step: K FMAs a column, the next map copied into shared memory meanwhile) and FIXED
+ * (two more launches, a fold's and a replay's pipeline start), so that the chosen P is one
+ * whose measured time was within 3% of the best (checked with a new sweep each time stage
+ * 06's chain blocks change: docs/07). Where the heads' one-tile blocks
  * alone give every SM a block, P = 1 without asking the model: the chain is then bound by the
  * GPU's throughput, not one block's latency, and a fold only adds work (measured at 32 heads
  * of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
