@@ -1101,44 +1101,43 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     __syncthreads(); /* the block's only barrier */
     wait_for_previous_kernel(); /* kernel 1's W, keys and U (and in stage 07 the scan's starts) */
 
-    /* Each role returns where it ends: ptxas then gives the code of each role of an OUTPUTS
-       block the registers set where the role begins (setmaxnreg) */
+    /* Each role returns where it ends, so that with OUTPUTS the chain's code below is reached
+       only after its registers grew (ptxas allocates by those regions) */
     if (OUTPUTS ? warp >= OUTPUT_PRODUCER_WARP : warp == consumers) { /* the producer */
         if constexpr (OUTPUTS)
             set_max_registers_down<OUTPUT_PRODUCER_REGISTERS>(); /* its whole warpgroup gives registers back */
-        if (lane != 0 || (OUTPUTS && warp != OUTPUT_PRODUCER_WARP))
-            return;
-        /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
-        const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
-        const int u_end = block_column0 + block_columns < value_column0 + VP ? block_column0 + block_columns : value_column0 + VP;
-        const uint32_t u_row = CHUNK * sizeof(chain_u_type<PRECISE>); /* bytes of a row of U_t */
-        const uint32_t u_bytes = u_first < u_end ? (uint32_t)(u_end - u_first) * u_row : 0;
-        const uint32_t decay_to = (uint32_t)(u_offset + block_columns * u_row);
-        /* OUTPUTS: the chunk's q and k come into the slot too (kernel 3's tensor copies) */
-        const uint32_t key_tiles_bytes = OUTPUTS ? (uint32_t)(2 * CHUNK * LDK * sizeof(bf16)) : 0;
-        for (size_t chunk = first; chunk < end; chunk++) {
-            const size_t j = chunk - first;
-            const int s = (int)(j % stages);
-            if (j >= (size_t)stages) /* the consumers are done with chunk j - stages */
-                barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
-            unsigned char *slot = slots + s * slot_bytes;
-            const unsigned char *block = blocks + chunk * block_bytes;
-            barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16 + key_tiles_bytes);
-            if constexpr (OUTPUTS) {
-                const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
-                tensor_copy_3d(output_tiles + 2 * s * CHUNK * LDK, q_map, h * K, t0, b, &full[s]);
-                tensor_copy_3d(output_tiles + (2 * s + 1) * CHUNK * LDK, k_map, h * K, t0, b, &full[s]);
+        if (OUTPUTS ? warp == OUTPUT_PRODUCER_WARP && lane == 0 : lane == 0) { /* one lane brings each chunk's W, keys and U */
+            /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
+            const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
+            const int u_end = block_column0 + block_columns < value_column0 + VP ? block_column0 + block_columns : value_column0 + VP;
+            const uint32_t u_row = CHUNK * sizeof(chain_u_type<PRECISE>); /* bytes of a row of U_t */
+            const uint32_t u_bytes = u_first < u_end ? (uint32_t)(u_end - u_first) * u_row : 0;
+            const uint32_t decay_to = (uint32_t)(u_offset + block_columns * u_row);
+            for (size_t chunk = first; chunk < end; chunk++) {
+                const size_t j = chunk - first;
+                const int s = (int)(j % stages);
+                if (j >= (size_t)stages) /* the consumers are done with chunk j - stages */
+                    barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
+                unsigned char *slot = slots + s * slot_bytes;
+                const unsigned char *block = blocks + chunk * block_bytes;
+                const uint32_t key_tile_bytes = OUTPUTS ? (uint32_t)(CHUNK * LDK * sizeof(bf16)) : 0;
+                barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16 + 2 * key_tile_bytes);
+                if (OUTPUTS) { /* q and k of the chunk, for the output warps (kernel 3's tensor copies) */
+                    const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
+                    tensor_copy_3d(output_tiles + 2 * s * CHUNK * LDK, q_map, h * K, t0, b, &full[s]);
+                    tensor_copy_3d(output_tiles + (2 * s + 1) * CHUNK * LDK, k_map, h * K, t0, b, &full[s]);
+                }
+                bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
+                if (u_bytes)
+                    bulk_copy(slot + u_offset + (u_first - block_column0) * u_row,
+                              block + u_offset + (size_t)(u_first - value_column0) * u_row, u_bytes, &full[s]);
+                bulk_copy(slot + decay_to, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
             }
-            bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
-            if (u_bytes)
-                bulk_copy(slot + u_offset + (u_first - block_column0) * u_row, block + u_offset + (size_t)(u_first - value_column0) * u_row,
-                          u_bytes, &full[s]);
-            bulk_copy(slot + decay_to, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
         }
         return;
     }
-    if constexpr (OUTPUTS) {
-        if (warp >= consumers) { /* the output warps */
+    if (OUTPUTS) {
+        if (warp >= consumers) {
             set_max_registers_up<OUTPUT_ROLE_REGISTERS>();
             chunk_outputs_role(p, w, head, first, end, stages, full, empty, output_tiles, staged_full, states_free, values_free,
                                (const bf16 *)(empty + stages), o16);
@@ -1372,10 +1371,10 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
 }
 /* the 8-tile block with output warps: kernel 3's tensor maps of q and k, and o in bf16 */
 static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
-    chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, bf16 *o16,
+    chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages, bf16 *o16,
                                 const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map)
 {
-    chain_block<false, false, 2, true, true>(p, w, segments, 2, o16, &q_map, &k_map);
+    chain_block<false, false, 2, true, true>(p, w, segments, stages, o16, &q_map, &k_map);
 }
 
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
@@ -1768,8 +1767,8 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) ||
                 make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)))
                 return -1;
-            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, bytes, *p, w, segments, (bf16 *)r->o_bf16,
-                                       q_map, k_map);
+            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, bytes, *p, w, segments, 2,
+                                       (bf16 *)r->o_bf16, q_map, k_map);
             r->o_in_bf16 = 1;
             *outputs_done = true;
             return 0;
