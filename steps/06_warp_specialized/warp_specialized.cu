@@ -883,8 +883,12 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
 enum { OUTPUT_WARPS = 4, OUTPUT_PRODUCER_WARP = 12, OUTPUT_BLOCK_THREADS = 512, OUTPUT_CHAIN_REGISTERS = 168, OUTPUT_ROLE_REGISTERS = 152,
        OUTPUT_PRODUCER_REGISTERS = 24 };
 static_assert((int)OUTPUT_PRODUCER_WARP == (int)MAX_CHAIN_TILES + (int)OUTPUT_WARPS, "warps: the chain's, the output warps, the producer");
-static_assert(OUTPUT_CHAIN_REGISTERS * 256 + (OUTPUT_ROLE_REGISTERS + OUTPUT_PRODUCER_REGISTERS) * 128 <= 65536,
-              "the warpgroups' registers fit the SM");
+/* setmaxnreg.inc waits for registers the block's other warpgroups gave back: a block never has
+   more than it was launched with (65,536 / 512 = 128 a thread), so the roles' budgets must fit
+   that, not merely the SM's 65,536 (docs/06, Pitfalls) */
+static_assert(OUTPUT_CHAIN_REGISTERS * 256 + (OUTPUT_ROLE_REGISTERS + OUTPUT_PRODUCER_REGISTERS) * 128 <=
+                  65536 / OUTPUT_BLOCK_THREADS * OUTPUT_BLOCK_THREADS,
+              "the warpgroups' registers fit the block's");
 
 /* setmaxnreg is sm_90a's, not sm_90's: nvcc -arch=sm_90a also compiles a compute_90 PTX, in
    which the OUTPUTS kernel is a trap (an H200 runs the sm_90a code) */
