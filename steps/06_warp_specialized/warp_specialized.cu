@@ -1141,7 +1141,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         return;
     }
     if (OUTPUTS) {
-        if (warp >= consumers) {
+        if (warp >= consumers) { /* the output warps */
             set_max_registers_up<OUTPUT_ROLE_REGISTERS>();
             chunk_outputs_role(p, w, head, first, end, stages, full, empty, output_tiles, staged_full, states_free, values_free,
                                (const bf16 *)(empty + stages), o16);
@@ -1771,6 +1771,8 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) ||
                 make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)))
                 return -1;
+            /* two ring slots, passed at run time: with the depth known to the compiler this
+               kernel ran 5 % slower (docs/06, the end of the seventeenth step) */
             CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, bytes, *p, w, segments, 2,
                                        (bf16 *)r->o_bf16, q_map, k_map);
             r->o_in_bf16 = 1;
