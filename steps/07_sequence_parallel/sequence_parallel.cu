@@ -158,8 +158,12 @@ static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size
     const bool wide = tiles == MAX_CHAIN_TILES;
     if (outputs_in_chain)
         *outputs_in_chain = kind == REPLAY_WITH_OUTPUTS && wide;
-    const double cost = !wide ? STEP_COST[tiles] : kind == FOLD_LAUNCH ? FOLD_STEP_COST_8 : kind == REPLAY_WITH_OUTPUTS ? STEP_COST_WITH_OUTPUTS
-                                                                                                                         : STEP_COST[tiles];
+    /* a step's cost by the blocks' width; 8-tile blocks by what they do as well */
+    double cost = STEP_COST[tiles];
+    if (wide && kind == FOLD_LAUNCH)
+        cost = FOLD_STEP_COST_8;
+    else if (wide && kind == REPLAY_WITH_OUTPUTS)
+        cost = STEP_COST_WITH_OUTPUTS;
     return (double)((blocks + slots - 1) / slots) * steps * cost;
 }
 
