@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's seventeenth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's eighteenth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -25,10 +25,11 @@
  * fourteenth); kernel 1 stores U in the order the chain's MMA fragments read it (the
  * fifteenth); where a head's 128 columns in one block still give nearly every SM a block, the
  * chain takes them so (W and the keys come into an SM once a chunk), with staged stores (the
- * sixteenth); and there, at K = V = 128, four output warps in the same block do kernel 3's
+ * sixteenth); and there, at K = V = 128, output warps in the same block do kernel 3's
  * work from the staging tiles, so that S0^T and Vnew^T never leave the SM and kernel 3 does
- * not run (the seventeenth). The chain kernel also runs a sequence as segments (one here;
- * stage 07 includes this file and cuts it).
+ * not run (the seventeenth step: four warps; the eighteenth: eight, sharing P through the k
+ * tile). The chain kernel also runs a sequence as segments (one here; stage 07 includes this
+ * file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
@@ -73,9 +74,9 @@
  *             chunk step compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step); so
  *             288, 160, 160 or 96 threads;
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
- *             with output warps (K = V = 128: OUTPUTS) 512 threads, two slots with q and k,
- *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg:
- *             the chain 168, the output warps 152, the producer's warpgroup 24;
+ *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with q and k,
+ *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg
+ *             from 96: the chain 160, the output warps 64, the producer's warpgroup 24;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
  *   kernel 3: (not run where the chain's output warps make o) a block per (head, chunk,
@@ -869,25 +870,30 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
 
 /* ---- output warps in the chain's block (OUTPUTS): kernel 3's work where S0^T and Vnew^T are ----
  * A chain block of MAX_CHAIN_TILES tiles holds a whole head's state at K = V = 128, so its
- * staging tiles hold all of S0^T and Vnew^T for a chunk: four more warps can form the chunk's
+ * staging tiles hold all of S0^T and Vnew^T for a chunk: eight more warps can form the chunk's
  * o from them there, and neither goes to global memory and back (52 KB each way a chunk).
- * The block: warps 0 .. 7 the chain (two warpgroups), 8 .. 11 the output warps (one), 12 the
+ * Eight, not four: the chain overwrites S0^T a chunk later only once the output warps have
+ * read it (Q S0), so an output warp's Q S0 should take no longer than a chain warp's update
+ * (64 MMAs); four warps of 16 rows x 128 columns took 128, and the chain's step grew by half.
+ * The block: warps 0 .. 7 the chain (two warpgroups), 8 .. 15 the output warps (two), 16 the
  * producer (its warpgroup's other three warps leave at once). Registers by warpgroup
- * (setmaxnreg; every thread starts with 65,536 / 512 = 128): the chain 168 a thread, the
- * output warps 152, the producer's warpgroup 24, all 65,536 of the SM's (the output warps
- * spilled at 128, and the chain's code is the 8-tile block's, 155 registers). ptxas gives
- * each role the budget set where it begins only if no role's code is reached from another's:
- * each returns where it ends. Shared memory: the chain's ring of two slots and
- * its staging tiles, and for each slot the chunk's q and k (which the producer brings with W,
- * the keys and U); 223 KB. */
-enum { OUTPUT_WARPS = 4, OUTPUT_PRODUCER_WARP = 12, OUTPUT_BLOCK_THREADS = 512, OUTPUT_CHAIN_REGISTERS = 168, OUTPUT_ROLE_REGISTERS = 152,
+ * (setmaxnreg; every thread starts with 65,536 / 640, 96 in whole units of 8): the chain 160
+ * a thread (its code is the 8-tile block's, 155 registers), the output warps 64, the
+ * producer's warpgroup 24: 60,416 of the block's 61,440. ptxas gives each role the budget
+ * set where it begins only if no role's code is reached from another's: each returns where
+ * it ends. Shared memory: the chain's ring of two slots and its staging tiles, and for each
+ * slot the chunk's q and k (which the producer brings with W, the keys and U; P takes k's
+ * place once it is made); 223 KB. */
+enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 160, OUTPUT_ROLE_REGISTERS = 64,
        OUTPUT_PRODUCER_REGISTERS = 24 };
+/* every thread's registers at launch: 65,536 / 640, in whole units of 8 */
+constexpr int OUTPUT_START_REGISTERS = 65536 / OUTPUT_BLOCK_THREADS / 8 * 8;
 static_assert((int)OUTPUT_PRODUCER_WARP == (int)MAX_CHAIN_TILES + (int)OUTPUT_WARPS, "warps: the chain's, the output warps, the producer");
 /* setmaxnreg.inc waits for registers the block's other warpgroups gave back: a block never has
-   more than it was launched with (65,536 / 512 = 128 a thread), so the roles' budgets must fit
+   more than it was launched with (65,536 / 640, 96 a thread), so the roles' budgets must fit
    that, not merely the SM's 65,536 (docs/06, Pitfalls) */
-static_assert(OUTPUT_CHAIN_REGISTERS * 256 + (OUTPUT_ROLE_REGISTERS + OUTPUT_PRODUCER_REGISTERS) * 128 <=
-                  65536 / OUTPUT_BLOCK_THREADS * OUTPUT_BLOCK_THREADS,
+static_assert(OUTPUT_CHAIN_REGISTERS * 256 + OUTPUT_ROLE_REGISTERS * 32 * OUTPUT_WARPS + OUTPUT_PRODUCER_REGISTERS * 128
+                  <= OUTPUT_START_REGISTERS * OUTPUT_BLOCK_THREADS,
               "the warpgroups' registers fit the block's");
 
 /* setmaxnreg is sm_90a's, not sm_90's: nvcc -arch=sm_90a also compiles a compute_90 PTX, in
@@ -909,6 +915,14 @@ template <int REGISTERS> __device__ __forceinline__ static void set_max_register
     if constexpr (HAVE_SETMAXNREG)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));
 }
+/* a warpgroup's register budget from the launch's OUTPUT_START_REGISTERS, up or down */
+template <int REGISTERS> __device__ __forceinline__ static void set_max_registers(void)
+{
+    if constexpr (REGISTERS > OUTPUT_START_REGISTERS)
+        set_max_registers_up<REGISTERS>();
+    else if constexpr (REGISTERS < OUTPUT_START_REGISTERS)
+        set_max_registers_down<REGISTERS>();
+}
 /* the output warps' own barrier (barrier 1; __syncthreads is barrier 0) */
 __device__ __forceinline__ static void output_warps_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(32 * OUTPUT_WARPS) : "memory"); }
 
@@ -925,24 +939,29 @@ __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles,
            2 * CHUNK * sizeof(double);
 }
 
-/* The output warps' loop over the block's chunks. Output warp r takes rows 16 r .. 16 r + 15
- * of the chunk's o, all 128 columns, K = V = 128 (the only shape that runs this):
+/* The output warps' loop over the block's chunks. Output warp r takes rows 16 (r % 4) .. + 15
+ * of the chunk's o and columns 64 (r / 4) .. + 63, K = V = 128 (the only shape that runs this):
  *     P = lower(Q K^T exp(gamma_i - gamma_j)), o = scale (exp(gamma) Q S0 + P Vnew)    (eq. 14)
  * each sum in the order kernel 3 takes it (the same products, k by k), so o is bit for bit
- * kernel 3's. P is the warp's own 16 rows, all 64 tokens, so it never goes to shared memory:
- * two n-tiles of an m16n8 accumulator, rounded to bf16 pairs, are an m16n8k16 A fragment.
- * Per chunk the warps wait for the slot (q, k), make P, wait for the chain's staging tiles,
- * add Q S0 and let the chain write the next S0^T (states_free), then P Vnew and let it write
- * the next Vnew^T (values_free); o goes through the warp's own rows of the q tile, whole rows
- * out, and the slot is released. */
+ * kernel 3's. The two warps of a row block share their rows' P: each makes the 32 tokens of
+ * its half and writes them over the k tile, which no warp reads once the scores are made.
+ * Per chunk an output warp issues 128 MMAs: P 32, Q S0 64, P Vnew 32 (four warps of whole
+ * rows issued 256). Per chunk the warps wait for the slot (q, k), make P, wait for the
+ * chain's staging tiles, add Q S0 and let the chain write the next S0^T (states_free), then
+ * P Vnew and let it write the next Vnew^T (values_free); o goes through the warp's own part of
+ * the q tile once every output warp is done reading q, out in 16-byte pieces, and the slot
+ * is released. */
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
                                           int stages, uint64_t *full, uint64_t *empty, bf16 *output_tiles, uint64_t *staged_full,
                                           uint64_t *states_free, uint64_t *values_free, const bf16 *staging, bf16 *o16)
 {
-    constexpr int SIZE = 128, LDK = SIZE + 8, GROUPS = SIZE / 16; /* K = V = SIZE; the chain's 16-column warps */
+    constexpr int SIZE = 128, LDK = SIZE + 8; /* K = V = SIZE */
+    constexpr int HALVES = OUTPUT_WARPS / 4, GROUPS = SIZE / 16 / HALVES; /* column halves of o; the chain's 16-column warps a half */
     constexpr int GROUP_STRIDE = 16 * (LDK + TOKEN_STRIDE);       /* bf16 from one chain warp's staging tiles to the next's */
-    const int lane = threadIdx.x % 32, quarter = lane / 8, tile_row = 16 * (int)(threadIdx.x / 32 - MAX_CHAIN_TILES);
-    const int output_thread = (int)threadIdx.x - 32 * MAX_CHAIN_TILES; /* 0 .. 127 */
+    const int output_warp = (int)(threadIdx.x / 32) - MAX_CHAIN_TILES, half = output_warp / 4;
+    const int lane = threadIdx.x % 32, quarter = lane / 8, tile_row = 16 * (output_warp % 4);
+    const int output_thread = (int)threadIdx.x - 32 * MAX_CHAIN_TILES; /* 0 .. 32 OUTPUT_WARPS - 1 */
+    const bf16 *const half_staging = staging + half * GROUPS * GROUP_STRIDE; /* the chain warps of this half's columns */
     const size_t b = head / p.H, h = head % p.H, V = SIZE;
     double *gamma_buffers = (double *)(staged_full + 3); /* [2][CHUNK]: chunks j and j + 1 */
     /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
@@ -957,36 +976,39 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         double *gamma = gamma_buffers + (j & 1) * CHUNK;
         if (output_thread < CHUNK)
             gamma[output_thread] = gamma_next;
-        gamma_next = gamma_of(chunk + 1);
         output_warps_sync(); /* gamma is here; chunk j - 2's reads of its buffer are done */
         bf16 *q = output_tiles + 2 * s * CHUNK * LDK, *k = q + CHUNK * LDK;
         barrier_wait(&full[s], (uint32_t)((j / stages) & 1)); /* q and k */
 
-        /* P = lower(Q K^T e^(gamma_i - gamma_l)), as A fragments of P Vnew: a[kk] for tokens 16 kk .. */
-        uint32_t p_fragments[CHUNK / 16][4];
+        /* P = lower(Q K^T e^(gamma_i - gamma_l)): this warp's 16 rows, the 32 tokens of its half,
+           into the k tile once every output warp is done reading k; the two warps of a row
+           block then read all 64 tokens of their rows as A fragments of P Vnew */
+        bf16 *const p_tile = k;
         {
-            float scores[CHUNK / 8][4];
+            constexpr int TOKENS = CHUNK / HALVES;
+            const int token0 = half * TOKENS;
+            float scores[TOKENS / 8][4];
             clear(scores);
-            warp_product(scores, q, LDK, k, LDK, tile_row, 0, SIZE); /* Q K^T */
-            uint32_t pairs[CHUNK / 8][2];
+            warp_product(scores, q, LDK, k, LDK, tile_row, token0, SIZE); /* Q K^T */
+            uint32_t pairs[TOKENS / 8][2];
 #pragma unroll
-            for (int jj = 0; jj < CHUNK / 8; jj++)
+            for (int jj = 0; jj < TOKENS / 8; jj++)
 #pragma unroll
                 for (int r = 0; r < 4; r += 2) {
-                    const int i = fragment_row(tile_row, r), l = fragment_column(0, jj, r);
+                    const int i = fragment_row(tile_row, r), l = token0 + fragment_column(0, jj, r);
                     float exact[2];
 #pragma unroll
                     for (int e = 0; e < 2; e++) /* only l <= i: exponents <= 0 */
                         exact[e] = l + e <= i && i < n ? scores[jj][r + e] * expf((float)(gamma[i] - gamma[l + e])) : 0.0f;
                     pairs[jj][r / 2] = pack_bf16(exact[0], exact[1]);
                 }
+            output_warps_sync(); /* k is read */
 #pragma unroll
-            for (int kk = 0; kk < CHUNK / 16; kk++) { /* rows g, g + 8 of columns +0, then of columns +8 */
-                p_fragments[kk][0] = pairs[2 * kk][0];
-                p_fragments[kk][1] = pairs[2 * kk][1];
-                p_fragments[kk][2] = pairs[2 * kk + 1][0];
-                p_fragments[kk][3] = pairs[2 * kk + 1][1];
-            }
+            for (int jj = 0; jj < TOKENS / 8; jj++)
+#pragma unroll
+                for (int r = 0; r < 4; r += 2)
+                    *(uint32_t *)&p_tile[fragment_row(tile_row, r) * LDK + token0 + fragment_column(0, jj, r)] = pairs[jj][r / 2];
+            output_warps_sync(); /* P is whole */
         }
         float acc[2 * GROUPS][4];
         clear(acc);
@@ -1000,7 +1022,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
 #pragma unroll
             for (int c = 0; c < GROUPS; c++) {
                 uint32_t bt[4];
-                load_matrices(bt, staging + c * GROUP_STRIDE + b_offset + k0);
+                load_matrices(bt, half_staging + c * GROUP_STRIDE + b_offset + k0);
                 const uint32_t first_tile[2] = {bt[0], bt[1]}, second_tile[2] = {bt[2], bt[3]};
                 mma_bf16_16x8x16(acc[2 * c], a, first_tile);
                 mma_bf16_16x8x16(acc[2 * c + 1], a, second_tile);
@@ -1017,31 +1039,37 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         /* + P Vnew: B^T from the chain warps' Vnew^T rows, after their S0^T rows */
         const int v_offset = 16 * LDK + (lane % 8 + 8 * (quarter / 2)) * TOKEN_STRIDE + 8 * (quarter % 2);
 #pragma unroll
-        for (int kk = 0; kk < CHUNK / 16; kk++)
+        for (int kk = 0; kk < CHUNK / 16; kk++) {
+            uint32_t p_fragment[4];
+            load_a_fragment(p_fragment, p_tile, LDK, tile_row, 16 * kk);
 #pragma unroll
             for (int c = 0; c < GROUPS; c++) {
                 uint32_t bt[4];
-                load_matrices(bt, staging + c * GROUP_STRIDE + v_offset + 16 * kk);
+                load_matrices(bt, half_staging + c * GROUP_STRIDE + v_offset + 16 * kk);
                 const uint32_t first_tile[2] = {bt[0], bt[1]}, second_tile[2] = {bt[2], bt[3]};
-                mma_bf16_16x8x16(acc[2 * c], p_fragments[kk], first_tile);
-                mma_bf16_16x8x16(acc[2 * c + 1], p_fragments[kk], second_tile);
+                mma_bf16_16x8x16(acc[2 * c], p_fragment, first_tile);
+                mma_bf16_16x8x16(acc[2 * c + 1], p_fragment, second_tile);
             }
+        }
         barrier_arrive(values_free);
-        /* o in bf16 through this warp's own 16 rows of the q tile (no other warp reads them),
-           then whole rows out, 16 bytes a lane */
-        __syncwarp();
+        gamma_next = gamma_of(chunk + 1); /* loaded here, not at the top: held across the chunk it cost spills at 64 registers */
+        /* o in bf16 through this warp's 16 rows and 64 columns of the q tile, once both warps of
+           those rows are done reading them (every output warp: one barrier), then out, 16
+           bytes a lane */
+        output_warps_sync();
+        const int column0 = half * (SIZE / HALVES);
 #pragma unroll
         for (int jj = 0; jj < 2 * GROUPS; jj++)
 #pragma unroll
             for (int r = 0; r < 4; r += 2) {
-                const int i = fragment_row(tile_row, r), c = fragment_column(0, jj, r);
+                const int i = fragment_row(tile_row, r), c = column0 + fragment_column(0, jj, r);
                 *(__nv_bfloat162 *)&q[i * LDK + c] = __floats2bfloat162_rn(p.scale * acc[jj][r], p.scale * acc[jj][r + 1]);
             }
         __syncwarp();
         const size_t first_token = gdn_device_token(&p, b, t0, h); /* token t0 + i: first + i H */
-        constexpr int ROW_PIECES = SIZE / 8;
+        constexpr int ROW_PIECES = SIZE / HALVES / 8; /* 16-byte pieces of this warp's part of a row */
         for (int e = lane; e < 16 * ROW_PIECES; e += 32) {
-            const int i = tile_row + e / ROW_PIECES, piece = e % ROW_PIECES;
+            const int i = tile_row + e / ROW_PIECES, piece = column0 / 8 + e % ROW_PIECES;
             if (i < n)
                 ((uint4 *)(o16 + (first_token + (size_t)i * p.H) * V))[piece] = ((const uint4 *)(q + i * LDK))[piece];
         }
@@ -1069,7 +1097,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
     const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
     /* consumers: the chain's warps, 0 .. consumers - 1; the producer is warp `consumers`, or
-       with OUTPUTS warp OUTPUT_PRODUCER_WARP (warps 8 .. 11 are the output warps) */
+       with OUTPUTS warp OUTPUT_PRODUCER_WARP (warps 8 .. 15 are the output warps) */
     const int consumers = OUTPUTS ? MAX_CHAIN_TILES : blockDim.x / 32 - 1, block_columns = 8 * NTILES * consumers, tiles = block_columns / 16;
     const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = segments.runs;
     const size_t groups = (columns + block_columns - 1) / block_columns, group = blockIdx.x % groups;
@@ -1109,7 +1137,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
        only after its registers grew (ptxas allocates by those regions) */
     if (OUTPUTS ? warp >= OUTPUT_PRODUCER_WARP : warp == consumers) { /* the producer */
         if constexpr (OUTPUTS)
-            set_max_registers_down<OUTPUT_PRODUCER_REGISTERS>(); /* its whole warpgroup gives registers back */
+            set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* its whole warpgroup gives registers back */
         if (OUTPUTS ? warp == OUTPUT_PRODUCER_WARP && lane == 0 : lane == 0) { /* one lane brings each chunk's W, keys and U */
             /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
             const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
@@ -1142,12 +1170,12 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     }
     if (OUTPUTS) {
         if (warp >= consumers) { /* the output warps */
-            set_max_registers_up<OUTPUT_ROLE_REGISTERS>();
+            set_max_registers<OUTPUT_ROLE_REGISTERS>();
             chunk_outputs_role(p, w, head, first, end, stages, full, empty, output_tiles, staged_full, states_free, values_free,
                                (const bf16 *)(empty + stages), o16);
             return;
         }
-        set_max_registers_up<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups */
+        set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups */
     }
 
     /* a consumer: state columns column0 .. column0 + 8 NTILES - 1, n-tile u: column0 + 8 u .. */
@@ -1362,7 +1390,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
 
 /* Kernel 2's two entries. Each is bound by its widest block: 2 tiles of two one-n-tile warps
  * each (5 warps with the producer), widest_chain_tiles tiles of one two-n-tile warp each (9
- * warps, 5 with --precise), and with output warps four warpgroups. ptxas reads the bound even
+ * warps, 5 with --precise), and with output warps five warpgroups. ptxas reads the bound even
  * where it caps nothing (docs/06, the sixteenth step). The output warps' kernel is an entry of
  * its own, with its own parameters, so that the other blocks' code stays as it was: with
  * them, and one shift moved in the PTX, ptxas scheduled the one-tile chain 5 % slower
