@@ -1676,8 +1676,10 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
  * blocks share each copy of W and the decayed keys
  * among more columns, but when blocks are few the chain's latency is the time, and more
  * blocks on more SMs shorten it. 8 tiles (128 columns, a whole head at K = V = 128) where
- * they leave a block for 95 % of the SMs: one a head at 128 heads leaves 4 of 132 SMs idle,
- * and still ran faster than two 64-column blocks an SM (docs/06, the sixteenth step). Slots
+ * they leave a block for 95 % of the SMs (widest_blocks_percent): one a head at 128 heads
+ * leaves 4 of 132 SMs idle, and still ran faster than two 64-column blocks an SM (docs/06, the
+ * sixteenth step); 70 % where those blocks carry output warps, which take kernel 3's pass
+ * away. Slots
  * (chain_shape_of): as many as fit on an SM, up to 4, so that the producer runs up to three
  * chunks ahead, unless fewer save a wave (below). Staged stores (chunk_states_kernel) where
  * the blocks fill the GPU, and always in 8-tile blocks (from registers, their 128 columns'
@@ -1689,11 +1691,17 @@ typedef struct {
     size_t bytes;
 } chain_shape;
 
-static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, int widest)
+/* The share of the SMs 8-tile blocks must leave a block for. With output warps the 8-tile
+ * block also does kernel 3's work, and fewer SMs busy is worth that: at (1, 8192, 96, 128,
+ * 128), 96 heads on 132 SMs, 96 blocks with output warps took 1.087 ms, 192 blocks of 64
+ * columns and kernel 3 1.200 (docs/06, the nineteenth step). */
+static int widest_blocks_percent(bool outputs) { return outputs ? 70 : 95; }
+static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, int widest, bool outputs)
 {
     for (int tiles = widest; tiles > 1; tiles /= 2) {
         const size_t blocks = one_tile_blocks / tiles;
-        if (tiles_per_run % tiles == 0 && (tiles == MAX_CHAIN_TILES ? blocks * 100 >= sms * 95 : blocks >= sms))
+        if (tiles_per_run % tiles == 0 &&
+            (tiles == MAX_CHAIN_TILES ? blocks * 100 >= sms * (size_t)widest_blocks_percent(outputs) : blocks >= sms))
             return tiles;
     }
     return 1;
@@ -1758,12 +1766,13 @@ static size_t chain_blocks_per_sm(chain_shape shape)
  * slots shared best: at (2, 16384, 16, 128, 128), 256 one-tile blocks, four 38 KB slots allow
  * one an SM (two waves of 256 chunk steps), three allow two and two allow three (one wave
  * either way), and two slots ran 1.240 ms where three ran 1.282 (docs/06). Staged where the
- * blocks are at least the SMs, or 8 tiles wide (not with FOLD). */
+ * blocks are at least the SMs, or 8 tiles wide (not with FOLD). `outputs`: 8-tile blocks
+ * would carry output warps (chain_tiles). */
 template <bool PRECISE, bool FOLD>
-static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K)
+static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool outputs)
 {
     const int sms = gdn_sm_count();
-    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms, widest_chain_tiles(PRECISE));
+    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms, widest_chain_tiles(PRECISE), outputs);
     const size_t blocks = one_tile_blocks / tiles;
     const bool staged = !FOLD && (blocks >= (size_t)sms || tiles == MAX_CHAIN_TILES);
     const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged), two_slots = two_slot_shape(tiles, K, PRECISE, staged);
@@ -1782,7 +1791,10 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                                bool *outputs_done = NULL)
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
-    const chain_shape shape = chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K);
+    const size_t output_bytes = output_block_bytes(p->K, MAX_CHAIN_TILES, 2);
+    const bool outputs = !PRECISE && !FOLD && r && outputs_done && p->K == 128 && p->V == 128 && keys_by_tensor_map(p->K, p->H, p->T) &&
+                         output_bytes <= shared_bytes_per_block(); /* if the blocks are 8 tiles wide */
+    const chain_shape shape = chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs);
     const size_t block_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
@@ -1790,9 +1802,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     if (outputs_done)
         *outputs_done = false;
     if constexpr (!PRECISE && !FOLD) {
-        const size_t bytes = output_block_bytes(p->K, shape.tiles, 2);
-        if (r && outputs_done && shape.tiles == MAX_CHAIN_TILES && p->K == 128 && p->V == 128 && keys_by_tensor_map(p->K, p->H, p->T) &&
-            bytes <= shared_bytes_per_block()) {
+        if (outputs && shape.tiles == MAX_CHAIN_TILES) {
             if (!r->o_bf16)
                 return gdn_set_error("the chain's output warps write o in bf16: the runner made no room for it");
             CUtensorMap q_map, k_map;
@@ -1801,7 +1811,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                 return -1;
             /* two ring slots, passed at run time: with the depth known to the compiler this
                kernel ran 5 % slower (docs/06, the end of the seventeenth step) */
-            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, bytes, *p, w, segments, 2,
+            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments, 2,
                                        (bf16 *)r->o_bf16, q_map, k_map);
             r->o_in_bf16 = 1;
             *outputs_done = true;

@@ -152,7 +152,7 @@ static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size
     int widest = MAX_CHAIN_TILES; /* the widest blocks stage 06 makes (4 tiles with --precise) */
     while (widest > 1 && blocks_per_sm[width_index(widest)] == 0)
         widest /= 2;
-    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms, widest);
+    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms, widest, kind == REPLAY_WITH_OUTPUTS);
     const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[width_index(tiles)];
     const size_t slots = sms * (per_sm ? per_sm : 1);
     const bool wide = tiles == MAX_CHAIN_TILES;
