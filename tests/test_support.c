@@ -82,7 +82,10 @@ const test_shape test_bf16_shapes[] = {{1, 1, 1, 64, 64},    {1, 100, 3, 64, 64}
                                        {4, 100, 40, 128, 64},
                                        /* 128 heads of K = V = 128: 8-tile chain blocks, one a
                                         * head (4-tile ones with --precise: widest_chain_tiles) */
-                                       {1, 130, 128, 128, 128}};
+                                       {1, 130, 128, 128, 128},
+                                       /* 96 heads: 8-tile blocks only because they carry output
+                                        * warps (from 70 % of the SMs: widest_blocks_percent) */
+                                       {1, 130, 96, 128, 128}};
 const int test_bf16_shape_count = sizeof test_bf16_shapes / sizeof test_bf16_shapes[0];
 
 void test_describe_shape(char *what, size_t size, test_shape shape, int with_h0)
