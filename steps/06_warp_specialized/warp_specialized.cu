@@ -907,11 +907,14 @@ constexpr bool HAVE_SETMAXNREG = false;
    warpgroup executes it; an increase waits until the registers are free */
 template <int REGISTERS> __device__ __forceinline__ static void set_max_registers_up(void)
 {
+    /* .inc with fewer registers than the warps hold is undefined (docs/06, the eighteenth step) */
+    static_assert(REGISTERS > OUTPUT_START_REGISTERS, "setmaxnreg.inc raises a warpgroup's registers");
     if constexpr (HAVE_SETMAXNREG)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGISTERS));
 }
 template <int REGISTERS> __device__ __forceinline__ static void set_max_registers_down(void)
 {
+    static_assert(REGISTERS < OUTPUT_START_REGISTERS, "setmaxnreg.dec lowers a warpgroup's registers");
     if constexpr (HAVE_SETMAXNREG)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));
 }
