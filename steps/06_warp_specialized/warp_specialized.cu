@@ -67,7 +67,8 @@
  *             slice, at most 64 registers (__launch_bounds__(256, 4)); else 3, 76 registers;
  *             --precise, whose W low terms need more, 96 and 2 blocks
  *   kernel 2: a block per (head, segment, 128 state columns) where such blocks give 95 % of
- *             the SMs a block (not --precise), else 64 where they fill the GPU, else 32 or
+ *             the SMs a block, 70 % with output warps (not --precise; widest_blocks_percent),
+ *             else 64 where they fill the GPU, else 32 or
  *             16; a producer warp and consumer warps: at 128 and 64 columns eight and four,
  *             16 columns (two MMA n-tiles) each, 155 registers (160 with plain stores); at 32
  *             or 16 columns two per 16 columns, 143 registers (172 with plain stores; the
