@@ -887,6 +887,9 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
  * place once it is made); 223 KB. */
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 160, OUTPUT_ROLE_REGISTERS = 64,
        OUTPUT_PRODUCER_REGISTERS = 24 };
+/* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
+   K = V = 128 (chunk_outputs_role's SIZE); stage 07's model asks the same */
+__host__ __device__ constexpr bool output_warps_shape(size_t K, size_t V) { return K == 16 * MAX_CHAIN_TILES && V == 16 * MAX_CHAIN_TILES; }
 /* every thread's registers at launch: 65,536 / 640, in whole units of 8 */
 constexpr int OUTPUT_START_REGISTERS = 65536 / OUTPUT_BLOCK_THREADS / 8 * 8;
 static_assert((int)OUTPUT_PRODUCER_WARP == (int)MAX_CHAIN_TILES + (int)OUTPUT_WARPS, "warps: the chain's, the output warps, the producer");
@@ -904,28 +907,16 @@ constexpr bool HAVE_SETMAXNREG = true;
 #else
 constexpr bool HAVE_SETMAXNREG = false;
 #endif
-/* the register budget of this thread's warpgroup (PTX "setmaxnreg"): every warp of the
-   warpgroup executes it; an increase waits until the registers are free */
-template <int REGISTERS> __device__ __forceinline__ static void set_max_registers_up(void)
-{
-    /* .inc with fewer registers than the warps hold is undefined (docs/06, the eighteenth step) */
-    static_assert(REGISTERS > OUTPUT_START_REGISTERS, "setmaxnreg.inc raises a warpgroup's registers");
-    if constexpr (HAVE_SETMAXNREG)
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGISTERS));
-}
-template <int REGISTERS> __device__ __forceinline__ static void set_max_registers_down(void)
-{
-    static_assert(REGISTERS < OUTPUT_START_REGISTERS, "setmaxnreg.dec lowers a warpgroup's registers");
-    if constexpr (HAVE_SETMAXNREG)
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));
-}
-/* a warpgroup's register budget from the launch's OUTPUT_START_REGISTERS, up or down */
+/* the register budget of this thread's warpgroup (PTX "setmaxnreg"), from the launch's
+   OUTPUT_START_REGISTERS: .inc to raise it, .dec to lower it, picked here from the two counts,
+   since an .inc to fewer registers than the warps hold is undefined (docs/06, the eighteenth
+   step). Every warp of the warpgroup executes it; an increase waits until the registers are free */
 template <int REGISTERS> __device__ __forceinline__ static void set_max_registers(void)
 {
-    if constexpr (REGISTERS > OUTPUT_START_REGISTERS)
-        set_max_registers_up<REGISTERS>();
-    else if constexpr (REGISTERS < OUTPUT_START_REGISTERS)
-        set_max_registers_down<REGISTERS>();
+    if constexpr (HAVE_SETMAXNREG && REGISTERS > OUTPUT_START_REGISTERS)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGISTERS));
+    else if constexpr (HAVE_SETMAXNREG && REGISTERS < OUTPUT_START_REGISTERS)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));
 }
 /* the output warps' own barrier (barrier 1; __syncthreads is barrier 0) */
 __device__ __forceinline__ static void output_warps_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(32 * OUTPUT_WARPS) : "memory"); }
@@ -959,7 +950,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
                                           int stages, uint64_t *full, uint64_t *empty, bf16 *output_tiles, uint64_t *staged_full,
                                           uint64_t *states_free, uint64_t *values_free, const bf16 *staging, bf16 *o16)
 {
-    constexpr int SIZE = 128, LDK = SIZE + 8; /* K = V = SIZE */
+    constexpr int SIZE = 16 * MAX_CHAIN_TILES, LDK = SIZE + 8; /* K = V = SIZE: output_warps_shape */
     constexpr int HALVES = OUTPUT_WARPS / 4, GROUPS = SIZE / 16 / HALVES; /* column halves of o; the chain's 16-column warps a half */
     constexpr int GROUP_STRIDE = 16 * (LDK + TOKEN_STRIDE);       /* bf16 from one chain warp's staging tiles to the next's */
     const int output_warp = (int)(threadIdx.x / 32) - MAX_CHAIN_TILES, half = output_warp / 4;
@@ -1796,7 +1787,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
     const size_t output_bytes = output_block_bytes(p->K, MAX_CHAIN_TILES, 2);
-    const bool outputs = !PRECISE && !FOLD && r && outputs_done && p->K == 128 && p->V == 128 && keys_by_tensor_map(p->K, p->H, p->T) &&
+    const bool outputs = !PRECISE && !FOLD && r && outputs_done && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
                          output_bytes <= shared_bytes_per_block(); /* if the blocks are 8 tiles wide */
     const chain_shape shape = chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs);
     const size_t block_columns = 16 * (size_t)shape.tiles;

@@ -174,7 +174,7 @@ static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, si
     const size_t value_groups = (size_t)round_up16(V) / 16, fold_groups = value_groups + (size_t)round_up16(K) / 16;
     const double steps = (double)((chunks + P - 1) / P);
     /* stage 06's output warps: K = V = 128 in 8-tile blocks (none with --precise) */
-    const bool outputs_possible = K == 128 && V == 128 && blocks_per_sm[CHAIN_WIDTHS - 1] > 0;
+    const bool outputs_possible = output_warps_shape(K, V) && blocks_per_sm[CHAIN_WIDTHS - 1] > 0;
     bool outputs_in_chain = false;
     const double replay = modelled_launch(heads * P * value_groups, value_groups, sms, blocks_per_sm, steps,
                                           outputs_possible ? REPLAY_WITH_OUTPUTS : REPLAY_LAUNCH, &outputs_in_chain);
