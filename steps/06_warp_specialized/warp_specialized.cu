@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's eighteenth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's twentieth step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -28,17 +28,19 @@
  * sixteenth); and there, at K = V = 128, output warps in the same block do kernel 3's
  * work from the staging tiles, so that S0^T and Vnew^T never leave the SM and kernel 3 does
  * not run (the seventeenth step: four warps; the eighteenth: eight, sharing P through the k
- * tile). The chain kernel also runs a sequence as segments (one here; stage 07 includes this
+ * tile; the nineteenth: from 70 % of the SMs); that chain takes the keys as given from the k
+ * tile the output warps read, S += K^T (diag(d) Vnew), so kernel 1 writes no decayed keys
+ * there (the twentieth). The chain kernel also runs a sequence as segments (one here; stage 07 includes this
  * file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
  * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
  * Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and the
- * chain as FLA keeps it (fp32 with --precise); the joins of the
- * triangular solve on tensor cores, in tf32 (2^-11); the state S where it enters Vnew = U -
- * W S, and Vnew where it enters the state update and the output (the fp32 state itself is
- * never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
+ * chain as FLA keeps it (fp32 with --precise); the joins of the triangular solve on tensor
+ * cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where it
+ * enters the state update (d Vnew with output warps) and the output (the fp32 state itself
+ * is never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
  * before P Vnew; and o itself, written in bf16 as FLA writes it (the runner widens it for
  * the checks and --out).
  * --precise splits the computed operands W, S, Vnew, S0 and P into two bf16 terms each, x =
@@ -112,7 +114,8 @@ static_assert((int)CHUNK == (int)SOLVE_CHUNK, "kernel 1's chunk is the solve's")
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
 
 __host__ __device__ static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
-__host__ __device__ static inline int key_stride(size_t K) { return round_up16(K) + 8; } /* bf16 row stride of K-wide tiles */
+constexpr int KEY_STRIDE_PADDING = 8; /* bf16 past a K-wide tile's row: 16 bytes */
+__host__ __device__ static inline int key_stride(size_t K) { return round_up16(K) + KEY_STRIDE_PADDING; } /* bf16 row stride of K-wide tiles */
 /* Kernel 3 takes q and k by tensor copies (make_token_tile_map) where the box fits: K a
  * multiple of 16, so that the box's columns past K are padding, never read, and the input's
  * strides are whole 16 bytes; at least two heads, so that a row of all heads (H K) is at least
@@ -335,6 +338,12 @@ __device__ __forceinline__ static void store_four(float *to, const float (&four)
     *(float4 *)to = make_float4(four[0], four[1], four[2], four[3]);
 }
 __host__ __device__ static inline size_t chain_w_bytes(size_t K) { return (size_t)CHUNK * key_stride(K) * sizeof(bf16); }
+/* d_j = e^(gamma_C - gamma_j) of token j, which kernel 1 leaves in W's row padding (rows 0 ..
+   15, four tokens a row) */
+__device__ __forceinline__ static float keys_as_given_decay(const bf16 *W, int ldk, int kp, int token)
+{
+    return ((const float *)(W + token / 4 * ldk + kp))[token % 4];
+}
 __host__ __device__ static inline size_t chain_keys_offset(size_t K, bool precise) { return chain_w_bytes(K) * (precise ? 2 : 1); }
 __host__ __device__ static inline size_t chain_u_offset(size_t K, bool precise)
 {
@@ -494,7 +503,8 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
 template <bool PRECISE, int BLOCKS, int SIZE>
 __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
                                                                                    const __grid_constant__ CUtensorMap k_map,
-                                                                                   const __grid_constant__ CUtensorMap v_map)
+                                                                                   const __grid_constant__ CUtensorMap v_map,
+                                                                                   bool decayed_keys)
 {
     extern __shared__ double shared[];
     /* SIZE: K = V = SIZE known to the compiler (64 or 128, where the launch sees them), so
@@ -593,7 +603,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * read of its keys each; consecutive threads write consecutive tokens of each keys_t row
      * (coalesced). */
     static_assert(SOLVE_BLOCKS * SOLVE_BLOCK == CHUNK && (THREADS - CHUNK) % CHUNK == 0, "the inversion takes the first 64 threads");
-    if (threadIdx.x >= CHUNK) {
+    if (threadIdx.x >= CHUNK && decayed_keys) { /* (not where only the output warps' chain reads the blocks) */
         constexpr int KEY_WORKERS = THREADS - CHUNK, COLUMN_STEP = KEY_WORKERS / CHUNK * 8;
         const int worker = threadIdx.x - CHUNK, token = worker % CHUNK;
         bf16 *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
@@ -699,9 +709,21 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
                         *(uint32_t *)&W_stage[i * LDK + out] = sums[j][r / 2];
                 }
     }
-    static_assert(CHUNK <= THREADS, "a thread a row's padding");
-    if (threadIdx.x < CHUNK) /* the padding columns, zero: key_stride's 8 bf16, 16 bytes a row */
-        *(uint4 *)&W_stage[threadIdx.x * LDK + KP] = make_uint4(0, 0, 0, 0);
+    /* the padding columns, key_stride's 8 bf16, 16 bytes a row: rows 0 .. 15 carry the keys'
+       decays d_j = e^(gamma_C - gamma_j), four tokens a row (0 past the chunk), for the chain
+       with output warps, which takes the keys as given and d with W (keys_as_given_decay);
+       the other rows zero */
+    static_assert(CHUNK <= THREADS && KEY_STRIDE_PADDING * sizeof(bf16) == 4 * sizeof(float), "a thread a row's padding, four decays");
+    if (threadIdx.x < CHUNK) {
+        float decays[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (threadIdx.x < CHUNK / 4)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int token = 4 * threadIdx.x + c;
+                decays[c] = token < n ? expf((float)(gamma[n - 1] - gamma[token])) : 0.0f; /* as the decayed keys' */
+            }
+        store_four((float *)&W_stage[threadIdx.x * LDK + KP], decays);
+    }
     __syncthreads();
     for (int e = threadIdx.x; e < CHUNK * LDK / 8; e += THREADS)
         ((uint4 *)W)[e] = ((const uint4 *)W_stage)[e];
@@ -772,7 +794,8 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
  *     fragments, stored as 4-byte pairs, are S0^T for kernel 3
  *   Vnew = U - W S0                     64 tokens x 8 NTILES columns, depth K (A: W from the slot)
  *   Vnew in bf16 as B fragments, by movmatrix again (and Vnew^T for kernel 3)
- *   S = exp(gamma_C) S + Kdec^T Vnew    K x 8 NTILES, depth 64 (A: the decayed keys from the slot)
+ *   S = exp(gamma_C) S + Kdec^T Vnew    K x 8 NTILES, depth 64 (A: the decayed keys from the slot;
+ *                                       with output warps K^T (diag(d) Vnew), A: the slot's k tile)
  * S0^T and Vnew^T leave one of two ways (chain_launch_shape picks):
  *   where blocks are few (fewer than SMs), the chain's step latency is the time: the pairs go
  *     from the registers straight to global memory;
@@ -868,6 +891,14 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
 {
     load_matrices(a, quarter_row(tile, ld, row0, k0));
 }
+/* A fragment of the transpose of a row-major bf16 tile, A[m][k] = tile[k0 + k][row0 + m], by
+ * ldmatrix.trans: register r is the quarter (m +8 (r % 2), k +8 (r / 2)), which is the stored
+ * tile's quarter (rows k +8 (r / 2), columns m +8 (r % 2)) transposed */
+__device__ __forceinline__ static void load_a_fragment_transposed(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    load_matrices_transposed(a, tile + (k0 + lane % 8 + 8 * (quarter / 2)) * ld + row0 + 8 * (quarter % 2));
+}
 
 /* ---- output warps in the chain's block (OUTPUTS): kernel 3's work where S0^T and Vnew^T are ----
  * A chain block of MAX_CHAIN_TILES tiles holds a whole head's state at K = V = 128, so its
@@ -883,8 +914,10 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
  * producer's warpgroup 24: 60,416 of the block's 61,440. ptxas gives each role the budget
  * set where it begins only if no role's code is reached from another's: each returns where
  * it ends. Shared memory: the chain's ring of two slots and its staging tiles, and for each
- * slot the chunk's q and k (which the producer brings with W, the keys and U; P takes k's
- * place once it is made); 223 KB. */
+ * slot the chunk's q and k (which the producer brings with W and U); 223 KB. The chain takes
+ * the keys as given, from the slot's k tile, with their decays d (which ride in W's row
+ * padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer to bring,
+ * and keys_t's place in slot 0 holds the output warps' P. */
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 160, OUTPUT_ROLE_REGISTERS = 64,
        OUTPUT_PRODUCER_REGISTERS = 24 };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
@@ -937,9 +970,10 @@ __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles,
 /* The output warps' loop over the block's chunks. Output warp r takes rows 16 (r % 4) .. + 15
  * of the chunk's o and columns 64 (r / 4) .. + 63, K = V = 128 (the only shape that runs this):
  *     P = lower(Q K^T exp(gamma_i - gamma_j)), o = scale (exp(gamma) Q S0 + P Vnew)    (eq. 14)
- * each sum in the order kernel 3 takes it (the same products, k by k), so o is bit for bit
- * kernel 3's. The two warps of a row block share their rows' P: each makes the 32 tokens of
- * its half and writes them over the k tile, which no warp reads once the scores are made.
+ * each sum in the order kernel 3 takes it (the same products, k by k; S0 differs from a chain
+ * without output warps by one rounding: this chain rounds d Vnew, that one the decayed keys
+ * and Vnew). The two warps of a row block share their rows' P: each makes the 32 tokens of its
+ * half and writes them into the P tile (keys_t's place in slot 0).
  * Per chunk an output warp issues 128 MMAs: P 32, Q S0 64, P Vnew 32 (four warps of whole
  * rows issued 256). Per chunk the warps wait for the slot (q, k), make P, wait for the
  * chain's staging tiles, add Q S0 and let the chain write the next S0^T (states_free), then
@@ -959,15 +993,20 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     const bf16 *const half_staging = staging + half * GROUPS * GROUP_STRIDE; /* the chain warps of this half's columns */
     const size_t b = head / p.H, h = head % p.H, V = SIZE;
     double *gamma_buffers = (double *)(staged_full + 3); /* [2][CHUNK]: chunks j and j + 1 */
+    /* the P tile: keys_t's place in slot 0, which the chain does not use with OUTPUTS (the
+       slots end where the barriers `full` begin) */
+    bf16 *const p_tile = (bf16 *)((unsigned char *)full - stages * chain_slot_bytes(SIZE, false, MAX_CHAIN_TILES) + chain_keys_offset(SIZE, false));
     /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
     const auto gamma_of = [&](size_t chunk) {
         const size_t t = chunk * CHUNK + (size_t)output_thread;
         return output_thread < CHUNK && chunk < end && t < p.T ? w.gamma[head * p.T + t] : 0.0;
     };
     double gamma_next = gamma_of(first);
-    for (size_t chunk = first; chunk < end; chunk++) {
-        const size_t j = chunk - first, t0 = chunk * CHUNK;
-        const int s = (int)(j % stages), n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK);
+    /* the chunk's index in 32 bits: in 64, one more register, and at 64 registers a spill */
+    for (unsigned chunk = (unsigned)first; chunk < (unsigned)end; chunk++) {
+        const unsigned j = chunk - (unsigned)first;
+        const size_t t0 = (size_t)chunk * CHUNK;
+        const int s = (int)(j % (unsigned)stages), n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK);
         double *gamma = gamma_buffers + (j & 1) * CHUNK;
         if (output_thread < CHUNK)
             gamma[output_thread] = gamma_next;
@@ -976,9 +1015,9 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         barrier_wait(&full[s], (uint32_t)((j / stages) & 1)); /* q and k */
 
         /* P = lower(Q K^T e^(gamma_i - gamma_l)): this warp's 16 rows, the 32 tokens of its half,
-           into the k tile once every output warp is done reading k; the two warps of a row
-           block then read all 64 tokens of their rows as A fragments of P Vnew */
-        bf16 *const p_tile = k;
+           into the P tile; the two warps of a row block then read all 64 tokens of their rows
+           as A fragments of P Vnew. One tile serves every chunk: the barrier before o goes
+           out comes after every warp's P Vnew */
         {
             constexpr int TOKENS = CHUNK / HALVES;
             const int token0 = half * TOKENS;
@@ -997,12 +1036,11 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
                         exact[e] = l + e <= i && i < n ? scores[jj][r + e] * expf((float)(gamma[i] - gamma[l + e])) : 0.0f;
                     pairs[jj][r / 2] = pack_bf16(exact[0], exact[1]);
                 }
-            output_warps_sync(); /* k is read */
 #pragma unroll
             for (int jj = 0; jj < TOKENS / 8; jj++)
 #pragma unroll
                 for (int r = 0; r < 4; r += 2)
-                    *(uint32_t *)&p_tile[fragment_row(tile_row, r) * LDK + token0 + fragment_column(0, jj, r)] = pairs[jj][r / 2];
+                    *(uint32_t *)&p_tile[fragment_row(tile_row, r) * TOKEN_STRIDE + token0 + fragment_column(0, jj, r)] = pairs[jj][r / 2];
             output_warps_sync(); /* P is whole */
         }
         float acc[2 * GROUPS][4];
@@ -1036,7 +1074,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
 #pragma unroll
         for (int kk = 0; kk < CHUNK / 16; kk++) {
             uint32_t p_fragment[4];
-            load_a_fragment(p_fragment, p_tile, LDK, tile_row, 16 * kk);
+            load_a_fragment(p_fragment, p_tile, TOKEN_STRIDE, tile_row, 16 * kk);
 #pragma unroll
             for (int c = 0; c < GROUPS; c++) {
                 uint32_t bt[4];
@@ -1148,13 +1186,15 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 unsigned char *slot = slots + s * slot_bytes;
                 const unsigned char *block = blocks + chunk * block_bytes;
                 const uint32_t key_tile_bytes = OUTPUTS ? (uint32_t)(CHUNK * LDK * sizeof(bf16)) : 0;
-                barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16 + 2 * key_tile_bytes);
+                /* with OUTPUTS the chain takes the keys as given, from the k tile, and not keys_t */
+                const uint32_t w_and_keys_bytes = OUTPUTS ? (uint32_t)chain_keys_offset(K, PRECISE) : (uint32_t)u_offset;
+                barrier_arrive_expecting(&full[s], w_and_keys_bytes + u_bytes + 16 + 2 * key_tile_bytes);
                 if (OUTPUTS) { /* q and k of the chunk, for the output warps (kernel 3's tensor copies) */
                     const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
                     tensor_copy_3d(output_tiles + 2 * s * CHUNK * LDK, q_map, h * K, t0, b, &full[s]);
                     tensor_copy_3d(output_tiles + (2 * s + 1) * CHUNK * LDK, k_map, h * K, t0, b, &full[s]);
                 }
-                bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
+                bulk_copy(slot, block, w_and_keys_bytes, &full[s]); /* W (W_low), keys_t but with OUTPUTS */
                 if (u_bytes)
                     bulk_copy(slot + u_offset + (u_first - block_column0) * u_row,
                               block + u_offset + (size_t)(u_first - value_column0) * u_row, u_bytes, &full[s]);
@@ -1305,6 +1345,12 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                             if (PRECISE)
                                 *(uint32_t *)&values_low_out[at] = value_low[PRECISE ? u : 0][i][half];
                         }
+                    if constexpr (OUTPUTS) { /* keys as given: the update's B is diag(d) Vnew, this lane's rows 16 i + g (+ 8) */
+                        constexpr int LDW = MAX_K + KEY_STRIDE_PADDING; /* K = 128 with OUTPUTS */
+                        const float upper = keys_as_given_decay(W, LDW, MAX_K, 16 * i + g), lower = keys_as_given_decay(W, LDW, MAX_K, 16 * i + g + 8);
+                        const float scaled[4] = {values[u][i][0] * upper, values[u][i][1] * upper, values[u][i][2] * lower, values[u][i][3] * lower};
+                        to_b_fragment<false>(value[u][i], scaled);
+                    }
                 }
             }
             if (OUTPUTS) /* S0^T and Vnew^T are in the staging tiles: the output warps' turn */
@@ -1323,7 +1369,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 bulk_store_commit();
             }
             /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64; each A
-             * fragment of the decayed keys serves every n-tile */
+             * fragment of the decayed keys serves every n-tile. With OUTPUTS the same product as
+             * K^T (diag(d) Vnew), FLA's order: the A fragments of K^T from the chunk's k tile,
+             * which the output warps need anyway, by ldmatrix.trans */
+            constexpr int OUTPUT_LDK = MAX_K + KEY_STRIDE_PADDING; /* K = 128 with OUTPUTS */
+            [[maybe_unused]] const bf16 *const key_tile = OUTPUTS ? output_tiles + (2 * s + 1) * CHUNK * OUTPUT_LDK : NULL;
             const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
@@ -1337,7 +1387,10 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     uint32_t a[4];
-                    load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
+                    if constexpr (OUTPUTS)
+                        load_a_fragment_transposed(a, key_tile, OUTPUT_LDK, 16 * q, 16 * i);
+                    else
+                        load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
 #pragma unroll
                     for (int u = 0; u < NTILES; u++) {
                         mma_bf16_16x8x16(S[u][q], a, value[u][i]);
@@ -1636,8 +1689,10 @@ static int kernel_blocks_per_sm(Kernel kernel, int threads, size_t bytes)
     return per_sm;
 }
 
+/* decayed_keys: write keys_t, which every chain kernel but the output warps' reads (they take
+   the keys as given) */
 template <bool PRECISE>
-static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
+static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w, bool decayed_keys = true)
 {
     const size_t M = CHUNK, LDK = key_stride(p->K);
     const size_t bytes = 128 + M * sizeof(double) + 2 * M * sizeof(float) + tm_place_bytes(PRECISE) + M * LDK * sizeof(bf16) +
@@ -1661,7 +1716,7 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
                          : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
                                                  : prepare_chunks_kernel<false, 4, 0>;
     }
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map);
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map, decayed_keys);
     return 0;
 }
 
@@ -1778,6 +1833,28 @@ static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_r
     return waves(two_slots) < waves(deepest) ? two_slots : deepest;
 }
 
+/* Output warps possible for kernel 2 (not a fold): K = V = 128, q and k by tensor maps, the
+ * block's shared memory there; they run where its blocks are then 8 tiles wide */
+template <bool PRECISE, bool FOLD>
+static bool outputs_possible(const gdn_device_problem *p)
+{
+    return !PRECISE && !FOLD && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
+           output_block_bytes(p->K, MAX_CHAIN_TILES, 2) <= shared_bytes_per_block();
+}
+/* kernel 2's shape for `runs` segments of every head */
+template <bool PRECISE, bool FOLD>
+static chain_shape chain_shape_for(const gdn_device_problem *p, size_t runs, bool outputs)
+{
+    const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V);
+    return chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs);
+}
+/* whether kernel 2 over `runs` segments of every head makes o itself (and so reads no keys_t) */
+template <bool PRECISE>
+static bool chain_makes_outputs(const gdn_device_problem *p, size_t runs)
+{
+    return outputs_possible<PRECISE, false>(p) && chain_shape_for<PRECISE, false>(p, runs, true).tiles == MAX_CHAIN_TILES;
+}
+
 /* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). With `r` (not
  * with FOLD), where the blocks are MAX_CHAIN_TILES wide and hold a whole head of K = V = 128,
  * the block also makes o (OUTPUTS: chunk_outputs_role), and *outputs_done says so. */
@@ -1787,9 +1864,8 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
     const size_t output_bytes = output_block_bytes(p->K, MAX_CHAIN_TILES, 2);
-    const bool outputs = !PRECISE && !FOLD && r && outputs_done && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
-                         output_bytes <= shared_bytes_per_block(); /* if the blocks are 8 tiles wide */
-    const chain_shape shape = chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs);
+    const bool outputs = r && outputs_done && outputs_possible<PRECISE, FOLD>(p); /* if the blocks are 8 tiles wide */
+    const chain_shape shape = chain_shape_for<PRECISE, FOLD>(p, runs, outputs);
     const size_t block_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
@@ -1864,7 +1940,8 @@ static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace 
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
     bool outputs_done;
-    if (launch_prepare_chunks<PRECISE>(p, w) || launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
+    if (launch_prepare_chunks<PRECISE>(p, w, !chain_makes_outputs<PRECISE>(p, 1)) ||
+        launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
         return -1;
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
 }
