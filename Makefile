@@ -96,7 +96,7 @@ TEST_RUNNER  := $(BUILD)/run_tests
 GPU_TEST_SOURCES := $(wildcard tests/gpu/*.c)
 GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 
-.PHONY: all demo test test-one test-large bench plots diffs docs clean help require-build require-test fuzz valgrind
+.PHONY: all demo test test-one test-large bench plots diffs step-diffs docs clean help require-build require-test fuzz valgrind
 .DEFAULT_GOAL := all
 
 all: $(STAGE_BINARIES) $(MPI_BINARIES) $(MPI_GPU_BINARIES) $(GPU_BINARIES) $(GPU_ONLY_BINARIES) $(TOOLS)
@@ -115,6 +115,8 @@ help:
 	@echo "  make plots        render plots/*.png from plots/data/ with gnuplot"
 	@echo "  make diffs        write build/diffs/NN_from_MM.diff (each stage against the one before)"
 	@echo "                    and refresh the generated blocks (diffs, tables) in docs/ and README.md"
+	@echo "  make step-diffs   write build/diffs/06_steps/NN_from_MM.diff: stage 06's steps, each against"
+	@echo "                    the one before (the commits in plots/stage06_steps.list; needs a git clone)"
 	@echo "  make SANITIZE=1 test   the same suites built with AddressSanitizer + UBSan (bin/sanitize/)"
 	@echo "  make fuzz SECONDS=60   libFuzzer (clang) on the .npy reader and the command line"
 	@echo "  make valgrind     valgrind memcheck on one run of every CPU binary; fails on any error"
@@ -335,6 +337,10 @@ endif
 diffs:
 	@sh common/diffs.sh write build/diffs $(STAGES)
 	@sh common/refresh_docs.sh
+
+# stage 06 step by step, as Check's tutorial shows its money.N.c: each step a commit (from a git clone)
+step-diffs:
+	@sh common/diffs.sh steps build/diffs/06_steps plots/stage06_steps.list
 
 docs: diffs
 

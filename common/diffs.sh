@@ -5,6 +5,11 @@
 #   diffs.sh markdown FROM TO     the same as a Markdown block for docs/: fenced as a diff (so
 #                                 that its +, - and # lines are not read as lists and headings),
 #                                 and folded under a summary line when it is long
+#   diffs.sh steps OUT LIST       stage 06's steps, each a commit (LIST: "step commit" lines):
+#                                 OUT/NN_from_MM.diff, each step's change to the stage's source,
+#                                 the CUDA headers it includes from common/ and stage 07 (which
+#                                 includes 06 and follows its launches; needs a git clone with
+#                                 its history)
 # A stage's source is steps/NN_name/name.c, or name.cu for a stage that runs only on the GPU
 # (06 on). Each stage is compared with the stage before it that has the same kind of source:
 # a CUDA-only stage with the previous stage's GPU twin (06 against 05's wy_chunked.cu), a C
@@ -77,7 +82,26 @@ write)
         if [ -f "$(source_of "$stage" cu)" ]; then previous_cu=$stage; fi
     done
     ;;
+steps)
+    out=$2
+    list=$3
+    git rev-parse --git-dir >/dev/null 2>&1 || { echo "diffs.sh steps: needs a git clone (each step is a commit)" >&2; exit 1; }
+    mkdir -p "$out"
+    previous=""
+    # shellcheck disable=SC2034 # `step` and `commit` are read from each line
+    grep -v '^#' "$list" | while read -r step commit; do
+        [ -n "$commit" ] || continue
+        git cat-file -e "$commit^{commit}" 2>/dev/null ||
+            { echo "diffs.sh steps: commit $commit (step $step) is not in this clone (a shallow clone? git fetch --unshallow)" >&2; exit 1; }
+        if [ -n "$previous" ]; then
+            file=$(printf '%s/%02d_from_%02d.diff' "$out" "$step" "${previous% *}")
+            git diff --no-color "${previous#* }" "$commit" -- steps/06_warp_specialized 'common/*.cuh' steps/07_sequence_parallel >"$file"
+            echo "wrote $file: +$(grep -c '^+[^+]' "$file") -$(grep -c '^-[^-]' "$file") lines"
+        fi
+        previous="$step $commit"
+    done
+    ;;
 show) show "$2" "$3" ;;
 markdown) markdown "$2" "$3" ;;
-*) echo "usage: diffs.sh write OUT STAGE... | diffs.sh show FROM TO | diffs.sh markdown FROM TO" >&2; exit 2 ;;
+*) echo "usage: diffs.sh write OUT STAGE... | diffs.sh show FROM TO | diffs.sh markdown FROM TO | diffs.sh steps OUT LIST" >&2; exit 2 ;;
 esac

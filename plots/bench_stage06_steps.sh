@@ -15,10 +15,8 @@ set -eu
 # shellcheck source=plots/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
 out=${1:-plots/data}
-# step:commit, the commit where each step was complete
-steps="1:aad64fd 2:9f3b8b8 3:7306ae1 4:0aaec5e 5:4b6b867 6:09e4515 7:db435aa 8:9b0d1a4 9:de20fb1
-       10:0d166ef 11:b119d70 12:38208fb 13:a81ff9d 14:75b7dbb 15:a01c203 16:6ac81b8 17:efbb201
-       18:0f1ea96 19:68a61b7 20:d846930"
+# step:commit, the commit where each step was complete (plots/stage06_steps.list)
+steps=$(awk '!/^#/ && NF == 2 { printf "%s%s:%s", (n++ ? " " : ""), $1, $2 }' "$(dirname "$0")/stage06_steps.list")
 shapes="8_4096_16_128_128 1_16384_8_64_64"
 # the reference output: the last step's (the list's last entry, so that adding a step moves it)
 last=${steps##*[[:space:]]}
