@@ -984,7 +984,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
                                           int stages, uint64_t *full, uint64_t *empty, bf16 *output_tiles, uint64_t *staged_full,
                                           uint64_t *states_free, uint64_t *values_free, const bf16 *staging, bf16 *o16)
 {
-    constexpr int SIZE = 16 * MAX_CHAIN_TILES, LDK = SIZE + 8; /* K = V = SIZE: output_warps_shape */
+    constexpr int SIZE = 16 * MAX_CHAIN_TILES, LDK = SIZE + KEY_STRIDE_PADDING; /* K = V = SIZE: output_warps_shape */
     constexpr int HALVES = OUTPUT_WARPS / 4, GROUPS = SIZE / 16 / HALVES; /* column halves of o; the chain's 16-column warps a half */
     constexpr int GROUP_STRIDE = 16 * (LDK + TOKEN_STRIDE);       /* bf16 from one chain warp's staging tiles to the next's */
     const int output_warp = (int)(threadIdx.x / 32) - MAX_CHAIN_TILES, half = output_warp / 4;
@@ -1128,6 +1128,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     constexpr int KEY_TILES = MAX_K / 16; /* m-tiles of S a warp may hold */
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
+    constexpr int OUTPUT_LDK = MAX_K + KEY_STRIDE_PADDING; /* LDK with OUTPUTS (K = 128), known to the compiler */
     const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
     /* consumers: the chain's warps, 0 .. consumers - 1; the producer is warp `consumers`, or
        with OUTPUTS warp OUTPUT_PRODUCER_WARP (warps 8 .. 15 are the output warps) */
@@ -1346,8 +1347,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                                 *(uint32_t *)&values_low_out[at] = value_low[PRECISE ? u : 0][i][half];
                         }
                     if constexpr (OUTPUTS) { /* keys as given: the update's B is diag(d) Vnew, this lane's rows 16 i + g (+ 8) */
-                        constexpr int LDW = MAX_K + KEY_STRIDE_PADDING; /* K = 128 with OUTPUTS */
-                        const float upper = keys_as_given_decay(W, LDW, MAX_K, 16 * i + g), lower = keys_as_given_decay(W, LDW, MAX_K, 16 * i + g + 8);
+                        const float upper = keys_as_given_decay(W, OUTPUT_LDK, MAX_K, 16 * i + g),
+                                    lower = keys_as_given_decay(W, OUTPUT_LDK, MAX_K, 16 * i + g + 8);
                         const float scaled[4] = {values[u][i][0] * upper, values[u][i][1] * upper, values[u][i][2] * lower, values[u][i][3] * lower};
                         to_b_fragment<false>(value[u][i], scaled);
                     }
@@ -1372,7 +1373,6 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
              * fragment of the decayed keys serves every n-tile. With OUTPUTS the same product as
              * K^T (diag(d) Vnew), FLA's order: the A fragments of K^T from the chunk's k tile,
              * which the output warps need anyway, by ldmatrix.trans */
-            constexpr int OUTPUT_LDK = MAX_K + KEY_STRIDE_PADDING; /* K = 128 with OUTPUTS */
             [[maybe_unused]] const bf16 *const key_tile = OUTPUTS ? output_tiles + (2 * s + 1) * CHUNK * OUTPUT_LDK : NULL;
             const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
 #pragma unroll
