@@ -79,7 +79,7 @@
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
  *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with q and k,
  *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg
- *             from 96: the chain 160, the output warps 64, the producer's warpgroup 24;
+ *             from 96: the chain 152, the output warps 72, the producer's warpgroup 24;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
  *   kernel 3: (not run where the chain's output warps make o) a block per (head, chunk,
@@ -909,8 +909,9 @@ __device__ __forceinline__ static void load_a_fragment_transposed(uint32_t (&a)[
  * (64 MMAs); four warps of 16 rows x 128 columns took 128, and the chain's step grew by half.
  * The block: warps 0 .. 7 the chain (two warpgroups), 8 .. 15 the output warps (two), 16 the
  * producer (its warpgroup's other three warps leave at once). Registers by warpgroup
- * (setmaxnreg; every thread starts with 65,536 / 640, 96 in whole units of 8): the chain 160
- * a thread (its code is the 8-tile block's, 155 registers), the output warps 64, the
+ * (setmaxnreg; every thread starts with 65,536 / 640, 96 in whole units of 8): the chain 152
+ * a thread (the 8-tile block's code needs 155 alone; here, with its tiles' loops as they are,
+ * 152 without spills), the output warps 72 (64 spilled once they skip P's zero blocks), the
  * producer's warpgroup 24: 60,416 of the block's 61,440. ptxas gives each role the budget
  * set where it begins only if no role's code is reached from another's: each returns where
  * it ends. Shared memory: the chain's ring of two slots and its staging tiles, and for each
@@ -918,7 +919,7 @@ __device__ __forceinline__ static void load_a_fragment_transposed(uint32_t (&a)[
  * the keys as given, from the slot's k tile, with their decays d (which ride in W's row
  * padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer to bring,
  * and keys_t's place in slot 0 holds the output warps' P. */
-enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 160, OUTPUT_ROLE_REGISTERS = 64,
+enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
        OUTPUT_PRODUCER_REGISTERS = 24 };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
    K = V = 128 (chunk_outputs_role's SIZE); stage 07's model asks the same */
@@ -974,8 +975,10 @@ __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles,
  * without output warps by one rounding: this chain rounds d Vnew, that one the decayed keys
  * and Vnew). The two warps of a row block share their rows' P: each makes the 32 tokens of its
  * half and writes them into the P tile (keys_t's place in slot 0).
- * Per chunk an output warp issues 128 MMAs: P 32, Q S0 64, P Vnew 32 (four warps of whole
- * rows issued 256). Per chunk the warps wait for the slot (q, k), make P, wait for the
+ * Per chunk an output warp of the last row block issues 128 MMAs: P 32, Q S0 64, P Vnew 32
+ * (four warps of whole rows issued 256); the others fewer, since P is lower triangular: its
+ * blocks right of the diagonal are neither made nor multiplied (the eight warps issue 832,
+ * not 1024, and read 19 % fewer bytes from shared memory). Per chunk the warps wait for the slot (q, k), make P, wait for the
  * chain's staging tiles, add Q S0 and let the chain write the next S0^T (states_free), then
  * P Vnew and let it write the next Vnew^T (values_free); o goes through the warp's own part of
  * the q tile once every output warp is done reading q, out in 16-byte pieces, and the slot
@@ -1002,7 +1005,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         return output_thread < CHUNK && chunk < end && t < p.T ? w.gamma[head * p.T + t] : 0.0;
     };
     double gamma_next = gamma_of(first);
-    /* the chunk's index in 32 bits: in 64, one more register, and at 64 registers a spill */
+    /* the chunk's index in 32 bits: in 64, one more register, and at 64 registers (the budget then) a spill */
     for (unsigned chunk = (unsigned)first; chunk < (unsigned)end; chunk++) {
         const unsigned j = chunk - (unsigned)first;
         const size_t t0 = (size_t)chunk * CHUNK;
@@ -1023,7 +1026,13 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
             const int token0 = half * TOKENS;
             float scores[TOKENS / 8][4];
             clear(scores);
-            warp_product(scores, q, LDK, k, LDK, tile_row, token0, SIZE); /* Q K^T */
+            /* Q K^T where P can be nonzero, tokens l <= i: left of tile_row + 16 (causal; the
+               tiles right of it stay 0 and are masked) */
+            static_assert(TOKENS == 32, "two pairs of 8-token tiles a warp");
+            if (token0 + 16 < tile_row + 16) /* both pairs */
+                warp_product(scores, q, LDK, k, LDK, tile_row, token0, SIZE);
+            else if (token0 < tile_row + 16) /* the first pair only */
+                warp_product(reinterpret_cast<float(&)[2][4]>(scores), q, LDK, k, LDK, tile_row, token0, SIZE);
             uint32_t pairs[TOKENS / 8][2];
 #pragma unroll
             for (int jj = 0; jj < TOKENS / 8; jj++)
@@ -1071,21 +1080,32 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
                 acc[jj][r] *= r < 2 ? decay_upper : decay_lower;
         /* + P Vnew: B^T from the chain warps' Vnew^T rows, after their S0^T rows */
         const int v_offset = 16 * LDK + (lane % 8 + 8 * (quarter / 2)) * TOKEN_STRIDE + 8 * (quarter % 2);
+        /* P is 0 right of its rows' diagonal block (causal): row block r / 16 has r / 16 + 1 token
+           tiles to add, a count the compiler is told (a bound known only at run time cost spills) */
+        const auto add_p_values = [&](auto known_tiles) {
 #pragma unroll
-        for (int kk = 0; kk < CHUNK / 16; kk++) {
-            uint32_t p_fragment[4];
-            load_a_fragment(p_fragment, p_tile, TOKEN_STRIDE, tile_row, 16 * kk);
+            for (int kk = 0; kk < decltype(known_tiles)::value; kk++) {
+                uint32_t p_fragment[4];
+                load_a_fragment(p_fragment, p_tile, TOKEN_STRIDE, tile_row, 16 * kk);
 #pragma unroll
-            for (int c = 0; c < GROUPS; c++) {
-                uint32_t bt[4];
-                load_matrices(bt, half_staging + c * GROUP_STRIDE + v_offset + 16 * kk);
-                const uint32_t first_tile[2] = {bt[0], bt[1]}, second_tile[2] = {bt[2], bt[3]};
-                mma_bf16_16x8x16(acc[2 * c], p_fragment, first_tile);
-                mma_bf16_16x8x16(acc[2 * c + 1], p_fragment, second_tile);
+                for (int c = 0; c < GROUPS; c++) {
+                    uint32_t bt[4];
+                    load_matrices(bt, half_staging + c * GROUP_STRIDE + v_offset + 16 * kk);
+                    const uint32_t first_tile[2] = {bt[0], bt[1]}, second_tile[2] = {bt[2], bt[3]};
+                    mma_bf16_16x8x16(acc[2 * c], p_fragment, first_tile);
+                    mma_bf16_16x8x16(acc[2 * c + 1], p_fragment, second_tile);
+                }
             }
+        };
+        static_assert(CHUNK / 16 == 4, "four row blocks");
+        switch (tile_row / 16) {
+        case 0: add_p_values(std::integral_constant<int, 1>{}); break;
+        case 1: add_p_values(std::integral_constant<int, 2>{}); break;
+        case 2: add_p_values(std::integral_constant<int, 3>{}); break;
+        default: add_p_values(std::integral_constant<int, 4>{}); break;
         }
         barrier_arrive(values_free);
-        gamma_next = gamma_of(chunk + 1); /* loaded here, not at the top: held across the chunk it cost spills at 64 registers */
+        gamma_next = gamma_of(chunk + 1); /* loaded here, not at the top: held across the chunk it cost spills at 64 registers (then) */
         /* o in bf16 through this warp's 16 rows and 64 columns of the q tile, once both warps of
            those rows are done reading them (every output warp: one barrier), then out, 16
            bytes a lane */
