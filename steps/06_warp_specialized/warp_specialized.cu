@@ -79,7 +79,7 @@
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
  *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with q and k,
  *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg
- *             from 96: the chain 152, the output warps 72, the producer's warpgroup 24;
+ *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
  *   kernel 3: (not run where the chain's output warps make o) a block per (head, chunk,
@@ -907,20 +907,21 @@ __device__ __forceinline__ static void load_a_fragment_transposed(uint32_t (&a)[
  * Eight, not four: the chain overwrites S0^T a chunk later only once the output warps have
  * read it (Q S0), so an output warp's Q S0 should take no longer than a chain warp's update
  * (64 MMAs); four warps of 16 rows x 128 columns took 128, and the chain's step grew by half.
- * The block: warps 0 .. 7 the chain (two warpgroups), 8 .. 15 the output warps (two), 16 the
- * producer (its warpgroup's other three warps leave at once). Registers by warpgroup
+ * The block: warps 0 .. 7 the chain (two warpgroups), 8 .. 15 the output warps (two), 16 and 17
+ * the producer's (a lane of 16 brings W and U, a lane of 17 q and k, each slot's two parts on
+ * barriers of their own; the warpgroup's other two warps leave at once). Registers by warpgroup
  * (setmaxnreg; every thread starts with 65,536 / 640, 96 in whole units of 8): the chain 152
  * a thread (the 8-tile block's code needs 155 alone; here, with its tiles' loops as they are,
  * 152 without spills), the output warps 72 (64 spilled once they skip P's zero blocks), the
- * producer's warpgroup 24: 60,416 of the block's 61,440. ptxas gives each role the budget
+ * producer's warpgroup 32: 61,440 of the block's 61,440. ptxas gives each role the budget
  * set where it begins only if no role's code is reached from another's: each returns where
  * it ends. Shared memory: the chain's ring of two slots and its staging tiles, and for each
- * slot the chunk's q and k (which the producer brings with W and U); 223 KB. The chain takes
+ * slot the chunk's q and k (which the producer brings beside W and U); 223 KB. The chain takes
  * the keys as given, from the slot's k tile, with their decays d (which ride in W's row
  * padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer to bring,
  * and keys_t's place in slot 0 holds the output warps' P. */
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
-       OUTPUT_PRODUCER_REGISTERS = 24 };
+       OUTPUT_PRODUCER_REGISTERS = 32, OUTPUT_STAGES = 2 /* the ring's slots: two fit */ };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
    K = V = 128 (chunk_outputs_role's SIZE); stage 07's model asks the same */
 __host__ __device__ constexpr bool output_warps_shape(size_t K, size_t V) { return K == 16 * MAX_CHAIN_TILES && V == 16 * MAX_CHAIN_TILES; }
@@ -957,15 +958,16 @@ __device__ __forceinline__ static void output_warps_sync(void) { asm volatile("b
 
 /* Where the q and k tiles begin (OUTPUTS), from the 128-byte boundary the block's shared memory
  * starts at: after the ring, its barriers and the staging tiles, on a 128-byte boundary; then
- * [slot][q, k] CHUNK x key_stride(K) bf16 each, three barriers, and two chunks' gamma. */
+ * [slot][q, k] CHUNK x key_stride(K) bf16 each, the q and k tiles' full and empty barriers
+ * (one each a slot), three more barriers, and two chunks' gamma. */
 __host__ __device__ static inline size_t output_tiles_offset(size_t K, int tiles, int stages)
 {
     return (chain_shared_bytes(K, false, tiles, stages, true) + 127) / 128 * 128;
 }
 __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles, int stages)
 {
-    return 128 + output_tiles_offset(K, tiles, stages) + 2 * (size_t)stages * CHUNK * key_stride(K) * sizeof(bf16) + 3 * sizeof(uint64_t) +
-           2 * CHUNK * sizeof(double);
+    return 128 + output_tiles_offset(K, tiles, stages) + 2 * (size_t)stages * CHUNK * key_stride(K) * sizeof(bf16) +
+           (3 + 2 * (size_t)stages) * sizeof(uint64_t) + 2 * CHUNK * sizeof(double);
 }
 
 /* The output warps' loop over the block's chunks. Output warp r takes rows 16 (r % 4) .. + 15
@@ -984,9 +986,13 @@ __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles,
  * the q tile once every output warp is done reading q, out in 16-byte pieces, and the slot
  * is released. */
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
-                                          int stages, uint64_t *full, uint64_t *empty, bf16 *output_tiles, uint64_t *staged_full,
-                                          uint64_t *states_free, uint64_t *values_free, const bf16 *staging, bf16 *o16)
+                                          bf16 *output_tiles, bf16 *p_tile, const bf16 *staging, bf16 *o16)
 {
+    /* the barriers after the q and k tiles (output_block_bytes): each a constant from the tiles, so
+       that they take no registers of their own */
+    uint64_t *const tiles_full = (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * CHUNK * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING));
+    uint64_t *const tiles_empty = tiles_full + OUTPUT_STAGES, *const staged_full = tiles_empty + OUTPUT_STAGES;
+    uint64_t *const states_free = staged_full + 1, *const values_free = staged_full + 2;
     constexpr int SIZE = 16 * MAX_CHAIN_TILES, LDK = SIZE + KEY_STRIDE_PADDING; /* K = V = SIZE: output_warps_shape */
     constexpr int HALVES = OUTPUT_WARPS / 4, GROUPS = SIZE / 16 / HALVES; /* column halves of o; the chain's 16-column warps a half */
     constexpr int GROUP_STRIDE = 16 * (LDK + TOKEN_STRIDE);       /* bf16 from one chain warp's staging tiles to the next's */
@@ -996,9 +1002,6 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     const bf16 *const half_staging = staging + half * GROUPS * GROUP_STRIDE; /* the chain warps of this half's columns */
     const size_t b = head / p.H, h = head % p.H, V = SIZE;
     double *gamma_buffers = (double *)(staged_full + 3); /* [2][CHUNK]: chunks j and j + 1 */
-    /* the P tile: keys_t's place in slot 0, which the chain does not use with OUTPUTS (the
-       slots end where the barriers `full` begin) */
-    bf16 *const p_tile = (bf16 *)((unsigned char *)full - stages * chain_slot_bytes(SIZE, false, MAX_CHAIN_TILES) + chain_keys_offset(SIZE, false));
     /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
     const auto gamma_of = [&](size_t chunk) {
         const size_t t = chunk * CHUNK + (size_t)output_thread;
@@ -1009,13 +1012,13 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     for (unsigned chunk = (unsigned)first; chunk < (unsigned)end; chunk++) {
         const unsigned j = chunk - (unsigned)first;
         const size_t t0 = (size_t)chunk * CHUNK;
-        const int s = (int)(j % (unsigned)stages), n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK);
+        const int s = (int)(j % (unsigned)OUTPUT_STAGES), n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK);
         double *gamma = gamma_buffers + (j & 1) * CHUNK;
         if (output_thread < CHUNK)
             gamma[output_thread] = gamma_next;
         output_warps_sync(); /* gamma is here; chunk j - 2's reads of its buffer are done */
         bf16 *q = output_tiles + 2 * s * CHUNK * LDK, *k = q + CHUNK * LDK;
-        barrier_wait(&full[s], (uint32_t)((j / stages) & 1)); /* q and k */
+        barrier_wait(&tiles_full[s], (uint32_t)((j / OUTPUT_STAGES) & 1)); /* q and k */
 
         /* P = lower(Q K^T e^(gamma_i - gamma_l)): this warp's 16 rows, the 32 tokens of its half,
            into the P tile; the two warps of a row block then read all 64 tokens of their rows
@@ -1126,8 +1129,8 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
             if (i < n)
                 ((uint4 *)(o16 + (first_token + (size_t)i * p.H) * V))[piece] = ((const uint4 *)(q + i * LDK))[piece];
         }
-        fence_shared_for_bulk_store(); /* the slot's next contents come by the TMA unit, after these writes */
-        barrier_arrive(&empty[s]);
+        fence_shared_for_bulk_store(); /* the slot's next q and k come by the TMA unit, after these writes */
+        barrier_arrive(&tiles_empty[s]);
     }
 }
 
@@ -1167,15 +1170,22 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
     /* OUTPUTS: each slot's q and k tiles, then the hand-over barriers between the chain's warps
        and the output warps: staging tiles written (staged_full), S0^T and Vnew^T read (states_free,
-       values_free) */
+       values_free); before them the q and k tiles' own barriers a slot (tiles_full, tiles_empty):
+       with OUTPUTS a slot's W and U (full, empty) are free once the chain has made Vnew, its q
+       and k once the output warps have made o and the chain its update (docs/06, the
+       twenty-second step) */
     bf16 *const output_tiles = OUTPUTS ? (bf16 *)(slots + output_tiles_offset(p.K, tiles, stages)) : NULL;
-    uint64_t *const staged_full = OUTPUTS ? (uint64_t *)(output_tiles + 2 * stages * CHUNK * LDK) : NULL;
-    uint64_t *const states_free = staged_full + 1, *const values_free = staged_full + 2;
+    uint64_t *const tiles_full = OUTPUTS ? (uint64_t *)(output_tiles + 2 * stages * CHUNK * LDK) : NULL, *const tiles_empty = tiles_full + stages;
+    uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; s++) {
             barrier_init(&full[s], 1);
-            barrier_init(&empty[s], 32 * (consumers + (OUTPUTS ? OUTPUT_WARPS : 0))); /* the threads that read a slot */
+            barrier_init(&empty[s], 32 * consumers); /* the threads that read a slot's W and U */
+            if (OUTPUTS) {
+                barrier_init(&tiles_full[s], 1);
+                barrier_init(&tiles_empty[s], 32 * (consumers + OUTPUT_WARPS)); /* the threads that read its q or k */
+            }
         }
         if (OUTPUTS) {
             barrier_init(staged_full, 32 * consumers);
@@ -1192,6 +1202,20 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     if (OUTPUTS ? warp >= OUTPUT_PRODUCER_WARP : warp == consumers) { /* the producer */
         if constexpr (OUTPUTS)
             set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* its whole warpgroup gives registers back */
+        if constexpr (OUTPUTS)
+            if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q and k (kernel 3's tensor copies) */
+                const uint32_t key_tile_bytes = (uint32_t)(CHUNK * LDK * sizeof(bf16));
+                const int b = (int)(head / p.H), h = (int)(head % p.H);
+                for (size_t chunk = first; chunk < end; chunk++) {
+                    const size_t j = chunk - first;
+                    const int s = (int)(j % stages), t0 = (int)(chunk * CHUNK);
+                    if (j >= (size_t)stages) /* the output warps and the chain's update are done with chunk j - stages */
+                        barrier_wait(&tiles_empty[s], (uint32_t)((j / stages - 1) & 1));
+                    barrier_arrive_expecting(&tiles_full[s], 2 * key_tile_bytes);
+                    tensor_copy_3d(output_tiles + 2 * s * CHUNK * LDK, q_map, h * K, t0, b, &tiles_full[s]);
+                    tensor_copy_3d(output_tiles + (2 * s + 1) * CHUNK * LDK, k_map, h * K, t0, b, &tiles_full[s]);
+                }
+            }
         if (OUTPUTS ? warp == OUTPUT_PRODUCER_WARP && lane == 0 : lane == 0) { /* one lane brings each chunk's W, keys and U */
             /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
             const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
@@ -1202,19 +1226,13 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             for (size_t chunk = first; chunk < end; chunk++) {
                 const size_t j = chunk - first;
                 const int s = (int)(j % stages);
-                if (j >= (size_t)stages) /* the consumers are done with chunk j - stages */
+                if (j >= (size_t)stages) /* the consumers are done with chunk j - stages (with OUTPUTS its W and U) */
                     barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
                 unsigned char *slot = slots + s * slot_bytes;
                 const unsigned char *block = blocks + chunk * block_bytes;
-                const uint32_t key_tile_bytes = OUTPUTS ? (uint32_t)(CHUNK * LDK * sizeof(bf16)) : 0;
                 /* with OUTPUTS the chain takes the keys as given, from the k tile, and not keys_t */
                 const uint32_t w_and_keys_bytes = OUTPUTS ? (uint32_t)chain_keys_offset(K, PRECISE) : (uint32_t)u_offset;
-                barrier_arrive_expecting(&full[s], w_and_keys_bytes + u_bytes + 16 + 2 * key_tile_bytes);
-                if (OUTPUTS) { /* q and k of the chunk, for the output warps (kernel 3's tensor copies) */
-                    const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
-                    tensor_copy_3d(output_tiles + 2 * s * CHUNK * LDK, q_map, h * K, t0, b, &full[s]);
-                    tensor_copy_3d(output_tiles + (2 * s + 1) * CHUNK * LDK, k_map, h * K, t0, b, &full[s]);
-                }
+                barrier_arrive_expecting(&full[s], w_and_keys_bytes + u_bytes + 16);
                 bulk_copy(slot, block, w_and_keys_bytes, &full[s]); /* W (W_low), keys_t but with OUTPUTS */
                 if (u_bytes)
                     bulk_copy(slot + u_offset + (u_first - block_column0) * u_row,
@@ -1227,8 +1245,9 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     if (OUTPUTS) {
         if (warp >= consumers) { /* the output warps */
             set_max_registers<OUTPUT_ROLE_REGISTERS>();
-            chunk_outputs_role(p, w, head, first, end, stages, full, empty, output_tiles, staged_full, states_free, values_free,
-                               (const bf16 *)(empty + stages), o16);
+            /* the P tile: keys_t's place in slot 0, which the chain does not use with OUTPUTS */
+            bf16 *const p_tile = (bf16 *)(slots + chain_keys_offset(p.K, false));
+            chunk_outputs_role(p, w, head, first, end, output_tiles, p_tile, (const bf16 *)(empty + stages), o16);
             return;
         }
         set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups */
@@ -1395,6 +1414,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
              * which the output warps need anyway, by ldmatrix.trans */
             [[maybe_unused]] const bf16 *const key_tile = OUTPUTS ? output_tiles + (2 * s + 1) * CHUNK * OUTPUT_LDK : NULL;
             const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
+            if constexpr (OUTPUTS) { /* W, U, d and the decay are read: the producer may bring the
+                                        slot's next W and U while the update runs, from the k tile */
+                barrier_arrive(&empty[s]);
+                barrier_wait(&tiles_full[s], (uint32_t)((j / stages) & 1));
+            }
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
                 if (TILES ? q >= TILES : 16 * q >= KP)
@@ -1432,7 +1456,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             else
                 chunk_step(std::integral_constant<int, 0>{});
         }
-        barrier_arrive(&empty[s]); /* this thread has read the slot */
+        /* this thread has read the slot (with OUTPUTS its k tile; every warp has columns there) */
+        barrier_arrive(OUTPUTS ? &tiles_empty[s] : &empty[s]);
         states_t += VP * LDK;
         new_values_t += VP * TOKEN_STRIDE;
     }
@@ -1859,7 +1884,7 @@ template <bool PRECISE, bool FOLD>
 static bool outputs_possible(const gdn_device_problem *p)
 {
     return !PRECISE && !FOLD && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
-           output_block_bytes(p->K, MAX_CHAIN_TILES, 2) <= shared_bytes_per_block();
+           output_block_bytes(p->K, MAX_CHAIN_TILES, OUTPUT_STAGES) <= shared_bytes_per_block();
 }
 /* kernel 2's shape for `runs` segments of every head */
 template <bool PRECISE, bool FOLD>
@@ -1883,7 +1908,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                                bool *outputs_done = NULL)
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
-    const size_t output_bytes = output_block_bytes(p->K, MAX_CHAIN_TILES, 2);
+    const size_t output_bytes = output_block_bytes(p->K, MAX_CHAIN_TILES, OUTPUT_STAGES);
     const bool outputs = r && outputs_done && outputs_possible<PRECISE, FOLD>(p); /* if the blocks are 8 tiles wide */
     const chain_shape shape = chain_shape_for<PRECISE, FOLD>(p, runs, outputs);
     const size_t block_columns = 16 * (size_t)shape.tiles;
@@ -1902,7 +1927,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                 return -1;
             /* two ring slots, passed at run time: with the depth known to the compiler this
                kernel ran 5 % slower (docs/06, the end of the seventeenth step) */
-            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments, 2,
+            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments, OUTPUT_STAGES,
                                        (bf16 *)r->o_bf16, q_map, k_map);
             r->o_in_bf16 = 1;
             *outputs_done = true;
