@@ -980,18 +980,23 @@ __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles,
  * Per chunk an output warp of the last row block issues 128 MMAs: P 32, Q S0 64, P Vnew 32
  * (four warps of whole rows issued 256); the others fewer, since P is lower triangular: its
  * blocks right of the diagonal are neither made nor multiplied (the eight warps issue 832,
- * not 1024, and read 19 % fewer bytes from shared memory). Per chunk the warps wait for the slot (q, k), make P, wait for the
- * chain's staging tiles, add Q S0 and let the chain write the next S0^T (states_free), then
- * P Vnew and let it write the next Vnew^T (values_free); o goes through the warp's own part of
- * the q tile once every output warp is done reading q, out in 16-byte pieces, and the slot
- * is released. */
+ * not 1024, and load 18 % fewer fragments from shared memory). Per chunk the warps wait for
+ * the slot's q and k, make P, wait for the chain's staging tiles, add Q S0 and let the chain
+ * write the next S0^T (states_free), then P Vnew and let it write the next Vnew^T
+ * (values_free); o goes through the warp's own part of the q tile once every output warp is
+ * done reading q, out in 16-byte pieces, and the q and k tiles are released. */
+/* The barriers after the q and k tiles of the ring's OUTPUT_STAGES slots (output_block_bytes):
+ * tiles_full[OUTPUT_STAGES], tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free;
+ * at a constant from the tiles, so that the output warps hold no register for each */
+__device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
+{
+    return (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * CHUNK * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING));
+}
+
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
                                           bf16 *output_tiles, bf16 *p_tile, const bf16 *staging, bf16 *o16)
 {
-    /* the barriers after the q and k tiles (output_block_bytes): each a constant from the tiles, so
-       that they take no registers of their own */
-    uint64_t *const tiles_full = (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * CHUNK * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING));
-    uint64_t *const tiles_empty = tiles_full + OUTPUT_STAGES, *const staged_full = tiles_empty + OUTPUT_STAGES;
+    uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + OUTPUT_STAGES, *const staged_full = tiles_empty + OUTPUT_STAGES;
     uint64_t *const states_free = staged_full + 1, *const values_free = staged_full + 2;
     constexpr int SIZE = 16 * MAX_CHAIN_TILES, LDK = SIZE + KEY_STRIDE_PADDING; /* K = V = SIZE: output_warps_shape */
     constexpr int HALVES = OUTPUT_WARPS / 4, GROUPS = SIZE / 16 / HALVES; /* column halves of o; the chain's 16-column warps a half */
@@ -1175,7 +1180,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
        and k once the output warps have made o and the chain its update (docs/06, the
        twenty-second step) */
     bf16 *const output_tiles = OUTPUTS ? (bf16 *)(slots + output_tiles_offset(p.K, tiles, stages)) : NULL;
-    uint64_t *const tiles_full = OUTPUTS ? (uint64_t *)(output_tiles + 2 * stages * CHUNK * LDK) : NULL, *const tiles_empty = tiles_full + stages;
+    uint64_t *const tiles_full = OUTPUTS ? output_barriers(output_tiles) : NULL, *const tiles_empty = tiles_full + stages;
     uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
 
     if (threadIdx.x == 0) {
@@ -1414,8 +1419,9 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
              * which the output warps need anyway, by ldmatrix.trans */
             [[maybe_unused]] const bf16 *const key_tile = OUTPUTS ? output_tiles + (2 * s + 1) * CHUNK * OUTPUT_LDK : NULL;
             const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
-            if constexpr (OUTPUTS) { /* W, U, d and the decay are read: the producer may bring the
-                                        slot's next W and U while the update runs, from the k tile */
+            if constexpr (OUTPUTS) { /* W, U, d and the decay are read: the producer may bring this
+                                        slot's next W and U while the update, which reads the
+                                        keys from the k tile, runs */
                 barrier_arrive(&empty[s]);
                 barrier_wait(&tiles_full[s], (uint32_t)((j / stages) & 1));
             }
