@@ -970,6 +970,14 @@ __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles,
            (3 + 2 * (size_t)stages) * sizeof(uint64_t) + 2 * CHUNK * sizeof(double);
 }
 
+/* The barriers after the q and k tiles of the ring's OUTPUT_STAGES slots (output_block_bytes):
+ * tiles_full[OUTPUT_STAGES], tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free;
+ * at a constant from the tiles, so that the output warps hold no register for each */
+__device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
+{
+    return (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * CHUNK * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING));
+}
+
 /* The output warps' loop over the block's chunks. Output warp r takes rows 16 (r % 4) .. + 15
  * of the chunk's o and columns 64 (r / 4) .. + 63, K = V = 128 (the only shape that runs this):
  *     P = lower(Q K^T exp(gamma_i - gamma_j)), o = scale (exp(gamma) Q S0 + P Vnew)    (eq. 14)
@@ -985,14 +993,6 @@ __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles,
  * write the next S0^T (states_free), then P Vnew and let it write the next Vnew^T
  * (values_free); o goes through the warp's own part of the q tile once every output warp is
  * done reading q, out in 16-byte pieces, and the q and k tiles are released. */
-/* The barriers after the q and k tiles of the ring's OUTPUT_STAGES slots (output_block_bytes):
- * tiles_full[OUTPUT_STAGES], tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free;
- * at a constant from the tiles, so that the output warps hold no register for each */
-__device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
-{
-    return (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * CHUNK * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING));
-}
-
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
                                           bf16 *output_tiles, bf16 *p_tile, const bf16 *staging, bf16 *o16)
 {
