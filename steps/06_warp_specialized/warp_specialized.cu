@@ -8,7 +8,7 @@
  * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
  * stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's twentieth step: the products are on tensor cores (the triangular solve's
+ * This is the stage's twenty-second step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -30,8 +30,10 @@
  * not run (the seventeenth step: four warps; the eighteenth: eight, sharing P through the k
  * tile; the nineteenth: from 70 % of the SMs); that chain takes the keys as given from the k
  * tile the output warps read, S += K^T (diag(d) Vnew), so kernel 1 writes no decayed keys
- * there (the twentieth). The chain kernel also runs a sequence as segments (one here; stage 07 includes this
- * file and cuts it).
+ * there (the twentieth); the output warps skip P's zero blocks (the twenty-first), and each
+ * ring slot's W and U and its q and k are freed by their own last readers (the
+ * twenty-second). The chain kernel also runs a sequence as segments (one here; stage 07
+ * includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
