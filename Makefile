@@ -94,6 +94,7 @@ TEST_OBJECTS := $(TEST_SOURCES:%.c=$(BUILD)/%.o)
 TEST_RUNNER  := $(BUILD)/run_tests
 # The GPU suites (tests/gpu/) have their own runner, built where GPU stages are.
 GPU_TEST_SOURCES := $(wildcard tests/gpu/*.c)
+GPU_TEST_KERNELS := $(wildcard tests/gpu/*.cu) # kernels of their own that a GPU suite runs (wgmma_layout.cu)
 GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 
 .PHONY: all demo test test-one test-large bench plots diffs step-diffs docs clean help require-build require-test fuzz valgrind
@@ -251,7 +252,11 @@ $(BUILD)/tests/gpu/%.o: tests/gpu/%.c | require-test
 	@mkdir -p $(dir $@)
 	$(call quiet,CC)$(CC) $(CFLAGS) -MMD $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
 
-$(BUILD)/run_gpu_tests: $(GPU_TEST_SOURCES:%.c=$(BUILD)/%.o) $(BUILD)/tests/test_support.o $(GPU_OBJECTS) $(STAGE_OBJECTS) $(CUDA_RUNNER) $(COMMON_OBJECTS)
+$(BUILD)/tests/gpu/%.o: tests/gpu/%.cu | require-test
+	@mkdir -p $(dir $@)
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+
+$(BUILD)/run_gpu_tests: $(GPU_TEST_SOURCES:%.c=$(BUILD)/%.o) $(GPU_TEST_KERNELS:%.cu=$(BUILD)/%.o) $(BUILD)/tests/test_support.o $(GPU_OBJECTS) $(STAGE_OBJECTS) $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) $^ -o $@ -Xcompiler -fopenmp $(patsubst -pthread,-Xcompiler -pthread,$(shell pkg-config --libs check 2>/dev/null)) -lm
 
 -include $(shell find build -name '*.d' 2>/dev/null)

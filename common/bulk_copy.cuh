@@ -64,6 +64,8 @@ __device__ __forceinline__ static void bulk_copy(void *to, const void *from, uin
  * the kernels around the same expression in an inline function differently (up to 11 %
  * more or fewer instructions in 06's kernels 1 and 3), and its SASS is what was measured. */
 #define SHARED_AT_128_BYTES(p) ((unsigned char *)(p) + (128 - shared_address(p) % 128) % 128)
+/* and from a 1024-byte boundary, where a 128-byte swizzle (the TMA unit's, wgmma's) begins */
+#define SHARED_AT_1024_BYTES(p) ((unsigned char *)(p) + (1024 - shared_address(p) % 1024) % 1024)
 
 /* A tensor copy (cp.async.bulk.tensor): one box of a strided tensor, described once on the
  * host by a tensor map (cuTensorMapEncodeTiled: the tensor's sizes and strides, the box's

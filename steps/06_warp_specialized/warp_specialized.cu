@@ -4,11 +4,12 @@
  * state-independent work of every chunk in parallel, only Vnew = U - W S0 and the state update
  * on the serial chain), and do every matrix product with mma.sync.m16n8k16: a warp multiplies
  * a 16 x 16 bf16 tile by a 16 x 8 one into 16 x 8 fp32 sums in one instruction, where stage 05
- * spent 256 FMAs of its 32 lanes' time. Inputs q, k, v are bf16 (the driver rounds them, the
- * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum
- * stay fp32 (gamma in double, as in 05).
+ * spent 256 FMAs of its 32 lanes' time (the output warps, last, use wgmma: four warps
+ * multiply 64 x 16 by 16 x N from shared memory in one). Inputs q, k, v are bf16 (the
+ * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
+ * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's twenty-second step: the products are on tensor cores (the triangular solve's
+ * This is the stage's twenty-third step: the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -32,7 +33,8 @@
  * tile the output warps read, S += K^T (diag(d) Vnew), so kernel 1 writes no decayed keys
  * there (the twentieth); the output warps skip P's zero blocks (the twenty-first), and each
  * ring slot's W and U and its q and k are freed by their own last readers (the
- * twenty-second). The chain kernel also runs a sequence as segments (one here; stage 07
+ * twenty-second), and the output warps make o by wgmma, as two warpgroups, from tiles in its
+ * 128-byte-swizzled layout (the twenty-third). The chain kernel also runs a sequence as segments (one here; stage 07
  * includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
@@ -80,7 +82,7 @@
  *             288, 160, 160 or 96 threads;
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
  *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with q and k,
- *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg
+ *             the staging tiles, 221 KB, and registers set by warpgroup with setmaxnreg
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
@@ -101,6 +103,7 @@
 #include "../../common/device.h"
 #include "../../common/stage.h"
 #include "../../common/bulk_copy.cuh" /* the TMA ring's PTX: mbarriers and bulk copies */
+#include "../../common/wgmma.cuh"      /* the output warps' wgmma, from swizzled tiles */
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
 #include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
 extern "C" { /* stage 05's flop count: the same algebra */
@@ -893,35 +896,27 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
 {
     load_matrices(a, quarter_row(tile, ld, row0, k0));
 }
-/* A fragment of the transpose of a row-major bf16 tile, A[m][k] = tile[k0 + k][row0 + m], by
- * ldmatrix.trans: register r is the quarter (m +8 (r % 2), k +8 (r / 2)), which is the stored
- * tile's quarter (rows k +8 (r / 2), columns m +8 (r % 2)) transposed */
-__device__ __forceinline__ static void load_a_fragment_transposed(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
-{
-    const int lane = threadIdx.x % 32, quarter = lane / 8;
-    load_matrices_transposed(a, tile + (k0 + lane % 8 + 8 * (quarter / 2)) * ld + row0 + 8 * (quarter % 2));
-}
 
 /* ---- output warps in the chain's block (OUTPUTS): kernel 3's work where S0^T and Vnew^T are ----
  * A chain block of MAX_CHAIN_TILES tiles holds a whole head's state at K = V = 128, so its
  * staging tiles hold all of S0^T and Vnew^T for a chunk: eight more warps can form the chunk's
  * o from them there, and neither goes to global memory and back (52 KB each way a chunk).
- * Eight, not four: the chain overwrites S0^T a chunk later only once the output warps have
- * read it (Q S0), so an output warp's Q S0 should take no longer than a chain warp's update
- * (64 MMAs); four warps of 16 rows x 128 columns took 128, and the chain's step grew by half.
+ * Eight, as two warpgroups that make o by wgmma (chunk_outputs_role), 64 columns each: S0^T
+ * and Vnew^T are staged in wgmma's swizzled layout, and q and k come swizzled by the TMA unit.
  * The block: warps 0 .. 7 the chain (two warpgroups), 8 .. 15 the output warps (two), 16 and 17
  * the producer's (a lane of 16 brings W and U, a lane of 17 q and k, each slot's two parts on
  * barriers of their own; the warpgroup's other two warps leave at once). Registers by warpgroup
  * (setmaxnreg; every thread starts with 65,536 / 640, 96 in whole units of 8): the chain 152
  * a thread (the 8-tile block's code needs 155 alone; here, with its tiles' loops as they are,
- * 152 without spills), the output warps 72 (64 spilled once they skip P's zero blocks), the
+ * 152 without spills), the output warps 72 (with every address made where it is used:
+ * made_here), the
  * producer's warpgroup 32: 61,440 of the block's 61,440. ptxas gives each role the budget
  * set where it begins only if no role's code is reached from another's: each returns where
  * it ends. Shared memory: the chain's ring of two slots and its staging tiles, and for each
- * slot the chunk's q and k (which the producer brings beside W and U); 223 KB. The chain takes
+ * slot the chunk's q and k (which the producer brings beside W and U); 221 KB. The chain takes
  * the keys as given, from the slot's k tile, with their decays d (which ride in W's row
  * padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer to bring,
- * and keys_t's place in slot 0 holds the output warps' P. */
+ * and keys_t's place in slot 0 holds the output warps' P (swizzled). */
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
        OUTPUT_PRODUCER_REGISTERS = 32, OUTPUT_STAGES = 2 /* the ring's slots: two fit */ };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
@@ -958,55 +953,84 @@ template <int REGISTERS> __device__ __forceinline__ static void set_max_register
 /* the output warps' own barrier (barrier 1; __syncthreads is barrier 0) */
 __device__ __forceinline__ static void output_warps_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(32 * OUTPUT_WARPS) : "memory"); }
 
-/* Where the q and k tiles begin (OUTPUTS), from the 128-byte boundary the block's shared memory
- * starts at: after the ring, its barriers and the staging tiles, on a 128-byte boundary; then
- * [slot][q, k] CHUNK x key_stride(K) bf16 each, the q and k tiles' full and empty barriers
- * (one each a slot), three more barriers, and two chunks' gamma. */
+/* ---- the output warps' wgmma: common/wgmma.cuh (the swizzle, the descriptors, the instructions) ---- */
+constexpr int OUTPUT_TILE = CHUNK * 16 * MAX_CHAIN_TILES; /* bf16 of a q or k tile, 64 tokens x 128 keys */
+/* A fragment of the transpose of a swizzled CHUNK-row tile (the k tile), A[m][k] = tile[k0 +
+ * k][row0 + m], by ldmatrix.trans: register r is the quarter (m +8 (r % 2), k +8 (r / 2)),
+ * which is the stored tile's quarter (rows k +8 (r / 2), columns m +8 (r % 2)) transposed;
+ * each lane gives its 16-byte row where the swizzle put it */
+__device__ __forceinline__ static void load_a_fragment_transposed_swizzled(uint32_t (&a)[4], const bf16 *tile, int row0, int k0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    load_matrices_transposed(a, tile + swizzled_offset(CHUNK, k0 + lane % 8 + 8 * (quarter / 2), row0 + 8 * (quarter % 2)));
+}
+
+/* Where the q and k tiles begin (OUTPUTS), from the 1024-byte boundary the block's shared memory
+ * starts at: after the ring, its barriers and the staging tiles (which hold the swizzled S0^T
+ * and Vnew^T from a 1024-byte boundary of their own), on a 1024-byte boundary; then [slot][q,
+ * k] OUTPUT_TILE bf16 each (swizzled), the q and k tiles' full and empty barriers (one each
+ * a slot), three more barriers, and two chunks' gamma. */
 __host__ __device__ static inline size_t output_tiles_offset(size_t K, int tiles, int stages)
 {
-    return (chain_shared_bytes(K, false, tiles, stages, true) + 127) / 128 * 128;
+    return (chain_shared_bytes(K, false, tiles, stages, true) + 1023) / 1024 * 1024;
 }
 __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles, int stages)
 {
-    return 128 + output_tiles_offset(K, tiles, stages) + 2 * (size_t)stages * CHUNK * key_stride(K) * sizeof(bf16) +
+    return 1024 + output_tiles_offset(K, tiles, stages) + 2 * (size_t)stages * OUTPUT_TILE * sizeof(bf16) +
            (3 + 2 * (size_t)stages) * sizeof(uint64_t) + 2 * CHUNK * sizeof(double);
 }
+/* the swizzled S0^T (128 x 128) and Vnew^T (128 x 64) fit the staging tiles from a 1024-byte boundary */
+static_assert(1024 + (16 * MAX_CHAIN_TILES) * (16 * MAX_CHAIN_TILES + CHUNK) * 2 <=
+                  MAX_CHAIN_TILES * 16 * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING + TOKEN_STRIDE) * 2,
+              "the output warps' operands fit the staging tiles");
 
+/* With OUTPUTS (K = V = 128, OUTPUT_STAGES slots) everything the output warps read is at a constant
+ * from the ring's 1024-byte boundary: the P tile (keys_t's place in slot 0, which the chain does
+ * not use with OUTPUTS: 17 KB in, on a 1024-byte boundary), the swizzled S0^T and Vnew^T (the
+ * staging tiles' place, from its first 1024-byte boundary), the q and k tiles */
+__host__ __device__ static inline size_t output_p_tile_offset(void) { return chain_keys_offset(16 * MAX_CHAIN_TILES, false); }
+__host__ __device__ static inline size_t output_staging_offset(void)
+{
+    return (OUTPUT_STAGES * chain_slot_bytes(16 * MAX_CHAIN_TILES, false, MAX_CHAIN_TILES) + 2 * OUTPUT_STAGES * sizeof(uint64_t) + 1023) / 1024 * 1024;
+}
 /* The barriers after the q and k tiles of the ring's OUTPUT_STAGES slots (output_block_bytes):
  * tiles_full[OUTPUT_STAGES], tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free;
  * at a constant from the tiles, so that the output warps hold no register for each */
 __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
 {
-    return (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * CHUNK * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING));
+    return (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * OUTPUT_TILE);
 }
 
-/* The output warps' loop over the block's chunks. Output warp r takes rows 16 (r % 4) .. + 15
- * of the chunk's o and columns 64 (r / 4) .. + 63, K = V = 128 (the only shape that runs this):
+/* The output warps' loop over the block's chunks, by wgmma. Output warpgroup h (warps 8 .. 11,
+ * 12 .. 15) takes columns 64 h .. + 63 of the chunk's o, all 64 rows (warp r of it rows 16 r
+ * .. + 15, as wgmma's accumulators), K = V = 128 (the only shape that runs this):
  *     P = lower(Q K^T exp(gamma_i - gamma_j)), o = scale (exp(gamma) Q S0 + P Vnew)    (eq. 14)
- * each sum in the order kernel 3 takes it (the same products, k by k; S0 differs from a chain
- * without output warps by one rounding: this chain rounds d Vnew, that one the decayed keys
- * and Vnew). The two warps of a row block share their rows' P: each makes the 32 tokens of its
- * half and writes them into the P tile (keys_t's place in slot 0).
- * Per chunk an output warp of the last row block issues 128 MMAs: P 32, Q S0 64, P Vnew 32
- * (four warps of whole rows issued 256); the others fewer, since P is lower triangular: its
- * blocks right of the diagonal are neither made nor multiplied (the eight warps issue 832,
- * not 1024, and load 18 % fewer fragments from shared memory). Per chunk the warps wait for
- * the slot's q and k, make P, wait for the chain's staging tiles, add Q S0 and let the chain
- * write the next S0^T (states_free), then P Vnew and let it write the next Vnew^T
- * (values_free); o goes through the warp's own part of the q tile once every output warp is
- * done reading q, out in 16-byte pieces, and the q and k tiles are released. */
+ * Warpgroup h makes tokens 32 h .. + 31 of P for all 64 rows (8 m64n32k16 products from the
+ * swizzled q and k tiles), masks and scales them and writes them in bf16 into the P tile
+ * (swizzled, keys_t's place in slot 0); after one barrier each warpgroup reads all of P there
+ * as P Vnew's A, so P is made once. Q S0 reads q and the chain's S0^T, P Vnew the P tile and
+ * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_offset). A
+ * warpgroup's wgmma reads each operand once for its 64 rows, where the mma.sync warps read
+ * S0^T and Vnew^T once per 16 rows: per chunk the eight warps read 144 KB of shared memory
+ * where they read 274 (the twenty-second step's 2192 ldmatrix wavefronts), and issue 40
+ * products where they issued 832. Not causal: a 64-row product has no zero blocks to skip.
+ * The sums are taken k by k as before, and o measured bit for bit the twenty-second step's.
+ * Per chunk the warps wait for the slot's q and k, make P, wait for the chain's staging
+ * tiles, add Q S0 and let the chain write the next S0^T (states_free), then P Vnew and let it
+ * write the next Vnew^T (values_free); o goes through the warp's own part of the q tile
+ * (swizzled) once every output warp is done reading q, out in 16-byte pieces, and the q and
+ * k tiles are released. */
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
-                                          bf16 *output_tiles, bf16 *p_tile, const bf16 *staging, bf16 *o16)
+                                          unsigned char *slots, bf16 *o16)
 {
+    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset(16 * MAX_CHAIN_TILES, MAX_CHAIN_TILES, OUTPUT_STAGES));
     uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + OUTPUT_STAGES, *const staged_full = tiles_empty + OUTPUT_STAGES;
     uint64_t *const states_free = staged_full + 1, *const values_free = staged_full + 2;
-    constexpr int SIZE = 16 * MAX_CHAIN_TILES, LDK = SIZE + KEY_STRIDE_PADDING; /* K = V = SIZE: output_warps_shape */
-    constexpr int HALVES = OUTPUT_WARPS / 4, GROUPS = SIZE / 16 / HALVES; /* column halves of o; the chain's 16-column warps a half */
-    constexpr int GROUP_STRIDE = 16 * (LDK + TOKEN_STRIDE);       /* bf16 from one chain warp's staging tiles to the next's */
-    const int output_warp = (int)(threadIdx.x / 32) - MAX_CHAIN_TILES, half = output_warp / 4;
-    const int lane = threadIdx.x % 32, quarter = lane / 8, tile_row = 16 * (output_warp % 4);
+    constexpr int SIZE = 16 * MAX_CHAIN_TILES; /* K = V = SIZE: output_warps_shape */
+    const int output_warp = (int)(threadIdx.x / 32) - MAX_CHAIN_TILES, half = output_warp / 4; /* half: the warpgroup */
+    const int lane = threadIdx.x % 32, tile_row = 16 * (output_warp % 4);
     const int output_thread = (int)threadIdx.x - 32 * MAX_CHAIN_TILES; /* 0 .. 32 OUTPUT_WARPS - 1 */
-    const bf16 *const half_staging = staging + half * GROUPS * GROUP_STRIDE; /* the chain warps of this half's columns */
+    const int column0 = half * (SIZE / 2);                                   /* this warpgroup's columns of o */
     const size_t b = head / p.H, h = head % p.H, V = SIZE;
     double *gamma_buffers = (double *)(staged_full + 3); /* [2][CHUNK]: chunks j and j + 1 */
     /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
@@ -1015,7 +1039,6 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         return output_thread < CHUNK && chunk < end && t < p.T ? w.gamma[head * p.T + t] : 0.0;
     };
     double gamma_next = gamma_of(first);
-    /* the chunk's index in 32 bits: in 64, one more register, and at 64 registers (the budget then) a spill */
     for (unsigned chunk = (unsigned)first; chunk < (unsigned)end; chunk++) {
         const unsigned j = chunk - (unsigned)first;
         const size_t t0 = (size_t)chunk * CHUNK;
@@ -1024,117 +1047,84 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         if (output_thread < CHUNK)
             gamma[output_thread] = gamma_next;
         output_warps_sync(); /* gamma is here; chunk j - 2's reads of its buffer are done */
-        bf16 *q = output_tiles + 2 * s * CHUNK * LDK, *k = q + CHUNK * LDK;
+        /* every address from here, so that none is carried across chunks in a register (made_here) */
+        unsigned char *const here = (unsigned char *)made_here((const bf16 *)slots);
+        bf16 *const q = (bf16 *)(here + output_tiles_offset(SIZE, MAX_CHAIN_TILES, OUTPUT_STAGES)) + 2 * s * OUTPUT_TILE;
+        const bf16 *const k = q + OUTPUT_TILE;
+        bf16 *const p_tile = (bf16 *)(here + output_p_tile_offset());
+        const bf16 *const states_tile = (const bf16 *)(here + output_staging_offset()), *const values_tile = states_tile + SIZE * SIZE;
+        const int upper = made_here(fragment_row(tile_row, 0)), lower = upper + 8; /* this lane's two rows */
+        const int pair = made_here(fragment_column(0, 0, 0));                      /* and its columns' offset */
         barrier_wait(&tiles_full[s], (uint32_t)((j / OUTPUT_STAGES) & 1)); /* q and k */
 
-        /* P = lower(Q K^T e^(gamma_i - gamma_l)): this warp's 16 rows, the 32 tokens of its half,
-           into the P tile; the two warps of a row block then read all 64 tokens of their rows
-           as A fragments of P Vnew. One tile serves every chunk: the barrier before o goes
-           out comes after every warp's P Vnew */
+        /* P = lower(Q K^T e^(gamma_i - gamma_l)): this warpgroup's 32 tokens of all 64 rows,
+           into the P tile (swizzled), which both warpgroups then read as P Vnew's A */
         {
-            constexpr int TOKENS = CHUNK / HALVES;
-            const int token0 = half * TOKENS;
-            float scores[TOKENS / 8][4];
-            clear(scores);
-            /* Q K^T where P can be nonzero, tokens l <= i: left of tile_row + 16 (causal; the
-               tiles right of it stay 0 and are masked) */
-            static_assert(TOKENS == 32, "two pairs of 8-token tiles a warp");
-            if (token0 + 16 < tile_row + 16) /* both pairs */
-                warp_product(scores, q, LDK, k, LDK, tile_row, token0, SIZE);
-            else if (token0 < tile_row + 16) /* the first pair only */
-                warp_product(reinterpret_cast<float(&)[2][4]>(scores), q, LDK, k, LDK, tile_row, token0, SIZE);
-            uint32_t pairs[TOKENS / 8][2];
+            const int token0 = half * (CHUNK / 2);
+            float scores[CHUNK / 2 / 8][4];
+            wgmma_fence();
 #pragma unroll
-            for (int jj = 0; jj < TOKENS / 8; jj++)
+            for (int kk = 0; kk < SIZE / 16; kk++)
+                wgmma_64x32x16(scores, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
+                               descriptor_here(k + swizzled_offset(CHUNK, token0, 16 * kk)), kk > 0);
+            wgmma_commit_and_wait();
+#pragma unroll
+            for (int jj = 0; jj < CHUNK / 2 / 8; jj++)
 #pragma unroll
                 for (int r = 0; r < 4; r += 2) {
-                    const int i = fragment_row(tile_row, r), l = token0 + fragment_column(0, jj, r);
+                    const int i = r < 2 ? upper : lower, l = token0 + 8 * jj + pair;
                     float exact[2];
 #pragma unroll
                     for (int e = 0; e < 2; e++) /* only l <= i: exponents <= 0 */
                         exact[e] = l + e <= i && i < n ? scores[jj][r + e] * expf((float)(gamma[i] - gamma[l + e])) : 0.0f;
-                    pairs[jj][r / 2] = pack_bf16(exact[0], exact[1]);
+                    *(uint32_t *)&p_tile[swizzled_offset(CHUNK, i, l)] = pack_bf16(exact[0], exact[1]);
                 }
-#pragma unroll
-            for (int jj = 0; jj < TOKENS / 8; jj++)
-#pragma unroll
-                for (int r = 0; r < 4; r += 2)
-                    *(uint32_t *)&p_tile[fragment_row(tile_row, r) * TOKEN_STRIDE + token0 + fragment_column(0, jj, r)] = pairs[jj][r / 2];
-            output_warps_sync(); /* P is whole */
+            fence_shared_for_bulk_store(); /* for the other warpgroup's wgmma: the async proxy reads P */
+            output_warps_sync();           /* P is whole */
         }
-        float acc[2 * GROUPS][4];
-        clear(acc);
+        float acc[SIZE / 2 / 8][4];
         barrier_wait(staged_full, (uint32_t)(j & 1)); /* S0^T and Vnew^T of this chunk */
-        /* Q S0: B^T from the chain warps' S0^T rows, 16 columns a chain warp */
-        const bf16 *a_row = quarter_row(q, LDK, tile_row, 0);
-        const int b_offset = (lane % 8 + 8 * (quarter / 2)) * LDK + 8 * (quarter % 2);
-        for (int k0 = 0; k0 < SIZE; k0 += 16) {
-            uint32_t a[4];
-            load_matrices(a, a_row + k0);
+        /* Q S0: B^T is this warpgroup's 64 rows of S0^T */
+        wgmma_fence();
 #pragma unroll
-            for (int c = 0; c < GROUPS; c++) {
-                uint32_t bt[4];
-                load_matrices(bt, half_staging + c * GROUP_STRIDE + b_offset + k0);
-                const uint32_t first_tile[2] = {bt[0], bt[1]}, second_tile[2] = {bt[2], bt[3]};
-                mma_bf16_16x8x16(acc[2 * c], a, first_tile);
-                mma_bf16_16x8x16(acc[2 * c + 1], a, second_tile);
-            }
-        }
+        for (int kk = 0; kk < SIZE / 16; kk++)
+            wgmma_64x64x16(acc, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
+                           descriptor_here(states_tile + swizzled_offset(SIZE, column0, 16 * kk)), kk > 0);
+        wgmma_commit_and_wait();
         barrier_arrive(states_free);
-        const int upper = fragment_row(tile_row, 0), lower = upper + 8; /* this lane's two rows of o */
         const float decay_upper = upper < n ? expf((float)gamma[upper]) : 0.0f, decay_lower = lower < n ? expf((float)gamma[lower]) : 0.0f;
 #pragma unroll
-        for (int jj = 0; jj < 2 * GROUPS; jj++)
+        for (int jj = 0; jj < SIZE / 2 / 8; jj++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
                 acc[jj][r] *= r < 2 ? decay_upper : decay_lower;
-        /* + P Vnew: B^T from the chain warps' Vnew^T rows, after their S0^T rows */
-        const int v_offset = 16 * LDK + (lane % 8 + 8 * (quarter / 2)) * TOKEN_STRIDE + 8 * (quarter % 2);
-        /* P is 0 right of its rows' diagonal block (causal): row block r / 16 has r / 16 + 1 token
-           tiles to add, a count the compiler is told (a bound known only at run time cost spills) */
-        const auto add_p_values = [&](auto known_tiles) {
+        /* + P Vnew: A from the P tile, B^T this warpgroup's 64 rows of Vnew^T */
+        wgmma_fence_operands(acc);
+        wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < decltype(known_tiles)::value; kk++) {
-                uint32_t p_fragment[4];
-                load_a_fragment(p_fragment, p_tile, TOKEN_STRIDE, tile_row, 16 * kk);
-#pragma unroll
-                for (int c = 0; c < GROUPS; c++) {
-                    uint32_t bt[4];
-                    load_matrices(bt, half_staging + c * GROUP_STRIDE + v_offset + 16 * kk);
-                    const uint32_t first_tile[2] = {bt[0], bt[1]}, second_tile[2] = {bt[2], bt[3]};
-                    mma_bf16_16x8x16(acc[2 * c], p_fragment, first_tile);
-                    mma_bf16_16x8x16(acc[2 * c + 1], p_fragment, second_tile);
-                }
-            }
-        };
-        static_assert(CHUNK / 16 == 4, "four row blocks");
-        switch (tile_row / 16) {
-        case 0: add_p_values(std::integral_constant<int, 1>{}); break;
-        case 1: add_p_values(std::integral_constant<int, 2>{}); break;
-        case 2: add_p_values(std::integral_constant<int, 3>{}); break;
-        default: add_p_values(std::integral_constant<int, 4>{}); break;
-        }
+        for (int kk = 0; kk < CHUNK / 16; kk++)
+            wgmma_64x64x16(acc, descriptor_here(p_tile + swizzled_offset(CHUNK, 0, 16 * kk)),
+                           descriptor_here(values_tile + swizzled_offset(SIZE, column0, 16 * kk)), 1);
+        wgmma_commit_and_wait();
         barrier_arrive(values_free);
-        gamma_next = gamma_of(chunk + 1); /* loaded here, not at the top: held across the chunk it cost spills at 64 registers (then) */
-        /* o in bf16 through this warp's 16 rows and 64 columns of the q tile, once both warps of
-           those rows are done reading them (every output warp: one barrier), then out, 16
-           bytes a lane */
+        gamma_next = gamma_of(chunk + 1);
+        /* o in bf16 through this warp's 16 rows and 64 columns of the q tile (swizzled), once
+           every output warp is done reading q (one barrier), then out, 16 bytes a lane */
         output_warps_sync();
-        const int column0 = half * (SIZE / HALVES);
 #pragma unroll
-        for (int jj = 0; jj < 2 * GROUPS; jj++)
+        for (int jj = 0; jj < SIZE / 2 / 8; jj++)
 #pragma unroll
             for (int r = 0; r < 4; r += 2) {
-                const int i = fragment_row(tile_row, r), c = column0 + fragment_column(0, jj, r);
-                *(__nv_bfloat162 *)&q[i * LDK + c] = __floats2bfloat162_rn(p.scale * acc[jj][r], p.scale * acc[jj][r + 1]);
+                const int i = r < 2 ? upper : lower, c = column0 + 8 * jj + pair;
+                *(__nv_bfloat162 *)&q[swizzled_offset(CHUNK, i, c)] = __floats2bfloat162_rn(p.scale * acc[jj][r], p.scale * acc[jj][r + 1]);
             }
         __syncwarp();
         const size_t first_token = gdn_device_token(&p, b, t0, h); /* token t0 + i: first + i H */
-        constexpr int ROW_PIECES = SIZE / HALVES / 8; /* 16-byte pieces of this warp's part of a row */
-        for (int e = lane; e < 16 * ROW_PIECES; e += 32) {
-            const int i = tile_row + e / ROW_PIECES, piece = column0 / 8 + e % ROW_PIECES;
+        constexpr int ROW_PIECES = SIZE / 2 / 8; /* 16-byte pieces of this warp's part of a row */
+        for (int e = made_here(lane); e < 16 * ROW_PIECES; e += 32) {
+            const int i = tile_row + e / ROW_PIECES, column = column0 + 8 * (e % ROW_PIECES);
             if (i < n)
-                ((uint4 *)(o16 + (first_token + (size_t)i * p.H) * V))[piece] = ((const uint4 *)(q + i * LDK))[piece];
+                ((uint4 *)(o16 + (first_token + (size_t)i * p.H) * V))[column / 8] = *(const uint4 *)&q[swizzled_offset(CHUNK, i, column)];
         }
         fence_shared_for_bulk_store(); /* the slot's next q and k come by the TMA unit, after these writes */
         barrier_arrive(&tiles_empty[s]);
@@ -1172,9 +1162,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     const int slot_bytes = (int)chain_slot_bytes(p.K, PRECISE, tiles), u_offset = (int)chain_u_offset(p.K, PRECISE);
     const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
     const unsigned char *blocks = w.chain + head * chunks * block_bytes;
-    /* with OUTPUTS from a 128-byte boundary, for the tensor copies of q and k (output_tiles) */
-    unsigned char *slots = OUTPUTS ? SHARED_AT_128_BYTES(ring) : (unsigned char *)ring;
+    /* with OUTPUTS from a 1024-byte boundary, for the swizzled tiles (output_tiles) */
+    unsigned char *slots = OUTPUTS ? SHARED_AT_1024_BYTES(ring) : (unsigned char *)ring;
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
+    /* OUTPUTS: S0^T (128 x 128) then Vnew^T (128 x 64), swizzled (swizzled_offset), in the staging tiles' place */
+    bf16 *const output_staging = OUTPUTS ? (bf16 *)(slots + output_staging_offset()) : NULL;
     /* OUTPUTS: each slot's q and k tiles, then the hand-over barriers between the chain's warps
        and the output warps: staging tiles written (staged_full), S0^T and Vnew^T read (states_free,
        values_free); before them the q and k tiles' own barriers a slot (tiles_full, tiles_empty):
@@ -1211,7 +1203,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* its whole warpgroup gives registers back */
         if constexpr (OUTPUTS)
             if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q and k (kernel 3's tensor copies) */
-                const uint32_t key_tile_bytes = (uint32_t)(CHUNK * LDK * sizeof(bf16));
+                const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
                 const int b = (int)(head / p.H), h = (int)(head % p.H);
                 for (size_t chunk = first; chunk < end; chunk++) {
                     const size_t j = chunk - first;
@@ -1219,8 +1211,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     if (j >= (size_t)stages) /* the output warps and the chain's update are done with chunk j - stages */
                         barrier_wait(&tiles_empty[s], (uint32_t)((j / stages - 1) & 1));
                     barrier_arrive_expecting(&tiles_full[s], 2 * key_tile_bytes);
-                    tensor_copy_3d(output_tiles + 2 * s * CHUNK * LDK, q_map, h * K, t0, b, &tiles_full[s]);
-                    tensor_copy_3d(output_tiles + (2 * s + 1) * CHUNK * LDK, k_map, h * K, t0, b, &tiles_full[s]);
+                    for (int panel = 0; panel < 2; panel++) { /* 64 keys each, swizzled by the maps */
+                        tensor_copy_3d(output_tiles + 2 * s * OUTPUT_TILE + panel * CHUNK * 64, q_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
+                        tensor_copy_3d(output_tiles + (2 * s + 1) * OUTPUT_TILE + panel * CHUNK * 64, k_map, h * K + 64 * panel, t0, b,
+                                       &tiles_full[s]);
+                    }
                 }
             }
         if (OUTPUTS ? warp == OUTPUT_PRODUCER_WARP && lane == 0 : lane == 0) { /* one lane brings each chunk's W, keys and U */
@@ -1252,9 +1247,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     if (OUTPUTS) {
         if (warp >= consumers) { /* the output warps */
             set_max_registers<OUTPUT_ROLE_REGISTERS>();
-            /* the P tile: keys_t's place in slot 0, which the chain does not use with OUTPUTS */
-            bf16 *const p_tile = (bf16 *)(slots + chain_keys_offset(p.K, false));
-            chunk_outputs_role(p, w, head, first, end, output_tiles, p_tile, (const bf16 *)(empty + stages), o16);
+            chunk_outputs_role(p, w, head, first, end, slots, o16);
             return;
         }
         set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups */
@@ -1269,6 +1262,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     /* STAGED: this warp's staging tiles: S0^T rows, Vnew^T rows, then (--precise) their low terms */
     constexpr int ROWS = 8 * NTILES;
     bf16 *stage_states = (bf16 *)(empty + stages) + (size_t)warp * ROWS * (LDK + TOKEN_STRIDE) * (PRECISE ? 2 : 1);
+    /* with OUTPUTS the block's S0^T and Vnew^T, swizzled for the output warps' wgmma (output_staging) */
+    [[maybe_unused]] const int staging_row = 8 * NTILES * warp; /* this warp's first row of them */
     bf16 *stage_values = stage_states + ROWS * LDK;
     bf16 *stage_states_low = stage_values + ROWS * TOKEN_STRIDE, *stage_values_low = stage_states_low + ROWS * LDK;
 
@@ -1306,7 +1301,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         auto chunk_step = [&](auto known_tiles) {
             constexpr int TILES = decltype(known_tiles)::value;
             /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */
-            bf16 *const states_out = STAGED ? stage_states : states_t, *const values_out = STAGED ? stage_values : new_values_t;
+            bf16 *const states_out = OUTPUTS ? output_staging : STAGED ? stage_states : states_t;
+            bf16 *const values_out = OUTPUTS ? output_staging + MAX_K * MAX_K : STAGED ? stage_values : new_values_t;
             bf16 *const states_low_out = STAGED ? stage_states_low : states_t + low_offset;
             bf16 *const values_low_out = STAGED ? stage_values_low : new_values_t + new_low_offset;
             if (OUTPUTS && j > 0) /* the output warps have read the last chunk's S0^T */
@@ -1338,7 +1334,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     if (!FOLD)
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
-                            const int at = (8 * u + g) * LDK + 16 * q + 8 * half + 2 * t;
+                            const int at = OUTPUTS ? swizzled_offset(MAX_K, staging_row + 8 * u + g, 16 * q + 8 * half + 2 * t)
+                                                   : (8 * u + g) * LDK + 16 * q + 8 * half + 2 * t;
                             *(uint32_t *)&states_out[at] = state[u][half];
                             if (PRECISE)
                                 *(uint32_t *)&states_low_out[at] = state_low[PRECISE ? u : 0][half];
@@ -1387,7 +1384,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     if (!FOLD) /* Vnew^T for kernel 3: column column0 + 8 u + g, tokens 16 i + 2t, 2t + 1 (+ 8) */
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
-                            const int at = (8 * u + g) * TOKEN_STRIDE + 16 * i + 8 * half + 2 * t;
+                            const int at = OUTPUTS ? swizzled_offset(MAX_K, staging_row + 8 * u + g, 16 * i + 8 * half + 2 * t)
+                                                   : (8 * u + g) * TOKEN_STRIDE + 16 * i + 8 * half + 2 * t;
                             *(uint32_t *)&values_out[at] = value[u][i][half];
                             if (PRECISE)
                                 *(uint32_t *)&values_low_out[at] = value_low[PRECISE ? u : 0][i][half];
@@ -1400,8 +1398,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     }
                 }
             }
-            if (OUTPUTS) /* S0^T and Vnew^T are in the staging tiles: the output warps' turn */
+            if (OUTPUTS) { /* S0^T and Vnew^T are in the staging tiles: the output warps' turn (their
+                              wgmma reads them by the async proxy, after this fence) */
+                fence_shared_for_bulk_store();
                 barrier_arrive(staged_full);
+            }
             else if (STAGED) { /* S0^T and Vnew^T out, whole lines, while the update runs */
                 fence_shared_for_bulk_store();
                 __syncwarp();
@@ -1419,7 +1420,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
              * fragment of the decayed keys serves every n-tile. With OUTPUTS the same product as
              * K^T (diag(d) Vnew), FLA's order: the A fragments of K^T from the chunk's k tile,
              * which the output warps need anyway, by ldmatrix.trans */
-            [[maybe_unused]] const bf16 *const key_tile = OUTPUTS ? output_tiles + (2 * s + 1) * CHUNK * OUTPUT_LDK : NULL;
+            [[maybe_unused]] const bf16 *const key_tile = OUTPUTS ? output_tiles + (2 * s + 1) * OUTPUT_TILE : NULL;
             const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
             if constexpr (OUTPUTS) { /* W, U, d and the decay are read: the producer may bring this
                                         slot's next W and U while the update, which reads the
@@ -1440,7 +1441,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 for (int i = 0; i < 4; i++) {
                     uint32_t a[4];
                     if constexpr (OUTPUTS)
-                        load_a_fragment_transposed(a, key_tile, OUTPUT_LDK, 16 * q, 16 * i);
+                        load_a_fragment_transposed_swizzled(a, key_tile, 16 * q, 16 * i);
                     else
                         load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
 #pragma unroll
@@ -1707,7 +1708,8 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
  * the tensor's (the callers' conditions); the tokens past T land as zeros.
  * cuTensorMapEncodeTiled is a driver function; the runtime hands out its address, so nothing
  * links the driver library. */
-static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_device_problem *p, size_t width, int box_width)
+static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_device_problem *p, size_t width, int box_width,
+                               bool swizzled = false)
 {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
     if (!encode) {
@@ -1722,7 +1724,8 @@ static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_d
     const cuuint64_t strides[2] = {p->H * width * sizeof(bf16), p->T * p->H * width * sizeof(bf16)};
     const cuuint32_t box[3] = {(cuuint32_t)box_width, CHUNK, 1}, steps[3] = {1, 1, 1};
     const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)tensor, sizes, strides, box, steps,
-                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k or v (CUresult %d)", (int)result);
 }
@@ -1930,8 +1933,8 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             if (!r->o_bf16)
                 return gdn_set_error("the chain's output warps write o in bf16: the runner made no room for it");
             CUtensorMap q_map, k_map;
-            if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) ||
-                make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)))
+            /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' wgmma operands */
+            if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, 64, true))
                 return -1;
             /* two ring slots, passed at run time: with the depth known to the compiler this
                kernel ran 5 % slower (docs/06, the end of the seventeenth step) */

@@ -2,7 +2,10 @@
  * 05_wy_chunked_cuda, both run on the same bf16-rounded inputs, within GDN_TOLERANCE_BF16
  * (tolerances.h), over the shape grid and beyond: one token, T not a multiple of the chunk,
  * K = V = 64 and 128, K and V not multiples of 16, B x H from 1 to 256, with and without h0,
- * extreme gates and the edge cases; NaN or Inf never passes (assert_close). */
+ * extreme gates and the edge cases; NaN or Inf never passes (assert_close). And the wgmma
+ * layout its output warps assume, on its own (wgmma_layout.cu). */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "../test_support.h"
@@ -81,6 +84,23 @@ START_TEST(tensor_cores_on_edge_cases)
 }
 END_TEST
 
+/* The layout 06's output warps assume for wgmma (tests/gpu/wgmma_layout.cu), on its own: the
+ * TMA unit's 128-byte swizzle puts every element where swizzled_offset says, and m64n64k16 and
+ * m64n32k16 products from swizzled tiles equal the CPU's of the same bf16 values. The sums are
+ * fp32 over 128 terms (about 1e-7 relative); a wrong descriptor field or swizzle misplaces
+ * whole rows, an error of order one. _i: the seed. */
+int wgmma_layout_check(uint64_t seed, int *misplaced, double *error_64, double *error_32);
+START_TEST(wgmma_layout_matches_the_cpu)
+{
+    int misplaced = -1;
+    double error_64 = NAN, error_32 = NAN;
+    ck_assert_msg(wgmma_layout_check(4500 + _i, &misplaced, &error_64, &error_32) == 0, "%s", gdn_last_error());
+    ck_assert_msg(misplaced == 0, "%d of 8192 elements not where swizzled_offset puts them", misplaced);
+    ck_assert_msg(error_64 < 1e-6, "m64n64k16 from swizzled tiles: relative error %.3e > 1e-6", error_64);  /* NaN fails too */
+    ck_assert_msg(error_32 < 1e-6, "m64n32k16 from swizzled tiles: relative error %.3e > 1e-6", error_32);
+}
+END_TEST
+
 START_TEST(tensor_cores_refuse_large_keys) { test_refuses_keys_of_129(&warp_specialized_stage, 0, 4400); }
 END_TEST
 
@@ -94,6 +114,7 @@ Suite *tensor_core_stage_suite(void)
     tcase_add_loop_test(cases, tensor_cores_with_extreme_gates, 0, 3);
     tcase_add_loop_test(cases, tensor_cores_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_test(cases, tensor_cores_refuse_large_keys);
+    tcase_add_loop_test(cases, wgmma_layout_matches_the_cpu, 0, 3);
     suite_add_tcase(suite, cases);
     return suite;
 }
