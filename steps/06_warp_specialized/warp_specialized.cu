@@ -34,8 +34,8 @@
  * there (the twentieth); the output warps skip P's zero blocks (the twenty-first), and each
  * ring slot's W and U and its q and k are freed by their own last readers (the
  * twenty-second), and the output warps make o by wgmma, as two warpgroups, from tiles in its
- * 128-byte-swizzled layout (the twenty-third). The chain kernel also runs a sequence as segments (one here; stage 07
- * includes this file and cuts it).
+ * 128-byte-swizzled layout (the twenty-third). The chain kernel also runs a sequence as
+ * segments (one here; stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
@@ -991,7 +991,8 @@ static_assert(1024 + (16 * MAX_CHAIN_TILES) * (16 * MAX_CHAIN_TILES + CHUNK) * 2
 __host__ __device__ static inline size_t output_p_tile_offset(void) { return chain_keys_offset(16 * MAX_CHAIN_TILES, false); }
 __host__ __device__ static inline size_t output_staging_offset(void)
 {
-    return (OUTPUT_STAGES * chain_slot_bytes(16 * MAX_CHAIN_TILES, false, MAX_CHAIN_TILES) + 2 * OUTPUT_STAGES * sizeof(uint64_t) + 1023) / 1024 * 1024;
+    /* the ring and its barriers, where the chain's staging tiles begin (chain_shared_bytes without them) */
+    return (chain_shared_bytes(16 * MAX_CHAIN_TILES, false, MAX_CHAIN_TILES, OUTPUT_STAGES, false) + 1023) / 1024 * 1024;
 }
 /* The barriers after the q and k tiles of the ring's OUTPUT_STAGES slots (output_block_bytes):
  * tiles_full[OUTPUT_STAGES], tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free;
