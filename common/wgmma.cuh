@@ -106,19 +106,21 @@ __device__ __forceinline__ static void wgmma_commit_and_wait(void)
 /* d (+)= A B, 64 x N, depth 16, one warpgroup: A (64 x 16) and B^T (N x 16) in swizzled tiles,
  * by descriptors. d is [n-tile][4]: each warp's 16 rows as mma.sync's accumulators
  * (fragment_row, fragment_column) */
+template <int SCALE_A = 1> /* 1 or -1: d -= A B */
 __device__ __forceinline__ static void wgmma_64x64x16(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate)
 {
+    static_assert(SCALE_A == 1 || SCALE_A == -1, "wgmma scales A by 1 or -1");
     if constexpr (HAVE_WGMMA)
         asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
                      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                     "}, %32, %33, p, 1, 1, 0, 0;\n}"
+                     "}, %32, %33, p, %35, 1, 0, 0;\n}"
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
                        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
                        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
                        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                     : "l"(a), "l"(b), "r"(accumulate));
+                     : "l"(a), "l"(b), "r"(accumulate), "n"(SCALE_A));
 }
 __device__ __forceinline__ static void wgmma_64x32x16(float (&d)[4][4], uint64_t a, uint64_t b, int accumulate)
 {
