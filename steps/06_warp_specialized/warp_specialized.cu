@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's twenty-third step: the products are on tensor cores (the triangular solve's
+ * This is the stage's twenty-fourth step (not yet run): the products are on tensor cores (the triangular solve's
  * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
  * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
@@ -34,7 +34,8 @@
  * there (the twentieth); the output warps skip P's zero blocks (the twenty-first), and each
  * ring slot's W and U and its q and k are freed by their own last readers (the
  * twenty-second), and the output warps make o by wgmma, as two warpgroups, from tiles in its
- * 128-byte-swizzled layout (the twenty-third). The chain kernel also runs a sequence as segments (one here; stage 07
+ * 128-byte-swizzled layout (the twenty-third), and so does that chain, its state S^T the
+ * accumulators of one m64n128 product a warpgroup (the twenty-fourth, not yet run). The chain kernel also runs a sequence as segments (one here; stage 07
  * includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
@@ -82,7 +83,7 @@
  *             288, 160, 160 or 96 threads;
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
  *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with q and k,
- *             the staging tiles, 221 KB, and registers set by warpgroup with setmaxnreg
+ *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
@@ -344,14 +345,9 @@ __device__ __forceinline__ static void store_four(float *to, const float (&four)
 }
 __host__ __device__ static inline size_t chain_w_bytes(size_t K) { return (size_t)CHUNK * key_stride(K) * sizeof(bf16); }
 /* d_j = e^(gamma_C - gamma_j) of token j, which kernel 1 leaves in W's row padding (rows 0 ..
-   15, four tokens a row) */
-__device__ __forceinline__ static float keys_as_given_decay(const bf16 *W, int ldk, int kp, int token)
-{
-    return ((const float *)(W + token / 4 * ldk + kp))[token % 4];
-}
-/* the same where the chain by wgmma (with output warps, K = 128) has W in its slot swizzled: the
-   producer's tensor copies leave the decays after W's 64 x 128 bf16, 64 floats, the padding of
-   rows 0 .. 15 one after the other (chain_w_maps) */
+   15, four tokens a row), for the chain with output warps: its producer's tensor copies bring
+   W swizzled and the decays after W's 64 x 128 bf16 in its slot, 64 floats, the padding of
+   rows 0 .. 15 one after the other (make_chain_w_maps) */
 __device__ __forceinline__ static float swizzled_w_decay(const bf16 *W, int token) { return ((const float *)(W + CHUNK * MAX_K))[token]; }
 __host__ __device__ static inline size_t chain_keys_offset(size_t K, bool precise) { return chain_w_bytes(K) * (precise ? 2 : 1); }
 __host__ __device__ static inline size_t chain_u_offset(size_t K, bool precise)
@@ -720,7 +716,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     }
     /* the padding columns, key_stride's 8 bf16, 16 bytes a row: rows 0 .. 15 carry the keys'
        decays d_j = e^(gamma_C - gamma_j), four tokens a row (0 past the chunk), for the chain
-       with output warps, which takes the keys as given and d with W (keys_as_given_decay);
+       with output warps, which takes the keys as given and d with W (swizzled_w_decay);
        the other rows zero */
     static_assert(CHUNK <= THREADS && KEY_STRIDE_PADDING * sizeof(bf16) == 4 * sizeof(float), "a thread a row's padding, four decays");
     if (threadIdx.x < CHUNK) {
@@ -907,20 +903,19 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
  * o from them there, and neither goes to global memory and back (52 KB each way a chunk).
  * Eight, as two warpgroups that make o by wgmma (chunk_outputs_role), 64 columns each: S0^T
  * and Vnew^T are staged in wgmma's swizzled layout, and q and k come swizzled by the TMA unit.
- * The block: warps 0 .. 7 the chain (two warpgroups), 8 .. 15 the output warps (two), 16 and 17
- * the producer's (a lane of 16 brings W and U, a lane of 17 q and k, each slot's two parts on
- * barriers of their own; the warpgroup's other two warps leave at once). Registers by warpgroup
- * (setmaxnreg; every thread starts with 65,536 / 640, 96 in whole units of 8): the chain 152
- * a thread (the 8-tile block's code needs 155 alone; here, with its tiles' loops as they are,
- * 152 without spills), the output warps 72 (with every address made where it is used:
- * made_here), the
- * producer's warpgroup 32: 61,440 of the block's 61,440. ptxas gives each role the budget
- * set where it begins only if no role's code is reached from another's: each returns where
- * it ends. Shared memory: the chain's ring of two slots and its staging tiles, and for each
- * slot the chunk's q and k (which the producer brings beside W and U); 221 KB. The chain takes
- * the keys as given, from the slot's k tile, with their decays d (which ride in W's row
- * padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer to bring,
- * and keys_t's place in slot 0 holds the output warps' P (swizzled). */
+ * The block: warps 0 .. 7 the chain (two warpgroups, by wgmma too: chain_states_role), 8 ..
+ * 15 the output warps (two), 16 and 17 the producer's (a lane of 16 brings W, its decays and
+ * U, a lane of 17 q and k, each slot's two parts on barriers of their own; the warpgroup's
+ * other two warps leave at once). Registers by warpgroup (setmaxnreg; every thread starts with
+ * 65,536 / 640, 96 in whole units of 8): the chain 152 a thread, the output warps 72 (with
+ * every address made where it is used: made_here), the producer's warpgroup 32: 61,440 of
+ * the block's 61,440. ptxas gives each role the budget set where it begins only if no role's
+ * code is reached from another's: each returns where it ends. Shared memory: the chain's ring
+ * of two slots (each from a 1024-byte boundary: output_slot_bytes) and its staging tiles,
+ * and for each slot the chunk's q and k (which the producer brings beside W and U); 223 KB.
+ * The chain takes the keys as given, from the slot's k tile, with their decays d (which ride
+ * in W's row padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer
+ * to bring, and keys_t's place in slot 0 holds the output warps' P (swizzled). */
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
        OUTPUT_PRODUCER_REGISTERS = 32, OUTPUT_STAGES = 2 /* the ring's slots: two fit */ };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
@@ -959,16 +954,6 @@ __device__ __forceinline__ static void output_warps_sync(void) { asm volatile("b
 
 /* ---- the output warps' wgmma: common/wgmma.cuh (the swizzle, the descriptors, the instructions) ---- */
 constexpr int OUTPUT_TILE = CHUNK * 16 * MAX_CHAIN_TILES; /* bf16 of a q or k tile, 64 tokens x 128 keys */
-/* A fragment of the transpose of a swizzled CHUNK-row tile (the k tile), A[m][k] = tile[k0 +
- * k][row0 + m], by ldmatrix.trans: register r is the quarter (m +8 (r % 2), k +8 (r / 2)),
- * which is the stored tile's quarter (rows k +8 (r / 2), columns m +8 (r % 2)) transposed;
- * each lane gives its 16-byte row where the swizzle put it */
-__device__ __forceinline__ static void load_a_fragment_transposed_swizzled(uint32_t (&a)[4], const bf16 *tile, int row0, int k0)
-{
-    const int lane = threadIdx.x % 32, quarter = lane / 8;
-    load_matrices_transposed(a, tile + swizzled_offset(CHUNK, k0 + lane % 8 + 8 * (quarter / 2), row0 + 8 * (quarter % 2)));
-}
-
 /* Where the q and k tiles begin (OUTPUTS), from the 1024-byte boundary the block's shared memory
  * starts at: after the ring, its barriers and the staging tiles (which hold the swizzled S0^T
  * and Vnew^T from a 1024-byte boundary of their own), on a 1024-byte boundary; then [slot][q,
@@ -1297,7 +1282,6 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     constexpr int KEY_TILES = MAX_K / 16; /* m-tiles of S a warp may hold */
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
-    constexpr int OUTPUT_LDK = MAX_K + KEY_STRIDE_PADDING; /* LDK with OUTPUTS (K = 128), known to the compiler */
     const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
     /* consumers: the chain's warps, 0 .. consumers - 1; the producer is warp `consumers`, or
        with OUTPUTS warp OUTPUT_PRODUCER_WARP (warps 8 .. 15 are the output warps) */
@@ -1315,8 +1299,6 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     /* with OUTPUTS from a 1024-byte boundary, for the swizzled tiles (output_tiles) */
     unsigned char *slots = OUTPUTS ? SHARED_AT_1024_BYTES(ring) : (unsigned char *)ring;
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
-    /* OUTPUTS: S0^T (128 x 128) then Vnew^T (128 x 64), swizzled (swizzled_offset), in the staging tiles' place */
-    bf16 *const output_staging = OUTPUTS ? (bf16 *)(slots + output_staging_offset()) : NULL;
     /* OUTPUTS: each slot's q and k tiles, then the hand-over barriers between the chain's warps
        and the output warps: staging tiles written (staged_full), S0^T and Vnew^T read (states_free,
        values_free); before them the q and k tiles' own barriers a slot (tiles_full, tiles_empty):
@@ -1401,7 +1383,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         }
         return;
     }
-    if (OUTPUTS) {
+    if constexpr (OUTPUTS) {
         if (warp >= consumers) { /* the output warps */
             set_max_registers<OUTPUT_ROLE_REGISTERS>();
             chunk_outputs_role(p, w, head, first, end, slots, o16);
@@ -1421,8 +1403,6 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     /* STAGED: this warp's staging tiles: S0^T rows, Vnew^T rows, then (--precise) their low terms */
     constexpr int ROWS = 8 * NTILES;
     bf16 *stage_states = (bf16 *)(empty + stages) + (size_t)warp * ROWS * (LDK + TOKEN_STRIDE) * (PRECISE ? 2 : 1);
-    /* with OUTPUTS the block's S0^T and Vnew^T, swizzled for the output warps' wgmma (output_staging) */
-    [[maybe_unused]] const int staging_row = 8 * NTILES * warp; /* this warp's first row of them */
     bf16 *stage_values = stage_states + ROWS * LDK;
     bf16 *stage_states_low = stage_values + ROWS * TOKEN_STRIDE, *stage_values_low = stage_states_low + ROWS * LDK;
 
@@ -1460,13 +1440,10 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         auto chunk_step = [&](auto known_tiles) {
             constexpr int TILES = decltype(known_tiles)::value;
             /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */
-            bf16 *const states_out = OUTPUTS ? output_staging : STAGED ? stage_states : states_t;
-            bf16 *const values_out = OUTPUTS ? output_staging + MAX_K * MAX_K : STAGED ? stage_values : new_values_t;
+            bf16 *const states_out = STAGED ? stage_states : states_t, *const values_out = STAGED ? stage_values : new_values_t;
             bf16 *const states_low_out = STAGED ? stage_states_low : states_t + low_offset;
             bf16 *const values_low_out = STAGED ? stage_values_low : new_values_t + new_low_offset;
-            if (OUTPUTS && j > 0) /* the output warps have read the last chunk's S0^T */
-                barrier_wait(states_free, (uint32_t)((j - 1) & 1));
-            else if (STAGED && j > 0) { /* the last chunk's stores have read the staging tiles */
+            if (STAGED && j > 0) { /* the last chunk's stores have read the staging tiles */
                 bulk_store_wait_read();
                 __syncwarp();
             }
@@ -1493,8 +1470,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     if (!FOLD)
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
-                            const int at = OUTPUTS ? swizzled_offset(MAX_K, staging_row + 8 * u + g, 16 * q + 8 * half + 2 * t)
-                                                   : (8 * u + g) * LDK + 16 * q + 8 * half + 2 * t;
+                            const int at = (8 * u + g) * LDK + 16 * q + 8 * half + 2 * t;
                             *(uint32_t *)&states_out[at] = state[u][half];
                             if (PRECISE)
                                 *(uint32_t *)&states_low_out[at] = state_low[PRECISE ? u : 0][half];
@@ -1519,8 +1495,6 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 }
             }
             uint32_t value[NTILES][4][2], value_low[PRECISE ? NTILES : 1][4][2];
-            if (OUTPUTS && j > 0) /* and its Vnew^T */
-                barrier_wait(values_free, (uint32_t)((j - 1) & 1));
 #pragma unroll
             for (int u = 0; u < NTILES; u++) {
                 /* this lane's 16 values of n-tile u of U, [token tile][r], in 16-byte loads
@@ -1543,26 +1517,14 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     if (!FOLD) /* Vnew^T for kernel 3: column column0 + 8 u + g, tokens 16 i + 2t, 2t + 1 (+ 8) */
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
-                            const int at = OUTPUTS ? swizzled_offset(MAX_K, staging_row + 8 * u + g, 16 * i + 8 * half + 2 * t)
-                                                   : (8 * u + g) * TOKEN_STRIDE + 16 * i + 8 * half + 2 * t;
+                            const int at = (8 * u + g) * TOKEN_STRIDE + 16 * i + 8 * half + 2 * t;
                             *(uint32_t *)&values_out[at] = value[u][i][half];
                             if (PRECISE)
                                 *(uint32_t *)&values_low_out[at] = value_low[PRECISE ? u : 0][i][half];
                         }
-                    if constexpr (OUTPUTS) { /* keys as given: the update's B is diag(d) Vnew, this lane's rows 16 i + g (+ 8) */
-                        const float upper = keys_as_given_decay(W, OUTPUT_LDK, MAX_K, 16 * i + g),
-                                    lower = keys_as_given_decay(W, OUTPUT_LDK, MAX_K, 16 * i + g + 8);
-                        const float scaled[4] = {values[u][i][0] * upper, values[u][i][1] * upper, values[u][i][2] * lower, values[u][i][3] * lower};
-                        to_b_fragment<false>(value[u][i], scaled);
-                    }
                 }
             }
-            if (OUTPUTS) { /* S0^T and Vnew^T are in the staging tiles: the output warps' turn (their
-                              wgmma reads them by the async proxy, after this fence) */
-                fence_shared_for_bulk_store();
-                barrier_arrive(staged_full);
-            }
-            else if (STAGED) { /* S0^T and Vnew^T out, whole lines, while the update runs */
+            if (STAGED) { /* S0^T and Vnew^T out, whole lines, while the update runs */
                 fence_shared_for_bulk_store();
                 __syncwarp();
                 if (lane < 2 * (PRECISE ? 2 : 1)) { /* the warp's rows are contiguous in the workspace too */
@@ -1576,17 +1538,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 bulk_store_commit();
             }
             /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64; each A
-             * fragment of the decayed keys serves every n-tile. With OUTPUTS the same product as
-             * K^T (diag(d) Vnew), FLA's order: the A fragments of K^T from the chunk's k tile,
-             * which the output warps need anyway, by ldmatrix.trans */
-            [[maybe_unused]] const bf16 *const key_tile = OUTPUTS ? output_tiles + (2 * s + 1) * OUTPUT_TILE : NULL;
+             * fragment of the decayed keys serves every n-tile */
             const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
-            if constexpr (OUTPUTS) { /* W, U, d and the decay are read: the producer may bring this
-                                        slot's next W and U while the update, which reads the
-                                        keys from the k tile, runs */
-                barrier_arrive(&empty[s]);
-                barrier_wait(&tiles_full[s], (uint32_t)((j / stages) & 1));
-            }
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
                 if (TILES ? q >= TILES : 16 * q >= KP)
@@ -1599,10 +1552,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     uint32_t a[4];
-                    if constexpr (OUTPUTS)
-                        load_a_fragment_transposed_swizzled(a, key_tile, 16 * q, 16 * i);
-                    else
-                        load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
+                    load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
 #pragma unroll
                     for (int u = 0; u < NTILES; u++) {
                         mma_bf16_16x8x16(S[u][q], a, value[u][i]);
@@ -1624,12 +1574,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             else
                 chunk_step(std::integral_constant<int, 0>{});
         }
-        /* this thread has read the slot (with OUTPUTS its k tile; every warp has columns there) */
-        barrier_arrive(OUTPUTS ? &tiles_empty[s] : &empty[s]);
+        barrier_arrive(&empty[s]); /* this thread has read the slot */
         states_t += VP * LDK;
         new_values_t += VP * TOKEN_STRIDE;
     }
-    if (STAGED && !OUTPUTS && has_columns)
+    if (STAGED && has_columns)
         bulk_store_wait(); /* the staging tiles stay until the stores are done */
     if (!has_columns || (!FOLD && segment + 1 != P))
         return;
