@@ -1215,12 +1215,14 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
            (and the async proxy, which wgmma reads by, sees them) */
         fence_shared_for_bulk_store();
         chain_warpgroup_sync(warpgroup);
+        wgmma_fence_operands(values); /* U^T is in them before the fence */
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < SIZE / 16; kk++)
             wgmma_64x64x16<-1>(values, descriptor_here(states_staged + swizzled_offset(SIZE, 64 * warpgroup, 16 * kk)),
                                descriptor_here(W + swizzled_offset(CHUNK, 0, 16 * kk)), 1);
         wgmma_commit_and_wait();
+        wgmma_fence_operands(values); /* read only after the wait */
         if (j > 0) /* and its Vnew^T */
             barrier_wait(values_free, (uint32_t)((j - 1) & 1));
         /* Vnew^T in bf16 for the output warps, and scaled by d (a token a column) as the update's A */
@@ -1251,6 +1253,7 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
         for (int kk = 0; kk < CHUNK / 16; kk++)
             wgmma_64x128x16_a_in_registers<1, true>(S, scaled[kk], descriptor_n_major_here(key_tile + 16 * kk * 64, CHUNK), 1);
         wgmma_commit_and_wait();
+        wgmma_fence_operands(S);
         barrier_arrive(&tiles_empty[s]); /* this thread has read the k tile */
     }
     if (segment + 1 != P)
