@@ -41,6 +41,19 @@ __device__ __forceinline__ static uint64_t swizzled_descriptor(const __nv_bfloat
 {
     return (uint64_t)((shared_address(at) & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
+/* The same tile read N-major, as the B of a product whose depth runs along the tile's rows:
+ * B (depth x N) = tile^T, the tile's ROWS rows the depth and its 128 columns N (the k tile, 64
+ * tokens x 128 keys, as the B of S^T += A K: depth the tokens, N the keys). PTX ISA, "Major-ness
+ * supported by strides", MN-major with the 128-byte swizzle, canonical layout ((8, 8, m), (8,
+ * k)) : ((1, 8, LBO), (64, SBO)) in elements: 64 N-elements (one panel's row) contiguous, the
+ * next 64 a panel further (the leading offset: ROWS x 128 bytes), the 8 rows of an atom 128
+ * bytes apart, the next 8 rows 1024 bytes further (the stride offset). `at`: row 16 k of panel
+ * 0 for the k-th depth step. */
+__device__ __forceinline__ static uint64_t swizzled_descriptor_n_major(const __nv_bfloat16 *at, int rows)
+{
+    return (uint64_t)((shared_address(at) & 0x3FFFF) >> 4) | (uint64_t)((rows * 128) >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 |
+           (uint64_t)1 << 62;
+}
 /* the descriptor of `at`, made where the product that takes it is issued: ptxas otherwise makes
    every descriptor of a run of products first, two registers each, and the output warps spilled */
 __device__ __forceinline__ static uint64_t descriptor_here(const __nv_bfloat16 *at)
@@ -61,6 +74,12 @@ __device__ __forceinline__ static const __nv_bfloat16 *made_here(const __nv_bflo
 {
     asm volatile("" : "+l"(x));
     return x;
+}
+__device__ __forceinline__ static uint64_t descriptor_n_major_here(const __nv_bfloat16 *at, int rows)
+{
+    uint64_t descriptor = swizzled_descriptor_n_major(at, rows);
+    asm volatile("" : "+l"(descriptor));
+    return descriptor;
 }
 __device__ __forceinline__ static void wgmma_fence(void)
 {
@@ -87,19 +106,21 @@ __device__ __forceinline__ static void wgmma_commit_and_wait(void)
 /* d (+)= A B, 64 x N, depth 16, one warpgroup: A (64 x 16) and B^T (N x 16) in swizzled tiles,
  * by descriptors. d is [n-tile][4]: each warp's 16 rows as mma.sync's accumulators
  * (fragment_row, fragment_column) */
+template <int SCALE_A = 1> /* 1 or -1: d -= A B */
 __device__ __forceinline__ static void wgmma_64x64x16(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate)
 {
+    static_assert(SCALE_A == 1 || SCALE_A == -1, "wgmma scales A by 1 or -1");
     if constexpr (HAVE_WGMMA)
         asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
                      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                     "}, %32, %33, p, 1, 1, 0, 0;\n}"
+                     "}, %32, %33, p, %35, 1, 0, 0;\n}"
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
                        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
                        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
                        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                     : "l"(a), "l"(b), "r"(accumulate));
+                     : "l"(a), "l"(b), "r"(accumulate), "n"(SCALE_A));
 }
 __device__ __forceinline__ static void wgmma_64x32x16(float (&d)[4][4], uint64_t a, uint64_t b, int accumulate)
 {
@@ -113,5 +134,50 @@ __device__ __forceinline__ static void wgmma_64x32x16(float (&d)[4][4], uint64_t
                      : "l"(a), "l"(b), "r"(accumulate));
 }
 
+/* A in registers: the m16n8k16 A fragment of each warp's 16 rows (fragment_row, columns 2t,
+ * 2t + 1, 2t + 8, 2t + 9 of the 16-deep step, bf16 pairs), which is also how a D tile's two
+ * neighbouring n-tiles lie (d[2k], d[2k + 1] of a product 16 k .. 16 k + 15 deep): a product's
+ * sums feed the next product's A without leaving the registers (pack them to bf16 pairs).
+ * SCALE_A: 1 or -1 (d -= A B). B by descriptor: K-major (swizzled_descriptor) unless
+ * N_MAJOR (swizzled_descriptor_n_major). d (+)= A B, 64 x 64, depth 16. */
+template <int SCALE_A, bool N_MAJOR>
+__device__ __forceinline__ static void wgmma_64x64x16_a_in_registers(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, int accumulate)
+{
+    static_assert(SCALE_A == 1 || SCALE_A == -1, "wgmma scales A by 1 or -1");
+    if constexpr (HAVE_WGMMA)
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %37, 0;\n\t"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                     "}, {%32, %33, %34, %35}, %36, p, %38, 1, %39;\n}"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(SCALE_A), "n"(N_MAJOR ? 1 : 0));
+}
+/* the same, 64 x 128 */
+template <int SCALE_A, bool N_MAJOR>
+__device__ __forceinline__ static void wgmma_64x128x16_a_in_registers(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, int accumulate)
+{
+    static_assert(SCALE_A == 1 || SCALE_A == -1, "wgmma scales A by 1 or -1");
+    if constexpr (HAVE_WGMMA)
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %69, 0;\n\t"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, {%64, %65, %66, %67}, %68, p, %70, 1, %71;\n}"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                       "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+                       "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+                       "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+                       "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(SCALE_A), "n"(N_MAJOR ? 1 : 0));
+}
 
 #endif /* GDN_WGMMA_CUH */

@@ -9,33 +9,34 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's twenty-third step: the products are on tensor cores (the triangular solve's
- * joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
- * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to
- * 4 shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the
- * state in the registers of their MMA accumulators for the whole sequence; where its blocks
- * fill the GPU, S0^T and Vnew^T leave it through staging tiles by bulk stores, whole lines,
- * and kernel 3 takes them in by bulk copies. Strided tiles of the inputs (kernel 3's q and k,
- * kernel 1's k and v) come by tensor copies where their boxes fit, o leaves through a staging
- * tile in whole rows, and kernel 1 runs four blocks an SM where they fit. The chain's step is
- * compiled with its key tiles known at K = 64 and 128 (no branch between the tiles, so their
- * MMAs interleave: docs/06, the tenth step), and kernels 1 and 3 with K = V = 64 or 128 known
+ * This is the stage's twenty-fourth step: the products are on tensor cores (the triangular
+ * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
+ * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
+ * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
+ * in the registers of their MMA accumulators for the whole sequence; where its blocks fill the
+ * GPU, S0^T and Vnew^T leave it through staging tiles by bulk stores, whole lines, and kernel
+ * 3 takes them in by bulk copies. Strided tiles of the inputs (kernel 3's q and k, kernel 1's
+ * k and v) come by tensor copies where their boxes fit, o leaves through a staging tile in
+ * whole rows, and kernel 1 runs four blocks an SM where they fit. The chain's step is compiled
+ * with its key tiles known at K = 64 and 128 (no branch between the tiles, so their MMAs
+ * interleave: docs/06, the tenth step), and kernels 1 and 3 with K = V = 64 or 128 known
  * (constant strides and bounds: the twelfth step); kernel 1's idle warps decay and transpose
  * the keys while two of them invert the diagonal blocks (the thirteenth); the chain and kernel
  * 3 start their blocks while the kernel before them ends (programmatic dependent launch: the
  * fourteenth); kernel 1 stores U in the order the chain's MMA fragments read it (the
  * fifteenth); where a head's 128 columns in one block still give nearly every SM a block, the
  * chain takes them so (W and the keys come into an SM once a chunk), with staged stores (the
- * sixteenth); and there, at K = V = 128, output warps in the same block do kernel 3's
- * work from the staging tiles, so that S0^T and Vnew^T never leave the SM and kernel 3 does
- * not run (the seventeenth step: four warps; the eighteenth: eight, sharing P through the k
- * tile; the nineteenth: from 70 % of the SMs); that chain takes the keys as given from the k
- * tile the output warps read, S += K^T (diag(d) Vnew), so kernel 1 writes no decayed keys
- * there (the twentieth); the output warps skip P's zero blocks (the twenty-first), and each
- * ring slot's W and U and its q and k are freed by their own last readers (the
- * twenty-second), and the output warps make o by wgmma, as two warpgroups, from tiles in its
- * 128-byte-swizzled layout (the twenty-third). The chain kernel also runs a sequence as
- * segments (one here; stage 07 includes this file and cuts it).
+ * sixteenth); and there, at K = V = 128, output warps in the same block do kernel 3's work
+ * from the staging tiles, so that S0^T and Vnew^T never leave the SM and kernel 3 does not run
+ * (the seventeenth step: four warps; the eighteenth: eight, sharing P through the k tile; the
+ * nineteenth: from 70 % of the SMs); that chain takes the keys as given from the k tile the
+ * output warps read, S += K^T (diag(d) Vnew), so kernel 1 writes no decayed keys there (the
+ * twentieth); the output warps skip P's zero blocks (the twenty-first), and each ring slot's W
+ * and U and its q and k are freed by their own last readers (the twenty-second), and the
+ * output warps make o by wgmma, as two warpgroups, from tiles in its 128-byte-swizzled layout
+ * (the twenty-third), and so does that chain, its state S^T the accumulators of one m64n128
+ * product a warpgroup (the twenty-fourth). The chain kernel also runs a sequence as segments
+ * (one here; stage 07 includes this file and cuts it).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32 sums):
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
@@ -82,7 +83,7 @@
  *             288, 160, 160 or 96 threads;
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
  *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with q and k,
- *             the staging tiles, 221 KB, and registers set by warpgroup with setmaxnreg
+ *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
@@ -344,11 +345,10 @@ __device__ __forceinline__ static void store_four(float *to, const float (&four)
 }
 __host__ __device__ static inline size_t chain_w_bytes(size_t K) { return (size_t)CHUNK * key_stride(K) * sizeof(bf16); }
 /* d_j = e^(gamma_C - gamma_j) of token j, which kernel 1 leaves in W's row padding (rows 0 ..
-   15, four tokens a row) */
-__device__ __forceinline__ static float keys_as_given_decay(const bf16 *W, int ldk, int kp, int token)
-{
-    return ((const float *)(W + token / 4 * ldk + kp))[token % 4];
-}
+   15, four tokens a row), for the chain with output warps: its producer's tensor copies bring
+   W swizzled and the decays after W's 64 x 128 bf16 in its slot, 64 floats, the padding of
+   rows 0 .. 15 one after the other (make_chain_w_maps) */
+__device__ __forceinline__ static float swizzled_w_decay(const bf16 *W, int token) { return ((const float *)(W + CHUNK * MAX_K))[token]; }
 __host__ __device__ static inline size_t chain_keys_offset(size_t K, bool precise) { return chain_w_bytes(K) * (precise ? 2 : 1); }
 __host__ __device__ static inline size_t chain_u_offset(size_t K, bool precise)
 {
@@ -716,7 +716,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     }
     /* the padding columns, key_stride's 8 bf16, 16 bytes a row: rows 0 .. 15 carry the keys'
        decays d_j = e^(gamma_C - gamma_j), four tokens a row (0 past the chunk), for the chain
-       with output warps, which takes the keys as given and d with W (keys_as_given_decay);
+       with output warps, which takes the keys as given and d with W (swizzled_w_decay);
        the other rows zero */
     static_assert(CHUNK <= THREADS && KEY_STRIDE_PADDING * sizeof(bf16) == 4 * sizeof(float), "a thread a row's padding, four decays");
     if (threadIdx.x < CHUNK) {
@@ -903,20 +903,19 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
  * o from them there, and neither goes to global memory and back (52 KB each way a chunk).
  * Eight, as two warpgroups that make o by wgmma (chunk_outputs_role), 64 columns each: S0^T
  * and Vnew^T are staged in wgmma's swizzled layout, and q and k come swizzled by the TMA unit.
- * The block: warps 0 .. 7 the chain (two warpgroups), 8 .. 15 the output warps (two), 16 and 17
- * the producer's (a lane of 16 brings W and U, a lane of 17 q and k, each slot's two parts on
- * barriers of their own; the warpgroup's other two warps leave at once). Registers by warpgroup
- * (setmaxnreg; every thread starts with 65,536 / 640, 96 in whole units of 8): the chain 152
- * a thread (the 8-tile block's code needs 155 alone; here, with its tiles' loops as they are,
- * 152 without spills), the output warps 72 (with every address made where it is used:
- * made_here), the
- * producer's warpgroup 32: 61,440 of the block's 61,440. ptxas gives each role the budget
- * set where it begins only if no role's code is reached from another's: each returns where
- * it ends. Shared memory: the chain's ring of two slots and its staging tiles, and for each
- * slot the chunk's q and k (which the producer brings beside W and U); 221 KB. The chain takes
- * the keys as given, from the slot's k tile, with their decays d (which ride in W's row
- * padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer to bring,
- * and keys_t's place in slot 0 holds the output warps' P (swizzled). */
+ * The block: warps 0 .. 7 the chain (two warpgroups, by wgmma too: chain_states_role), 8 ..
+ * 15 the output warps (two), 16 and 17 the producer's (a lane of 16 brings W, its decays and
+ * U, a lane of 17 q and k, each slot's two parts on barriers of their own; the warpgroup's
+ * other two warps leave at once). Registers by warpgroup (setmaxnreg; every thread starts with
+ * 65,536 / 640, 96 in whole units of 8): the chain 152 a thread, the output warps 72 (with
+ * every address made where it is used: made_here), the producer's warpgroup 32: 61,440 of
+ * the block's 61,440. ptxas gives each role the budget set where it begins only if no role's
+ * code is reached from another's: each returns where it ends. Shared memory: the chain's ring
+ * of two slots (each from a 1024-byte boundary: output_slot_bytes) and its staging tiles,
+ * and for each slot the chunk's q and k (which the producer brings beside W and U); 223 KB.
+ * The chain takes the keys as given, from the slot's k tile, with their decays d (which ride
+ * in W's row padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer
+ * to bring, and keys_t's place in slot 0 holds the output warps' P (swizzled). */
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
        OUTPUT_PRODUCER_REGISTERS = 32, OUTPUT_STAGES = 2 /* the ring's slots: two fit */ };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
@@ -955,24 +954,25 @@ __device__ __forceinline__ static void output_warps_sync(void) { asm volatile("b
 
 /* ---- the output warps' wgmma: common/wgmma.cuh (the swizzle, the descriptors, the instructions) ---- */
 constexpr int OUTPUT_TILE = CHUNK * 16 * MAX_CHAIN_TILES; /* bf16 of a q or k tile, 64 tokens x 128 keys */
-/* A fragment of the transpose of a swizzled CHUNK-row tile (the k tile), A[m][k] = tile[k0 +
- * k][row0 + m], by ldmatrix.trans: register r is the quarter (m +8 (r % 2), k +8 (r / 2)),
- * which is the stored tile's quarter (rows k +8 (r / 2), columns m +8 (r % 2)) transposed;
- * each lane gives its 16-byte row where the swizzle put it */
-__device__ __forceinline__ static void load_a_fragment_transposed_swizzled(uint32_t (&a)[4], const bf16 *tile, int row0, int k0)
-{
-    const int lane = threadIdx.x % 32, quarter = lane / 8;
-    load_matrices_transposed(a, tile + swizzled_offset(CHUNK, k0 + lane % 8 + 8 * (quarter / 2), row0 + 8 * (quarter % 2)));
-}
-
 /* Where the q and k tiles begin (OUTPUTS), from the 1024-byte boundary the block's shared memory
  * starts at: after the ring, its barriers and the staging tiles (which hold the swizzled S0^T
  * and Vnew^T from a 1024-byte boundary of their own), on a 1024-byte boundary; then [slot][q,
  * k] OUTPUT_TILE bf16 each (swizzled), the q and k tiles' full and empty barriers (one each
  * a slot), three more barriers, and two chunks' gamma. */
+/* With OUTPUTS a ring slot starts on a 1024-byte boundary: the chain's wgmma reads W swizzled
+   from its start (and the output warps' P from keys_t's place in slot 0, 17 KB in) */
+__host__ __device__ static inline size_t output_slot_bytes(void)
+{
+    return (chain_slot_bytes(16 * MAX_CHAIN_TILES, false, MAX_CHAIN_TILES) + 1023) / 1024 * 1024;
+}
+/* the ring with OUTPUTS: its slots and their full and empty barriers, before the staging tiles */
+__host__ __device__ static inline size_t output_ring_bytes(int stages)
+{
+    return stages * output_slot_bytes() + 2 * (size_t)stages * sizeof(uint64_t);
+}
 __host__ __device__ static inline size_t output_tiles_offset(size_t K, int tiles, int stages)
 {
-    return (chain_shared_bytes(K, false, tiles, stages, true) + 1023) / 1024 * 1024;
+    return (output_ring_bytes(stages) + chain_staging_bytes(K, false, tiles) + 1023) / 1024 * 1024;
 }
 __host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles, int stages)
 {
@@ -991,8 +991,7 @@ static_assert(1024 + (16 * MAX_CHAIN_TILES) * (16 * MAX_CHAIN_TILES + CHUNK) * 2
 __host__ __device__ static inline size_t output_p_tile_offset(void) { return chain_keys_offset(16 * MAX_CHAIN_TILES, false); }
 __host__ __device__ static inline size_t output_staging_offset(void)
 {
-    /* the ring and its barriers, where the chain's staging tiles begin (chain_shared_bytes without them) */
-    return (chain_shared_bytes(16 * MAX_CHAIN_TILES, false, MAX_CHAIN_TILES, OUTPUT_STAGES, false) + 1023) / 1024 * 1024;
+    return (output_ring_bytes(OUTPUT_STAGES) + 1023) / 1024 * 1024;
 }
 /* The barriers after the q and k tiles of the ring's OUTPUT_STAGES slots (output_block_bytes):
  * tiles_full[OUTPUT_STAGES], tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free;
@@ -1132,13 +1131,155 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     }
 }
 
+/* a chain warpgroup's own barrier (barriers 2 and 3; 1 is the output warps') */
+__device__ __forceinline__ static void chain_warpgroup_sync(int warpgroup)
+{
+    if (warpgroup == 0) /* the barrier's number as a constant: as a register, ptxas reserves all 16 */
+        asm volatile("bar.sync 2, 128;" ::: "memory");
+    else
+        asm volatile("bar.sync 3, 128;" ::: "memory");
+}
+
+/* The chain's two warpgroups with output warps (K = V = 128), by wgmma. The state is kept
+ * transposed, S^T (128 state columns x 128 keys), as the accumulators of one m64n128 product a
+ * warpgroup: warpgroup h holds state columns 64 h .. + 63, its warp w columns 16 w .. + 15 (as
+ * the mma.sync warps did), lane 4g + t rows (columns of S) 16 w + g and + 8 and keys 8 j + 2t,
+ * + 1. Per chunk (eq. 13, 15):
+ *     Vnew^T = U^T - S0^T W^T      8 m64n64k16, A = S0^T from the accumulators themselves (a D
+ *                                  tile's two neighbouring n-tiles are an A fragment: pack to
+ *                                  bf16), scaled by -1; B = W (swizzled, K-major); D starts as
+ *                                  U^T (this warp's rows of U_t, each 8 x 8 block turned by
+ *                                  movmatrix from the mma.sync order kernel 1 writes)
+ *     S^T = decay S^T + (Vnew^T diag(d)) K      4 m64n128k16, A from Vnew^T's accumulators
+ *                                  scaled by d (a column of A a token), B = the k tile read
+ *                                  N-major (its rows the depth)
+ * A warpgroup's products read W and the keys once, where each of the 8 mma.sync warps read
+ * all of both for its 16 columns. S0^T and Vnew^T go to the output warps' staging tiles as
+ * before (the same swizzled places); the barriers are the mma.sync chain's. */
+__device__ static void chain_states_role(const gdn_device_problem &p, const chain_segments &segments, size_t head, size_t segment,
+                                         size_t first, size_t end, unsigned char *slots, int stages)
+{
+    constexpr int SIZE = 16 * MAX_CHAIN_TILES; /* K = V = SIZE: output_warps_shape */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int column0 = 16 * warp, warpgroup = warp / 4; /* this warp's state columns */
+    const int slot_bytes = (int)output_slot_bytes(), u_offset = (int)chain_u_offset(SIZE, false);
+    uint64_t *const full = (uint64_t *)(slots + stages * slot_bytes), *const empty = full + stages;
+    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset(SIZE, MAX_CHAIN_TILES, stages));
+    uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + stages;
+    uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
+    bf16 *const states_staged = (bf16 *)(slots + output_staging_offset()), *const values_staged = states_staged + SIZE * SIZE;
+    const size_t P = segments.count, K = p.K, V = p.V;
+
+    float S[SIZE / 8][4]; /* S^T: rows column0 + g (+ 8), keys 8 j + 2t (+ 1) */
+#pragma unroll
+    for (int j = 0; j < SIZE / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int c = column0 + g + 8 * (r / 2), m = 8 * j + 2 * t + r % 2;
+            S[j][r] = segments.starts ? segments.starts[((head * P + segment) * K + m) * V + c] : 0.0f;
+        }
+    for (size_t chunk = first; chunk < end; chunk++) {
+        const size_t j = chunk - first;
+        const int s = (int)(j % stages);
+        const unsigned char *slot = slots + s * slot_bytes;
+        const bf16 *const W = (const bf16 *)slot;
+        const bf16 *const U_t = (const bf16 *)(slot + u_offset) + column0 * CHUNK; /* this warp's 16 rows */
+        barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
+        if (j > 0) /* the output warps have read the last chunk's S0^T */
+            barrier_wait(states_free, (uint32_t)((j - 1) & 1));
+        /* S0^T in bf16 into the staging tile: the output warps' S0^T, and this warpgroup's A of
+           Vnew's products (from shared memory: held in registers beside S and Vnew, the 32
+           registers of its fragments made ptxas serialize the products) */
+#pragma unroll
+        for (int jj = 0; jj < SIZE / 8; jj++) {
+            *(uint32_t *)&states_staged[swizzled_offset(SIZE, column0 + g, 8 * jj + 2 * t)] = pack_bf16(S[jj][0], S[jj][1]);
+            *(uint32_t *)&states_staged[swizzled_offset(SIZE, column0 + g + 8, 8 * jj + 2 * t)] = pack_bf16(S[jj][2], S[jj][3]);
+        }
+        /* Vnew^T starts as U^T: this lane's pieces of the warp's two n-tiles of U_t (u_fragment_index:
+           tokens 16 i + g (+ 8), columns 2t, 2t + 1), each 8 x 8 block transposed (movmatrix) to
+           rows (columns of U) g, tokens 2t, 2t + 1 */
+        float values[CHUNK / 8][4];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            uint4 pieces[2];
+#pragma unroll
+            for (int piece = 0; piece < 2; piece++)
+                pieces[piece] = ((const uint4 *)(U_t + 8 * u * CHUNK))[32 * piece + lane];
+            const uint32_t *pairs = (const uint32_t *)pieces; /* [token tile i][half]: tokens 16 i + 8 half + g */
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const uint32_t pair = transpose8x8(pairs[2 * i + half]);
+                    const __nv_bfloat162 two = *(const __nv_bfloat162 *)&pair;
+                    values[2 * i + half][2 * u] = __low2float(two);
+                    values[2 * i + half][2 * u + 1] = __high2float(two);
+                }
+        }
+        /* Vnew^T = U^T - S0^T W^T, once the warpgroup's four warps have written their S0^T rows
+           (and the async proxy, which wgmma reads by, sees them) */
+        fence_shared_for_bulk_store();
+        chain_warpgroup_sync(warpgroup);
+        wgmma_fence_operands(values); /* U^T is in them before the fence */
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < SIZE / 16; kk++)
+            wgmma_64x64x16<-1>(values, descriptor_here(states_staged + swizzled_offset(SIZE, 64 * warpgroup, 16 * kk)),
+                               descriptor_here(W + swizzled_offset(CHUNK, 0, 16 * kk)), 1);
+        wgmma_commit_and_wait();
+        wgmma_fence_operands(values); /* read only after the wait */
+        if (j > 0) /* and its Vnew^T */
+            barrier_wait(values_free, (uint32_t)((j - 1) & 1));
+        /* Vnew^T in bf16 for the output warps, and scaled by d (a token a column) as the update's A */
+        uint32_t scaled[CHUNK / 16][4];
+#pragma unroll
+        for (int jj = 0; jj < CHUNK / 8; jj++) {
+            const int token = 8 * jj + 2 * t;
+            const float d0 = swizzled_w_decay(W, token), d1 = swizzled_w_decay(W, token + 1);
+            *(uint32_t *)&values_staged[swizzled_offset(SIZE, column0 + g, token)] = pack_bf16(values[jj][0], values[jj][1]);
+            *(uint32_t *)&values_staged[swizzled_offset(SIZE, column0 + g + 8, token)] = pack_bf16(values[jj][2], values[jj][3]);
+            scaled[jj / 2][2 * (jj % 2)] = pack_bf16(values[jj][0] * d0, values[jj][1] * d1);
+            scaled[jj / 2][2 * (jj % 2) + 1] = pack_bf16(values[jj][2] * d0, values[jj][3] * d1);
+        }
+        fence_shared_for_bulk_store(); /* the output warps' wgmma reads S0^T and Vnew^T by the async proxy */
+        barrier_arrive(staged_full);
+        const float decay = *(const float *)((const bf16 *)(slot + u_offset) + SIZE * CHUNK);
+        barrier_arrive(&empty[s]); /* W, U, d and the decay are read */
+        barrier_wait(&tiles_full[s], (uint32_t)((j / stages) & 1));
+        const bf16 *const key_tile = output_tiles + (2 * s + 1) * OUTPUT_TILE;
+#pragma unroll
+        for (int jj = 0; jj < SIZE / 8; jj++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                S[jj][r] *= decay;
+        wgmma_fence_operands(S);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < CHUNK / 16; kk++)
+            wgmma_64x128x16_a_in_registers<1, true>(S, scaled[kk], descriptor_n_major_here(key_tile + 16 * kk * 64, CHUNK), 1);
+        wgmma_commit_and_wait();
+        wgmma_fence_operands(S);
+        barrier_arrive(&tiles_empty[s]); /* this thread has read the k tile */
+    }
+    if (segment + 1 != P)
+        return;
+#pragma unroll
+    for (int j = 0; j < SIZE / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int c = column0 + g + 8 * (r / 2), m = 8 * j + 2 * t + r % 2;
+            segments.ends[(head * K + m) * V + c] = S[j][r];
+        }
+}
+
 /* A chain block (kernel 2). NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and
  * Vnew^T leave by bulk stores. OUTPUTS: they do not leave; output warps in the block take
  * them from the staging tiles and do kernel 3's work (chunk_outputs_role, above), so that
  * kernel 3 does not run. */
 template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS>
 __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_workspace w, chain_segments segments,
-                                                   int stages, bf16 *o16, const CUtensorMap *q_map, const CUtensorMap *k_map)
+                                                   int stages, bf16 *o16, const CUtensorMap *q_map, const CUtensorMap *k_map,
+                                                   const CUtensorMap *w_map, const CUtensorMap *decay_map)
 {
     static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
     static_assert(!OUTPUTS || (STAGED && !PRECISE && NTILES == 2), "output warps read the staging tiles of 8-tile blocks, bf16 only");
@@ -1149,7 +1290,6 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     constexpr int KEY_TILES = MAX_K / 16; /* m-tiles of S a warp may hold */
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
-    constexpr int OUTPUT_LDK = MAX_K + KEY_STRIDE_PADDING; /* LDK with OUTPUTS (K = 128), known to the compiler */
     const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
     /* consumers: the chain's warps, 0 .. consumers - 1; the producer is warp `consumers`, or
        with OUTPUTS warp OUTPUT_PRODUCER_WARP (warps 8 .. 15 are the output warps) */
@@ -1160,14 +1300,13 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     const size_t first = segment_chunk(segment, P, chunks), end = segment_chunk(segment + 1, P, chunks);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int block_column0 = (int)group * block_columns;
-    const int slot_bytes = (int)chain_slot_bytes(p.K, PRECISE, tiles), u_offset = (int)chain_u_offset(p.K, PRECISE);
+    const int slot_bytes = OUTPUTS ? (int)output_slot_bytes() : (int)chain_slot_bytes(p.K, PRECISE, tiles);
+    const int u_offset = (int)chain_u_offset(p.K, PRECISE);
     const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
     const unsigned char *blocks = w.chain + head * chunks * block_bytes;
     /* with OUTPUTS from a 1024-byte boundary, for the swizzled tiles (output_tiles) */
     unsigned char *slots = OUTPUTS ? SHARED_AT_1024_BYTES(ring) : (unsigned char *)ring;
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
-    /* OUTPUTS: S0^T (128 x 128) then Vnew^T (128 x 64), swizzled (swizzled_offset), in the staging tiles' place */
-    bf16 *const output_staging = OUTPUTS ? (bf16 *)(slots + output_staging_offset()) : NULL;
     /* OUTPUTS: each slot's q and k tiles, then the hand-over barriers between the chain's warps
        and the output warps: staging tiles written (staged_full), S0^T and Vnew^T read (states_free,
        values_free); before them the q and k tiles' own barriers a slot (tiles_full, tiles_empty):
@@ -1233,10 +1372,17 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
                 unsigned char *slot = slots + s * slot_bytes;
                 const unsigned char *block = blocks + chunk * block_bytes;
-                /* with OUTPUTS the chain takes the keys as given, from the k tile, and not keys_t */
-                const uint32_t w_and_keys_bytes = OUTPUTS ? (uint32_t)chain_keys_offset(K, PRECISE) : (uint32_t)u_offset;
-                barrier_arrive_expecting(&full[s], w_and_keys_bytes + u_bytes + 16);
-                bulk_copy(slot, block, w_and_keys_bytes, &full[s]); /* W (W_low), keys_t but with OUTPUTS */
+                if constexpr (OUTPUTS) { /* W swizzled and its decays d by tensor copies (make_chain_w_maps); the
+                                            chain takes the keys as given, from the k tile, and not keys_t */
+                    const int block_index = (int)(head * chunks + chunk);
+                    barrier_arrive_expecting(&full[s], (uint32_t)(CHUNK * MAX_K * sizeof(bf16) + CHUNK * sizeof(float)) + u_bytes + 16);
+                    for (int panel = 0; panel < 2; panel++)
+                        tensor_copy_3d(slot + panel * CHUNK * 64 * sizeof(bf16), w_map, 64 * panel, 0, block_index, &full[s]);
+                    tensor_copy_3d(slot + CHUNK * MAX_K * sizeof(bf16), decay_map, 0, 0, block_index, &full[s]);
+                } else {
+                    barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);
+                    bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
+                }
                 if (u_bytes)
                     bulk_copy(slot + u_offset + (u_first - block_column0) * u_row,
                               block + u_offset + (size_t)(u_first - value_column0) * u_row, u_bytes, &full[s]);
@@ -1245,13 +1391,15 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         }
         return;
     }
-    if (OUTPUTS) {
+    if constexpr (OUTPUTS) {
         if (warp >= consumers) { /* the output warps */
             set_max_registers<OUTPUT_ROLE_REGISTERS>();
             chunk_outputs_role(p, w, head, first, end, slots, o16);
             return;
         }
-        set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups */
+        set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups, by wgmma */
+        chain_states_role(p, segments, head, segment, first, end, slots, stages);
+        return;
     }
 
     /* a consumer: state columns column0 .. column0 + 8 NTILES - 1, n-tile u: column0 + 8 u .. */
@@ -1263,8 +1411,6 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     /* STAGED: this warp's staging tiles: S0^T rows, Vnew^T rows, then (--precise) their low terms */
     constexpr int ROWS = 8 * NTILES;
     bf16 *stage_states = (bf16 *)(empty + stages) + (size_t)warp * ROWS * (LDK + TOKEN_STRIDE) * (PRECISE ? 2 : 1);
-    /* with OUTPUTS the block's S0^T and Vnew^T, swizzled for the output warps' wgmma (output_staging) */
-    [[maybe_unused]] const int staging_row = 8 * NTILES * warp; /* this warp's first row of them */
     bf16 *stage_values = stage_states + ROWS * LDK;
     bf16 *stage_states_low = stage_values + ROWS * TOKEN_STRIDE, *stage_values_low = stage_states_low + ROWS * LDK;
 
@@ -1302,13 +1448,10 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         auto chunk_step = [&](auto known_tiles) {
             constexpr int TILES = decltype(known_tiles)::value;
             /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */
-            bf16 *const states_out = OUTPUTS ? output_staging : STAGED ? stage_states : states_t;
-            bf16 *const values_out = OUTPUTS ? output_staging + MAX_K * MAX_K : STAGED ? stage_values : new_values_t;
+            bf16 *const states_out = STAGED ? stage_states : states_t, *const values_out = STAGED ? stage_values : new_values_t;
             bf16 *const states_low_out = STAGED ? stage_states_low : states_t + low_offset;
             bf16 *const values_low_out = STAGED ? stage_values_low : new_values_t + new_low_offset;
-            if (OUTPUTS && j > 0) /* the output warps have read the last chunk's S0^T */
-                barrier_wait(states_free, (uint32_t)((j - 1) & 1));
-            else if (STAGED && j > 0) { /* the last chunk's stores have read the staging tiles */
+            if (STAGED && j > 0) { /* the last chunk's stores have read the staging tiles */
                 bulk_store_wait_read();
                 __syncwarp();
             }
@@ -1335,8 +1478,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     if (!FOLD)
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
-                            const int at = OUTPUTS ? swizzled_offset(MAX_K, staging_row + 8 * u + g, 16 * q + 8 * half + 2 * t)
-                                                   : (8 * u + g) * LDK + 16 * q + 8 * half + 2 * t;
+                            const int at = (8 * u + g) * LDK + 16 * q + 8 * half + 2 * t;
                             *(uint32_t *)&states_out[at] = state[u][half];
                             if (PRECISE)
                                 *(uint32_t *)&states_low_out[at] = state_low[PRECISE ? u : 0][half];
@@ -1361,8 +1503,6 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 }
             }
             uint32_t value[NTILES][4][2], value_low[PRECISE ? NTILES : 1][4][2];
-            if (OUTPUTS && j > 0) /* and its Vnew^T */
-                barrier_wait(values_free, (uint32_t)((j - 1) & 1));
 #pragma unroll
             for (int u = 0; u < NTILES; u++) {
                 /* this lane's 16 values of n-tile u of U, [token tile][r], in 16-byte loads
@@ -1385,26 +1525,14 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     if (!FOLD) /* Vnew^T for kernel 3: column column0 + 8 u + g, tokens 16 i + 2t, 2t + 1 (+ 8) */
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
-                            const int at = OUTPUTS ? swizzled_offset(MAX_K, staging_row + 8 * u + g, 16 * i + 8 * half + 2 * t)
-                                                   : (8 * u + g) * TOKEN_STRIDE + 16 * i + 8 * half + 2 * t;
+                            const int at = (8 * u + g) * TOKEN_STRIDE + 16 * i + 8 * half + 2 * t;
                             *(uint32_t *)&values_out[at] = value[u][i][half];
                             if (PRECISE)
                                 *(uint32_t *)&values_low_out[at] = value_low[PRECISE ? u : 0][i][half];
                         }
-                    if constexpr (OUTPUTS) { /* keys as given: the update's B is diag(d) Vnew, this lane's rows 16 i + g (+ 8) */
-                        const float upper = keys_as_given_decay(W, OUTPUT_LDK, MAX_K, 16 * i + g),
-                                    lower = keys_as_given_decay(W, OUTPUT_LDK, MAX_K, 16 * i + g + 8);
-                        const float scaled[4] = {values[u][i][0] * upper, values[u][i][1] * upper, values[u][i][2] * lower, values[u][i][3] * lower};
-                        to_b_fragment<false>(value[u][i], scaled);
-                    }
                 }
             }
-            if (OUTPUTS) { /* S0^T and Vnew^T are in the staging tiles: the output warps' turn (their
-                              wgmma reads them by the async proxy, after this fence) */
-                fence_shared_for_bulk_store();
-                barrier_arrive(staged_full);
-            }
-            else if (STAGED) { /* S0^T and Vnew^T out, whole lines, while the update runs */
+            if (STAGED) { /* S0^T and Vnew^T out, whole lines, while the update runs */
                 fence_shared_for_bulk_store();
                 __syncwarp();
                 if (lane < 2 * (PRECISE ? 2 : 1)) { /* the warp's rows are contiguous in the workspace too */
@@ -1418,17 +1546,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 bulk_store_commit();
             }
             /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64; each A
-             * fragment of the decayed keys serves every n-tile. With OUTPUTS the same product as
-             * K^T (diag(d) Vnew), FLA's order: the A fragments of K^T from the chunk's k tile,
-             * which the output warps need anyway, by ldmatrix.trans */
-            [[maybe_unused]] const bf16 *const key_tile = OUTPUTS ? output_tiles + (2 * s + 1) * OUTPUT_TILE : NULL;
+             * fragment of the decayed keys serves every n-tile */
             const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
-            if constexpr (OUTPUTS) { /* W, U, d and the decay are read: the producer may bring this
-                                        slot's next W and U while the update, which reads the
-                                        keys from the k tile, runs */
-                barrier_arrive(&empty[s]);
-                barrier_wait(&tiles_full[s], (uint32_t)((j / stages) & 1));
-            }
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
                 if (TILES ? q >= TILES : 16 * q >= KP)
@@ -1441,10 +1560,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     uint32_t a[4];
-                    if constexpr (OUTPUTS)
-                        load_a_fragment_transposed_swizzled(a, key_tile, 16 * q, 16 * i);
-                    else
-                        load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
+                    load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
 #pragma unroll
                     for (int u = 0; u < NTILES; u++) {
                         mma_bf16_16x8x16(S[u][q], a, value[u][i]);
@@ -1466,12 +1582,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             else
                 chunk_step(std::integral_constant<int, 0>{});
         }
-        /* this thread has read the slot (with OUTPUTS its k tile; every warp has columns there) */
-        barrier_arrive(OUTPUTS ? &tiles_empty[s] : &empty[s]);
+        barrier_arrive(&empty[s]); /* this thread has read the slot */
         states_t += VP * LDK;
         new_values_t += VP * TOKEN_STRIDE;
     }
-    if (STAGED && !OUTPUTS && has_columns)
+    if (STAGED && has_columns)
         bulk_store_wait(); /* the staging tiles stay until the stores are done */
     if (!has_columns || (!FOLD && segment + 1 != P))
         return;
@@ -1502,14 +1617,15 @@ template <bool PRECISE, bool FOLD, int NTILES, bool STAGED>
 __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
-    chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL);
+    chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL, NULL, NULL);
 }
 /* the 8-tile block with output warps: kernel 3's tensor maps of q and k, and o in bf16 */
 static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages, bf16 *o16,
-                                const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map)
+                                const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                                const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap decay_map)
 {
-    chain_block<false, false, 2, true, true>(p, w, segments, stages, o16, &q_map, &k_map);
+    chain_block<false, false, 2, true, true>(p, w, segments, stages, o16, &q_map, &k_map, &w_map, &decay_map);
 }
 
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
@@ -1709,8 +1825,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
  * the tensor's (the callers' conditions); the tokens past T land as zeros.
  * cuTensorMapEncodeTiled is a driver function; the runtime hands out its address, so nothing
  * links the driver library. */
-static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_device_problem *p, size_t width, int box_width,
-                               bool swizzled = false)
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void)
 {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
     if (!encode) {
@@ -1718,9 +1833,17 @@ static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_d
         if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &found) != cudaSuccess ||
             found != cudaDriverEntryPointSuccess || !encode) {
             encode = NULL;
-            return gdn_set_error("stage 06: the CUDA driver does not offer cuTensorMapEncodeTiled");
+            gdn_set_error("stage 06: the CUDA driver does not offer cuTensorMapEncodeTiled");
         }
     }
+    return encode;
+}
+static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_device_problem *p, size_t width, int box_width,
+                               bool swizzled = false)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode)
+        return -1;
     const cuuint64_t sizes[3] = {p->H * width, p->T, p->B};
     const cuuint64_t strides[2] = {p->H * width * sizeof(bf16), p->T * p->H * width * sizeof(bf16)};
     const cuuint32_t box[3] = {(cuuint32_t)box_width, CHUNK, 1}, steps[3] = {1, 1, 1};
@@ -1729,6 +1852,30 @@ static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_d
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k or v (CUresult %d)", (int)result);
+}
+/* The chain by wgmma (with output warps, K = 128) reads each chunk's W swizzled, and kernel 1
+ * writes it with padded rows for every other reader (stage 07's fold reads the same blocks):
+ * so its producer brings W by a tensor map over the chain blocks, which swizzles as it copies
+ * (two boxes of 64 keys x 64 tokens, the 128-byte swizzle), and the decays d from the padding
+ * of W's rows 0 .. 15 by a second map (16 boxes' rows of 16 bytes, one after the other: 64
+ * floats). The maps' third dimension is the block: (head, chunk). */
+static int make_chain_w_maps(CUtensorMap *w_map, CUtensorMap *decay_map, const gdn_device_problem *p, const chunk_workspace *w)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode)
+        return -1;
+    const size_t K = p->K, blocks = p->B * p->H * chunks_of(p->T), block_bytes = chain_block_bytes(K, p->V, false);
+    const cuuint64_t w_sizes[3] = {K, CHUNK, blocks}, decay_sizes[3] = {KEY_STRIDE_PADDING, 16, blocks};
+    const cuuint64_t strides[2] = {key_stride(K) * sizeof(bf16), block_bytes};
+    const cuuint32_t w_box[3] = {64, CHUNK, 1}, decay_box[3] = {KEY_STRIDE_PADDING, 16, 1}, steps[3] = {1, 1, 1};
+    CUresult result = encode(w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)w->chain, w_sizes, strides, w_box, steps,
+                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result == CUDA_SUCCESS)
+        result = encode(decay_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)(w->chain + K * sizeof(bf16)), decay_sizes, strides, decay_box,
+                        steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of the chain blocks' W (CUresult %d)", (int)result);
 }
 
 /* Blocks of `kernel` an SM holds at once with `bytes` of dynamic shared memory (the occupancy
@@ -1933,14 +2080,15 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
         if (outputs && shape.tiles == MAX_CHAIN_TILES) {
             if (!r->o_bf16)
                 return gdn_set_error("the chain's output warps write o in bf16: the runner made no room for it");
-            CUtensorMap q_map, k_map;
-            /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' wgmma operands */
-            if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, 64, true))
+            CUtensorMap q_map, k_map, w_map, decay_map;
+            /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' and the chain's wgmma operands */
+            if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, 64, true) ||
+                make_chain_w_maps(&w_map, &decay_map, p, &w))
                 return -1;
             /* two ring slots, passed at run time: with the depth known to the compiler this
                kernel ran 5 % slower (docs/06, the end of the seventeenth step) */
             CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments, OUTPUT_STAGES,
-                                       (bf16 *)r->o_bf16, q_map, k_map);
+                                       (bf16 *)r->o_bf16, q_map, k_map, w_map, decay_map);
             r->o_in_bf16 = 1;
             *outputs_done = true;
             return 0;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "../test_support.h"
+#include "wgmma_layout.h"
 
 extern const gdn_stage wy_chunked_cuda_stage, warp_specialized_stage;
 
@@ -84,20 +85,23 @@ START_TEST(tensor_cores_on_edge_cases)
 }
 END_TEST
 
-/* The layout 06's output warps assume for wgmma (tests/gpu/wgmma_layout.cu), on its own: the
- * TMA unit's 128-byte swizzle puts every element where swizzled_offset says, and m64n64k16 and
- * m64n32k16 products from swizzled tiles equal the CPU's of the same bf16 values. The sums are
- * fp32 over 128 terms (about 1e-7 relative); a wrong descriptor field or swizzle misplaces
- * whole rows, an error of order one. _i: the seed. */
-int wgmma_layout_check(uint64_t seed, int *misplaced, double *error_64, double *error_32);
+/* The layout 06's wgmma products assume (tests/gpu/wgmma_layout.cu), on its own: the TMA
+ * unit's 128-byte swizzle puts every element where swizzled_offset says, and products from
+ * swizzled tiles equal the CPU's of the same bf16 values: m64n64k16 and m64n32k16 with both
+ * operands in shared memory (the output warps), m64n64k16 with A from registers scaled by -1
+ * and B K-major, m64n128k16 with A from registers and B read N-major (the chain). The sums are
+ * fp32 over 64 or 128 terms (about 1e-7 relative); a wrong descriptor field or swizzle
+ * misplaces whole rows, an error of order one. _i: the seed. */
 START_TEST(wgmma_layout_matches_the_cpu)
 {
-    int misplaced = -1;
-    double error_64 = NAN, error_32 = NAN;
-    ck_assert_msg(wgmma_layout_check(4500 + _i, &misplaced, &error_64, &error_32) == 0, "%s", gdn_last_error());
-    ck_assert_msg(misplaced == 0, "%d of 8192 elements not where swizzled_offset puts them", misplaced);
-    ck_assert_msg(error_64 < 1e-6, "m64n64k16 from swizzled tiles: relative error %.3e > 1e-6", error_64);  /* NaN fails too */
-    ck_assert_msg(error_32 < 1e-6, "m64n32k16 from swizzled tiles: relative error %.3e > 1e-6", error_32);
+    wgmma_layout_result r = {.misplaced = -1, .error_64 = NAN, .error_32 = NAN, .error_k_major = NAN, .error_n_major = NAN, .error_n_swapped = NAN};
+    ck_assert_msg(wgmma_layout_check(4500 + _i, &r) == 0, "%s", gdn_last_error());
+    ck_assert_msg(r.misplaced == 0, "%d of 8192 elements not where swizzled_offset puts them", r.misplaced);
+    ck_assert_msg(r.error_64 < 1e-6, "m64n64k16 from swizzled tiles: relative error %.3e > 1e-6", r.error_64); /* NaN fails too */
+    ck_assert_msg(r.error_32 < 1e-6, "m64n32k16 from swizzled tiles: relative error %.3e > 1e-6", r.error_32);
+    ck_assert_msg(r.error_k_major < 1e-6, "m64n64k16, A from registers (-1), B K-major: relative error %.3e > 1e-6", r.error_k_major);
+    ck_assert_msg(r.error_n_major < 1e-6, "m64n128k16, A from registers, B N-major: relative error %.3e > 1e-6 (offsets swapped: %.3e)",
+                  r.error_n_major, r.error_n_swapped);
 }
 END_TEST
 

@@ -1,7 +1,8 @@
 /* wgmma_layout.cu -- do common/wgmma.cuh's swizzled layout, descriptors and products agree
  * with the hardware? One warpgroup on the GPU, checked against the CPU: the assumptions 06's
- * output warps rest on (docs/06, the twenty-third step), tested on their own, so that a wrong
- * descriptor field is named by this test and not only seen as a wrong o.
+ * output warps and chain rest on (docs/06, the twenty-third and twenty-fourth steps), tested
+ * on their own, so that a wrong descriptor field is named by this test and not only seen as a
+ * wrong o.
  *
  * 1. The TMA unit's 128-byte swizzle: a 64 x 128 bf16 tile brought by a tensor map with
  *    CU_TENSOR_MAP_SWIZZLE_128B (two boxes of 64 columns) must land where swizzled_offset says.
@@ -11,9 +12,15 @@
  *    from B's rows 32 .. 63 (a descriptor 32 rows in: 4096 bytes): both against the CPU's
  *    product of the same bf16 values, in double.
  *
- * wgmma_layout_check (C, for tests/gpu/test_tensor_core_stage.c) draws A and B from `seed`,
- * runs it, and returns the misplaced count and both relative errors; -1 with gdn_last_error
- * where a CUDA call fails. */
+ * 3. A from registers (the chain's operands: its own sums, packed to bf16): c - a b^T by eight
+ *    m64n64k16 with A scaled by -1 onto accumulators that start as c (B K-major, b's tile);
+ *    and a2 a (a2 64 x 64 from registers, a 64 x 128) by four m64n128k16 with B read
+ *    N-major from the tensor map's tile of a (its rows the depth: swizzled_descriptor_n_major);
+ *    the same with the descriptor's two offsets swapped is reported, not checked.
+ *
+ * wgmma_layout_check (C, for tests/gpu/test_tensor_core_stage.c) draws the inputs from `seed`,
+ * runs it, and fills a wgmma_layout_result (wgmma_layout.h); -1 with gdn_last_error where a
+ * CUDA call fails. */
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h>
@@ -24,13 +31,34 @@
 #include "../../common/wgmma.cuh"
 extern "C" {
 #include "../../common/random.h"
+#include "wgmma_layout.h"
 }
 
 typedef __nv_bfloat16 bf16;
 enum { ROWS = 64, COLUMNS = 128, TILE = ROWS * COLUMNS };
 
+/* this lane's A fragment of rows 16 warp .., depth 16 k .., of a row-major bf16 matrix in global
+   memory (`columns` wide): the layout wgmma takes A in from registers */
+__device__ static void a_fragment_from(uint32_t (&a)[4], const bf16 *matrix, int columns, int k)
+{
+    const int lane = threadIdx.x % 32, row = 16 * (threadIdx.x / 32) + lane / 4, column = 16 * k + 2 * (lane % 4);
+    for (int r = 0; r < 4; r++) {
+        const bf16 *at = matrix + (row + 8 * (r & 1)) * columns + column + 8 * (r >> 1);
+        a[r] = *(const uint32_t *)at;
+    }
+}
+/* d's tile as it lies in the accumulators, into a row-major matrix `columns` wide */
+template <int N> __device__ static void store_accumulators(float *to, int columns, const float (&d)[N][4], int column0 = 0)
+{
+    const int lane = threadIdx.x % 32, row = 16 * (threadIdx.x / 32) + lane / 4;
+    for (int j = 0; j < N; j++)
+        for (int r = 0; r < 4; r++)
+            to[(row + 8 * (r >> 1)) * columns + column0 + 8 * j + 2 * (lane % 4) + (r & 1)] = d[j][r];
+}
+
 __global__ void __launch_bounds__(128) layout_kernel(const bf16 *a, const bf16 *b, float *d64, float *d32, bf16 *landed,
-                                                      const __grid_constant__ CUtensorMap a_map)
+                                                      const float *c, const bf16 *a2, float *d_k_major, float *d_n_major,
+                                                      float *d_n_swapped, const __grid_constant__ CUtensorMap a_map)
 {
     extern __shared__ unsigned char raw[];
     bf16 *const a_tile = (bf16 *)SHARED_AT_1024_BYTES(raw), *const b_tile = a_tile + TILE, *const tma_tile = b_tile + TILE;
@@ -70,34 +98,85 @@ __global__ void __launch_bounds__(128) layout_kernel(const bf16 *a, const bf16 *
             if (j < 4)
                 d32[row * ROWS + 32 + column] = half[j][r];
         }
+    /* A from registers, B K-major, A scaled by -1 onto a d that starts as c: c - a b^T */
+    float from_c[8][4];
+    for (int j = 0; j < 8; j++)
+        for (int r = 0; r < 4; r++)
+            from_c[j][r] = c[(16 * warp + g + 8 * (r >> 1)) * ROWS + 8 * j + 2 * t + (r & 1)];
+    uint32_t fragments[8][4];
+    for (int kk = 0; kk < COLUMNS / 16; kk++)
+        a_fragment_from(fragments[kk], a, COLUMNS, kk);
+    wgmma_fence();
+    for (int kk = 0; kk < COLUMNS / 16; kk++)
+        wgmma_64x64x16_a_in_registers<-1, false>(from_c, fragments[kk], swizzled_descriptor(b_tile + swizzled_offset(ROWS, 0, 16 * kk)), 1);
+    wgmma_commit_and_wait();
+    store_accumulators(d_k_major, ROWS, from_c);
+    /* A (a2, 64 x 64) from registers, B N-major: the tensor map's tile of a read with its rows as
+       the depth, a2 a (64 x 128); and the same with the two strides of the descriptor
+       swapped, which the test reports (not checks), should the first be wrong */
     barrier_wait(&landed_barrier, 0);
+    float wide[16][4];
+    for (int swapped = 0; swapped < 2; swapped++) {
+        wgmma_fence();
+        for (int kk = 0; kk < ROWS / 16; kk++) {
+            uint32_t fragment[4];
+            a_fragment_from(fragment, a2, ROWS, kk);
+            uint64_t descriptor = swizzled_descriptor_n_major(tma_tile + 16 * kk * 64, ROWS);
+            if (swapped) /* leading offset <-> stride offset */
+                descriptor = (descriptor & ~((0x3FFFull << 16) | (0x3FFFull << 32))) | ((descriptor >> 32 & 0x3FFF) << 16) |
+                             ((descriptor >> 16 & 0x3FFF) << 32);
+            wgmma_fence();
+            wgmma_64x128x16_a_in_registers<1, true>(wide, fragment, descriptor, kk > 0);
+        }
+        wgmma_commit_and_wait();
+        store_accumulators(swapped ? d_n_swapped : d_n_major, COLUMNS, wide);
+    }
     for (int e = thread; e < TILE; e += 128)
         landed[e] = tma_tile[e]; /* as it lies in shared memory: the host finds each element */
 }
 
-/* the device buffers, freed on every path out of wgmma_layout_run */
+/* what the kernel reads and writes, on the host */
+struct layout_arrays {
+    bf16 a[TILE], b[TILE], a2[ROWS * ROWS], landed[TILE];
+    float c[ROWS * ROWS], d64[ROWS * ROWS], d32[ROWS * ROWS], d_k_major[ROWS * ROWS], d_n_major[TILE], d_n_swapped[TILE];
+};
+/* the device's copies, freed on every path out of wgmma_layout_run */
 struct layout_buffers {
-    bf16 *a = NULL, *b = NULL, *landed = NULL;
-    float *d64 = NULL, *d32 = NULL;
-    ~layout_buffers() { cudaFree(a), cudaFree(b), cudaFree(landed), cudaFree(d64), cudaFree(d32); }
+    bf16 *a = NULL, *b = NULL, *a2 = NULL, *landed = NULL;
+    float *c = NULL, *d64 = NULL, *d32 = NULL, *d_k_major = NULL, *d_n_major = NULL, *d_n_swapped = NULL;
+    ~layout_buffers()
+    {
+        cudaFree(a), cudaFree(b), cudaFree(a2), cudaFree(landed), cudaFree(c);
+        cudaFree(d64), cudaFree(d32), cudaFree(d_k_major), cudaFree(d_n_major), cudaFree(d_n_swapped);
+    }
 };
 
-/* the kernel on a and b; d64, d32 and landed copied back */
-static int wgmma_layout_run(const bf16 *a, const bf16 *b, float *d64, float *d32, bf16 *landed)
+/* x to the device (or, with no source, poisoned: what the kernel does not write reads as NaN) */
+template <typename T> static int to_device(T **device, const T *host, size_t count)
+{
+    CUDA_CHECK(cudaMalloc(device, count * sizeof(T)));
+    if (host)
+        CUDA_CHECK(cudaMemcpy(*device, host, count * sizeof(T), cudaMemcpyHostToDevice));
+    else
+        CUDA_CHECK(cudaMemset(*device, 0xFF, count * sizeof(T)));
+    return 0;
+}
+template <typename T> static int to_host(T *host, const T *device, size_t count)
+{
+    CUDA_CHECK(cudaMemcpy(host, device, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+/* the kernel on x's inputs; its outputs copied back into x */
+static int wgmma_layout_run(layout_arrays *x)
 {
     layout_buffers device;
-    const size_t tile_bytes = TILE * sizeof(bf16), product_bytes = ROWS * ROWS * sizeof(float);
-    CUDA_CHECK(cudaMalloc(&device.a, tile_bytes));
-    CUDA_CHECK(cudaMalloc(&device.b, tile_bytes));
-    CUDA_CHECK(cudaMalloc(&device.landed, tile_bytes));
-    CUDA_CHECK(cudaMalloc(&device.d64, product_bytes));
-    CUDA_CHECK(cudaMalloc(&device.d32, product_bytes));
-    CUDA_CHECK(cudaMemcpy(device.a, a, tile_bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(device.b, b, tile_bytes, cudaMemcpyHostToDevice));
-    /* poisoned: a product or an element the kernel does not write reads as NaN */
-    CUDA_CHECK(cudaMemset(device.d64, 0xFF, product_bytes));
-    CUDA_CHECK(cudaMemset(device.d32, 0xFF, product_bytes));
-    CUDA_CHECK(cudaMemset(device.landed, 0xFF, tile_bytes));
+    if (to_device(&device.a, x->a, TILE) || to_device(&device.b, x->b, TILE) || to_device(&device.a2, x->a2, ROWS * ROWS) ||
+        to_device(&device.c, x->c, ROWS * ROWS) || to_device<bf16>(&device.landed, NULL, TILE) ||
+        to_device<float>(&device.d64, NULL, ROWS * ROWS) || to_device<float>(&device.d32, NULL, ROWS * ROWS) ||
+        to_device<float>(&device.d_k_major, NULL, ROWS * ROWS) || to_device<float>(&device.d_n_major, NULL, TILE) ||
+        to_device<float>(&device.d_n_swapped, NULL, TILE))
+        return -1;
     /* a as a 3-D tensor (columns, rows, 1), boxes of 64 columns x 64 rows, swizzled 128 bytes */
     PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
     cudaDriverEntryPointQueryResult found;
@@ -109,39 +188,64 @@ static int wgmma_layout_run(const bf16 *a, const bf16 *b, float *d64, float *d32
         encode(&a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, device.a, sizes, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return gdn_set_error("wgmma_layout_check: cuTensorMapEncodeTiled refused the 128-byte-swizzled map");
-    const size_t shared = 1024 + 3 * tile_bytes; /* three tiles from a 1024-byte boundary */
-    CUDA_LAUNCH_WITH_SHARED(layout_kernel, 1, 128, shared, device.a, device.b, device.d64, device.d32, device.landed, a_map);
+    const size_t shared = 1024 + 3 * TILE * sizeof(bf16); /* three tiles from a 1024-byte boundary */
+    CUDA_LAUNCH_WITH_SHARED(layout_kernel, 1, 128, shared, device.a, device.b, device.d64, device.d32, device.landed, device.c, device.a2,
+                            device.d_k_major, device.d_n_major, device.d_n_swapped, a_map);
     CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(d64, device.d64, product_bytes, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(d32, device.d32, product_bytes, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(landed, device.landed, tile_bytes, cudaMemcpyDeviceToHost));
-    return 0;
+    return to_host(x->d64, device.d64, ROWS * ROWS) || to_host(x->d32, device.d32, ROWS * ROWS) || to_host(x->landed, device.landed, TILE) ||
+                   to_host(x->d_k_major, device.d_k_major, ROWS * ROWS) || to_host(x->d_n_major, device.d_n_major, TILE) ||
+                   to_host(x->d_n_swapped, device.d_n_swapped, TILE)
+               ? -1
+               : 0;
 }
 
-extern "C" int wgmma_layout_check(uint64_t seed, int *misplaced, double *error_64, double *error_32)
+/* relative L2 error of `got` (rows x columns) against expected(row, column), in double */
+template <typename F> static double relative_error(const float *got, int rows, int columns, int first_column, F expected)
 {
-    static bf16 a[TILE], b[TILE], landed[TILE];
-    static float d64[ROWS * ROWS], d32[ROWS * ROWS];
+    double error = 0, norm = 0;
+    for (int row = 0; row < rows; row++)
+        for (int column = first_column; column < columns; column++) {
+            const double want = expected(row, column), delta = got[row * columns + column] - want;
+            error += delta * delta, norm += want * want;
+        }
+    return sqrt(error / norm); /* NaN where any element is */
+}
+
+extern "C" int wgmma_layout_check(uint64_t seed, wgmma_layout_result *result)
+{
+    static layout_arrays x;
+    const auto uniform = [&](uint64_t counter) { return (float)(2 * random_uniform(seed, STREAM_TEST, counter) - 1); };
     for (int e = 0; e < TILE; e++) { /* uniform in (-1, 1]: no zeros to hide a misplaced element */
-        a[e] = __float2bfloat16((float)(2 * random_uniform(seed, STREAM_TEST, 2 * e) - 1));
-        b[e] = __float2bfloat16((float)(2 * random_uniform(seed, STREAM_TEST, 2 * e + 1) - 1));
+        x.a[e] = __float2bfloat16(uniform(4 * e));
+        x.b[e] = __float2bfloat16(uniform(4 * e + 1));
     }
-    if (wgmma_layout_run(a, b, d64, d32, landed))
+    for (int e = 0; e < ROWS * ROWS; e++) {
+        x.a2[e] = __float2bfloat16(uniform(4 * e + 2));
+        x.c[e] = uniform(4 * e + 3);
+    }
+    if (wgmma_layout_run(&x))
         return -1;
-    *misplaced = 0;
+    const auto value = [](bf16 v) { return (double)__bfloat162float(v); };
+    result->misplaced = 0;
     for (int row = 0; row < ROWS; row++)
         for (int column = 0; column < COLUMNS; column++) /* NaN compares unequal: a poisoned place counts */
-            *misplaced += !(__bfloat162float(landed[swizzled_offset(ROWS, row, column)]) == __bfloat162float(a[row * COLUMNS + column]));
-    double error64 = 0, error32 = 0, norm = 0, norm32 = 0;
-    for (int row = 0; row < ROWS; row++)
-        for (int column = 0; column < ROWS; column++) {
-            double sum = 0;
-            for (int k = 0; k < COLUMNS; k++)
-                sum += (double)__bfloat162float(a[row * COLUMNS + k]) * __bfloat162float(b[column * COLUMNS + k]);
-            error64 += (d64[row * ROWS + column] - sum) * (d64[row * ROWS + column] - sum), norm += sum * sum;
-            if (column >= 32)
-                error32 += (d32[row * ROWS + column] - sum) * (d32[row * ROWS + column] - sum), norm32 += sum * sum;
-        }
-    *error_64 = sqrt(error64 / norm), *error_32 = sqrt(error32 / norm32); /* NaN where any product is */
+            result->misplaced += !(value(x.landed[swizzled_offset(ROWS, row, column)]) == value(x.a[row * COLUMNS + column]));
+    const auto a_b = [&](int row, int column) { /* (a b^T)[row][column] */
+        double sum = 0;
+        for (int k = 0; k < COLUMNS; k++)
+            sum += value(x.a[row * COLUMNS + k]) * value(x.b[column * COLUMNS + k]);
+        return sum;
+    };
+    const auto a2_a = [&](int row, int column) { /* (a2 a)[row][column] */
+        double sum = 0;
+        for (int k = 0; k < ROWS; k++)
+            sum += value(x.a2[row * ROWS + k]) * value(x.a[k * COLUMNS + column]);
+        return sum;
+    };
+    result->error_64 = relative_error(x.d64, ROWS, ROWS, 0, a_b);
+    result->error_32 = relative_error(x.d32, ROWS, ROWS, 32, a_b);
+    result->error_k_major = relative_error(x.d_k_major, ROWS, ROWS, 0, [&](int row, int column) { return x.c[row * ROWS + column] - a_b(row, column); });
+    result->error_n_major = relative_error(x.d_n_major, ROWS, COLUMNS, 0, a2_a);
+    result->error_n_swapped = relative_error(x.d_n_swapped, ROWS, COLUMNS, 0, a2_a);
     return 0;
 }
