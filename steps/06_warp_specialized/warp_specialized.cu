@@ -1145,9 +1145,9 @@ __device__ __forceinline__ static void chain_warpgroup_sync(int warpgroup)
  * warpgroup: warpgroup h holds state columns 64 h .. + 63, its warp w columns 16 w .. + 15 (as
  * the mma.sync warps did), lane 4g + t rows (columns of S) 16 w + g and + 8 and keys 8 j + 2t,
  * + 1. Per chunk (eq. 13, 15):
- *     Vnew^T = U^T - S0^T W^T      8 m64n64k16, A = S0^T from the accumulators themselves (a D
- *                                  tile's two neighbouring n-tiles are an A fragment: pack to
- *                                  bf16), scaled by -1; B = W (swizzled, K-major); D starts as
+ *     Vnew^T = U^T - S0^T W^T      8 m64n64k16, A = S0^T in bf16 from the staging tile the
+ *                                  chain writes for the output warps anyway (swizzled), scaled
+ *                                  by -1; B = W (swizzled, K-major); D starts as
  *                                  U^T (this warp's rows of U_t, each 8 x 8 block turned by
  *                                  movmatrix from the mma.sync order kernel 1 writes)
  *     S^T = decay S^T + (Vnew^T diag(d)) K      4 m64n128k16, A from Vnew^T's accumulators
