@@ -13,7 +13,10 @@
  *    product of the same bf16 values, in double.
  *
  * 3. A from registers (the chain's operands: its own sums, packed to bf16): c - a b^T by eight
- *    m64n64k16 with A scaled by -1 onto accumulators that start as c (B K-major, b's tile);
+ *    m64n64k16 with A scaled by -1 onto accumulators that start as c (B K-major, b's tile:
+ *    the chain's first design for Vnew^T; the merged chain takes this A from its staging tile
+ *    by wgmma_64x64x16<-1>, the same instruction field, so this case checks its -1 and the
+ *    A fragments' layout from registers, which its update uses at m64n128k16);
  *    and a2 a (a2 64 x 64 from registers, a 64 x 128) by four m64n128k16 with B read
  *    N-major from the tensor map's tile of a (its rows the depth: swizzled_descriptor_n_major);
  *    the same with the descriptor's two offsets swapped is reported, not checked.
