@@ -1009,7 +1009,7 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
  * swizzled q and k tiles), masks and scales them and writes them in bf16 into the P tile
  * (swizzled, keys_t's place in slot 0); after one barrier each warpgroup reads all of P there
  * as P Vnew's A, so P is made once. Q S0 reads q and the chain's S0^T, P Vnew the P tile and
- * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_offset). A
+ * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_address). A
  * warpgroup's wgmma reads each operand once for its 64 rows, where the mma.sync warps read
  * S0^T and Vnew^T once per 16 rows: per chunk the eight warps read 144 KB of shared memory
  * where they read 274 (the twenty-second step's 2192 ldmatrix wavefronts), and issue 40
