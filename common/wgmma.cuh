@@ -32,6 +32,27 @@ __host__ __device__ constexpr int swizzled_offset(int rows, int row, int column)
     const unsigned r = (unsigned)row, c = (unsigned)column;
     return (int)((c >> 6) * (unsigned)rows * 64 + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7));
 }
+/* The shared-memory address (bytes) of (row, column) in such a tile at `tile`, for st.shared and
+ * ld.shared. The swizzle XORs address bits 4-6 (the 16-byte piece) with the row's bits 0-2, and
+ * rows and panels are whole multiples of 128 bytes from a 1024-byte boundary, so the same row's
+ * piece c ^ x lies at this address ^ (x << 4): a loop over a row's pieces takes one XOR a
+ * store, where the whole offset, made again for each (as 64-bit generic addresses), cost the
+ * output warps most of their instructions. */
+__device__ __forceinline__ static uint32_t swizzled_address(const __nv_bfloat16 *tile, int rows, int row, int column)
+{
+    return shared_address(tile) + 2u * (uint32_t)swizzled_offset(rows, row, column);
+}
+__device__ __forceinline__ static void store_shared(uint32_t address, uint32_t value)
+{
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(value) : "memory");
+}
+__device__ __forceinline__ static uint4 load_shared_16(uint32_t address)
+{
+    uint4 value;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w) : "r"(address) : "memory");
+    return value;
+}
+
 /* wgmma's shared-memory matrix descriptor of such a tile from `at` (a panel's start, or 16
  * columns further for the next k step: 32 bytes into the swizzled rows; PTX ISA, "Matrix
  * Descriptor Format"): start address / 16 in bits 0-13, the leading offset (unused with this

@@ -1009,7 +1009,7 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
  * swizzled q and k tiles), masks and scales them and writes them in bf16 into the P tile
  * (swizzled, keys_t's place in slot 0); after one barrier each warpgroup reads all of P there
  * as P Vnew's A, so P is made once. Q S0 reads q and the chain's S0^T, P Vnew the P tile and
- * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_offset). A
+ * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_address). A
  * warpgroup's wgmma reads each operand once for its 64 rows, where the mma.sync warps read
  * S0^T and Vnew^T once per 16 rows: per chunk the eight warps read 144 KB of shared memory
  * where they read 274 (the twenty-second step's 2192 ldmatrix wavefronts), and issue 40
@@ -1068,6 +1068,8 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
                 wgmma_64x32x16(scores, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
                                descriptor_here(k + swizzled_offset(CHUNK, token0, 16 * kk)), kk > 0);
             wgmma_commit_and_wait();
+            /* this lane's first place in its two rows; token pieces jj further by XOR (swizzled_address) */
+            const uint32_t p_upper = made_here(swizzled_address(p_tile, CHUNK, upper, token0 + pair)); /* the lower row: 1024 bytes on */
 #pragma unroll
             for (int jj = 0; jj < CHUNK / 2 / 8; jj++)
 #pragma unroll
@@ -1077,7 +1079,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
 #pragma unroll
                     for (int e = 0; e < 2; e++) /* only l <= i: exponents <= 0 */
                         exact[e] = l + e <= i && i < n ? scores[jj][r + e] * expf((float)(gamma[i] - gamma[l + e])) : 0.0f;
-                    *(uint32_t *)&p_tile[swizzled_offset(CHUNK, i, l)] = pack_bf16(exact[0], exact[1]);
+                    store_shared((p_upper ^ (jj << 4)) + (r < 2 ? 0 : 8 * 128), pack_bf16(exact[0], exact[1]));
                 }
             fence_shared_for_bulk_store(); /* for the other warpgroup's wgmma: the async proxy reads P */
             output_warps_sync();           /* P is whole */
@@ -1111,20 +1113,24 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         /* o in bf16 through this warp's 16 rows and 64 columns of the q tile (swizzled), once
            every output warp is done reading q (one barrier), then out, 16 bytes a lane */
         output_warps_sync();
+        const uint32_t o_upper = made_here(swizzled_address(q, CHUNK, upper, column0 + pair));
 #pragma unroll
         for (int jj = 0; jj < SIZE / 2 / 8; jj++)
 #pragma unroll
-            for (int r = 0; r < 4; r += 2) {
-                const int i = r < 2 ? upper : lower, c = column0 + 8 * jj + pair;
-                *(__nv_bfloat162 *)&q[swizzled_offset(CHUNK, i, c)] = __floats2bfloat162_rn(p.scale * acc[jj][r], p.scale * acc[jj][r + 1]);
-            }
+            for (int r = 0; r < 4; r += 2)
+                store_shared((o_upper ^ (jj << 4)) + (r < 2 ? 0 : 8 * 128), pack_bf16(p.scale * acc[jj][r], p.scale * acc[jj][r + 1]));
         __syncwarp();
+        /* out: lane 8 a + c takes the warp's rows a, a + 4, a + 8, a + 12, its 16-byte piece c of
+           each. Row a + 4 has the swizzle's row bits a ^ 4 (a < 4), so its piece lies at the XOR of
+           bit 6; rows 8 apart have the same pattern, 1024 bytes on */
+        const int row = tile_row + lane / 8, piece = lane % 8;
+        const uint32_t from = made_here(swizzled_address(q, CHUNK, row, column0 + 8 * piece));
         const size_t first_token = gdn_device_token(&p, b, t0, h); /* token t0 + i: first + i H */
-        constexpr int ROW_PIECES = SIZE / 2 / 8; /* 16-byte pieces of this warp's part of a row */
-        for (int e = made_here(lane); e < 16 * ROW_PIECES; e += 32) {
-            const int i = tile_row + e / ROW_PIECES, column = column0 + 8 * (e % ROW_PIECES);
+#pragma unroll 1 /* one row's load in flight at a time: four made ptxas spill the output warps' registers */
+        for (int pass = 0; pass < 4; pass++) {
+            const int i = made_here(row + 4 * pass);
             if (i < n)
-                ((uint4 *)(o16 + (first_token + (size_t)i * p.H) * V))[column / 8] = *(const uint4 *)&q[swizzled_offset(CHUNK, i, column)];
+                ((uint4 *)(o16 + (first_token + (size_t)i * p.H) * V))[column0 / 8 + piece] = load_shared_16((from + 512 * pass) ^ ((pass & 1) << 6));
         }
         fence_shared_for_bulk_store(); /* the slot's next q and k come by the TMA unit, after these writes */
         barrier_arrive(&tiles_empty[s]);
@@ -1190,10 +1196,12 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
         /* S0^T in bf16 into the staging tile: the output warps' S0^T, and this warpgroup's A of
            Vnew's products (from shared memory: held in registers beside S and Vnew, the 32
            registers of its fragments made ptxas serialize the products) */
+        const uint32_t states_row = swizzled_address(states_staged, SIZE, column0 + g, 2 * t); /* piece jj % 8: XOR (swizzled_address) */
 #pragma unroll
         for (int jj = 0; jj < SIZE / 8; jj++) {
-            *(uint32_t *)&states_staged[swizzled_offset(SIZE, column0 + g, 8 * jj + 2 * t)] = pack_bf16(S[jj][0], S[jj][1]);
-            *(uint32_t *)&states_staged[swizzled_offset(SIZE, column0 + g + 8, 8 * jj + 2 * t)] = pack_bf16(S[jj][2], S[jj][3]);
+            const uint32_t at = (states_row ^ (jj % 8 << 4)) + jj / 8 * SIZE * 128; /* the second panel: SIZE rows of 128 bytes on */
+            store_shared(at, pack_bf16(S[jj][0], S[jj][1]));
+            store_shared(at + 8 * 128, pack_bf16(S[jj][2], S[jj][3])); /* row + 8 */
         }
         /* Vnew^T starts as U^T: this lane's pieces of the warp's two n-tiles of U_t (u_fragment_index:
            tokens 16 i + g (+ 8), columns 2t, 2t + 1), each 8 x 8 block transposed (movmatrix) to
@@ -1232,12 +1240,13 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
             barrier_wait(values_free, (uint32_t)((j - 1) & 1));
         /* Vnew^T in bf16 for the output warps, and scaled by d (a token a column) as the update's A */
         uint32_t scaled[CHUNK / 16][4];
+        const uint32_t values_row = swizzled_address(values_staged, SIZE, column0 + g, 2 * t);
 #pragma unroll
         for (int jj = 0; jj < CHUNK / 8; jj++) {
             const int token = 8 * jj + 2 * t;
             const float d0 = swizzled_w_decay(W, token), d1 = swizzled_w_decay(W, token + 1);
-            *(uint32_t *)&values_staged[swizzled_offset(SIZE, column0 + g, token)] = pack_bf16(values[jj][0], values[jj][1]);
-            *(uint32_t *)&values_staged[swizzled_offset(SIZE, column0 + g + 8, token)] = pack_bf16(values[jj][2], values[jj][3]);
+            store_shared(values_row ^ (jj << 4), pack_bf16(values[jj][0], values[jj][1]));
+            store_shared((values_row ^ (jj << 4)) + 8 * 128, pack_bf16(values[jj][2], values[jj][3]));
             scaled[jj / 2][2 * (jj % 2)] = pack_bf16(values[jj][0] * d0, values[jj][1] * d1);
             scaled[jj / 2][2 * (jj % 2) + 1] = pack_bf16(values[jj][2] * d0, values[jj][3] * d1);
         }
