@@ -1001,6 +1001,17 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
     return (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * OUTPUT_TILE);
 }
 
+constexpr double LOG2_E = 1.4426950408889634; /* log2(e): e^x = 2^(x log2 e) */
+/* 2^x by the special-function unit, one instruction (PTX ex2.approx.ftz: relative error about
+   2^-22; a result under 2^-126 is flushed to 0, where exp2f spends four more instructions a call
+   to keep such values, which the bf16 P never could use) */
+__device__ __forceinline__ static float exp2_approx(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* The output warps' loop over the block's chunks, by wgmma. Output warpgroup h (warps 8 .. 11,
  * 12 .. 15) takes columns 64 h .. + 63 of the chunk's o, all 64 rows (warp r of it rows 16 r
  * .. + 15, as wgmma's accumulators), K = V = 128 (the only shape that runs this):
@@ -1070,6 +1081,16 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
             wgmma_commit_and_wait();
             /* this lane's first place in its two rows; token pieces jj further by XOR (swizzled_address) */
             const uint32_t p_upper = made_here(swizzled_address(p_tile, CHUNK, upper, token0 + pair)); /* the lower row: 1024 bytes on */
+            /* e^(gamma_i - gamma_l) = 2^(gamma_i log2 e - gamma_l log2 e): this lane's two rows' and eight
+               tokens' exponents once a chunk, in float (gamma is summed within the chunk, so they are
+               small: a relative error of about 1e-7 of their size in each), then one 2^x an element */
+            const float row_exponent[2] = {(float)(gamma[upper] * LOG2_E), (float)(gamma[lower] * LOG2_E)};
+            float token_exponent[CHUNK / 2 / 8][2];
+#pragma unroll
+            for (int jj = 0; jj < CHUNK / 2 / 8; jj++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    token_exponent[jj][e] = (float)(gamma[token0 + 8 * jj + pair + e] * LOG2_E);
 #pragma unroll
             for (int jj = 0; jj < CHUNK / 2 / 8; jj++)
 #pragma unroll
@@ -1078,7 +1099,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
                     float exact[2];
 #pragma unroll
                     for (int e = 0; e < 2; e++) /* only l <= i: exponents <= 0 */
-                        exact[e] = l + e <= i && i < n ? scores[jj][r + e] * expf((float)(gamma[i] - gamma[l + e])) : 0.0f;
+                        exact[e] = l + e <= i && i < n ? scores[jj][r + e] * exp2_approx(row_exponent[r / 2] - token_exponent[jj][e]) : 0.0f;
                     store_shared((p_upper ^ (jj << 4)) + (r < 2 ? 0 : 8 * 128), pack_bf16(exact[0], exact[1]));
                 }
             fence_shared_for_bulk_store(); /* for the other warpgroup's wgmma: the async proxy reads P */
