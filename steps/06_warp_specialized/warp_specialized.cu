@@ -499,6 +499,21 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
  * ended after its own wait. No kernel lets the next one start earlier (griddepcontrol.
  * launch_dependents): measured, the early blocks then took room from the last waves of the
  * kernel before (1-2 % slower at the large shapes, 11 % at (2, 1000, 3, 40, 72), docs/06). ---- */
+constexpr double LOG2_E = 1.4426950408889634; /* log2(e): e^x = 2^(x log2 e) */
+/* 2^x by the special-function unit, one instruction (PTX ex2.approx.ftz: relative error about
+   2^-22; a result under 2^-126 is flushed to 0, where exp2f spends four more instructions a call
+   to keep such values, which neither P nor Tm could use) */
+__device__ __forceinline__ static float exp2_approx(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+/* e^x as 2^(x log2 e): a multiply and one 2^x, where expf takes about 18 instructions with its
+   branch. The gates' factors e^(gamma_i - gamma_l) are made so in kernels 1 and 3 (x <= 0, the
+   difference taken in double and rounded to float first, as expf's argument was) */
+__device__ __forceinline__ static float exp_approx(float x) { return exp2_approx(x * (float)LOG2_E); }
+
 /* ---- kernel 1: one block per (head, chunk), 8 warps; warp w owns output rows 16 (w % 4) and
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
@@ -597,7 +612,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
         for (int r = 0; r < 4; r++) {
             const int i = fragment_row(tile_row, r), l = fragment_column(tile_column, j, r);
             Tm[i * SOLVE_STRIDE + l] = i == l                 ? 1.0f
-                                       : l < i && i < n ? row_beta[r / 2] * acc[j][r] * expf((float)(row_gamma[r / 2] - column_gamma[j][r % 2]))
+                                       : l < i && i < n ? row_beta[r / 2] * acc[j][r] * exp_approx((float)(row_gamma[r / 2] - column_gamma[j][r % 2]))
                                                         : 0.0f;
         }
     __syncthreads();
@@ -1001,17 +1016,6 @@ __host__ __device__ static inline size_t output_staging_offset(void)
 __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
 {
     return (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * OUTPUT_TILE);
-}
-
-constexpr double LOG2_E = 1.4426950408889634; /* log2(e): e^x = 2^(x log2 e) */
-/* 2^x by the special-function unit, one instruction (PTX ex2.approx.ftz: relative error about
-   2^-22; a result under 2^-126 is flushed to 0, where exp2f spends four more instructions a call
-   to keep such values, which the bf16 P never could use) */
-__device__ __forceinline__ static float exp2_approx(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
 }
 
 /* The output warps' loop over the block's chunks, by wgmma. Output warpgroup h (warps 8 .. 11,
@@ -1766,7 +1770,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
             float exact[2];
 #pragma unroll
             for (int s = 0; s < 2; s++) /* only l <= i: exponents <= 0 */
-                exact[s] = l + s <= i && i < n ? scores[j][r + s] * expf((float)(gamma[i] - gamma[l + s])) : 0.0f;
+                exact[s] = l + s <= i && i < n ? scores[j][r + s] * exp_approx((float)(gamma[i] - gamma[l + s])) : 0.0f;
             const __nv_bfloat162 high = __floats2bfloat162_rn(exact[0], exact[1]);
             *(__nv_bfloat162 *)&P[i * TOKEN_STRIDE + l] = high;
             if (PRECISE)
