@@ -337,10 +337,12 @@ __device__ __forceinline__ static uint32_t pack_bf16(float low_column, float hig
     const __nv_bfloat162 pair = __floats2bfloat162_rn(low_column, high_column);
     return *(const uint32_t *)&pair;
 }
-/* four values of U into their place in U_t (u_fragment_index): one 8- or 16-byte store */
+/* four values of U into their place in U_t (u_fragment_index): one 8- or 16-byte store (the bf16
+   four as one 64-bit integer: a uint2 is a struct, and its assignment was split into two 4-byte
+   stores, each with a four-way bank conflict at the fragment order's 16-byte stride) */
 __device__ __forceinline__ static void store_four(bf16 *to, const float (&four)[4])
 {
-    *(uint2 *)to = make_uint2(pack_bf16(four[0], four[1]), pack_bf16(four[2], four[3]));
+    *(uint64_t *)to = (uint64_t)pack_bf16(four[2], four[3]) << 32 | pack_bf16(four[0], four[1]);
 }
 __device__ __forceinline__ static void store_four(float *to, const float (&four)[4])
 {
