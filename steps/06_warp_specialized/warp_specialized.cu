@@ -174,16 +174,19 @@ __device__ __forceinline__ static void mma_bf16_16x8x16(float (&d)[4], const uin
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* acc[j] += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 + 8 j .. + 8), j < TILES:
- * A row major (stride lda), B given transposed, Bt[n][k] (stride ldb). depth: a multiple of 16;
- * TILES even; rows 16-byte aligned. A's four 8 x 8 quarters (rows +0/+8, columns +0/+8) are
- * its fragment's four registers; two n-tiles of B^T (rows +0/+8 of Bt, columns +0/+8) are the
- * two registers of each of two B fragments. */
+/* acc[j] += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 + 8 j .. + 8), j < tiles (TILES
+ * unless told fewer; the others are left as they are): A row major (stride lda), B given
+ * transposed, Bt[n][k] (stride ldb). depth: a multiple of 16; TILES and tiles even; rows
+ * 16-byte aligned. A's four 8 x 8 quarters (rows +0/+8, columns +0/+8) are its fragment's four
+ * registers; two n-tiles of B^T (rows +0/+8 of Bt, columns +0/+8) are the two registers of
+ * each of two B fragments. */
 template <int TILES>
 __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], const bf16 *A, int lda, const bf16 *Bt, int ldb,
-                                                    int row0, int col0, int depth)
+                                                    int row0, int col0, int depth, int tiles = TILES)
 {
     static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
+    if (tiles <= 0)
+        return;
     const int lane = threadIdx.x % 32, quarter = lane / 8;
     const bf16 *a_row = quarter_row(A, lda, row0, 0);
     /* B^T's rows are n: matrices 0-3 are (n +0, k +0), (n +0, k +8), (n +8, k +0), (n +8, k +8) */
@@ -193,6 +196,8 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
         load_matrices(a, a_row + k0);
 #pragma unroll
         for (int j = 0; j < TILES; j += 2) {
+            if (j >= tiles)
+                break;
             uint32_t b[4];
             load_matrices(b, b_row + 8 * j * ldb + k0);
             const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
@@ -234,6 +239,19 @@ __device__ __forceinline__ static void warp_product_rows(float (&acc)[TILES][4],
         }
     }
 }
+
+/* The causal products (M and P are zero where l > i, Tm's strictly lower part where l >= i:
+ * eq. 10, 12 and 14): a warp's rows row0 .. row0 + 15 hold entries only in columns l < row0 +
+ * 16. So of its n-tiles col0 + 8 j only those left of that column need a product (4, 2 or 0
+ * of the 4 of a 16 x 32 part of 64 x 64: 20 of the 32 n-tiles of the 8 warps), and a product
+ * with such a factor on the left needs depth row0 + 16 only, not the chunk's 64 (the output
+ * warps skip the same blocks: the twenty-first step) */
+__device__ __forceinline__ static int causal_tiles(int row0, int col0)
+{
+    const int tiles = (row0 + 16 - col0) / 8;
+    return tiles < 0 ? 0 : tiles > 4 ? 4 : tiles;
+}
+__device__ __forceinline__ static int causal_depth(int row0) { return row0 + 16; }
 
 /* The tf32 instruction, m16n8k8: fp32 operands rounded to tf32 (10 mantissa bits, cvt.rna),
  * fp32 sums. Fragments: A (16 x 8) gives lane 4 g + t rows g, g + 8 of columns t and t + 4,
@@ -594,7 +612,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * tensor cores, keys serving as both A and B^T */
     float acc[4][4];
     clear(acc);
-    warp_product(acc, keys, LDK, keys, LDK, tile_row, tile_column, KP);
+    warp_product(acc, keys, LDK, keys, LDK, tile_row, tile_column, KP, causal_tiles(tile_row, tile_column)); /* its l < i blocks */
     /* the gates of the thread's two rows and eight columns, read once: the stores into Tm
      * between them would otherwise make the compiler read them again for every element (the
      * rows' betas serve U's diagonal term too, below) */
@@ -707,7 +725,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
         uint32_t sums[4][2]; /* the warp's W, rounded, as bf16 pairs */
         if (column0 < KP) {
             clear(acc);
-            warp_product_rows(acc, Tm_keys, TOKEN_STRIDE, keys, LDK, tile_row, column0, KP, CHUNK);
+            warp_product_rows(acc, Tm_keys, TOKEN_STRIDE, keys, LDK, tile_row, column0, KP, causal_depth(tile_row));
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -775,7 +793,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
             __syncthreads(); /* the staging tile's last rows are out (and the slice is here) */
             if (column0 < width) {
                 clear(acc);
-                warp_product_rows(acc, Tm_values, TOKEN_STRIDE, values, LDV, tile_row, column0, width, CHUNK);
+                warp_product_rows(acc, Tm_values, TOKEN_STRIDE, values, LDV, tile_row, column0, width, causal_depth(tile_row));
 #pragma unroll
                 for (int j = 0; j < 4; j++) { /* + the diagonal's term, beta_i v_i */
                     const int out = fragment_column(column0, j, 0), row = fragment_row(tile_row, 0);
@@ -1765,7 +1783,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
     /* P first, from q and k alone, while S0^T and Vnew^T are still landing */
     float scores[4][4];
     clear(scores);
-    warp_product(scores, q, LDK, k, LDK, tile_row, tile_column, KP); /* Q K^T */
+    warp_product(scores, q, LDK, k, LDK, tile_row, tile_column, KP, causal_tiles(tile_row, tile_column)); /* Q K^T, its l <= i blocks */
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -1796,10 +1814,10 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         for (int r = 0; r < 4; r++)
             acc[j][r] *= r < 2 ? decay_upper : decay_lower;
     __syncthreads(); /* P complete */
-    warp_product(acc, P, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, CHUNK); /* + P Vnew */
+    warp_product(acc, P, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, causal_depth(tile_row)); /* + P Vnew */
     if (PRECISE) {
-        warp_product(acc, P, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, tile_row, output_column, CHUNK);
-        warp_product(acc, P_low, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, CHUNK);
+        warp_product(acc, P, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, tile_row, output_column, causal_depth(tile_row));
+        warp_product(acc, P_low, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, causal_depth(tile_row));
     }
     /* o leaves in bf16, as FLA writes it (half the bytes of fp32), or with --precise in fp32
      * (a bf16 o would undo what the two terms gained). In bf16 with V a multiple of 8 it goes
