@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's twenty-eighth step: the products are on tensor cores (the triangular
+ * This is the stage's twenty-ninth step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -38,7 +38,8 @@
  * product a warpgroup (the twenty-fourth); the fused kernel's swizzled stores take 32-bit
  * shared addresses, a row's pieces by XOR (the twenty-fifth), and its output warps make P's
  * factors by one 2^x each (the twenty-sixth), and so do kernels 1 and 3 (the twenty-seventh);
- * kernel 1 stages U a lane's four values by one 8-byte store (the twenty-eighth).
+ * kernel 1 stages U a lane's four values by one 8-byte store (the twenty-eighth), and kernels
+ * 1 and 3 skip the causal products' zero blocks, as the output warps do (the twenty-ninth).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
