@@ -39,7 +39,7 @@
  * shared addresses, a row's pieces by XOR (the twenty-fifth), and its output warps make P's
  * factors by one 2^x each (the twenty-sixth), and so do kernels 1 and 3 (the twenty-seventh);
  * kernel 1 stages U a lane's four values by one 8-byte store (the twenty-eighth), and kernels
- * 1 and 3 skip the causal products' zero blocks, as the output warps do (the twenty-ninth).
+ * 1 and 3 skip the causal products' zero blocks (the twenty-ninth).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -246,7 +246,8 @@ __device__ __forceinline__ static void warp_product_rows(float (&acc)[TILES][4],
  * 16. So of its n-tiles col0 + 8 j only those left of that column need a product (4, 2 or 0
  * of the 4 of a 16 x 32 part of 64 x 64: 20 of the 32 n-tiles of the 8 warps), and a product
  * with such a factor on the left needs depth row0 + 16 only, not the chunk's 64 (the output
- * warps skip the same blocks: the twenty-first step) */
+ * warps skipped the same blocks from the twenty-first step until their products became
+ * 64-row wgmma, which has none to skip: the twenty-third) */
 __device__ __forceinline__ static int causal_tiles(int row0, int col0)
 {
     const int tiles = (row0 + 16 - col0) / 8;
