@@ -713,13 +713,12 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * V in shared memory, so W's columns K .. KP and U's V .. VP come out zero, as kernel 2
      * needs them (W is its A, U_t rows its 16-column tiles). Both leave through a staging
      * tile: a lane's fragment is a few 4-byte pieces in 8 rows, half of each 32-byte sector of
-     * a direct store; from the staging tile the block stores whole rows, 16 bytes a thread,
-     * consecutive threads on consecutive bytes (U's staging tile is laid out as U_t, in the
-     * chain's fragment order: u_fragment_index). W's staging tile is the keys' own place: a
+     * a direct store; from the staging tile one bulk store (the TMA unit) writes it out in
+     * whole lines (U's staging tile is laid out as U_t, in the chain's fragment order:
+     * u_fragment_index). W's staging tile is the keys' own place: a
      * pass of 64 columns reads only its own columns of the keys, so after a barrier its W
      * columns can take their place (the diagonal's term, a key, is read before it). */
     bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K));
-    chain_u_type<PRECISE> *U_t = (chain_u_type<PRECISE> *)(chain + chain_u_offset(K, PRECISE));
     bf16 *W_stage = keys; /* [64][LDK]: W as it is in the chain block */
     chain_u_type<PRECISE> *U_stage = (chain_u_type<PRECISE> *)Tm_keys; /* 64 rows of U_t at a time, in fragment order */
     for (int pass = 0; pass < KP; pass += 64) { /* W, every warp in every pass (the barrier) */
@@ -770,9 +769,16 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
             }
         store_four((float *)&W_stage[threadIdx.x * LDK + KP], decays);
     }
+    /* W out by one bulk store (the TMA unit: whole lines, and no thread spends its loads and
+       stores on the copy; W's rows are contiguous in the chain block as in the staging tile).
+       Every writer fences its stores for the async proxy, then the barrier (common/bulk_copy.cuh).
+       The keys' place is not written again, so nothing waits for the store until the end. */
+    fence_shared_for_bulk_store();
     __syncthreads();
-    for (int e = threadIdx.x; e < CHUNK * LDK / 8; e += THREADS)
-        ((uint4 *)W)[e] = ((const uint4 *)W_stage)[e];
+    if (threadIdx.x == 0) {
+        bulk_store(W, W_stage, (uint32_t)(CHUNK * LDK * sizeof(bf16)));
+        bulk_store_commit();
+    }
     if (by_map)
         barrier_wait(&values_landed, 0);
     else
@@ -792,7 +798,9 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
         }
         for (int pass = 0; pass < width; pass += 64) {
             const int column0 = pass + tile_column;
-            __syncthreads(); /* the staging tile's last rows are out (and the slice is here) */
+            if (threadIdx.x == 0)
+                bulk_store_wait_read(); /* the staging tile's last rows are out (W's too: one wait for all) */
+            __syncthreads(); /* (and the slice is here) */
             if (column0 < width) {
                 clear(acc);
                 warp_product_rows(acc, Tm_values, TOKEN_STRIDE, values, LDV, tile_row, column0, width, causal_depth(tile_row));
@@ -812,13 +820,20 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
                     store_four(U_stage + n_tile * 8 * CHUNK + u_fragment_index<chain_u_type<PRECISE>>(threadIdx.x % 32, tile_row / 16), four);
                 }
             }
+            fence_shared_for_bulk_store();
             __syncthreads();
             const int rows = width - pass < 64 ? width - pass : 64; /* rows of U_t: columns of U */
-            const int pieces = rows * CHUNK * (int)sizeof(chain_u_type<PRECISE>) / 16; /* the staging tile is laid out as U_t */
-            for (int e = threadIdx.x; e < pieces; e += THREADS)
-                ((uint4 *)(U_t + (size_t)(slice + pass) * CHUNK))[e] = ((const uint4 *)U_stage)[e];
+            if (threadIdx.x == 0) { /* the staging tile is laid out as U_t: one bulk store, as W (the
+                                       address made here: kept from above, it took a register, and 8
+                                       bytes spilled at K = V = 128) */
+                chain_u_type<PRECISE> *U_t = (chain_u_type<PRECISE> *)(chain + chain_u_offset(K, PRECISE));
+                bulk_store(U_t + (size_t)(slice + pass) * CHUNK, U_stage, (uint32_t)(rows * CHUNK * sizeof(chain_u_type<PRECISE>)));
+                bulk_store_commit();
+            }
         }
     }
+    if (threadIdx.x == 0)
+        bulk_store_wait(); /* the block's shared memory stays until its stores have read it */
 }
 
 /* ---- kernel 2: the chain, warp-specialized: a producer warp and chains in registers ----
