@@ -438,7 +438,12 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
 /* Tm's row stride in floats: rows 4 banks apart, so that both tf32 fragment loads (rows g,
  * columns t; rows t, columns g) fall in 32 different banks. 05's stride of 65 gave 2-way
  * conflicts for them. The join's scratch uses 32 + 4 the same way. */
-constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 4;
+/* Row strides of the solve's fp32 tiles, in floats. Tm's is 4 mod 32, so that an A fragment's
+ * 32 reads (rows g, columns t: 4g + t) fall in 32 banks. The join's scratch Y is only ever a B
+ * operand (rows t, t + 4 of column g) and the target of float2 stores (rows g, columns 2t): at
+ * 4 mod 32 both were two-way conflicted (rows t and t + 1 four banks apart; ncu, run195: 128
+ * excessive wavefronts a chunk); at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
+constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 8;
 /* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
  * K = V = 128 (53 KB a block; 70 KB when each tile had its own place):
  *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
