@@ -101,5 +101,16 @@ __device__ __forceinline__ static void bulk_store_commit(void) { asm volatile("c
 __device__ __forceinline__ static void bulk_store_wait_read(void) { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 /* until they have also written global memory */
 __device__ __forceinline__ static void bulk_store_wait(void) { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+/* A tensor store: tensor_copy_3d the other way, one box from shared memory (laid out as a
+ * tensor copy with the same map lands it, its swizzle included) into the strided tensor at
+ * coordinates c0, c1, c2, by one instruction of one thread. Elements of the box past the
+ * tensor's end are not written. A bulk group like bulk_store's: fence and sync the writers
+ * first, commit, and wait before the tile is written again. PTX ISA: "cp.async.bulk.tensor". */
+__device__ __forceinline__ static void tensor_store_3d(const CUtensorMap *map, int c0, int c1, int c2, const void *from)
+{
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];" ::"l"(map), "r"(c0), "r"(c1),
+                 "r"(c2), "r"(shared_address(from))
+                 : "memory");
+}
 
 #endif

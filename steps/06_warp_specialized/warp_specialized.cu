@@ -966,7 +966,7 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
  * and Vnew^T are staged in wgmma's swizzled layout, and q and k come swizzled by the TMA unit.
  * The block: warps 0 .. 7 the chain (two warpgroups, by wgmma too: chain_states_role), 8 ..
  * 15 the output warps (two), 16 and 17 the producer's (a lane of 16 brings W, its decays and
- * U, a lane of 17 q and k, each slot's two parts on barriers of their own; the warpgroup's
+ * U, a lane of 17 q and k and o out, each slot's two parts on barriers of their own; the warpgroup's
  * other two warps leave at once). Registers by warpgroup (setmaxnreg; every thread starts with
  * 65,536 / 640, 96 in whole units of 8): the chain 152 a thread, the output warps 72 (with
  * every address made where it is used: made_here), the producer's warpgroup 32: 61,440 of
@@ -1078,21 +1078,21 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
  * The sums are taken k by k as before, and o measured bit for bit the twenty-second step's.
  * Per chunk the warps wait for the slot's q and k, make P, wait for the chain's staging
  * tiles, add Q S0 and let the chain write the next S0^T (states_free), then P Vnew and let it
- * write the next Vnew^T (values_free); o goes through the warp's own part of the q tile
- * (swizzled) once every output warp is done reading q, out in 16-byte pieces, and the q and
- * k tiles are released. */
+ * write the next Vnew^T (values_free); o goes into the warp's own part of the q tile
+ * (swizzled) once every output warp is done reading q, and the q and k tiles are released:
+ * the producer's q and k lane stores o out from there by tensor stores before the slot's next
+ * q comes, so that no output warp waits on o's loads and stores. */
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
-                                          unsigned char *slots, bf16 *o16)
+                                          unsigned char *slots)
 {
     bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset(16 * MAX_CHAIN_TILES, MAX_CHAIN_TILES, OUTPUT_STAGES));
     uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + OUTPUT_STAGES, *const staged_full = tiles_empty + OUTPUT_STAGES;
     uint64_t *const states_free = staged_full + 1, *const values_free = staged_full + 2;
     constexpr int SIZE = 16 * MAX_CHAIN_TILES; /* K = V = SIZE: output_warps_shape */
     const int output_warp = (int)(threadIdx.x / 32) - MAX_CHAIN_TILES, half = output_warp / 4; /* half: the warpgroup */
-    const int lane = threadIdx.x % 32, tile_row = 16 * (output_warp % 4);
+    const int tile_row = 16 * (output_warp % 4);
     const int output_thread = (int)threadIdx.x - 32 * MAX_CHAIN_TILES; /* 0 .. 32 OUTPUT_WARPS - 1 */
     const int column0 = half * (SIZE / 2);                                   /* this warpgroup's columns of o */
-    const size_t b = head / p.H, h = head % p.H, V = SIZE;
     double *gamma_buffers = (double *)(staged_full + 3); /* [2][CHUNK]: chunks j and j + 1 */
     /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
     const auto gamma_of = [&](size_t chunk) {
@@ -1181,8 +1181,8 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         wgmma_commit_and_wait();
         barrier_arrive(values_free);
         gamma_next = gamma_of(chunk + 1);
-        /* o in bf16 through this warp's 16 rows and 64 columns of the q tile (swizzled), once
-           every output warp is done reading q (one barrier), then out, 16 bytes a lane */
+        /* o in bf16 into this warp's 16 rows and 64 columns of the q tile (swizzled), once every
+           output warp is done reading q (one barrier); the q and k lane stores the tile out */
         output_warps_sync();
         const uint32_t o_upper = made_here(swizzled_address(q, CHUNK, upper, column0 + pair));
 #pragma unroll
@@ -1190,20 +1190,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
 #pragma unroll
             for (int r = 0; r < 4; r += 2)
                 store_shared((o_upper ^ (jj << 4)) + (r < 2 ? 0 : 8 * 128), pack_bf16(p.scale * acc[jj][r], p.scale * acc[jj][r + 1]));
-        __syncwarp();
-        /* out: lane 8 a + c takes the warp's rows a, a + 4, a + 8, a + 12, its 16-byte piece c of
-           each. Row a + 4 has the swizzle's row bits a ^ 4 (a < 4), so its piece lies at the XOR of
-           bit 6; rows 8 apart have the same pattern, 1024 bytes on */
-        const int row = tile_row + lane / 8, piece = lane % 8;
-        const uint32_t from = made_here(swizzled_address(q, CHUNK, row, column0 + 8 * piece));
-        const size_t first_token = gdn_device_token(&p, b, t0, h); /* token t0 + i: first + i H */
-#pragma unroll 1 /* one row's load in flight at a time: four made ptxas spill the output warps' registers */
-        for (int pass = 0; pass < 4; pass++) {
-            const int i = made_here(row + 4 * pass);
-            if (i < n)
-                ((uint4 *)(o16 + (first_token + (size_t)i * p.H) * V))[column0 / 8 + piece] = load_shared_16((from + 512 * pass) ^ ((pass & 1) << 6));
-        }
-        fence_shared_for_bulk_store(); /* the slot's next q and k come by the TMA unit, after these writes */
+        fence_shared_for_bulk_store(); /* o goes out by the TMA unit, and the slot's next q and k come by it */
         barrier_arrive(&tiles_empty[s]);
     }
 }
@@ -1358,7 +1345,7 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
  * kernel 3 does not run. */
 template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS>
 __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_workspace w, chain_segments segments,
-                                                   int stages, bf16 *o16, const CUtensorMap *q_map, const CUtensorMap *k_map,
+                                                   int stages, const CUtensorMap *o_map, const CUtensorMap *q_map, const CUtensorMap *k_map,
                                                    const CUtensorMap *w_map, const CUtensorMap *decay_map)
 {
     static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
@@ -1425,11 +1412,23 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q and k (kernel 3's tensor copies) */
                 const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
                 const int b = (int)(head / p.H), h = (int)(head % p.H);
+                /* and takes o out: the output warps leave chunk c's o in its slot's q tile, in q's
+                   swizzled layout, and the slot is empty (tiles_empty) once they and the chain's
+                   update are done with it; two tensor stores (o's map: q's boxes) write it, rows
+                   past T dropped, and once they have read the tile the slot takes the next q */
+                const auto store_o = [&](size_t c) {
+                    const int s = (int)((c - first) % stages);
+                    barrier_wait(&tiles_empty[s], (uint32_t)(((c - first) / stages) & 1));
+                    for (int panel = 0; panel < 2; panel++)
+                        tensor_store_3d(o_map, h * (int)V + 64 * panel, (int)(c * CHUNK), b, output_tiles + 2 * s * OUTPUT_TILE + panel * CHUNK * 64);
+                    bulk_store_commit();
+                    bulk_store_wait_read();
+                };
                 for (size_t chunk = first; chunk < end; chunk++) {
                     const size_t j = chunk - first;
                     const int s = (int)(j % stages), t0 = (int)(chunk * CHUNK);
-                    if (j >= (size_t)stages) /* the output warps and the chain's update are done with chunk j - stages */
-                        barrier_wait(&tiles_empty[s], (uint32_t)((j / stages - 1) & 1));
+                    if (j >= (size_t)stages) /* chunk j - stages's o out of the slot */
+                        store_o(chunk - stages);
                     barrier_arrive_expecting(&tiles_full[s], 2 * key_tile_bytes);
                     for (int panel = 0; panel < 2; panel++) { /* 64 keys each, swizzled by the maps */
                         tensor_copy_3d(output_tiles + 2 * s * OUTPUT_TILE + panel * CHUNK * 64, q_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
@@ -1437,6 +1436,9 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                                        &tiles_full[s]);
                     }
                 }
+                for (size_t chunk = end - first > (size_t)stages ? end - stages : first; chunk < end; chunk++) /* the last chunks' o */
+                    store_o(chunk);
+                bulk_store_wait(); /* o written before the block ends */
             }
         if (OUTPUTS ? warp == OUTPUT_PRODUCER_WARP && lane == 0 : lane == 0) { /* one lane brings each chunk's W, keys and U */
             /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
@@ -1474,7 +1476,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     if constexpr (OUTPUTS) {
         if (warp >= consumers) { /* the output warps */
             set_max_registers<OUTPUT_ROLE_REGISTERS>();
-            chunk_outputs_role(p, w, head, first, end, slots, o16);
+            chunk_outputs_role(p, w, head, first, end, slots);
             return;
         }
         set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups, by wgmma */
@@ -1699,13 +1701,14 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
 {
     chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL, NULL, NULL);
 }
-/* the 8-tile block with output warps: kernel 3's tensor maps of q and k, and o in bf16 */
+/* the 8-tile block with output warps: tensor maps of o (in bf16), q and k, W and its decays */
 static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
-    chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages, bf16 *o16,
-                                const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                                const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap decay_map)
+    chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
+                                const __grid_constant__ CUtensorMap o_map, const __grid_constant__ CUtensorMap q_map,
+                                const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap w_map,
+                                const __grid_constant__ CUtensorMap decay_map)
 {
-    chain_block<false, false, 2, true, true>(p, w, segments, stages, o16, &q_map, &k_map, &w_map, &decay_map);
+    chain_block<false, false, 2, true, true>(p, w, segments, stages, &o_map, &q_map, &k_map, &w_map, &decay_map);
 }
 
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
@@ -1931,7 +1934,7 @@ static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_d
                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k or v (CUresult %d)", (int)result);
+    return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k, v or o (CUresult %d)", (int)result);
 }
 /* The chain by wgmma (with output warps, K = 128) reads each chunk's W swizzled, and kernel 1
  * writes it with padded rows for every other reader (stage 07's fold reads the same blocks):
@@ -2160,15 +2163,16 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
         if (outputs && shape.tiles == MAX_CHAIN_TILES) {
             if (!r->o_bf16)
                 return gdn_set_error("the chain's output warps write o in bf16: the runner made no room for it");
-            CUtensorMap q_map, k_map, w_map, decay_map;
-            /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' and the chain's wgmma operands */
+            CUtensorMap o_map, q_map, k_map, w_map, decay_map;
+            /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' and the chain's wgmma operands,
+               and o, which leaves from the q tile in the same layout */
             if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, 64, true) ||
-                make_chain_w_maps(&w_map, &decay_map, p, &w))
+                make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_chain_w_maps(&w_map, &decay_map, p, &w))
                 return -1;
             /* two ring slots, passed at run time: with the depth known to the compiler this
                kernel ran 5 % slower (docs/06, the end of the seventeenth step) */
             CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments, OUTPUT_STAGES,
-                                       (bf16 *)r->o_bf16, q_map, k_map, w_map, decay_map);
+                                       o_map, q_map, k_map, w_map, decay_map);
             r->o_in_bf16 = 1;
             *outputs_done = true;
             return 0;
