@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's twenty-ninth step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-second step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -39,7 +39,10 @@
  * shared addresses, a row's pieces by XOR (the twenty-fifth), and its output warps make P's
  * factors by one 2^x each (the twenty-sixth), and so do kernels 1 and 3 (the twenty-seventh);
  * kernel 1 stages U a lane's four values by one 8-byte store (the twenty-eighth), and kernels
- * 1 and 3 skip the causal products' zero blocks (the twenty-ninth).
+ * 1 and 3 skip the causal products' zero blocks (the twenty-ninth); kernel 1's W and U leave
+ * by bulk stores (the thirtieth), its solve's join scratch at a stride without bank conflicts
+ * (the thirty-first), and the fused kernel's o by tensor stores from the q tile, issued by the
+ * producer's q and k lane (the thirty-second).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -435,14 +438,12 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
 
 /* ---- the triangular solve's joins on tensor cores ---- */
 
-/* Tm's row stride in floats: rows 4 banks apart, so that both tf32 fragment loads (rows g,
- * columns t; rows t, columns g) fall in 32 different banks. 05's stride of 65 gave 2-way
- * conflicts for them. The join's scratch uses 32 + 4 the same way. */
-/* Row strides of the solve's fp32 tiles, in floats. Tm's is 4 mod 32, so that an A fragment's
- * 32 reads (rows g, columns t: 4g + t) fall in 32 banks. The join's scratch Y is only ever a B
- * operand (rows t, t + 4 of column g) and the target of float2 stores (rows g, columns 2t): at
- * 4 mod 32 both were two-way conflicted (rows t and t + 1 four banks apart; ncu, run195: 128
- * excessive wavefronts a chunk); at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
+/* Row strides of the solve's fp32 tiles, in floats. Tm's is 4 mod 32, so that both tf32
+ * fragment loads (rows g, columns t: 4g + t; rows t, columns g) fall in 32 different banks
+ * (05's 65 gave two-way conflicts). The join's scratch Y is only ever a B operand (rows t,
+ * t + 4 of column g) and the target of float2 stores (rows g, columns 2t): at 4 mod 32 both
+ * were two-way conflicted (rows t and t + 1 four banks apart; ncu, run195: 128 excessive
+ * wavefronts a chunk); at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
 constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 8;
 /* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
  * K = V = 128 (53 KB a block; 70 KB when each tile had its own place):
