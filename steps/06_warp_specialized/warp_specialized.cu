@@ -330,8 +330,8 @@ __device__ static void copy_tile(bf16 *tile, int ld, int tile_rows, int rows, in
  *                                         each 8 rows in the chain's fragment order
  *                                         (u_fragment_index; fp32 with --precise: chain_u_type)
  *   decay    fp32 [4]                    exp(gamma_C) and padding
- *   the transform block (below)           for the chain with output warps, in place of the above
- * Kernel 1 writes the parts its launch asks for (chunk_parts_for). Zeros past the chunk's
+ * Kernel 1 writes the parts its launch asks for (chunk_parts_for; the chain with output warps
+ * reads only the decay, and the chunk's transform block, below). Zeros past the chunk's
  * tokens, past K and past V. */
 /* U in bf16, as FLA stores it: it is rounded to bf16 as Vnew = U - W S0 anyway before the
  * state update and the output use it, and bf16 halves what kernel 1 writes of it and the
@@ -384,15 +384,15 @@ __host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V, 
 {
     return chain_u_offset(K, precise) + (size_t)round_up16(V) * CHUNK * chain_u_size(precise);
 }
-/* The transform block, after the decay: what the chain with output warps reads of a chunk
- * instead of W and U, since it makes Vnew from v itself (docs/06, the thirty-third step):
+/* A chunk's transform block: what the chain with output warps reads of it instead of W and U,
+ * since it makes Vnew from v itself (docs/06, the thirty-third step):
  *   Tm     bf16 [64][64]   Tm's strictly lower part, in wgmma's 128-byte-swizzled layout
  *                          (one panel: swizzled_offset), its rows the tokens i of Vnew
  *   beta, scaled_beta, d   fp32 [64] each: beta_i, beta_i e^gamma_i, e^(gamma_C - gamma_i)
- * 8,960 bytes where W and U are 33 KB at K = V = 128. */
+ * 8,960 bytes where W and U are 33 KB at K = V = 128. The transform blocks follow the chain
+ * blocks in the workspace, one after another (chunk_workspace). */
 constexpr size_t TRANSFORM_TM_BYTES = (size_t)CHUNK * CHUNK * sizeof(bf16), TRANSFORM_BYTES = TRANSFORM_TM_BYTES + 3 * CHUNK * sizeof(float);
-__host__ __device__ static inline size_t chain_transform_offset(size_t K, size_t V, bool precise) { return chain_decay_offset(K, V, precise) + 4 * sizeof(float); }
-__host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V, bool precise) { return chain_transform_offset(K, V, precise) + TRANSFORM_BYTES; }
+__host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V, bool precise) { return chain_decay_offset(K, V, precise) + 4 * sizeof(float); }
 /* what one chain block of `tiles` 16-column tiles copies of it per chunk: W (and W_low),
  * keys_t, its 16 tiles rows of U_t, the decay */
 __host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise, int tiles)
@@ -403,6 +403,7 @@ __host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise
 typedef struct {
     double *gamma;         /* [heads T] */
     unsigned char *chain;  /* [heads chunks] chain blocks */
+    unsigned char *transforms; /* [heads chunks] transform blocks (TRANSFORM_BYTES), after the chain blocks */
     bf16 *states_t;        /* [heads chunks][round_up16(V)][key_stride(K)]: S0 transposed, for kernel 3 */
     bf16 *new_values_t;    /* [heads chunks][round_up16(V)][TOKEN_STRIDE]: Vnew transposed */
     /* (rows padded as kernel 3's tiles are, so that a tile comes in by one bulk copy; the
@@ -411,13 +412,14 @@ typedef struct {
 } chunk_workspace;
 
 /* The bytes of the workspace's four parts, in order: gamma (rounded up to 16 bytes, so the
- * chain blocks after it are aligned for 16-byte copies), the chain blocks, S0^T and Vnew^T
+ * chain blocks after it are aligned for 16-byte copies), the chain blocks and the transform
+ * blocks, S0^T and Vnew^T
  * (twice each with --precise: the low terms follow). One function for the size the runner
  * allocates and for the pointers into it, so the two cannot disagree. -1 on overflow. */
 static int workspace_parts(size_t heads, size_t T, size_t K, size_t V, bool precise, size_t bytes[4])
 {
     const size_t terms = precise ? 2 : 1, chunks = chunks_of(T);
-    size_t gamma[3] = {heads, T, sizeof(double)}, chain[3] = {heads, chunks, chain_block_bytes(K, V, precise)};
+    size_t gamma[3] = {heads, T, sizeof(double)}, chain[3] = {heads, chunks, chain_block_bytes(K, V, precise) + TRANSFORM_BYTES};
     size_t states[5] = {heads, chunks, (size_t)round_up16(V), (size_t)key_stride(K), terms * sizeof(bf16)};
     size_t values[5] = {heads, chunks, (size_t)round_up16(V), TOKEN_STRIDE, terms * sizeof(bf16)};
     if (gdn_multiply_sizes(&bytes[0], 3, gamma) || gdn_multiply_sizes(&bytes[1], 3, chain) ||
@@ -434,6 +436,7 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     chunk_workspace w;
     w.gamma = (double *)base;
     w.chain = (unsigned char *)base + bytes[0];
+    w.transforms = w.chain + p->B * p->H * chunks_of(p->T) * chain_block_bytes(p->K, p->V, precise);
     w.states_t = (bf16 *)(w.chain + bytes[1]);
     w.new_values_t = w.states_t + bytes[2] / sizeof(bf16);
     w.states_low_t = precise ? w.states_t + bytes[2] / 2 / sizeof(bf16) : NULL;
@@ -705,7 +708,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     const int l = threadIdx.x % CHUNK, first_row = threadIdx.x / CHUNK;
     const float keys_scale = scaled_beta[l], values_scale = beta[l];
     uint32_t scaled[PER_THREAD];
-    bf16 *const transform = (bf16 *)(chain + chain_transform_offset(K, V, PRECISE));
+    bf16 *const transform = (bf16 *)(w.transforms + ((size_t)head * chunks + chunk) * TRANSFORM_BYTES);
 #pragma unroll
     for (int a = 0; a < PER_THREAD; a++) {
         const int i = first_row + a * ROW_STEP;
@@ -1479,7 +1482,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 const unsigned char *block = blocks + chunk * block_bytes;
                 if constexpr (OUTPUTS) { /* the transform block (already swizzled) and the decay after it */
                     barrier_arrive_expecting(&full[s], (uint32_t)(TRANSFORM_BYTES + 16));
-                    bulk_copy(slot, block + chain_transform_offset(K, V, PRECISE), (uint32_t)TRANSFORM_BYTES, &full[s]);
+                    bulk_copy(slot, w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES, (uint32_t)TRANSFORM_BYTES, &full[s]);
                     bulk_copy(slot + TRANSFORM_BYTES, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
                     continue;
                 }
