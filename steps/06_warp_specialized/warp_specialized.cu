@@ -707,26 +707,37 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     constexpr int PER_THREAD = CHUNK * CHUNK / THREADS, ROW_STEP = THREADS / CHUNK;
     const int l = threadIdx.x % CHUNK, first_row = threadIdx.x / CHUNK;
     const float keys_scale = scaled_beta[l], values_scale = beta[l];
+    if (parts & WRITE_TRANSFORM) { /* the transform block (for the chain with output warps) */
+        bf16 *const transform = (bf16 *)(w.transforms + ((size_t)head * chunks + chunk) * TRANSFORM_BYTES);
+        /* Tm's strictly lower part in bf16, eight columns of a row a thread, one 16-byte store
+           each (in the swizzled layout a row's eight stores fill its 128-byte line) */
+        for (int piece = threadIdx.x; piece < CHUNK * CHUNK / 8; piece += THREADS) {
+            const int i = piece / 8, c0 = piece % 8 * 8;
+            const float4 left = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0], right = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0 + 4];
+            const float row[8] = {left.x, left.y, left.z, left.w, right.x, right.y, right.z, right.w};
+            uint32_t pairs[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                pairs[e] = pack_bf16(c0 + 2 * e < i ? row[2 * e] : 0.0f, c0 + 2 * e + 1 < i ? row[2 * e + 1] : 0.0f);
+            *(uint4 *)&transform[swizzled_offset(CHUNK, i, c0)] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+        }
+        if (threadIdx.x < CHUNK) { /* the factors */
+            float *const factors = (float *)(transform + CHUNK * CHUNK);
+            const int token = threadIdx.x;
+            factors[token] = beta[token];
+            factors[CHUNK + token] = scaled_beta[token];
+            factors[2 * CHUNK + token] = decay_to_chunk_end(gamma, n, token);
+        }
+        if (!(parts & WRITE_W_AND_U)) /* that chain makes Vnew from v itself */
+            return;
+    }
     uint32_t scaled[PER_THREAD];
-    bf16 *const transform = (bf16 *)(w.transforms + ((size_t)head * chunks + chunk) * TRANSFORM_BYTES);
 #pragma unroll
     for (int a = 0; a < PER_THREAD; a++) {
         const int i = first_row + a * ROW_STEP;
         const float lower = l < i ? Tm[i * SOLVE_STRIDE + l] : 0.0f;
         scaled[a] = pack_bf16(lower * keys_scale, lower * values_scale);
-        if (parts & WRITE_TRANSFORM) /* swizzled: a warp's 32 columns of row i are 64 bytes of one line */
-            transform[swizzled_offset(CHUNK, i, l)] = __float2bfloat16_rn(lower);
     }
-    /* the transform block's factors (the transform block, above) */
-    if ((parts & WRITE_TRANSFORM) && threadIdx.x < CHUNK) {
-        float *const factors = (float *)(transform + CHUNK * CHUNK);
-        const int token = threadIdx.x;
-        factors[token] = beta[token];
-        factors[CHUNK + token] = scaled_beta[token];
-        factors[2 * CHUNK + token] = decay_to_chunk_end(gamma, n, token);
-    }
-    if (!(parts & WRITE_W_AND_U)) /* the chain with output warps makes Vnew from v itself */
-        return;
     __syncthreads(); /* every read of Tm done (and of the solve's scratch: the values may come) */
     if (by_map && threadIdx.x == 0) {
         barrier_arrive_expecting(&values_landed, (uint32_t)(CHUNK * LDV * sizeof(bf16)));
