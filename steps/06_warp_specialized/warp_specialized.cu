@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-second step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-third step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -42,7 +42,9 @@
  * 1 and 3 skip the causal products' zero blocks (the twenty-ninth); kernel 1's W and U leave
  * by bulk stores (the thirtieth), its solve's join scratch at a stride without bank conflicts
  * (the thirty-first), and the fused kernel's o by tensor stores from the q tile, issued by the
- * producer's q and k lane (the thirty-second).
+ * producer's q and k lane (the thirty-second); and the chain with output warps makes Vnew = Tm
+ * (diag(beta) V - diag(beta e^gamma) K S0) from the v tile itself, so that kernel 1 writes Tm
+ * (8 KB a chunk) for it, not W and U (33 KB), and reads no v (the thirty-third).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -50,7 +52,9 @@
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
  * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
  * Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and the
- * chain as FLA keeps it (fp32 with --precise); the joins of the triangular solve on tensor
+ * chain as FLA keeps it (fp32 with --precise); with output warps, where the chain makes Vnew
+ * = Tm Z itself, the strictly lower part of Tm and Z = diag(beta) V - diag(beta e^gamma) K S0
+ * instead of those four (Z's diagonal term in fp32); the joins of the triangular solve on tensor
  * cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where it
  * enters the state update (d Vnew with output warps) and the output (the fp32 state itself
  * is never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
@@ -69,9 +73,10 @@
  * multiple of 16), an odd number of 16-byte units, put those 8 rows in 8 different groups of
  * 4 banks, no conflict.
  *
- * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores; workspace per token:
- * gamma (double) and, per chunk, W, the decayed keys and U (bf16; U fp32 with --precise), S0
- * and Vnew (bf16).
+ * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores (with output warps one
+ * 64 x 64 x V product a chunk fewer: W's product goes, U's becomes the chain's Tm Z, and K S0
+ * takes W S0's place); workspace per token: gamma (double) and, per chunk, W, the decayed keys
+ * and U (bf16; U fp32 with --precise), the transform block, S0 and Vnew (bf16).
  * Depth: T / 64 chunk steps of kernel 2, each two 64-deep MMA chains per warp.
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  *
@@ -90,8 +95,8 @@
  *             chunk step compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step); so
  *             288, 160, 160 or 96 threads;
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
- *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with q and k,
- *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg
+ *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with the
+ *             transform block, q, k and v, the staging tiles, 177 KB, and registers set by warpgroup with setmaxnreg
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
@@ -993,18 +998,18 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
  * Eight, as two warpgroups that make o by wgmma (chunk_outputs_role), 64 columns each: S0^T
  * and Vnew^T are staged in wgmma's swizzled layout, and q and k come swizzled by the TMA unit.
  * The block: warps 0 .. 7 the chain (two warpgroups, by wgmma too: chain_states_role), 8 ..
- * 15 the output warps (two), 16 and 17 the producer's (a lane of 16 brings W, its decays and
- * U, a lane of 17 q and k and o out, each slot's two parts on barriers of their own; the warpgroup's
- * other two warps leave at once). Registers by warpgroup (setmaxnreg; every thread starts with
+ * 15 the output warps (two), 16 and 17 the producer's (a lane of 16 brings the transform block
+ * and the decay, a lane of 17 q, k and v and o out, each slot's two parts on barriers of their
+ * own; the warpgroup's other two warps leave at once). Registers by warpgroup (setmaxnreg; every thread starts with
  * 65,536 / 640, 96 in whole units of 8): the chain 152 a thread, the output warps 72 (with
  * every address made where it is used: made_here), the producer's warpgroup 32: 61,440 of
  * the block's 61,440. ptxas gives each role the budget set where it begins only if no role's
  * code is reached from another's: each returns where it ends. Shared memory: the chain's ring
- * of two slots (each from a 1024-byte boundary: output_slot_bytes) and its staging tiles,
- * and for each slot the chunk's q and k (which the producer brings beside W and U); 223 KB.
- * The chain takes the keys as given, from the slot's k tile, with their decays d (which ride
- * in W's row padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer
- * to bring, and keys_t's place in slot 0 holds the output warps' P (swizzled). */
+ * of two slots (the transform blocks, each from a 1024-byte boundary: output_slot_bytes), the
+ * output warps' P tile, the staging tiles, and for each slot the chunk's q, k and v (the
+ * layout: output_block_bytes); 177 KB. The chain takes the keys as given, from the slot's k
+ * tile, as S += K^T (diag(d) Vnew), not the decayed keys (the twentieth step), and makes Vnew
+ * from the v tile and the transform block (the thirty-third). */
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
        OUTPUT_PRODUCER_REGISTERS = 32, OUTPUT_STAGES = 2 /* the ring's slots: two fit */ };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
