@@ -160,9 +160,8 @@ __device__ __forceinline__ static void wgmma_64x32x16(float (&d)[4][4], uint64_t
  * neighbouring n-tiles lie (d[2k], d[2k + 1] of a product 16 k .. 16 k + 15 deep): a product's
  * sums feed the next product's A without leaving the registers (pack them to bf16 pairs).
  * SCALE_A: 1 or -1 (d -= A B). B by descriptor: K-major (swizzled_descriptor) unless
- * N_MAJOR (swizzled_descriptor_n_major). d (+)= A B, 64 x 64, depth 16. Used by the layout
- * test only (the chain reads Vnew's A from shared memory: 06, chain_states_role); the 64 x 128
- * form below is the chain's update. */
+ * N_MAJOR (swizzled_descriptor_n_major). d (+)= A B, 64 x 64, depth 16: the chain's Vnew^T =
+ * Z^T + Z^T lower(Tm)^T (06, chain_states_role); the 64 x 128 form below is its update. */
 template <int SCALE_A, bool N_MAJOR>
 __device__ __forceinline__ static void wgmma_64x64x16_a_in_registers(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, int accumulate)
 {

@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-second step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-third step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -42,7 +42,9 @@
  * 1 and 3 skip the causal products' zero blocks (the twenty-ninth); kernel 1's W and U leave
  * by bulk stores (the thirtieth), its solve's join scratch at a stride without bank conflicts
  * (the thirty-first), and the fused kernel's o by tensor stores from the q tile, issued by the
- * producer's q and k lane (the thirty-second).
+ * producer's q and k lane (the thirty-second); and the chain with output warps makes Vnew = Tm
+ * (diag(beta) V - diag(beta e^gamma) K S0) from the v tile itself, so that kernel 1 writes Tm
+ * (8 KB a chunk) for it, not W and U (33 KB), and reads no v (the thirty-third).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -50,7 +52,9 @@
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
  * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
  * Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and the
- * chain as FLA keeps it (fp32 with --precise); the joins of the triangular solve on tensor
+ * chain as FLA keeps it (fp32 with --precise); with output warps, where the chain makes Vnew
+ * = Tm Z itself, the strictly lower part of Tm and Z = diag(beta) V - diag(beta e^gamma) K S0
+ * instead of those four (Z's diagonal term in fp32); the joins of the triangular solve on tensor
  * cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where it
  * enters the state update (d Vnew with output warps) and the output (the fp32 state itself
  * is never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
@@ -69,9 +73,10 @@
  * multiple of 16), an odd number of 16-byte units, put those 8 rows in 8 different groups of
  * 4 banks, no conflict.
  *
- * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores; workspace per token:
- * gamma (double) and, per chunk, W, the decayed keys and U (bf16; U fp32 with --precise), S0
- * and Vnew (bf16).
+ * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores (with output warps one
+ * 64 x 64 x V product a chunk fewer: W's product goes, U's becomes the chain's Tm Z, and K S0
+ * takes W S0's place); workspace per token: gamma (double) and, per chunk, W, the decayed keys
+ * and U (bf16; U fp32 with --precise), the transform block, S0 and Vnew (bf16).
  * Depth: T / 64 chunk steps of kernel 2, each two 64-deep MMA chains per warp.
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  *
@@ -90,8 +95,8 @@
  *             chunk step compiled for the 4 or 8 key tiles of K = 64 or 128, chunk_step); so
  *             288, 160, 160 or 96 threads;
  *             at 128 columns 3 ring slots and the staging tiles take 205 KB: 1 block an SM;
- *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with q and k,
- *             the staging tiles, 223 KB, and registers set by warpgroup with setmaxnreg
+ *             with output warps (K = V = 128: OUTPUTS) 640 threads, two slots with the
+ *             transform block, q, k and v, the staging tiles, 177 KB, and registers set by warpgroup with setmaxnreg
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
@@ -330,7 +335,9 @@ __device__ static void copy_tile(bf16 *tile, int ld, int tile_rows, int rows, in
  *                                         each 8 rows in the chain's fragment order
  *                                         (u_fragment_index; fp32 with --precise: chain_u_type)
  *   decay    fp32 [4]                    exp(gamma_C) and padding
- * Zeros past the chunk's tokens, past K and past V. */
+ * Kernel 1 writes the parts its launch asks for (chunk_parts_for; the chain with output warps
+ * reads only the decay, and the chunk's transform block, below). Zeros past the chunk's
+ * tokens, past K and past V. */
 /* U in bf16, as FLA stores it: it is rounded to bf16 as Vnew = U - W S0 anyway before the
  * state update and the output use it, and bf16 halves what kernel 1 writes of it and the
  * chain reads. --precise keeps it fp32. */
@@ -373,11 +380,6 @@ __device__ __forceinline__ static void store_four(float *to, const float (&four)
     *(float4 *)to = make_float4(four[0], four[1], four[2], four[3]);
 }
 __host__ __device__ static inline size_t chain_w_bytes(size_t K) { return (size_t)CHUNK * key_stride(K) * sizeof(bf16); }
-/* d_j = e^(gamma_C - gamma_j) of token j, which kernel 1 leaves in W's row padding (rows 0 ..
-   15, four tokens a row), for the chain with output warps: its producer's tensor copies bring
-   W swizzled and the decays after W's 64 x 128 bf16 in its slot, 64 floats, the padding of
-   rows 0 .. 15 one after the other (make_chain_w_maps) */
-__device__ __forceinline__ static float swizzled_w_decay(const bf16 *W, int token) { return ((const float *)(W + CHUNK * MAX_K))[token]; }
 __host__ __device__ static inline size_t chain_keys_offset(size_t K, bool precise) { return chain_w_bytes(K) * (precise ? 2 : 1); }
 __host__ __device__ static inline size_t chain_u_offset(size_t K, bool precise)
 {
@@ -387,6 +389,14 @@ __host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V, 
 {
     return chain_u_offset(K, precise) + (size_t)round_up16(V) * CHUNK * chain_u_size(precise);
 }
+/* A chunk's transform block: what the chain with output warps reads of it instead of W and U,
+ * since it makes Vnew from v itself (docs/06, the thirty-third step):
+ *   Tm     bf16 [64][64]   Tm's strictly lower part, in wgmma's 128-byte-swizzled layout
+ *                          (one panel: swizzled_offset), its rows the tokens i of Vnew
+ *   beta, scaled_beta, d   fp32 [64] each: beta_i, beta_i e^gamma_i, e^(gamma_C - gamma_i)
+ * 8,960 bytes where W and U are 33 KB at K = V = 128. The transform blocks follow the chain
+ * blocks in the workspace, one after another (chunk_workspace). */
+constexpr size_t TRANSFORM_TM_BYTES = (size_t)CHUNK * CHUNK * sizeof(bf16), TRANSFORM_BYTES = TRANSFORM_TM_BYTES + 3 * CHUNK * sizeof(float);
 __host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V, bool precise) { return chain_decay_offset(K, V, precise) + 4 * sizeof(float); }
 /* what one chain block of `tiles` 16-column tiles copies of it per chunk: W (and W_low),
  * keys_t, its 16 tiles rows of U_t, the decay */
@@ -398,6 +408,7 @@ __host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise
 typedef struct {
     double *gamma;         /* [heads T] */
     unsigned char *chain;  /* [heads chunks] chain blocks */
+    unsigned char *transforms; /* [heads chunks] transform blocks (TRANSFORM_BYTES), after the chain blocks */
     bf16 *states_t;        /* [heads chunks][round_up16(V)][key_stride(K)]: S0 transposed, for kernel 3 */
     bf16 *new_values_t;    /* [heads chunks][round_up16(V)][TOKEN_STRIDE]: Vnew transposed */
     /* (rows padded as kernel 3's tiles are, so that a tile comes in by one bulk copy; the
@@ -406,13 +417,14 @@ typedef struct {
 } chunk_workspace;
 
 /* The bytes of the workspace's four parts, in order: gamma (rounded up to 16 bytes, so the
- * chain blocks after it are aligned for 16-byte copies), the chain blocks, S0^T and Vnew^T
+ * chain blocks after it are aligned for 16-byte copies), the chain blocks and the transform
+ * blocks, S0^T and Vnew^T
  * (twice each with --precise: the low terms follow). One function for the size the runner
  * allocates and for the pointers into it, so the two cannot disagree. -1 on overflow. */
 static int workspace_parts(size_t heads, size_t T, size_t K, size_t V, bool precise, size_t bytes[4])
 {
     const size_t terms = precise ? 2 : 1, chunks = chunks_of(T);
-    size_t gamma[3] = {heads, T, sizeof(double)}, chain[3] = {heads, chunks, chain_block_bytes(K, V, precise)};
+    size_t gamma[3] = {heads, T, sizeof(double)}, chain[3] = {heads, chunks, chain_block_bytes(K, V, precise) + TRANSFORM_BYTES};
     size_t states[5] = {heads, chunks, (size_t)round_up16(V), (size_t)key_stride(K), terms * sizeof(bf16)};
     size_t values[5] = {heads, chunks, (size_t)round_up16(V), TOKEN_STRIDE, terms * sizeof(bf16)};
     if (gdn_multiply_sizes(&bytes[0], 3, gamma) || gdn_multiply_sizes(&bytes[1], 3, chain) ||
@@ -429,6 +441,7 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     chunk_workspace w;
     w.gamma = (double *)base;
     w.chain = (unsigned char *)base + bytes[0];
+    w.transforms = w.chain + p->B * p->H * chunks_of(p->T) * chain_block_bytes(p->K, p->V, precise);
     w.states_t = (bf16 *)(w.chain + bytes[1]);
     w.new_values_t = w.states_t + bytes[2] / sizeof(bf16);
     w.states_low_t = precise ? w.states_t + bytes[2] / 2 / sizeof(bf16) : NULL;
@@ -547,6 +560,17 @@ __device__ __forceinline__ static float exp_approx(float x) { return exp2_approx
 /* ---- kernel 1: one block per (head, chunk), 8 warps; warp w owns output rows 16 (w % 4) and
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
+/* What kernel 1 writes of a chunk's chain block (its `parts`, chunk_parts_for): the decayed
+ * keys (keys_t) and W and U, which every chain but the output warps' reads (and stage 07's
+ * fold), and the transform block, which the chain with output warps reads instead (the
+ * thirty-third step) */
+enum { WRITE_KEYS_T = 1, WRITE_W_AND_U = 2, WRITE_TRANSFORM = 4 };
+/* d_j = e^(gamma_C - gamma_j), token j's decay to the chunk's end (eq. 15); 0 past the chunk */
+__device__ __forceinline__ static float decay_to_chunk_end(const double *gamma, int n, int token)
+{
+    return token < n ? expf((float)(gamma[n - 1] - gamma[token])) : 0.0f;
+}
+
 /* BLOCKS: the blocks an SM should hold, which caps the registers (__launch_bounds__): 3 (at
  * most 85 registers), or 4 where four blocks' shared memory fits too (53 KB a block at K = V =
  * 128: tm_place_bytes; at most 64 registers); 2 with --precise. At 4, V is one slice (VALUE_SLICE): the
@@ -555,8 +579,7 @@ __device__ __forceinline__ static float exp_approx(float x) { return exp2_approx
 template <bool PRECISE, int BLOCKS, int SIZE>
 __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
                                                                                    const __grid_constant__ CUtensorMap k_map,
-                                                                                   const __grid_constant__ CUtensorMap v_map,
-                                                                                   bool decayed_keys)
+                                                                                   const __grid_constant__ CUtensorMap v_map, int parts)
 {
     extern __shared__ double shared[];
     /* SIZE: K = V = SIZE known to the compiler (64 or 128, where the launch sees them), so
@@ -655,11 +678,11 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * read of its keys each; consecutive threads write consecutive tokens of each keys_t row
      * (coalesced). */
     static_assert(SOLVE_BLOCKS * SOLVE_BLOCK == CHUNK && (THREADS - CHUNK) % CHUNK == 0, "the inversion takes the first 64 threads");
-    if (threadIdx.x >= CHUNK && decayed_keys) { /* (not where only the output warps' chain reads the blocks) */
+    if (threadIdx.x >= CHUNK && (parts & WRITE_KEYS_T)) {
         constexpr int KEY_WORKERS = THREADS - CHUNK, COLUMN_STEP = KEY_WORKERS / CHUNK * 8;
         const int worker = threadIdx.x - CHUNK, token = worker % CHUNK;
         bf16 *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
-        const float decay = token < n ? expf((float)(gamma[n - 1] - gamma[token])) : 0.0f;
+        const float decay = decay_to_chunk_end(gamma, n, token);
         for (int c0 = worker / CHUNK * 8; c0 < KP; c0 += COLUMN_STEP) {
             const uint4 raw = *(const uint4 *)(keys + token * LDK + c0);
             const bf16 *pieces = (const bf16 *)&raw;
@@ -689,6 +712,30 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     constexpr int PER_THREAD = CHUNK * CHUNK / THREADS, ROW_STEP = THREADS / CHUNK;
     const int l = threadIdx.x % CHUNK, first_row = threadIdx.x / CHUNK;
     const float keys_scale = scaled_beta[l], values_scale = beta[l];
+    if (parts & WRITE_TRANSFORM) { /* the transform block (for the chain with output warps) */
+        bf16 *const transform = (bf16 *)(w.transforms + ((size_t)head * chunks + chunk) * TRANSFORM_BYTES);
+        /* Tm's strictly lower part in bf16, eight columns of a row a thread, one 16-byte store
+           each (in the swizzled layout a row's eight stores fill its 128-byte line) */
+        for (int piece = threadIdx.x; piece < CHUNK * CHUNK / 8; piece += THREADS) {
+            const int i = piece / 8, c0 = piece % 8 * 8;
+            const float4 left = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0], right = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0 + 4];
+            const float row[8] = {left.x, left.y, left.z, left.w, right.x, right.y, right.z, right.w};
+            uint32_t pairs[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                pairs[e] = pack_bf16(c0 + 2 * e < i ? row[2 * e] : 0.0f, c0 + 2 * e + 1 < i ? row[2 * e + 1] : 0.0f);
+            *(uint4 *)&transform[swizzled_offset(CHUNK, i, c0)] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+        }
+        if (threadIdx.x < CHUNK) { /* the factors */
+            float *const factors = (float *)(transform + CHUNK * CHUNK);
+            const int token = threadIdx.x;
+            factors[token] = beta[token];
+            factors[CHUNK + token] = scaled_beta[token];
+            factors[2 * CHUNK + token] = decay_to_chunk_end(gamma, n, token);
+        }
+        if (!(parts & WRITE_W_AND_U)) /* that chain makes Vnew from v itself */
+            return;
+    }
     uint32_t scaled[PER_THREAD];
 #pragma unroll
     for (int a = 0; a < PER_THREAD; a++) {
@@ -759,21 +806,6 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
                     if (out < KP)
                         *(uint32_t *)&W_stage[i * LDK + out] = sums[j][r / 2];
                 }
-    }
-    /* the padding columns, key_stride's 8 bf16, 16 bytes a row: rows 0 .. 15 carry the keys'
-       decays d_j = e^(gamma_C - gamma_j), four tokens a row (0 past the chunk), for the chain
-       with output warps, which takes the keys as given and d with W (swizzled_w_decay);
-       the other rows zero */
-    static_assert(CHUNK <= THREADS && KEY_STRIDE_PADDING * sizeof(bf16) == 4 * sizeof(float), "a thread a row's padding, four decays");
-    if (threadIdx.x < CHUNK) {
-        float decays[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (threadIdx.x < CHUNK / 4)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int token = 4 * threadIdx.x + c;
-                decays[c] = token < n ? expf((float)(gamma[n - 1] - gamma[token])) : 0.0f; /* as the decayed keys' */
-            }
-        store_four((float *)&W_stage[threadIdx.x * LDK + KP], decays);
     }
     /* W out by one bulk store (the TMA unit: whole lines, and no thread spends its loads and
        stores on the copy; W's rows are contiguous in the chain block as in the staging tile).
@@ -966,18 +998,18 @@ __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const b
  * Eight, as two warpgroups that make o by wgmma (chunk_outputs_role), 64 columns each: S0^T
  * and Vnew^T are staged in wgmma's swizzled layout, and q and k come swizzled by the TMA unit.
  * The block: warps 0 .. 7 the chain (two warpgroups, by wgmma too: chain_states_role), 8 ..
- * 15 the output warps (two), 16 and 17 the producer's (a lane of 16 brings W, its decays and
- * U, a lane of 17 q and k and o out, each slot's two parts on barriers of their own; the warpgroup's
- * other two warps leave at once). Registers by warpgroup (setmaxnreg; every thread starts with
+ * 15 the output warps (two), 16 and 17 the producer's (a lane of 16 brings the transform block
+ * and the decay, a lane of 17 q, k and v and o out, each slot's two parts on barriers of their
+ * own; the warpgroup's other two warps leave at once). Registers by warpgroup (setmaxnreg; every thread starts with
  * 65,536 / 640, 96 in whole units of 8): the chain 152 a thread, the output warps 72 (with
  * every address made where it is used: made_here), the producer's warpgroup 32: 61,440 of
  * the block's 61,440. ptxas gives each role the budget set where it begins only if no role's
  * code is reached from another's: each returns where it ends. Shared memory: the chain's ring
- * of two slots (each from a 1024-byte boundary: output_slot_bytes) and its staging tiles,
- * and for each slot the chunk's q and k (which the producer brings beside W and U); 223 KB.
- * The chain takes the keys as given, from the slot's k tile, with their decays d (which ride
- * in W's row padding), as S += K^T (diag(d) Vnew), not the decayed keys: 18 KB a chunk fewer
- * to bring, and keys_t's place in slot 0 holds the output warps' P (swizzled). */
+ * of two slots (the transform blocks, each from a 1024-byte boundary: output_slot_bytes), the
+ * output warps' P tile, the staging tiles, and for each slot the chunk's q, k and v (the
+ * layout: output_block_bytes); 177 KB. The chain takes the keys as given, from the slot's k
+ * tile, as S += K^T (diag(d) Vnew), not the decayed keys (the twentieth step), and makes Vnew
+ * from the v tile and the transform block (the thirty-third). */
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
        OUTPUT_PRODUCER_REGISTERS = 32, OUTPUT_STAGES = 2 /* the ring's slots: two fit */ };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
@@ -1016,51 +1048,40 @@ __device__ __forceinline__ static void output_warps_sync(void) { asm volatile("b
 
 /* ---- the output warps' wgmma: common/wgmma.cuh (the swizzle, the descriptors, the instructions) ---- */
 constexpr int OUTPUT_TILE = CHUNK * 16 * MAX_CHAIN_TILES; /* bf16 of a q or k tile, 64 tokens x 128 keys */
-/* Where the q and k tiles begin (OUTPUTS), from the 1024-byte boundary the block's shared memory
- * starts at: after the ring, its barriers and the staging tiles (which hold the swizzled S0^T
- * and Vnew^T from a 1024-byte boundary of their own), on a 1024-byte boundary; then [slot][q,
- * k] OUTPUT_TILE bf16 each (swizzled), the q and k tiles' full and empty barriers (one each
- * a slot), three more barriers, and two chunks' gamma. */
-/* With OUTPUTS a ring slot starts on a 1024-byte boundary: the chain's wgmma reads W swizzled
-   from its start (and the output warps' P from keys_t's place in slot 0, 17 KB in) */
-__host__ __device__ static inline size_t output_slot_bytes(void)
+/* The block's shared memory with OUTPUTS, from a 1024-byte boundary (each part on one, for
+ * wgmma's swizzled tiles): the ring of OUTPUT_STAGES slots, each a chunk's transform block and
+ * its decay, then their full and empty barriers; the output warps' P tile (64 x 64 bf16,
+ * swizzled); the staging tiles, where the chain leaves S0^T and Vnew^T for the output warps
+ * (swizzled); for each slot the chunk's q, k and v tiles (OUTPUT_TILE bf16 each, swizzled by
+ * the TMA unit), then their full and empty barriers (one each a slot), three more barriers,
+ * and two chunks' gamma. */
+constexpr int OUTPUT_TILES_PER_SLOT = 3; /* q, k, v */
+__host__ __device__ static inline size_t output_slot_bytes(void) { return (TRANSFORM_BYTES + 4 * sizeof(float) + 1023) / 1024 * 1024; }
+__host__ __device__ static inline size_t output_ring_bytes(void)
 {
-    return (chain_slot_bytes(16 * MAX_CHAIN_TILES, false, MAX_CHAIN_TILES) + 1023) / 1024 * 1024;
+    return OUTPUT_STAGES * output_slot_bytes() + 2 * (size_t)OUTPUT_STAGES * sizeof(uint64_t);
 }
-/* the ring with OUTPUTS: its slots and their full and empty barriers, before the staging tiles */
-__host__ __device__ static inline size_t output_ring_bytes(int stages)
+__host__ __device__ static inline size_t output_p_tile_offset(void) { return (output_ring_bytes() + 1023) / 1024 * 1024; }
+__host__ __device__ static inline size_t output_staging_offset(void) { return output_p_tile_offset() + (size_t)CHUNK * CHUNK * sizeof(bf16); }
+__host__ __device__ static inline size_t output_tiles_offset(void)
 {
-    return stages * output_slot_bytes() + 2 * (size_t)stages * sizeof(uint64_t);
+    return (output_staging_offset() + chain_staging_bytes(16 * MAX_CHAIN_TILES, false, MAX_CHAIN_TILES) + 1023) / 1024 * 1024;
 }
-__host__ __device__ static inline size_t output_tiles_offset(size_t K, int tiles, int stages)
+__host__ __device__ static inline size_t output_block_bytes(void)
 {
-    return (output_ring_bytes(stages) + chain_staging_bytes(K, false, tiles) + 1023) / 1024 * 1024;
-}
-__host__ __device__ static inline size_t output_block_bytes(size_t K, int tiles, int stages)
-{
-    return 1024 + output_tiles_offset(K, tiles, stages) + 2 * (size_t)stages * OUTPUT_TILE * sizeof(bf16) +
-           (3 + 2 * (size_t)stages) * sizeof(uint64_t) + 2 * CHUNK * sizeof(double);
+    return 1024 + output_tiles_offset() + OUTPUT_TILES_PER_SLOT * (size_t)OUTPUT_STAGES * OUTPUT_TILE * sizeof(bf16) +
+           (3 + 2 * (size_t)OUTPUT_STAGES) * sizeof(uint64_t) + 2 * CHUNK * sizeof(double);
 }
 /* the swizzled S0^T (128 x 128) and Vnew^T (128 x 64) fit the staging tiles from a 1024-byte boundary */
-static_assert(1024 + (16 * MAX_CHAIN_TILES) * (16 * MAX_CHAIN_TILES + CHUNK) * 2 <=
+static_assert((16 * MAX_CHAIN_TILES) * (16 * MAX_CHAIN_TILES + CHUNK) * 2 <=
                   MAX_CHAIN_TILES * 16 * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING + TOKEN_STRIDE) * 2,
               "the output warps' operands fit the staging tiles");
-
-/* With OUTPUTS (K = V = 128, OUTPUT_STAGES slots) everything the output warps read is at a constant
- * from the ring's 1024-byte boundary: the P tile (keys_t's place in slot 0, which the chain does
- * not use with OUTPUTS: 17 KB in, on a 1024-byte boundary), the swizzled S0^T and Vnew^T (the
- * staging tiles' place, from its first 1024-byte boundary), the q and k tiles */
-__host__ __device__ static inline size_t output_p_tile_offset(void) { return chain_keys_offset(16 * MAX_CHAIN_TILES, false); }
-__host__ __device__ static inline size_t output_staging_offset(void)
-{
-    return (output_ring_bytes(OUTPUT_STAGES) + 1023) / 1024 * 1024;
-}
-/* The barriers after the q and k tiles of the ring's OUTPUT_STAGES slots (output_block_bytes):
- * tiles_full[OUTPUT_STAGES], tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free;
- * at a constant from the tiles, so that the output warps hold no register for each */
+/* The barriers after the slots' q, k and v tiles (output_block_bytes): tiles_full[OUTPUT_STAGES],
+ * tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free; at a constant from the
+ * tiles, so that the output warps hold no register for each */
 __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
 {
-    return (uint64_t *)(output_tiles + 2 * OUTPUT_STAGES * OUTPUT_TILE);
+    return (uint64_t *)(output_tiles + OUTPUT_TILES_PER_SLOT * OUTPUT_STAGES * OUTPUT_TILE);
 }
 
 /* The output warps' loop over the block's chunks, by wgmma. Output warpgroup h (warps 8 .. 11,
@@ -1086,7 +1107,7 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
                                           unsigned char *slots)
 {
-    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset(16 * MAX_CHAIN_TILES, MAX_CHAIN_TILES, OUTPUT_STAGES));
+    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset());
     uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + OUTPUT_STAGES, *const staged_full = tiles_empty + OUTPUT_STAGES;
     uint64_t *const states_free = staged_full + 1, *const values_free = staged_full + 2;
     constexpr int SIZE = 16 * MAX_CHAIN_TILES; /* K = V = SIZE: output_warps_shape */
@@ -1111,13 +1132,13 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         output_warps_sync(); /* gamma is here; chunk j - 2's reads of its buffer are done */
         /* every address from here, so that none is carried across chunks in a register (made_here) */
         unsigned char *const here = (unsigned char *)made_here((const bf16 *)slots);
-        bf16 *const q = (bf16 *)(here + output_tiles_offset(SIZE, MAX_CHAIN_TILES, OUTPUT_STAGES)) + 2 * s * OUTPUT_TILE;
+        bf16 *const q = (bf16 *)(here + output_tiles_offset()) + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
         const bf16 *const k = q + OUTPUT_TILE;
         bf16 *const p_tile = (bf16 *)(here + output_p_tile_offset());
         const bf16 *const states_tile = (const bf16 *)(here + output_staging_offset()), *const values_tile = states_tile + SIZE * SIZE;
         const int upper = made_here(fragment_row(tile_row, 0)), lower = upper + 8; /* this lane's two rows */
         const int pair = made_here(fragment_column(0, 0, 0));                      /* and its columns' offset */
-        barrier_wait(&tiles_full[s], (uint32_t)((j / OUTPUT_STAGES) & 1)); /* q and k */
+        barrier_wait(&tiles_full[s], (uint32_t)((j / OUTPUT_STAGES) & 1)); /* q, k (and v) */
 
         /* P = lower(Q K^T e^(gamma_i - gamma_l)): this warpgroup's 32 tokens of all 64 rows,
            into the P tile (swizzled), which both warpgroups then read as P Vnew's A */
@@ -1209,27 +1230,33 @@ __device__ __forceinline__ static void chain_warpgroup_sync(int warpgroup)
  * transposed, S^T (128 state columns x 128 keys), as the accumulators of one m64n128 product a
  * warpgroup: warpgroup h holds state columns 64 h .. + 63, its warp w columns 16 w .. + 15 (as
  * the mma.sync warps did), lane 4g + t rows (columns of S) 16 w + g and + 8 and keys 8 j + 2t,
- * + 1. Per chunk (eq. 13, 15):
- *     Vnew^T = U^T - S0^T W^T      8 m64n64k16, A = S0^T in bf16 from the staging tile the
- *                                  chain writes for the output warps anyway (swizzled), scaled
- *                                  by -1; B = W (swizzled, K-major); D starts as
- *                                  U^T (this warp's rows of U_t, each 8 x 8 block turned by
- *                                  movmatrix from the mma.sync order kernel 1 writes)
+ * + 1. Vnew is made from v, not from W and U (the thirty-third step): with W = Tm diag(beta
+ * e^gamma) K and U = Tm diag(beta) V (eq. 12),
+ *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0            (eq. 13)
+ * so kernel 1 writes only Tm (8 KB a chunk in bf16, where W and U are 33 KB) and the factors,
+ * and the chain reads v's tile (16 KB) beside the q and k tiles it shares with the output
+ * warps. Per chunk:
+ *     Y^T = S0^T K^T               8 m64n64k16, A = S0^T in bf16 from the staging tile the
+ *                                  chain writes for the output warps anyway (swizzled); B =
+ *                                  the k tile (swizzled, K-major)
+ *     Z^T = V^T diag(beta) - Y^T diag(beta e^gamma)   in fp32, a column a token; V^T's pairs
+ *                                  by ldmatrix.trans from the v tile
+ *     Vnew^T = Z^T + Z^T lower(Tm)^T   4 m64n64k16: D starts as Z^T (Tm's diagonal of ones,
+ *                                  in fp32), A = Z^T in bf16 from the registers (a product's
+ *                                  sums are the next one's A), B = Tm's strictly lower part
  *     S^T = decay S^T + (Vnew^T diag(d)) K      4 m64n128k16, A from Vnew^T's accumulators
  *                                  scaled by d (a column of A a token), B = the k tile read
  *                                  N-major (its rows the depth)
- * A warpgroup's products read W and the keys once, where each of the 8 mma.sync warps read
- * all of both for its 16 columns. S0^T and Vnew^T go to the output warps' staging tiles as
- * before (the same swizzled places); the barriers are the mma.sync chain's. */
+ * S0^T and Vnew^T go to the output warps' staging tiles as before (the same swizzled places). */
 __device__ static void chain_states_role(const gdn_device_problem &p, const chain_segments &segments, size_t head, size_t segment,
                                          size_t first, size_t end, unsigned char *slots, int stages)
 {
     constexpr int SIZE = 16 * MAX_CHAIN_TILES; /* K = V = SIZE: output_warps_shape */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int column0 = 16 * warp, warpgroup = warp / 4; /* this warp's state columns */
-    const int slot_bytes = (int)output_slot_bytes(), u_offset = (int)chain_u_offset(SIZE, false);
+    const int slot_bytes = (int)output_slot_bytes();
     uint64_t *const full = (uint64_t *)(slots + stages * slot_bytes), *const empty = full + stages;
-    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset(SIZE, MAX_CHAIN_TILES, stages));
+    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset());
     uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + stages;
     uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
     bf16 *const states_staged = (bf16 *)(slots + output_staging_offset()), *const values_staged = states_staged + SIZE * SIZE;
@@ -1247,13 +1274,14 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
         const size_t j = chunk - first;
         const int s = (int)(j % stages);
         const unsigned char *slot = slots + s * slot_bytes;
-        const bf16 *const W = (const bf16 *)slot;
-        const bf16 *const U_t = (const bf16 *)(slot + u_offset) + column0 * CHUNK; /* this warp's 16 rows */
+        const bf16 *const Tm = (const bf16 *)slot; /* the transform block */
+        const float *const beta = (const float *)(slot + TRANSFORM_TM_BYTES), *const scaled_beta = beta + CHUNK, *const d = beta + 2 * CHUNK;
+        const bf16 *const key_tile = output_tiles + (OUTPUT_TILES_PER_SLOT * s + 1) * OUTPUT_TILE, *const value_tile = key_tile + OUTPUT_TILE;
         barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
         if (j > 0) /* the output warps have read the last chunk's S0^T */
             barrier_wait(states_free, (uint32_t)((j - 1) & 1));
         /* S0^T in bf16 into the staging tile: the output warps' S0^T, and this warpgroup's A of
-           Vnew's products (from shared memory: held in registers beside S and Vnew, the 32
+           Y's products (from shared memory: held in registers beside S and Vnew, the 32
            registers of its fragments made ptxas serialize the products) */
         const uint32_t states_row = swizzled_address(states_staged, SIZE, column0 + g, 2 * t); /* piece jj % 8: XOR (swizzled_address) */
 #pragma unroll
@@ -1262,39 +1290,53 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
             store_shared(at, pack_bf16(S[jj][0], S[jj][1]));
             store_shared(at + 8 * 128, pack_bf16(S[jj][2], S[jj][3])); /* row + 8 */
         }
-        /* Vnew^T starts as U^T: this lane's pieces of the warp's two n-tiles of U_t (u_fragment_index:
-           tokens 16 i + g (+ 8), columns 2t, 2t + 1), each 8 x 8 block transposed (movmatrix) to
-           rows (columns of U) g, tokens 2t, 2t + 1 */
-        float values[CHUNK / 8][4];
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            uint4 pieces[2];
-#pragma unroll
-            for (int piece = 0; piece < 2; piece++)
-                pieces[piece] = ((const uint4 *)(U_t + 8 * u * CHUNK))[32 * piece + lane];
-            const uint32_t *pairs = (const uint32_t *)pieces; /* [token tile i][half]: tokens 16 i + 8 half + g */
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const uint32_t pair = transpose8x8(pairs[2 * i + half]);
-                    const __nv_bfloat162 two = *(const __nv_bfloat162 *)&pair;
-                    values[2 * i + half][2 * u] = __low2float(two);
-                    values[2 * i + half][2 * u + 1] = __high2float(two);
-                }
-        }
-        /* Vnew^T = U^T - S0^T W^T, once the warpgroup's four warps have written their S0^T rows
-           (and the async proxy, which wgmma reads by, sees them) */
+        /* Y^T = S0^T K^T, once the warpgroup's four warps have written their S0^T rows (and the
+           async proxy, which wgmma reads by, sees them) and the k and v tiles are here */
+        barrier_wait(&tiles_full[s], (uint32_t)((j / stages) & 1));
         fence_shared_for_bulk_store();
         chain_warpgroup_sync(warpgroup);
-        wgmma_fence_operands(values); /* U^T is in them before the fence */
+        float values[CHUNK / 8][4];
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < SIZE / 16; kk++)
-            wgmma_64x64x16<-1>(values, descriptor_here(states_staged + swizzled_offset(SIZE, 64 * warpgroup, 16 * kk)),
-                               descriptor_here(W + swizzled_offset(CHUNK, 0, 16 * kk)), 1);
+            wgmma_64x64x16(values, descriptor_here(states_staged + swizzled_offset(SIZE, 64 * warpgroup, 16 * kk)),
+                           descriptor_here(key_tile + swizzled_offset(CHUNK, 0, 16 * kk)), kk > 0);
+        /* V^T's pairs while the products run: ldmatrix.trans of an 8 x 8 block of v (8 tokens x
+           8 columns, its rows 16 bytes of the swizzled tile) hands lane 4g + t column g, tokens
+           2t, 2t + 1, as the accumulators hold Y^T; matrix m of a load: tokens 8 (2 i + m / 2),
+           columns column0 + 8 (m % 2) */
+        uint32_t value_pairs[CHUNK / 16][4]; /* [i][m] */
+#pragma unroll
+        for (int i = 0; i < CHUNK / 16; i++) {
+            const int m = lane / 8, token = 16 * i + 8 * (m / 2) + lane % 8;
+            load_matrices_transposed(value_pairs[i], value_tile + swizzled_offset(CHUNK, token, column0 + 8 * (m % 2)));
+        }
         wgmma_commit_and_wait();
         wgmma_fence_operands(values); /* read only after the wait */
+        /* Z^T, in fp32 (the start of Vnew^T's sums) and in bf16 pairs (their A: jj and jj + 1 of
+           a 16-token step, as the update's A below) */
+        uint32_t z[CHUNK / 16][4];
+#pragma unroll
+        for (int jj = 0; jj < CHUNK / 8; jj++) {
+            const int token = 8 * jj + 2 * t;
+            const float beta0 = beta[token], beta1 = beta[token + 1], scaled0 = scaled_beta[token], scaled1 = scaled_beta[token + 1];
+#pragma unroll
+            for (int half = 0; half < 2; half++) { /* rows g, g + 8: columns column0 + g, + 8 */
+                const uint32_t pair = value_pairs[jj / 2][2 * (jj % 2) + half];
+                const __nv_bfloat162 two = *(const __nv_bfloat162 *)&pair;
+                values[jj][2 * half] = beta0 * __low2float(two) - scaled0 * values[jj][2 * half];
+                values[jj][2 * half + 1] = beta1 * __high2float(two) - scaled1 * values[jj][2 * half + 1];
+                z[jj / 2][2 * (jj % 2) + half] = pack_bf16(values[jj][2 * half], values[jj][2 * half + 1]);
+            }
+        }
+        /* Vnew^T = Z^T + Z^T lower(Tm)^T */
+        wgmma_fence_operands(values);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < CHUNK / 16; kk++)
+            wgmma_64x64x16_a_in_registers<1, false>(values, z[kk], descriptor_here(Tm + swizzled_offset(CHUNK, 0, 16 * kk)), 1);
+        wgmma_commit_and_wait();
+        wgmma_fence_operands(values);
         if (j > 0) /* and its Vnew^T */
             barrier_wait(values_free, (uint32_t)((j - 1) & 1));
         /* Vnew^T in bf16 for the output warps, and scaled by d (a token a column) as the update's A */
@@ -1303,7 +1345,7 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
 #pragma unroll
         for (int jj = 0; jj < CHUNK / 8; jj++) {
             const int token = 8 * jj + 2 * t;
-            const float d0 = swizzled_w_decay(W, token), d1 = swizzled_w_decay(W, token + 1);
+            const float d0 = d[token], d1 = d[token + 1];
             store_shared(values_row ^ (jj << 4), pack_bf16(values[jj][0], values[jj][1]));
             store_shared((values_row ^ (jj << 4)) + 8 * 128, pack_bf16(values[jj][2], values[jj][3]));
             scaled[jj / 2][2 * (jj % 2)] = pack_bf16(values[jj][0] * d0, values[jj][1] * d1);
@@ -1311,10 +1353,8 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
         }
         fence_shared_for_bulk_store(); /* the output warps' wgmma reads S0^T and Vnew^T by the async proxy */
         barrier_arrive(staged_full);
-        const float decay = *(const float *)((const bf16 *)(slot + u_offset) + SIZE * CHUNK);
-        barrier_arrive(&empty[s]); /* W, U, d and the decay are read */
-        barrier_wait(&tiles_full[s], (uint32_t)((j / stages) & 1));
-        const bf16 *const key_tile = output_tiles + (2 * s + 1) * OUTPUT_TILE;
+        const float decay = *(const float *)(slot + TRANSFORM_BYTES);
+        barrier_arrive(&empty[s]); /* the transform block and the decay are read */
 #pragma unroll
         for (int jj = 0; jj < SIZE / 8; jj++)
 #pragma unroll
@@ -1327,7 +1367,7 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
             wgmma_64x128x16_a_in_registers<1, true>(S, scaled[kk], descriptor_n_major_here(key_tile + 16 * kk * 64, CHUNK), 1);
         wgmma_commit_and_wait();
         wgmma_fence_operands(S);
-        barrier_arrive(&tiles_empty[s]); /* this thread has read the k tile */
+        barrier_arrive(&tiles_empty[s]); /* this thread has read the k and v tiles */
     }
     if (segment + 1 != P)
         return;
@@ -1347,7 +1387,7 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
 template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS>
 __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_workspace w, chain_segments segments,
                                                    int stages, const CUtensorMap *o_map, const CUtensorMap *q_map, const CUtensorMap *k_map,
-                                                   const CUtensorMap *w_map, const CUtensorMap *decay_map)
+                                                   const CUtensorMap *v_map)
 {
     static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
     static_assert(!OUTPUTS || (STAGED && !PRECISE && NTILES == 2), "output warps read the staging tiles of 8-tile blocks, bf16 only");
@@ -1381,7 +1421,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
        with OUTPUTS a slot's W and U (full, empty) are free once the chain has made Vnew, its q
        and k once the output warps have made o and the chain its update (docs/06, the
        twenty-second step) */
-    bf16 *const output_tiles = OUTPUTS ? (bf16 *)(slots + output_tiles_offset(p.K, tiles, stages)) : NULL;
+    bf16 *const output_tiles = OUTPUTS ? (bf16 *)(slots + output_tiles_offset()) : NULL;
     uint64_t *const tiles_full = OUTPUTS ? output_barriers(output_tiles) : NULL, *const tiles_empty = tiles_full + stages;
     uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
 
@@ -1410,7 +1450,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         if constexpr (OUTPUTS)
             set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* its whole warpgroup gives registers back */
         if constexpr (OUTPUTS)
-            if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q and k (kernel 3's tensor copies) */
+            if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q, k and v (kernel 3's tensor copies) */
                 const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
                 const int b = (int)(head / p.H), h = (int)(head % p.H);
                 /* and takes o out: the output warps leave chunk c's o in its slot's q tile, in q's
@@ -1421,7 +1461,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     const int s = (int)((c - first) % stages);
                     barrier_wait(&tiles_empty[s], (uint32_t)(((c - first) / stages) & 1));
                     for (int panel = 0; panel < 2; panel++)
-                        tensor_store_3d(o_map, h * (int)V + 64 * panel, (int)(c * CHUNK), b, output_tiles + 2 * s * OUTPUT_TILE + panel * CHUNK * 64);
+                        tensor_store_3d(o_map, h * (int)V + 64 * panel, (int)(c * CHUNK), b, output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE + panel * CHUNK * 64);
                     bulk_store_commit();
                     bulk_store_wait_read();
                 };
@@ -1430,18 +1470,19 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     const int s = (int)(j % stages), t0 = (int)(chunk * CHUNK);
                     if (j >= (size_t)stages) /* chunk j - stages's o out of the slot */
                         store_o(chunk - stages);
-                    barrier_arrive_expecting(&tiles_full[s], 2 * key_tile_bytes);
-                    for (int panel = 0; panel < 2; panel++) { /* 64 keys each, swizzled by the maps */
-                        tensor_copy_3d(output_tiles + 2 * s * OUTPUT_TILE + panel * CHUNK * 64, q_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
-                        tensor_copy_3d(output_tiles + (2 * s + 1) * OUTPUT_TILE + panel * CHUNK * 64, k_map, h * K + 64 * panel, t0, b,
-                                       &tiles_full[s]);
+                    barrier_arrive_expecting(&tiles_full[s], OUTPUT_TILES_PER_SLOT * key_tile_bytes);
+                    bf16 *const q_tile = output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
+                    for (int panel = 0; panel < 2; panel++) { /* 64 keys (or values) each, swizzled by the maps */
+                        tensor_copy_3d(q_tile + panel * CHUNK * 64, q_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
+                        tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, k_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
+                        tensor_copy_3d(q_tile + 2 * OUTPUT_TILE + panel * CHUNK * 64, v_map, h * (int)V + 64 * panel, t0, b, &tiles_full[s]);
                     }
                 }
                 for (size_t chunk = end - first > (size_t)stages ? end - stages : first; chunk < end; chunk++) /* the last chunks' o */
                     store_o(chunk);
                 bulk_store_wait(); /* o written before the block ends */
             }
-        if (OUTPUTS ? warp == OUTPUT_PRODUCER_WARP && lane == 0 : lane == 0) { /* one lane brings each chunk's W, keys and U */
+        if (OUTPUTS ? warp == OUTPUT_PRODUCER_WARP && lane == 0 : lane == 0) { /* one lane brings each chunk's W, keys and U (with OUTPUTS its transform block) */
             /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
             const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
             const int u_end = block_column0 + block_columns < value_column0 + VP ? block_column0 + block_columns : value_column0 + VP;
@@ -1451,21 +1492,18 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             for (size_t chunk = first; chunk < end; chunk++) {
                 const size_t j = chunk - first;
                 const int s = (int)(j % stages);
-                if (j >= (size_t)stages) /* the consumers are done with chunk j - stages (with OUTPUTS its W and U) */
+                if (j >= (size_t)stages) /* the consumers are done with chunk j - stages */
                     barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
                 unsigned char *slot = slots + s * slot_bytes;
                 const unsigned char *block = blocks + chunk * block_bytes;
-                if constexpr (OUTPUTS) { /* W swizzled and its decays d by tensor copies (make_chain_w_maps); the
-                                            chain takes the keys as given, from the k tile, and not keys_t */
-                    const int block_index = (int)(head * chunks + chunk);
-                    barrier_arrive_expecting(&full[s], (uint32_t)(CHUNK * MAX_K * sizeof(bf16) + CHUNK * sizeof(float)) + u_bytes + 16);
-                    for (int panel = 0; panel < 2; panel++)
-                        tensor_copy_3d(slot + panel * CHUNK * 64 * sizeof(bf16), w_map, 64 * panel, 0, block_index, &full[s]);
-                    tensor_copy_3d(slot + CHUNK * MAX_K * sizeof(bf16), decay_map, 0, 0, block_index, &full[s]);
-                } else {
-                    barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);
-                    bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
+                if constexpr (OUTPUTS) { /* the transform block (already swizzled) and the decay after it */
+                    barrier_arrive_expecting(&full[s], (uint32_t)(TRANSFORM_BYTES + 16));
+                    bulk_copy(slot, w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES, (uint32_t)TRANSFORM_BYTES, &full[s]);
+                    bulk_copy(slot + TRANSFORM_BYTES, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
+                    continue;
                 }
+                barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);
+                bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
                 if (u_bytes)
                     bulk_copy(slot + u_offset + (u_first - block_column0) * u_row,
                               block + u_offset + (size_t)(u_first - value_column0) * u_row, u_bytes, &full[s]);
@@ -1700,16 +1738,15 @@ template <bool PRECISE, bool FOLD, int NTILES, bool STAGED>
 __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
-    chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL, NULL, NULL);
+    chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL, NULL);
 }
-/* the 8-tile block with output warps: tensor maps of o (in bf16), q and k, W and its decays */
+/* the 8-tile block with output warps: tensor maps of o (in bf16), q, k and v */
 static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
                                 const __grid_constant__ CUtensorMap o_map, const __grid_constant__ CUtensorMap q_map,
-                                const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap w_map,
-                                const __grid_constant__ CUtensorMap decay_map)
+                                const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
 {
-    chain_block<false, false, 2, true, true>(p, w, segments, stages, &o_map, &q_map, &k_map, &w_map, &decay_map);
+    chain_block<false, false, 2, true, true>(p, w, segments, stages, &o_map, &q_map, &k_map, &v_map);
 }
 
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
@@ -1937,31 +1974,6 @@ static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_d
                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k, v or o (CUresult %d)", (int)result);
 }
-/* The chain by wgmma (with output warps, K = 128) reads each chunk's W swizzled, and kernel 1
- * writes it with padded rows for every other reader (stage 07's fold reads the same blocks):
- * so its producer brings W by a tensor map over the chain blocks, which swizzles as it copies
- * (two boxes of 64 keys x 64 tokens, the 128-byte swizzle), and the decays d from the padding
- * of W's rows 0 .. 15 by a second map (16 boxes' rows of 16 bytes, one after the other: 64
- * floats). The maps' third dimension is the block: (head, chunk). */
-static int make_chain_w_maps(CUtensorMap *w_map, CUtensorMap *decay_map, const gdn_device_problem *p, const chunk_workspace *w)
-{
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (!encode)
-        return -1;
-    const size_t K = p->K, blocks = p->B * p->H * chunks_of(p->T), block_bytes = chain_block_bytes(K, p->V, false);
-    const cuuint64_t w_sizes[3] = {K, CHUNK, blocks}, decay_sizes[3] = {KEY_STRIDE_PADDING, 16, blocks};
-    const cuuint64_t strides[2] = {key_stride(K) * sizeof(bf16), block_bytes};
-    const cuuint32_t w_box[3] = {64, CHUNK, 1}, decay_box[3] = {KEY_STRIDE_PADDING, 16, 1}, steps[3] = {1, 1, 1};
-    CUresult result = encode(w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)w->chain, w_sizes, strides, w_box, steps,
-                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (result == CUDA_SUCCESS)
-        result = encode(decay_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)(w->chain + K * sizeof(bf16)), decay_sizes, strides, decay_box,
-                        steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of the chain blocks' W (CUresult %d)", (int)result);
-}
-
 /* Blocks of `kernel` an SM holds at once with `bytes` of dynamic shared memory (the occupancy
  * query: registers, shared memory, threads); 0 where no device answers (the launch then
  * reports what is missing). */
@@ -1977,10 +1989,9 @@ static int kernel_blocks_per_sm(Kernel kernel, int threads, size_t bytes)
     return per_sm;
 }
 
-/* decayed_keys: write keys_t, which every chain kernel but the output warps' reads (they take
-   the keys as given) */
+/* parts: what kernel 1 writes (WRITE_KEYS_T, ...: chunk_parts_for) */
 template <bool PRECISE>
-static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w, bool decayed_keys = true)
+static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w, int parts)
 {
     const size_t M = CHUNK, LDK = key_stride(p->K);
     const size_t bytes = 128 + M * sizeof(double) + 2 * M * sizeof(float) + tm_place_bytes(PRECISE) + M * LDK * sizeof(bf16) +
@@ -2004,7 +2015,7 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
                          : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
                                                  : prepare_chunks_kernel<false, 4, 0>;
     }
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map, decayed_keys);
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map, parts);
     return 0;
 }
 
@@ -2127,7 +2138,7 @@ template <bool PRECISE, bool FOLD>
 static bool outputs_possible(const gdn_device_problem *p)
 {
     return !PRECISE && !FOLD && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
-           output_block_bytes(p->K, MAX_CHAIN_TILES, OUTPUT_STAGES) <= shared_bytes_per_block();
+           output_block_bytes() <= shared_bytes_per_block();
 }
 /* kernel 2's shape for `runs` segments of every head */
 template <bool PRECISE, bool FOLD>
@@ -2143,6 +2154,16 @@ static bool chain_makes_outputs(const gdn_device_problem *p, size_t runs)
     return outputs_possible<PRECISE, false>(p) && chain_shape_for<PRECISE, false>(p, runs, true).tiles == MAX_CHAIN_TILES;
 }
 
+/* What kernel 1 writes for `runs` segments of every head, folded first (stage 07) or not: W,
+ * U and the decayed keys for a fold or a chain without output warps, the transform block for
+ * the chain with them */
+template <bool PRECISE>
+static int chunk_parts_for(const gdn_device_problem *p, size_t runs, bool fold)
+{
+    const bool outputs = chain_makes_outputs<PRECISE>(p, runs);
+    return (fold || !outputs ? WRITE_KEYS_T | WRITE_W_AND_U : 0) | (outputs ? WRITE_TRANSFORM : 0);
+}
+
 /* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). With `r` (not
  * with FOLD), where the blocks are MAX_CHAIN_TILES wide and hold a whole head of K = V = 128,
  * the block also makes o (OUTPUTS: chunk_outputs_role), and *outputs_done says so. */
@@ -2151,7 +2172,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                                bool *outputs_done = NULL)
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
-    const size_t output_bytes = output_block_bytes(p->K, MAX_CHAIN_TILES, OUTPUT_STAGES);
+    const size_t output_bytes = output_block_bytes();
     const bool outputs = r && outputs_done && outputs_possible<PRECISE, FOLD>(p); /* if the blocks are 8 tiles wide */
     const chain_shape shape = chain_shape_for<PRECISE, FOLD>(p, runs, outputs);
     const size_t block_columns = 16 * (size_t)shape.tiles;
@@ -2164,16 +2185,16 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
         if (outputs && shape.tiles == MAX_CHAIN_TILES) {
             if (!r->o_bf16)
                 return gdn_set_error("the chain's output warps write o in bf16: the runner made no room for it");
-            CUtensorMap o_map, q_map, k_map, w_map, decay_map;
+            CUtensorMap o_map, q_map, k_map, v_map;
             /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' and the chain's wgmma operands,
                and o, which leaves from the q tile in the same layout */
             if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, 64, true) ||
-                make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_chain_w_maps(&w_map, &decay_map, p, &w))
+                make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_token_tile_map(&v_map, p->v_bf16, p, p->V, 64, true))
                 return -1;
             /* two ring slots, passed at run time: with the depth known to the compiler this
                kernel ran 5 % slower (docs/06, the end of the seventeenth step) */
             CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments, OUTPUT_STAGES,
-                                       o_map, q_map, k_map, w_map, decay_map);
+                                       o_map, q_map, k_map, v_map);
             r->o_in_bf16 = 1;
             *outputs_done = true;
             return 0;
@@ -2230,7 +2251,7 @@ static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace 
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
     bool outputs_done;
-    if (launch_prepare_chunks<PRECISE>(p, w, !chain_makes_outputs<PRECISE>(p, 1)) ||
+    if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, 1, false)) ||
         launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
         return -1;
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);

@@ -67,8 +67,8 @@ template <bool PRECISE>
 static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk_workspace w, float *maps, float *starts,
                                     gdn_device_result *r)
 {
-    bool outputs_done; /* decayed keys: for a fold, or a chain without output warps */
-    if (launch_prepare_chunks<PRECISE>(p, w, P > 1 || !chain_makes_outputs<PRECISE>(p, 1)))
+    bool outputs_done;
+    if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, P, P > 1)))
         return -1;
     if (P == 1) { /* stage 06 */
         const chain_segments whole = {1, 1, p->h0, r->ht};
