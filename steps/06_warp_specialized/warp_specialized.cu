@@ -1090,7 +1090,7 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
  *     P = lower(Q K^T exp(gamma_i - gamma_j)), o = scale (exp(gamma) Q S0 + P Vnew)    (eq. 14)
  * Warpgroup h makes tokens 32 h .. + 31 of P for all 64 rows (8 m64n32k16 products from the
  * swizzled q and k tiles), masks and scales them and writes them in bf16 into the P tile
- * (swizzled, keys_t's place in slot 0); after one barrier each warpgroup reads all of P there
+ * (swizzled, a place of its own: output_p_tile_offset); after one barrier each warpgroup reads all of P there
  * as P Vnew's A, so P is made once. Q S0 reads q and the chain's S0^T, P Vnew the P tile and
  * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_address). A
  * warpgroup's wgmma reads each operand once for its 64 rows, where the mma.sync warps read
@@ -1415,11 +1415,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     /* with OUTPUTS from a 1024-byte boundary, for the swizzled tiles (output_tiles) */
     unsigned char *slots = OUTPUTS ? SHARED_AT_1024_BYTES(ring) : (unsigned char *)ring;
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
-    /* OUTPUTS: each slot's q and k tiles, then the hand-over barriers between the chain's warps
+    /* OUTPUTS: each slot's q, k and v tiles, then the hand-over barriers between the chain's warps
        and the output warps: staging tiles written (staged_full), S0^T and Vnew^T read (states_free,
-       values_free); before them the q and k tiles' own barriers a slot (tiles_full, tiles_empty):
-       with OUTPUTS a slot's W and U (full, empty) are free once the chain has made Vnew, its q
-       and k once the output warps have made o and the chain its update (docs/06, the
+       values_free); before them the tiles' own barriers a slot (tiles_full, tiles_empty):
+       with OUTPUTS a slot's transform block (full, empty) is free once the chain has made Vnew,
+       its q, k and v once the output warps have made o and the chain its update (docs/06, the
        twenty-second step) */
     bf16 *const output_tiles = OUTPUTS ? (bf16 *)(slots + output_tiles_offset()) : NULL;
     uint64_t *const tiles_full = OUTPUTS ? output_barriers(output_tiles) : NULL, *const tiles_empty = tiles_full + stages;
@@ -1428,7 +1428,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; s++) {
             barrier_init(&full[s], 1);
-            barrier_init(&empty[s], 32 * consumers); /* the threads that read a slot's W and U */
+            barrier_init(&empty[s], 32 * consumers); /* the threads that read a slot's W and U (its transform block) */
             if (OUTPUTS) {
                 barrier_init(&tiles_full[s], 1);
                 barrier_init(&tiles_empty[s], 32 * (consumers + OUTPUT_WARPS)); /* the threads that read its q or k */
