@@ -71,6 +71,20 @@ START_TEST(tensor_cores_with_extreme_gates)
 }
 END_TEST
 
+/* The same gates where the chain's output warps run (96 heads of K = V = 128 on an H200: the
+ * chain makes Vnew = Tm Z from v there, its factors beta and beta e^gamma from the transform
+ * block, and beta of exactly 0 or gates that underflow reach it only through them). _i: as
+ * above */
+START_TEST(tensor_cores_with_extreme_gates_where_output_warps_run)
+{
+    test_shape shape = {1, 130, 96, 128, 128};
+    gdn_problem p = test_problem(shape, 1, 4250 + _i);
+    test_set_extreme_gates(&p, _i, 4251 + _i);
+    check_tensor_cores(&p, test_extreme_gate_names[_i]);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 /* _i: the edge cases of test_support.c but the first. That one, g = 0 over 65536 tokens with
  * K = V = 4, is outside what bf16 products reach: measured against the oracle on the same bf16
  * inputs, 9.1e-3 (5.7e-3 with --precise), where 5e-3 is the bound. A 4 x 4 state that never
@@ -116,6 +130,7 @@ Suite *tensor_core_stage_suite(void)
     tcase_add_loop_test(cases, tensor_cores_on_the_grid, 0, 2 * test_grid_count);
     tcase_add_loop_test(cases, tensor_cores_on_more_shapes, 0, 2 * test_bf16_shape_count);
     tcase_add_loop_test(cases, tensor_cores_with_extreme_gates, 0, 3);
+    tcase_add_loop_test(cases, tensor_cores_with_extreme_gates_where_output_warps_run, 0, 3);
     tcase_add_loop_test(cases, tensor_cores_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_test(cases, tensor_cores_refuse_large_keys);
     tcase_add_loop_test(cases, wgmma_layout_matches_the_cpu, 0, 3);
