@@ -60,14 +60,21 @@ START_TEST(tensor_cores_on_more_shapes)
 }
 END_TEST
 
-/* _i: gates of -1e4 (alpha underflows to 0), no decay at all, beta of exactly 0 or 1 */
+/* Extreme gates (test_set_extreme_gates: gates of -1e4, so alpha underflows to 0; no decay at
+ * all; beta of exactly 0 or 1) on a problem of `shape`, with h0, seeds from `seed` */
+static void check_extreme_gates(test_shape shape, int which, int seed)
+{
+    gdn_problem p = test_problem(shape, 1, seed);
+    test_set_extreme_gates(&p, which, (uint64_t)seed + 1);
+    check_tensor_cores(&p, test_extreme_gate_names[which]);
+    gdn_problem_free(&p);
+}
+
+/* _i: which extreme gates */
 START_TEST(tensor_cores_with_extreme_gates)
 {
-    test_shape shape = {1, 200, 2, 64, 64};
-    gdn_problem p = test_problem(shape, 1, 4200 + _i);
-    test_set_extreme_gates(&p, _i, 4201 + _i);
-    check_tensor_cores(&p, test_extreme_gate_names[_i]);
-    gdn_problem_free(&p);
+    const test_shape shape = {1, 200, 2, 64, 64};
+    check_extreme_gates(shape, _i, 4200 + _i);
 }
 END_TEST
 
@@ -77,11 +84,8 @@ END_TEST
  * above */
 START_TEST(tensor_cores_with_extreme_gates_where_output_warps_run)
 {
-    test_shape shape = {1, 130, 96, 128, 128};
-    gdn_problem p = test_problem(shape, 1, 4250 + _i);
-    test_set_extreme_gates(&p, _i, 4251 + _i);
-    check_tensor_cores(&p, test_extreme_gate_names[_i]);
-    gdn_problem_free(&p);
+    const test_shape shape = {1, 130, 96, 128, 128};
+    check_extreme_gates(shape, _i, 4250 + _i);
 }
 END_TEST
 
