@@ -575,7 +575,14 @@ __device__ __forceinline__ static float decay_to_chunk_end(const double *gamma, 
  * most 85 registers), or 4 where four blocks' shared memory fits too (53 KB a block at K = V =
  * 128: tm_place_bytes; at most 64 registers); 2 with --precise. At 4, V is one slice (VALUE_SLICE): the
  * loop over later slices and their copies go, and with them the registers that made 64 too
- * few (20 bytes spilled) */
+ * few (20 bytes spilled). At TRANSFORM_BLOCKS (5) the kernel writes the transform block alone,
+ * the one part the chain with output warps reads: without the code of W, U and the decayed
+ * keys it needs at most 48 registers, and without the values' tile 41 KB
+ * (transform_only_shared_bytes), so five blocks fit an SM (six would need 246 KB) */
+constexpr int TRANSFORM_BLOCKS = 5;
+/* (that instance returns after the transform block: the code after it is unreachable there,
+   as it is meant to be, and nvcc would say so of its loops) */
+#pragma nv_diag_suppress 128
 template <bool PRECISE, int BLOCKS, int SIZE>
 __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
                                                                                    const __grid_constant__ CUtensorMap k_map,
@@ -584,6 +591,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     extern __shared__ double shared[];
     /* SIZE: K = V = SIZE known to the compiler (64 or 128, where the launch sees them), so
      * the strides, the passes and the loops' bounds are constants; 0: as the problem says */
+    constexpr bool TRANSFORM_ONLY = BLOCKS == TRANSFORM_BLOCKS;
     const size_t key_count = SIZE ? (size_t)SIZE : p.K, V = SIZE ? (size_t)SIZE : p.V;
     const int K = (int)key_count, KP = round_up16(key_count), LDK = key_stride(key_count);
     /* the block's (head, chunk), 32-bit as blockIdx.x is: registers are few at four blocks an SM */
@@ -678,7 +686,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
      * read of its keys each; consecutive threads write consecutive tokens of each keys_t row
      * (coalesced). */
     static_assert(SOLVE_BLOCKS * SOLVE_BLOCK == CHUNK && (THREADS - CHUNK) % CHUNK == 0, "the inversion takes the first 64 threads");
-    if (threadIdx.x >= CHUNK && (parts & WRITE_KEYS_T)) {
+    if (!TRANSFORM_ONLY && threadIdx.x >= CHUNK && (parts & WRITE_KEYS_T)) {
         constexpr int KEY_WORKERS = THREADS - CHUNK, COLUMN_STEP = KEY_WORKERS / CHUNK * 8;
         const int worker = threadIdx.x - CHUNK, token = worker % CHUNK;
         bf16 *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
@@ -712,7 +720,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     constexpr int PER_THREAD = CHUNK * CHUNK / THREADS, ROW_STEP = THREADS / CHUNK;
     const int l = threadIdx.x % CHUNK, first_row = threadIdx.x / CHUNK;
     const float keys_scale = scaled_beta[l], values_scale = beta[l];
-    if (parts & WRITE_TRANSFORM) { /* the transform block (for the chain with output warps) */
+    if (TRANSFORM_ONLY || (parts & WRITE_TRANSFORM)) { /* the transform block (for the chain with output warps) */
         bf16 *const transform = (bf16 *)(w.transforms + ((size_t)head * chunks + chunk) * TRANSFORM_BYTES);
         /* Tm's strictly lower part in bf16, eight columns of a row a thread, one 16-byte store
            each (in the swizzled layout a row's eight stores fill its 128-byte line) */
@@ -733,7 +741,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
             factors[CHUNK + token] = scaled_beta[token];
             factors[2 * CHUNK + token] = decay_to_chunk_end(gamma, n, token);
         }
-        if (!(parts & WRITE_W_AND_U)) /* that chain makes Vnew from v itself */
+        if (TRANSFORM_ONLY || !(parts & WRITE_W_AND_U)) /* that chain makes Vnew from v itself */
             return;
     }
     uint32_t scaled[PER_THREAD];
@@ -873,6 +881,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     if (threadIdx.x == 0)
         bulk_store_wait(); /* the block's shared memory stays until its stores have read it */
 }
+#pragma nv_diag_default 128
 
 /* ---- kernel 2: the chain, warp-specialized: a producer warp and chains in registers ----
  * One block per (head, segment, 16 x tiles columns of S), serial over chunks. The block has
@@ -1994,8 +2003,10 @@ template <bool PRECISE>
 static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w, int parts)
 {
     const size_t M = CHUNK, LDK = key_stride(p->K);
-    const size_t bytes = 128 + M * sizeof(double) + 2 * M * sizeof(float) + tm_place_bytes(PRECISE) + M * LDK * sizeof(bf16) +
-                         values_place_bytes((size_t)value_stride(p->V));
+    /* the gates, Tm's place, the keys, then the values' place (the solve's scratch, then v) */
+    const size_t before_values = 128 + M * sizeof(double) + 2 * M * sizeof(float) + tm_place_bytes(PRECISE) + M * LDK * sizeof(bf16);
+    const size_t bytes = before_values + values_place_bytes((size_t)value_stride(p->V));
+    const size_t transform_only_bytes = before_values + 32 * JOIN_STRIDE * sizeof(float); /* no v: the scratch alone */
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * chunks_of(p->T), 1, &blocks))
         return -1;
@@ -2008,14 +2019,20 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
      * an SM run 5.2 waves, so 6 rounds; 4 run 3.9. At K = V = 128 four fit because the tiles
      * share their places (tm_place_bytes): 53 KB a block */
     auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
-    if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
+    size_t launch_bytes = bytes;
+    if (!PRECISE && parts == WRITE_TRANSFORM && p->K == 128 &&
+        kernel_blocks_per_sm(prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>, THREADS, transform_only_bytes) >= TRANSFORM_BLOCKS) {
+        /* the transform block alone (the chain with output warps, K = V = 128): five blocks an SM */
+        prepare_chunks = prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>;
+        launch_bytes = transform_only_bytes;
+    } else if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
         /* K = V = 64 or 128, the common sizes, compiled with them known */
         const bool square = p->K == p->V;
         prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<false, 4, 64>
                          : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
                                                  : prepare_chunks_kernel<false, 4, 0>;
     }
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map, parts);
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, launch_bytes, *p, w, k_map, v_map, parts);
     return 0;
 }
 
