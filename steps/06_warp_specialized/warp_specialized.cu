@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-third step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-fourth step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -44,7 +44,9 @@
  * (the thirty-first), and the fused kernel's o by tensor stores from the q tile, issued by the
  * producer's q and k lane (the thirty-second); and the chain with output warps makes Vnew = Tm
  * (diag(beta) V - diag(beta e^gamma) K S0) from the v tile itself, so that kernel 1 writes Tm
- * (8 KB a chunk) for it, not W and U (33 KB), and reads no v (the thirty-third).
+ * (8 KB a chunk) for it, not W and U (33 KB), and reads no v (the thirty-third); kernel 1 is
+ * compiled for that block alone where its launch asks for nothing else, five blocks an SM (the
+ * thirty-fourth).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -85,7 +87,8 @@
  *   kernel 1: a block per (head, chunk), 256 threads, 53 KB at K = V = 128 (its tiles
  *             reuse each other's places: tm_place_bytes): 4 blocks an SM where V is one
  *             slice, at most 64 registers (__launch_bounds__(256, 4)); else 3, 76 registers;
- *             --precise, whose W low terms need more, 96 and 2 blocks
+ *             --precise, whose W low terms need more, 96 and 2 blocks; for the transform
+ *             block alone (the chain with output warps) 48 registers and 41 KB, 5 blocks
  *   kernel 2: a block per (head, segment, 128 state columns) where such blocks give 95 % of
  *             the SMs a block, 70 % with output warps (not --precise; widest_blocks_percent),
  *             else 64 where they fill the GPU, else 32 or
