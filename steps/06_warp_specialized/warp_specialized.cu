@@ -2326,8 +2326,10 @@ static int check_key_width(size_t K)
  * chunks in the chain's order (every head's chunk c before any head's c + 1) and flags each
  * (w.ready); the chain's producer and the output warps wait for a chunk's flag before they
  * read it (wait_until_prepared). Nothing can wait forever: kernel 1 waits for nothing, and
- * the fused blocks wait only for it. Were kernel 1's blocks placed first after all, the pass
- * would only be as slow as the two launches one after the other.
+ * the fused blocks wait only for it; it is launched first, so that where kernels run one at
+ * a time (a sanitizer, CUDA_LAUNCH_BLOCKING) it ends before the chain begins. Were kernel 1's
+ * blocks placed first after all, the pass would only be as slow as the two launches one after
+ * the other.
  * The split: the second launch makes a chunk of every head in heads / (idle SMs x
  * KERNEL1_CHUNKS_PER_SM_US) us, the chain takes one in CHAIN_STEP_US, so the second launch
  * falls behind by their ratio a chunk, and must start at the chunk from which it falls no
@@ -2373,8 +2375,10 @@ static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, 
     CUDA_CHECK(cudaEventRecord(first_launch_done, 0));
     CUDA_CHECK(cudaStreamWaitEvent(chain_stream, first_launch_done, 0));
     CUDA_CHECK(cudaStreamWaitEvent(kernel1_stream, first_launch_done, 0));
-    if (launch_chunk_states<false, false>(p, w, whole, r, &outputs_done, chain_stream) ||
-        launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM, split, chunks, kernel1_stream))
+    /* kernel 1's second launch first: where kernels run one at a time after all (a sanitizer,
+       CUDA_LAUNCH_BLOCKING) it then ends before the chain waits for it */
+    if (launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM, split, chunks, kernel1_stream) ||
+        launch_chunk_states<false, false>(p, w, whole, r, &outputs_done, chain_stream))
         return -1;
     CUDA_CHECK(cudaEventRecord(chain_done, chain_stream));
     CUDA_CHECK(cudaEventRecord(kernel1_done, kernel1_stream));
