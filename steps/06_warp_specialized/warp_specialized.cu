@@ -439,6 +439,7 @@ static int workspace_parts(size_t heads, size_t T, size_t K, size_t V, bool prec
         gdn_multiply_sizes(&bytes[2], 5, states) || gdn_multiply_sizes(&bytes[3], 5, values))
         return -1;
     bytes[0] = (bytes[0] + 15) / 16 * 16;
+    bytes[1] = (bytes[1] + 15) / 16 * 16; /* (the ready flags' 4 bytes a chunk): S0^T after them from 16 bytes on, for bulk copies */
     return 0;
 }
 
@@ -1152,6 +1153,7 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
  * (swizzled) once every output warp is done reading q, and the q and k tiles are released:
  * the producer's q and k lane stores o out from there by tensor stores before the slot's next
  * q comes, so that no output warp waits on o's loads and stores. */
+template <bool BESIDE> /* kernel 1 beside the chain: chunks may have to be waited for (wait_until_prepared) */
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
                                           unsigned char *slots)
 {
@@ -1169,7 +1171,8 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         const size_t t = chunk * CHUNK + (size_t)output_thread;
         if (!(output_thread < CHUNK && chunk < end && t < p.T))
             return 0.0;
-        wait_until_prepared(w, head, chunks_of(p.T), chunk);
+        if constexpr (BESIDE)
+            wait_until_prepared(w, head, chunks_of(p.T), chunk);
         return w.gamma[head * p.T + t];
     };
     double gamma_next = gamma_of(first);
@@ -1435,7 +1438,7 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
  * Vnew^T leave by bulk stores. OUTPUTS: they do not leave; output warps in the block take
  * them from the staging tiles and do kernel 3's work (chunk_outputs_role, above), so that
  * kernel 3 does not run. */
-template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS>
+template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS, bool BESIDE = false>
 __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_workspace w, chain_segments segments,
                                                    int stages, const CUtensorMap *o_map, const CUtensorMap *q_map, const CUtensorMap *k_map,
                                                    const CUtensorMap *v_map)
@@ -1548,9 +1551,10 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 unsigned char *slot = slots + s * slot_bytes;
                 const unsigned char *block = blocks + chunk * block_bytes;
                 if constexpr (OUTPUTS) { /* the transform block (already swizzled) and the decay after it */
-                    wait_until_prepared(w, head, chunks, chunk);
-                    if (w.ready) /* kernel 1's stores, ordered by the flag, before the TMA unit's reads */
-                        asm volatile("fence.proxy.async.global;" ::: "memory");
+                    if constexpr (BESIDE) {
+                        wait_until_prepared(w, head, chunks, chunk);
+                        asm volatile("fence.proxy.async.global;" ::: "memory"); /* kernel 1's stores, ordered by the flag, before the TMA unit's reads */
+                    }
                     barrier_arrive_expecting(&full[s], (uint32_t)(TRANSFORM_BYTES + 16));
                     bulk_copy(slot, w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES, (uint32_t)TRANSFORM_BYTES, &full[s]);
                     bulk_copy(slot + TRANSFORM_BYTES, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
@@ -1569,7 +1573,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     if constexpr (OUTPUTS) {
         if (warp >= consumers) { /* the output warps */
             set_max_registers<OUTPUT_ROLE_REGISTERS>();
-            chunk_outputs_role(p, w, head, first, end, slots);
+            chunk_outputs_role<BESIDE>(p, w, head, first, end, slots);
             return;
         }
         set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups, by wgmma */
@@ -1794,13 +1798,15 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
 {
     chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL, NULL);
 }
-/* the 8-tile block with output warps: tensor maps of o (in bf16), q, k and v */
+/* the 8-tile block with output warps: tensor maps of o (in bf16), q, k and v. BESIDE: kernel 1
+   runs beside it (kernel1_beside_chain), and it waits for each chunk's flag from w.ready_from */
+template <bool BESIDE>
 static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
                                 const __grid_constant__ CUtensorMap o_map, const __grid_constant__ CUtensorMap q_map,
                                 const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
 {
-    chain_block<false, false, 2, true, true>(p, w, segments, stages, &o_map, &q_map, &k_map, &v_map);
+    chain_block<false, false, 2, true, true, BESIDE>(p, w, segments, stages, &o_map, &q_map, &k_map, &v_map);
 }
 
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
@@ -2261,10 +2267,10 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             /* two ring slots, passed at run time: with the depth known to the compiler this
                kernel ran 5 % slower (docs/06, the end of the seventeenth step) */
             if (stream) /* beside kernel 1 (kernel1_beside_chain): in a stream of its own, after kernel 1's first launch */
-                CUDA_LAUNCH_WITH_SHARED_ON(stream, chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
+                CUDA_LAUNCH_WITH_SHARED_ON(stream, chunk_states_outputs_kernel<true>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
                                            OUTPUT_STAGES, o_map, q_map, k_map, v_map);
             else
-                CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
+                CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel<false>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
                                            OUTPUT_STAGES, o_map, q_map, k_map, v_map);
             r->o_in_bf16 = 1;
             *outputs_done = true;
@@ -2335,14 +2341,16 @@ static int check_key_width(size_t K)
  * falls behind by their ratio a chunk, and must start at the chunk from which it falls no
  * further behind than the chain's end: split = chunks (1 - idle x rate x step / heads), two
  * chunks more for the ramp. Rates measured on an H200 (docs/06): kernel 1 five blocks an SM,
- * 12,288 chunks in about 171 us on 132 SMs; the chain with output warps 367 us for 128 chunks. */
+ * 12,288 chunks in about 171 us on 132 SMs; the chain with output warps 367 us for 128 chunks.
+ * At least MIN_CHUNKS chunks: the second launch, the streams' events and the flags' memset
+ * cost about 10 us a pass (measured at 3 and 5 chunks), which 64 chunks repay. */
 constexpr double KERNEL1_CHUNKS_PER_SM_US = 0.544, CHAIN_STEP_US = 2.87;
-constexpr size_t MIN_IDLE_SMS = 16;
+constexpr size_t MIN_IDLE_SMS = 16, MIN_CHUNKS = 64;
 /* the first chunk of kernel 1's second launch, or 0 where kernel 1 does not run beside the chain */
 static size_t kernel1_split_chunk(const gdn_device_problem *p, int parts)
 {
     const size_t heads = p->B * p->H, chunks = chunks_of(p->T), sms = (size_t)gdn_sm_count();
-    if (parts != WRITE_TRANSFORM || chunks < 2 || heads + MIN_IDLE_SMS > sms)
+    if (parts != WRITE_TRANSFORM || chunks < MIN_CHUNKS || heads + MIN_IDLE_SMS > sms)
         return 0;
     const double behind = (double)(sms - heads) * KERNEL1_CHUNKS_PER_SM_US * CHAIN_STEP_US / (double)heads;
     const double split = behind >= 1.0 ? 0.0 : (double)chunks * (1.0 - behind);

@@ -93,13 +93,13 @@ END_TEST
 /* Kernel 1 beside the chain (docs/06, the thirty-fifth step): SMs - 32 heads of K = V = 128
  * (100 on an H200's 132) is a shape whose output-warp blocks, one a head, leave 32 SMs idle,
  * so that kernel 1 makes the later chunks there while the chain runs and the chain waits for
- * each chunk's flag. 16 chunks: the first launch makes the first few, the second the rest.
- * _i: with or without h0 */
+ * each chunk's flag. 64 chunks, the fewest it runs for (MIN_CHUNKS): the first launch makes
+ * 34 of each head's on an H200, the second the rest. _i: with or without h0 */
 START_TEST(tensor_cores_with_kernel1_beside_the_chain)
 {
     const int sms = gdn_sm_count();
     ck_assert_msg(sms > 32, "the device reports %d SMs", sms);
-    const test_shape shape = {1, 1000, (size_t)sms - 32, 128, 128};
+    const test_shape shape = {1, 4096, (size_t)sms - 32, 128, 128};
     gdn_problem p = test_problem(shape, _i, 4260 + _i);
     check_tensor_cores(&p, _i ? "kernel 1 beside the chain, h0" : "kernel 1 beside the chain");
     gdn_problem_free(&p);
