@@ -412,6 +412,11 @@ typedef struct {
     double *gamma;         /* [heads T] */
     unsigned char *chain;  /* [heads chunks] chain blocks */
     unsigned char *transforms; /* [heads chunks] transform blocks (TRANSFORM_BYTES), after the chain blocks */
+    /* [heads chunks] a flag a chunk, after the transform blocks: where kernel 1 runs beside the
+       chain (kernel1_beside_chain), 1 once the chunk's transform block, gamma and decay are
+       written, for chunks ready_from on; ready NULL elsewhere (nothing waits) */
+    unsigned *ready;
+    size_t ready_from;
     bf16 *states_t;        /* [heads chunks][round_up16(V)][key_stride(K)]: S0 transposed, for kernel 3 */
     bf16 *new_values_t;    /* [heads chunks][round_up16(V)][TOKEN_STRIDE]: Vnew transposed */
     /* (rows padded as kernel 3's tiles are, so that a tile comes in by one bulk copy; the
@@ -421,19 +426,20 @@ typedef struct {
 
 /* The bytes of the workspace's four parts, in order: gamma (rounded up to 16 bytes, so the
  * chain blocks after it are aligned for 16-byte copies), the chain blocks and the transform
- * blocks, S0^T and Vnew^T
+ * blocks and the ready flags, S0^T and Vnew^T
  * (twice each with --precise: the low terms follow). One function for the size the runner
  * allocates and for the pointers into it, so the two cannot disagree. -1 on overflow. */
 static int workspace_parts(size_t heads, size_t T, size_t K, size_t V, bool precise, size_t bytes[4])
 {
     const size_t terms = precise ? 2 : 1, chunks = chunks_of(T);
-    size_t gamma[3] = {heads, T, sizeof(double)}, chain[3] = {heads, chunks, chain_block_bytes(K, V, precise) + TRANSFORM_BYTES};
+    size_t gamma[3] = {heads, T, sizeof(double)}, chain[3] = {heads, chunks, chain_block_bytes(K, V, precise) + TRANSFORM_BYTES + sizeof(unsigned)};
     size_t states[5] = {heads, chunks, (size_t)round_up16(V), (size_t)key_stride(K), terms * sizeof(bf16)};
     size_t values[5] = {heads, chunks, (size_t)round_up16(V), TOKEN_STRIDE, terms * sizeof(bf16)};
     if (gdn_multiply_sizes(&bytes[0], 3, gamma) || gdn_multiply_sizes(&bytes[1], 3, chain) ||
         gdn_multiply_sizes(&bytes[2], 5, states) || gdn_multiply_sizes(&bytes[3], 5, values))
         return -1;
     bytes[0] = (bytes[0] + 15) / 16 * 16;
+    bytes[1] = (bytes[1] + 15) / 16 * 16; /* (the ready flags' 4 bytes a chunk): S0^T after them from 16 bytes on, for bulk copies */
     return 0;
 }
 
@@ -445,6 +451,8 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     w.gamma = (double *)base;
     w.chain = (unsigned char *)base + bytes[0];
     w.transforms = w.chain + p->B * p->H * chunks_of(p->T) * chain_block_bytes(p->K, p->V, precise);
+    w.ready = NULL; /* the flags' place: w.transforms + heads chunks TRANSFORM_BYTES (kernel1_beside_chain) */
+    w.ready_from = 0;
     w.states_t = (bf16 *)(w.chain + bytes[1]);
     w.new_values_t = w.states_t + bytes[2] / sizeof(bf16);
     w.states_low_t = precise ? w.states_t + bytes[2] / 2 / sizeof(bf16) : NULL;
@@ -589,7 +597,8 @@ constexpr int TRANSFORM_BLOCKS = 5;
 template <bool PRECISE, int BLOCKS, int SIZE>
 __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
                                                                                    const __grid_constant__ CUtensorMap k_map,
-                                                                                   const __grid_constant__ CUtensorMap v_map, int parts)
+                                                                                   const __grid_constant__ CUtensorMap v_map, int parts,
+                                                                                   unsigned first_chunk)
 {
     extern __shared__ double shared[];
     /* SIZE: K = V = SIZE known to the compiler (64 or 128, where the launch sees them), so
@@ -597,8 +606,13 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     constexpr bool TRANSFORM_ONLY = BLOCKS == TRANSFORM_BLOCKS;
     const size_t key_count = SIZE ? (size_t)SIZE : p.K, V = SIZE ? (size_t)SIZE : p.V;
     const int K = (int)key_count, KP = round_up16(key_count), LDK = key_stride(key_count);
-    /* the block's (head, chunk), 32-bit as blockIdx.x is: registers are few at four blocks an SM */
-    const unsigned chunks = (unsigned)chunks_of(p.T), chunk = blockIdx.x % chunks, head = blockIdx.x / chunks;
+    /* the block's (head, chunk), 32-bit as blockIdx.x is: registers are few at four blocks an SM.
+       Beside the chain (w.ready: kernel1_beside_chain) chunk by chunk from first_chunk, every
+       head's chunk c before any head's c + 1, so that the chain finds them in its order */
+    const unsigned chunks = (unsigned)chunks_of(p.T), heads = (unsigned)(p.B * p.H);
+    const bool beside_chain = TRANSFORM_ONLY && w.ready;
+    const unsigned chunk = beside_chain ? first_chunk + blockIdx.x / heads : blockIdx.x % chunks;
+    const unsigned head = beside_chain ? blockIdx.x % heads : blockIdx.x / chunks;
     const unsigned b = head / (unsigned)p.H, h = head % (unsigned)p.H;
     const size_t t0 = (size_t)chunk * CHUNK;
     const size_t row0 = (size_t)head * p.T + t0;
@@ -743,6 +757,13 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
             factors[token] = beta[token];
             factors[CHUNK + token] = scaled_beta[token];
             factors[2 * CHUNK + token] = decay_to_chunk_end(gamma, n, token);
+        }
+        if (beside_chain && chunk >= w.ready_from) { /* the chain may take the chunk: its flag, after every write */
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                __threadfence(); /* the block's writes (seen through the barrier) before the flag, at GPU scope */
+                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(w.ready + (size_t)head * chunks + chunk), "r"(1u) : "memory");
+            }
         }
         if (TRANSFORM_ONLY || !(parts & WRITE_W_AND_U)) /* that chain makes Vnew from v itself */
             return;
@@ -1055,6 +1076,22 @@ template <int REGISTERS> __device__ __forceinline__ static void set_max_register
     else if constexpr (HAVE_SETMAXNREG && REGISTERS < OUTPUT_START_REGISTERS)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));
 }
+/* Where kernel 1 runs beside the chain (kernel1_beside_chain), its chunks from w.ready_from on
+   may not be written yet when the chain reaches them: wait for the chunk's flag (an acquire at
+   GPU scope, so that its transform block, gamma and decay, written before the flag's release,
+   are seen); elsewhere (w.ready NULL) kernel 1 ended before this kernel began */
+__device__ __forceinline__ static void wait_until_prepared(const chunk_workspace &w, size_t head, size_t chunks, size_t chunk)
+{
+    if (!w.ready || chunk < w.ready_from)
+        return;
+    const unsigned *flag = w.ready + head * chunks + chunk;
+    for (unsigned value = 0;;) {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
+        if (value)
+            return;
+        __nanosleep(64);
+    }
+}
 /* the output warps' own barrier (barrier 1; __syncthreads is barrier 0) */
 __device__ __forceinline__ static void output_warps_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(32 * OUTPUT_WARPS) : "memory"); }
 
@@ -1116,6 +1153,7 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
  * (swizzled) once every output warp is done reading q, and the q and k tiles are released:
  * the producer's q and k lane stores o out from there by tensor stores before the slot's next
  * q comes, so that no output warp waits on o's loads and stores. */
+template <bool BESIDE> /* kernel 1 beside the chain: chunks may have to be waited for (wait_until_prepared) */
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
                                           unsigned char *slots)
 {
@@ -1131,7 +1169,11 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
     const auto gamma_of = [&](size_t chunk) {
         const size_t t = chunk * CHUNK + (size_t)output_thread;
-        return output_thread < CHUNK && chunk < end && t < p.T ? w.gamma[head * p.T + t] : 0.0;
+        if (!(output_thread < CHUNK && chunk < end && t < p.T))
+            return 0.0;
+        if constexpr (BESIDE)
+            wait_until_prepared(w, head, chunks_of(p.T), chunk);
+        return w.gamma[head * p.T + t];
     };
     double gamma_next = gamma_of(first);
     for (unsigned chunk = (unsigned)first; chunk < (unsigned)end; chunk++) {
@@ -1396,7 +1438,7 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
  * Vnew^T leave by bulk stores. OUTPUTS: they do not leave; output warps in the block take
  * them from the staging tiles and do kernel 3's work (chunk_outputs_role, above), so that
  * kernel 3 does not run. */
-template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS>
+template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS, bool BESIDE = false>
 __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_workspace w, chain_segments segments,
                                                    int stages, const CUtensorMap *o_map, const CUtensorMap *q_map, const CUtensorMap *k_map,
                                                    const CUtensorMap *v_map)
@@ -1509,6 +1551,10 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 unsigned char *slot = slots + s * slot_bytes;
                 const unsigned char *block = blocks + chunk * block_bytes;
                 if constexpr (OUTPUTS) { /* the transform block (already swizzled) and the decay after it */
+                    if constexpr (BESIDE) {
+                        wait_until_prepared(w, head, chunks, chunk);
+                        asm volatile("fence.proxy.async.global;" ::: "memory"); /* kernel 1's stores, ordered by the flag, before the TMA unit's reads */
+                    }
                     barrier_arrive_expecting(&full[s], (uint32_t)(TRANSFORM_BYTES + 16));
                     bulk_copy(slot, w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES, (uint32_t)TRANSFORM_BYTES, &full[s]);
                     bulk_copy(slot + TRANSFORM_BYTES, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
@@ -1527,7 +1573,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     if constexpr (OUTPUTS) {
         if (warp >= consumers) { /* the output warps */
             set_max_registers<OUTPUT_ROLE_REGISTERS>();
-            chunk_outputs_role(p, w, head, first, end, slots);
+            chunk_outputs_role<BESIDE>(p, w, head, first, end, slots);
             return;
         }
         set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups, by wgmma */
@@ -1752,13 +1798,15 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
 {
     chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL, NULL);
 }
-/* the 8-tile block with output warps: tensor maps of o (in bf16), q, k and v */
+/* the 8-tile block with output warps: tensor maps of o (in bf16), q, k and v. BESIDE: kernel 1
+   runs beside it (kernel1_beside_chain), and it waits for each chunk's flag from w.ready_from */
+template <bool BESIDE>
 static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
                                 const __grid_constant__ CUtensorMap o_map, const __grid_constant__ CUtensorMap q_map,
                                 const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
 {
-    chain_block<false, false, 2, true, true>(p, w, segments, stages, &o_map, &q_map, &k_map, &v_map);
+    chain_block<false, false, 2, true, true, BESIDE>(p, w, segments, stages, &o_map, &q_map, &k_map, &v_map);
 }
 
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----
@@ -2003,15 +2051,18 @@ static int kernel_blocks_per_sm(Kernel kernel, int threads, size_t bytes)
 
 /* parts: what kernel 1 writes (WRITE_KEYS_T, ...: chunk_parts_for) */
 template <bool PRECISE>
-static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w, int parts)
+static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w, int parts, size_t first_chunk = 0,
+                                 size_t end_chunk = 0, cudaStream_t stream = 0)
 {
     const size_t M = CHUNK, LDK = key_stride(p->K);
     /* the gates, Tm's place, the keys, then the values' place (the solve's scratch, then v) */
     const size_t before_values = 128 + M * sizeof(double) + 2 * M * sizeof(float) + tm_place_bytes(PRECISE) + M * LDK * sizeof(bf16);
     const size_t bytes = before_values + values_place_bytes((size_t)value_stride(p->V));
     const size_t transform_only_bytes = before_values + 32 * JOIN_STRIDE * sizeof(float); /* no v: the scratch alone */
+    /* every chunk, or (beside the chain: w.ready) chunks first_chunk .. end_chunk - 1 */
+    const size_t chunk_count = w.ready ? end_chunk - first_chunk : chunks_of(p->T);
     unsigned blocks;
-    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T), 1, &blocks))
+    if (gdn_blocks_for(p->B * p->H * chunk_count, 1, &blocks))
         return -1;
     CUtensorMap k_map = {}, v_map = {}; /* unused (zero) where the threads copy k and v */
     if (tiles_by_tensor_map(p->K, p->V, p->H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
@@ -2035,7 +2086,9 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
                          : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
                                                  : prepare_chunks_kernel<false, 4, 0>;
     }
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, launch_bytes, *p, w, k_map, v_map, parts);
+    if (w.ready && prepare_chunks != prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>)
+        return gdn_set_error("kernel 1 beside the chain: only its transform-block instance runs by chunk windows");
+    CUDA_LAUNCH_WITH_SHARED_ON(stream, prepare_chunks, blocks, THREADS, launch_bytes, *p, w, k_map, v_map, parts, (unsigned)first_chunk);
     return 0;
 }
 
@@ -2189,7 +2242,7 @@ static int chunk_parts_for(const gdn_device_problem *p, size_t runs, bool fold)
  * the block also makes o (OUTPUTS: chunk_outputs_role), and *outputs_done says so. */
 template <bool PRECISE, bool FOLD>
 static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments, gdn_device_result *r = NULL,
-                               bool *outputs_done = NULL)
+                               bool *outputs_done = NULL, cudaStream_t stream = 0)
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
     const size_t output_bytes = output_block_bytes();
@@ -2213,8 +2266,12 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                 return -1;
             /* two ring slots, passed at run time: with the depth known to the compiler this
                kernel ran 5 % slower (docs/06, the end of the seventeenth step) */
-            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments, OUTPUT_STAGES,
-                                       o_map, q_map, k_map, v_map);
+            if (stream) /* beside kernel 1 (kernel1_beside_chain): in a stream of its own, after kernel 1's first launch */
+                CUDA_LAUNCH_WITH_SHARED_ON(stream, chunk_states_outputs_kernel<true>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
+                                           OUTPUT_STAGES, o_map, q_map, k_map, v_map);
+            else
+                CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel<false>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
+                                           OUTPUT_STAGES, o_map, q_map, k_map, v_map);
             r->o_in_bf16 = 1;
             *outputs_done = true;
             return 0;
@@ -2266,11 +2323,86 @@ static int check_key_width(size_t K)
 
 #ifndef WARP_SPECIALIZED_KERNELS_ONLY /* stage 07 includes this file for its kernels, and stops here */
 
+/* Kernel 1 beside the chain (docs/06, the thirty-fifth step). Where the chain's blocks with
+ * output warps, one a head, leave SMs idle (heads between 70 % of the SMs, where those blocks
+ * start, and the SMs less MIN_IDLE_SMS), kernel 1 runs in two launches: chunks 0 .. split - 1
+ * of every head on every SM first; then the fused kernel and the rest of kernel 1 at once, in
+ * two streams, the fused kernel's of the higher priority so that its blocks are placed first
+ * (one an SM) and kernel 1's second launch takes the SMs they leave. That launch makes the
+ * chunks in the chain's order (every head's chunk c before any head's c + 1) and flags each
+ * (w.ready); the chain's producer and the output warps wait for a chunk's flag before they
+ * read it (wait_until_prepared). Nothing can wait forever: kernel 1 waits for nothing, and
+ * the fused blocks wait only for it; it is launched first, so that where kernels run one at
+ * a time (a sanitizer, CUDA_LAUNCH_BLOCKING) it ends before the chain begins. Were kernel 1's
+ * blocks placed first after all, the pass would only be as slow as the two launches one after
+ * the other.
+ * The split: the second launch makes a chunk of every head in heads / (idle SMs x
+ * KERNEL1_CHUNKS_PER_SM_US) us, the chain takes one in CHAIN_STEP_US, so the second launch
+ * falls behind by their ratio a chunk, and must start at the chunk from which it falls no
+ * further behind than the chain's end: split = chunks (1 - idle x rate x step / heads), two
+ * chunks more for the ramp. Rates measured on an H200 (docs/06): kernel 1 five blocks an SM,
+ * 12,288 chunks in about 171 us on 132 SMs; the chain with output warps 367 us for 128 chunks.
+ * At least MIN_CHUNKS chunks: the second launch, the streams' events and the flags' memset
+ * cost about 10 us a pass (measured at 3 and 5 chunks), which 64 chunks repay. */
+constexpr double KERNEL1_CHUNKS_PER_SM_US = 0.544, CHAIN_STEP_US = 2.87;
+constexpr size_t MIN_IDLE_SMS = 16, MIN_CHUNKS = 64;
+/* the first chunk of kernel 1's second launch, or 0 where kernel 1 does not run beside the chain */
+static size_t kernel1_split_chunk(const gdn_device_problem *p, int parts)
+{
+    const size_t heads = p->B * p->H, chunks = chunks_of(p->T), sms = (size_t)gdn_sm_count();
+    if (parts != WRITE_TRANSFORM || chunks < MIN_CHUNKS || heads + MIN_IDLE_SMS > sms)
+        return 0;
+    const double behind = (double)(sms - heads) * KERNEL1_CHUNKS_PER_SM_US * CHAIN_STEP_US / (double)heads;
+    const double split = behind >= 1.0 ? 0.0 : (double)chunks * (1.0 - behind);
+    const size_t first = (size_t)split + 2;
+    return first < chunks ? first : chunks - 1;
+}
+static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r, size_t split)
+{
+    static cudaStream_t chain_stream, kernel1_stream;
+    static cudaEvent_t first_launch_done, chain_done, kernel1_done;
+    static bool made = false;
+    if (!made) { /* once a process: streams that never wait for the default stream by themselves */
+        int lowest = 0, highest = 0;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&chain_stream, cudaStreamNonBlocking, highest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&kernel1_stream, cudaStreamNonBlocking, lowest));
+        CUDA_CHECK(cudaEventCreateWithFlags(&first_launch_done, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&chain_done, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&kernel1_done, cudaEventDisableTiming));
+        made = true;
+    }
+    const size_t chunks = chunks_of(p->T), heads = p->B * p->H;
+    w.ready = (unsigned *)(w.transforms + heads * chunks * TRANSFORM_BYTES);
+    w.ready_from = split;
+    const chain_segments whole = {1, 1, p->h0, r->ht};
+    bool outputs_done = false;
+    CUDA_CHECK(cudaMemsetAsync(w.ready, 0, heads * chunks * sizeof(unsigned), 0));
+    if (launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM, 0, split))
+        return -1;
+    CUDA_CHECK(cudaEventRecord(first_launch_done, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(chain_stream, first_launch_done, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(kernel1_stream, first_launch_done, 0));
+    /* kernel 1's second launch first: where kernels run one at a time after all (a sanitizer,
+       CUDA_LAUNCH_BLOCKING) it then ends before the chain waits for it */
+    if (launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM, split, chunks, kernel1_stream) ||
+        launch_chunk_states<false, false>(p, w, whole, r, &outputs_done, chain_stream))
+        return -1;
+    CUDA_CHECK(cudaEventRecord(chain_done, chain_stream));
+    CUDA_CHECK(cudaEventRecord(kernel1_done, kernel1_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(0, chain_done, 0)); /* the default stream's next work after both */
+    CUDA_CHECK(cudaStreamWaitEvent(0, kernel1_done, 0));
+    return outputs_done ? 0 : gdn_set_error("kernel 1 beside the chain: the chain made no o (its blocks carry no output warps here)");
+}
+
 template <bool PRECISE>
 static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
     bool outputs_done;
+    if constexpr (!PRECISE)
+        if (const size_t split = kernel1_split_chunk(p, chunk_parts_for<PRECISE>(p, 1, false)))
+            return kernel1_beside_chain(p, w, r, split);
     if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, 1, false)) ||
         launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
         return -1;

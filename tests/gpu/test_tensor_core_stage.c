@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../../common/device.h"
 #include "../test_support.h"
 #include "wgmma_layout.h"
 
@@ -89,6 +90,22 @@ START_TEST(tensor_cores_with_extreme_gates_where_output_warps_run)
 }
 END_TEST
 
+/* Kernel 1 beside the chain (docs/06, the thirty-fifth step): SMs - 32 heads of K = V = 128
+ * (100 on an H200's 132) is a shape whose output-warp blocks, one a head, leave 32 SMs idle,
+ * so that kernel 1 makes the later chunks there while the chain runs and the chain waits for
+ * each chunk's flag. 64 chunks, the fewest it runs for (MIN_CHUNKS): the first launch makes
+ * 34 of each head's on an H200, the second the rest. _i: with or without h0 */
+START_TEST(tensor_cores_with_kernel1_beside_the_chain)
+{
+    const int sms = gdn_sm_count();
+    ck_assert_msg(sms > 32, "the device reports %d SMs", sms);
+    const test_shape shape = {1, 4096, (size_t)sms - 32, 128, 128};
+    gdn_problem p = test_problem(shape, _i, 4260 + _i);
+    check_tensor_cores(&p, _i ? "kernel 1 beside the chain, h0" : "kernel 1 beside the chain");
+    gdn_problem_free(&p);
+}
+END_TEST
+
 /* _i: the edge cases of test_support.c but the first. That one, g = 0 over 65536 tokens with
  * K = V = 4, is outside what bf16 products reach: measured against the oracle on the same bf16
  * inputs, 9.1e-3 (5.7e-3 with --precise), where 5e-3 is the bound. A 4 x 4 state that never
@@ -135,6 +152,7 @@ Suite *tensor_core_stage_suite(void)
     tcase_add_loop_test(cases, tensor_cores_on_more_shapes, 0, 2 * test_bf16_shape_count);
     tcase_add_loop_test(cases, tensor_cores_with_extreme_gates, 0, 3);
     tcase_add_loop_test(cases, tensor_cores_with_extreme_gates_where_output_warps_run, 0, 3);
+    tcase_add_loop_test(cases, tensor_cores_with_kernel1_beside_the_chain, 0, 2);
     tcase_add_loop_test(cases, tensor_cores_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_test(cases, tensor_cores_refuse_large_keys);
     tcase_add_loop_test(cases, wgmma_layout_matches_the_cpu, 0, 3);
