@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-fourth step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-fifth step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -46,7 +46,9 @@
  * (diag(beta) V - diag(beta e^gamma) K S0) from the v tile itself, so that kernel 1 writes Tm
  * (8 KB a chunk) for it, not W and U (33 KB), and reads no v (the thirty-third); kernel 1 is
  * compiled for that block alone where its launch asks for nothing else, five blocks an SM (the
- * thirty-fourth).
+ * thirty-fourth); where the fused blocks, one a head, leave SMs idle, kernel 1 makes the later
+ * chunks there while the chain runs, which waits for each chunk's flag (the thirty-fifth:
+ * kernel1_beside_chain).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
