@@ -124,6 +124,7 @@
 #include "../../common/bulk_copy.cuh" /* the TMA ring's PTX: mbarriers and bulk copies */
 #include "../../common/wgmma.cuh"      /* the output warps' wgmma, from swizzled tiles */
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
+#include "warp_specialized.h" /* warp_specialized_kernel1_split */
 #include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
 extern "C" { /* stage 05's flop count: the same algebra */
 #include "../05_wy_chunked/wy_chunked.h"
@@ -2348,16 +2349,22 @@ static int check_key_width(size_t K)
  * cost about 10 us a pass (measured at 3 and 5 chunks), which 64 chunks repay. */
 constexpr double KERNEL1_CHUNKS_PER_SM_US = 0.544, CHAIN_STEP_US = 2.87;
 constexpr size_t MIN_IDLE_SMS = 16, MIN_CHUNKS = 64;
-/* the first chunk of kernel 1's second launch, or 0 where kernel 1 does not run beside the chain */
-static size_t kernel1_split_chunk(const gdn_device_problem *p, int parts)
+/* the first chunk of kernel 1's second launch, or 0 where kernel 1 does not run beside the
+   chain (warp_specialized.h; tested on its own, as host code) */
+extern "C" size_t warp_specialized_kernel1_split(size_t heads, size_t chunks, size_t sms)
 {
-    const size_t heads = p->B * p->H, chunks = chunks_of(p->T), sms = (size_t)gdn_sm_count();
-    if (parts != WRITE_TRANSFORM || chunks < MIN_CHUNKS || heads + MIN_IDLE_SMS > sms)
+    if (chunks < MIN_CHUNKS || heads + MIN_IDLE_SMS > sms)
         return 0;
     const double behind = (double)(sms - heads) * KERNEL1_CHUNKS_PER_SM_US * CHAIN_STEP_US / (double)heads;
     const double split = behind >= 1.0 ? 0.0 : (double)chunks * (1.0 - behind);
     const size_t first = (size_t)split + 2;
     return first < chunks ? first : chunks - 1;
+}
+/* the same for a pass: only where kernel 1's launch asks for the transform block alone (the
+   chain carries output warps) */
+static size_t kernel1_split_chunk(const gdn_device_problem *p, int parts)
+{
+    return parts == WRITE_TRANSFORM ? warp_specialized_kernel1_split(p->B * p->H, chunks_of(p->T), (size_t)gdn_sm_count()) : 0;
 }
 static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r, size_t split)
 {

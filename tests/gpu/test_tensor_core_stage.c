@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "../../common/device.h"
+#include "../../steps/06_warp_specialized/warp_specialized.h"
 #include "../test_support.h"
 #include "wgmma_layout.h"
 
@@ -140,6 +141,40 @@ START_TEST(wgmma_layout_matches_the_cpu)
 }
 END_TEST
 
+/* Where kernel 1 runs beside the chain (host code, no GPU needed), on an H200's 132 SMs. At the
+ * three shapes measured in docs/06 (the thirty-fifth step, run208) the split lies strictly
+ * between the splits of the model's ratio of rates scaled by 1.25 and by 0.75, both measured
+ * slower there: 36 and 73 of 128 chunks at 96 heads, 80 and 100 of 128 at 110 heads, 26 and
+ * 42 of 64 at 100 heads. None where the heads leave fewer than 16 SMs idle (117 on: 128, the
+ * benchmark's (8, 4096, 16)), or under 64 chunks (about 10 us of launches and events a pass,
+ * measured at 3 and 5 chunks); a split always leaves the second launch a chunk at least, and
+ * more heads (fewer idle SMs) never move it earlier. */
+START_TEST(kernel1_split_where_measured)
+{
+    const size_t sms = 132;
+    const size_t cases[][4] = {/* heads, chunks, the splits measured slower on either side */
+                               {96, 128, 36, 73},
+                               {110, 128, 80, 100},
+                               {100, 64, 26, 42}};
+    for (int i = 0; i < 3; i++) {
+        const size_t *c = cases[i], split = warp_specialized_kernel1_split(c[0], c[1], sms);
+        ck_assert_msg(split > c[2] && split < c[3], "%zu heads of %zu chunks: split at chunk %zu, not between %zu and %zu", c[0], c[1],
+                      split, c[2], c[3]);
+    }
+    ck_assert_uint_eq(warp_specialized_kernel1_split(117, 128, sms), 0);
+    ck_assert_uint_eq(warp_specialized_kernel1_split(128, 64, sms), 0);
+    ck_assert_uint_eq(warp_specialized_kernel1_split(256, 128, sms), 0);
+    ck_assert_uint_eq(warp_specialized_kernel1_split(96, 63, sms), 0);
+    size_t previous = 0;
+    for (size_t heads = 93; heads <= 116; heads++) {
+        const size_t split = warp_specialized_kernel1_split(heads, 4096, sms);
+        ck_assert_msg(split >= 1 && split < 4096, "%zu heads: split %zu outside 1 .. 4095", heads, split);
+        ck_assert_msg(split >= previous, "%zu heads: split %zu, before %zu at one head fewer", heads, split, previous);
+        previous = split;
+    }
+}
+END_TEST
+
 START_TEST(tensor_cores_refuse_large_keys) { test_refuses_keys_of_129(&warp_specialized_stage, 0, 4400); }
 END_TEST
 
@@ -156,6 +191,15 @@ Suite *tensor_core_stage_suite(void)
     tcase_add_loop_test(cases, tensor_cores_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_test(cases, tensor_cores_refuse_large_keys);
     tcase_add_loop_test(cases, wgmma_layout_matches_the_cpu, 0, 3);
+    suite_add_tcase(suite, cases);
+    return suite;
+}
+
+Suite *kernel1_split_choice_suite(void)
+{
+    Suite *suite = suite_create("kernel1_split_choice");
+    TCase *cases = tcase_create("06_kernel1_beside_the_chain");
+    tcase_add_test(cases, kernel1_split_where_measured);
     suite_add_tcase(suite, cases);
     return suite;
 }
