@@ -2366,7 +2366,8 @@ static size_t kernel1_split_chunk(const gdn_device_problem *p, int parts)
 {
     return parts == WRITE_TRANSFORM ? warp_specialized_kernel1_split(p->B * p->H, chunks_of(p->T), (size_t)gdn_sm_count()) : 0;
 }
-static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r, size_t split)
+static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, chain_segments whole, gdn_device_result *r,
+                                size_t split)
 {
     static cudaStream_t chain_stream, kernel1_stream;
     static cudaEvent_t first_launch_done, chain_done, kernel1_done;
@@ -2384,7 +2385,6 @@ static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, 
     const size_t chunks = chunks_of(p->T), heads = p->B * p->H;
     w.ready = (unsigned *)(w.transforms + heads * chunks * TRANSFORM_BYTES);
     w.ready_from = split;
-    const chain_segments whole = {1, 1, p->h0, r->ht};
     bool outputs_done = false;
     CUDA_CHECK(cudaMemsetAsync(w.ready, 0, heads * chunks * sizeof(unsigned), 0));
     if (launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM, 0, split))
@@ -2408,11 +2408,12 @@ template <bool PRECISE>
 static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
+    const int parts = chunk_parts_for<PRECISE>(p, 1, false);
     bool outputs_done;
     if constexpr (!PRECISE)
-        if (const size_t split = kernel1_split_chunk(p, chunk_parts_for<PRECISE>(p, 1, false)))
-            return kernel1_beside_chain(p, w, r, split);
-    if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, 1, false)) ||
+        if (const size_t split = kernel1_split_chunk(p, parts))
+            return kernel1_beside_chain(p, w, whole, r, split);
+    if (launch_prepare_chunks<PRECISE>(p, w, parts) ||
         launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
         return -1;
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
