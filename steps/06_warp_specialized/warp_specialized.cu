@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-fifth step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-sixth step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -48,7 +48,10 @@
  * compiled for that block alone where its launch asks for nothing else, five blocks an SM (the
  * thirty-fourth); where the fused blocks, one a head, leave SMs idle, kernel 1 makes the later
  * chunks there while the chain runs, which waits for each chunk's flag (the thirty-fifth:
- * kernel1_beside_chain).
+ * kernel1_beside_chain); and at K = 128 every other chain (without output warps, stage 07's
+ * folds and replays too) makes Vnew from v the same way, by mma.sync, from the k tile in W's
+ * place and a v tile, so that kernel 1 writes the transform block alone for every pass there
+ * (the thirty-sixth: FROM_VALUES, chain_from_values).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -56,9 +59,10 @@
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
  * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
  * Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and the
- * chain as FLA keeps it (fp32 with --precise); with output warps, where the chain makes Vnew
- * = Tm Z itself, the strictly lower part of Tm and Z = diag(beta) V - diag(beta e^gamma) K S0
- * instead of those four (Z's diagonal term in fp32); the joins of the triangular solve on tensor
+ * chain as FLA keeps it (fp32 with --precise); where the chain makes Vnew = Tm Z itself (with
+ * output warps, and at K = 128: chain_from_values), the strictly lower part of Tm and Z =
+ * diag(beta) V - diag(beta e^gamma) K S0 instead of those four (Z's diagonal term in fp32),
+ * and d Vnew where it enters the update; the joins of the triangular solve on tensor
  * cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where it
  * enters the state update (d Vnew with output warps) and the output (the fp32 state itself
  * is never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
@@ -77,10 +81,11 @@
  * multiple of 16), an odd number of 16-byte units, put those 8 rows in 8 different groups of
  * 4 banks, no conflict.
  *
- * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores (with output warps one
- * 64 x 64 x V product a chunk fewer: W's product goes, U's becomes the chain's Tm Z, and K S0
- * takes W S0's place); workspace per token: gamma (double) and, per chunk, W, the decayed keys
- * and U (bf16; U fp32 with --precise), the transform block, S0 and Vnew (bf16).
+ * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores (where the chain makes
+ * Vnew from v one 64 x 64 x V product a chunk fewer: W's product goes, U's becomes the chain's
+ * Tm Z, and K S0 takes W S0's place); workspace per token: gamma (double) and, per chunk, W,
+ * the decayed keys and U (bf16; U fp32 with --precise), the transform block, S0 and Vnew
+ * (bf16).
  * Depth: T / 64 chunk steps of kernel 2, each two 64-deep MMA chains per warp.
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  *
@@ -104,7 +109,11 @@
  *             transform block, q, k and v, the staging tiles, 177 KB, and registers set by warpgroup with setmaxnreg
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
- *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
+ *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape);
+ *             making Vnew from v (K = 128: chain_from_values) the same blocks with slots of
+ *             the k tile, the transform block and the block's v tile (43 KB at 128 columns,
+ *             29 KB at 16: values_slot_bytes), 168 registers at two n-tiles a warp, 164 and
+ *             144 (staged) at one
  *   kernel 3: (not run where the chain's output warps make o) a block per (head, chunk,
  *             128 columns of o), 256 threads, 59 registers (62
  *             compiled for K = V = 128), 96 KB: 2 blocks an SM (64 columns where V is not a
@@ -2349,12 +2358,21 @@ static bool outputs_possible(const gdn_device_problem *p)
 /* Whether the chain makes Vnew from v as the one with output warps does (FROM_VALUES: Vnew = Tm
  * Z, eq. 13 regrouped), so that kernel 1 writes the transform block alone and no W, U or
  * decayed keys, for every launch: where k and v come by tensor maps (their boxes fit:
- * tiles_by_tensor_map), not with --precise (whose W, S and Vnew carry low terms). Elsewhere
- * the chain reads W, U and the decayed keys. */
+ * tiles_by_tensor_map), not with --precise (whose W, S and Vnew carry low terms), and at K =
+ * 128. The trade: kernel 1's W, U and keys (2 K + V values a token) against a longer chain
+ * step (Z, and Tm's products, four deep); measured on an H200 (docs/06, the thirty-sixth step)
+ * it won at K = V = 128 (0.830 -> 0.693 ms at (2, 16384, 16), stage 07 at (1, 65536, 8) 0.826
+ * -> 0.743) and lost at K = V = 64 (0.208 -> 0.231 ms at (1, 16384, 8); 07 at (1, 131072, 8)
+ * 0.977 -> 1.001), where the step is shorter and the bytes fewer. Elsewhere the chain reads
+ * W, U and the decayed keys. One function for stage 06's launches and stage 07's model. */
+__host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t V, size_t H, size_t T, bool precise)
+{
+    return !precise && K == MAX_K && tiles_by_tensor_map(K, V, H, T);
+}
 template <bool PRECISE>
 static bool chain_from_values(const gdn_device_problem *p)
 {
-    return !PRECISE && tiles_by_tensor_map(p->K, p->V, p->H, p->T);
+    return chain_from_values_sizes(p->K, p->V, p->H, p->T, PRECISE);
 }
 /* kernel 2's shape for `runs` segments of every head */
 template <bool PRECISE, bool FOLD>
