@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-fifth step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-sixth step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -48,7 +48,10 @@
  * compiled for that block alone where its launch asks for nothing else, five blocks an SM (the
  * thirty-fourth); where the fused blocks, one a head, leave SMs idle, kernel 1 makes the later
  * chunks there while the chain runs, which waits for each chunk's flag (the thirty-fifth:
- * kernel1_beside_chain).
+ * kernel1_beside_chain); and at K = 128 every other chain (without output warps, stage 07's
+ * folds and replays too) makes Vnew from v the same way, by mma.sync, from the k tile in W's
+ * place and a v tile, so that kernel 1 writes the transform block alone for every pass there
+ * (the thirty-sixth: FROM_VALUES, chain_from_values).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -56,9 +59,10 @@
  * the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A of W =
  * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
  * Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and the
- * chain as FLA keeps it (fp32 with --precise); with output warps, where the chain makes Vnew
- * = Tm Z itself, the strictly lower part of Tm and Z = diag(beta) V - diag(beta e^gamma) K S0
- * instead of those four (Z's diagonal term in fp32); the joins of the triangular solve on tensor
+ * chain as FLA keeps it (fp32 with --precise); where the chain makes Vnew = Tm Z itself (with
+ * output warps, and at K = 128: chain_from_values), the strictly lower part of Tm and Z =
+ * diag(beta) V - diag(beta e^gamma) K S0 instead of those four (Z's diagonal term in fp32),
+ * and d Vnew where it enters the update; the joins of the triangular solve on tensor
  * cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where it
  * enters the state update (d Vnew with output warps) and the output (the fp32 state itself
  * is never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
@@ -77,10 +81,11 @@
  * multiple of 16), an odd number of 16-byte units, put those 8 rows in 8 different groups of
  * 4 banks, no conflict.
  *
- * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores (with output warps one
- * 64 x 64 x V product a chunk fewer: W's product goes, U's becomes the chain's Tm Z, and K S0
- * takes W S0's place); workspace per token: gamma (double) and, per chunk, W, the decayed keys
- * and U (bf16; U fp32 with --precise), the transform block, S0 and Vnew (bf16).
+ * Cost: the flops of stage 05 (wy_chunked_flops), now on tensor cores (where the chain makes
+ * Vnew from v one 64 x 64 x V product a chunk fewer: W's product goes, U's becomes the chain's
+ * Tm Z, and K S0 takes W S0's place); workspace per token: gamma (double) and, per chunk, W,
+ * the decayed keys and U (bf16; U fp32 with --precise), the transform block, S0 and Vnew
+ * (bf16).
  * Depth: T / 64 chunk steps of kernel 2, each two 64-deep MMA chains per warp.
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  *
@@ -104,7 +109,11 @@
  *             transform block, q, k and v, the staging tiles, 177 KB, and registers set by warpgroup with setmaxnreg
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
- *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape)
+ *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape);
+ *             making Vnew from v (K = 128: chain_from_values) the same blocks with slots of
+ *             the k tile, the transform block and the block's v tile (43 KB at 128 columns,
+ *             29 KB at 16: values_slot_bytes), 168 registers at two n-tiles a warp, 164 and
+ *             144 (staged) at one
  *   kernel 3: (not run where the chain's output warps make o) a block per (head, chunk,
  *             128 columns of o), 256 threads, 59 registers (62
  *             compiled for K = V = 128), 96 KB: 2 blocks an SM (64 columns where V is not a
@@ -410,6 +419,24 @@ __host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise
 {
     return chain_u_offset(K, precise) + (size_t)tiles * 16 * CHUNK * chain_u_size(precise) + 4 * sizeof(float);
 }
+/* A ring slot of the chain that makes Vnew from v itself (FROM_VALUES: chain_from_values), as
+ * the chain with output warps does: the chunk's k tile in W's place and layout (a tensor copy,
+ * its row padded by the next 8 keys, never read), the transform block, the decay, and the v
+ * tile: the block's columns of v (in a fold's block, those right of the identity's, at most
+ * V: values_tile_columns) and the 8 after them, so that a row is an odd multiple of 8 bytes
+ * and the lanes' 4-byte loads of a fragment's pairs fall in 32 different banks (and the box
+ * is never wider than a row of all heads, which H >= 2 gives: a wider box faults). Each part
+ * from a 128-byte boundary, as tensor copies want. */
+__host__ __device__ static inline size_t values_slot_transform_offset(size_t K) { return chain_w_bytes(K); }
+__host__ __device__ static inline size_t values_slot_decay_offset(size_t K) { return chain_w_bytes(K) + TRANSFORM_BYTES; }
+__host__ __device__ static inline size_t values_slot_values_offset(size_t K) { return values_slot_decay_offset(K) + 128; }
+__host__ __device__ static inline int values_tile_columns(int tiles, size_t V) { return 16 * tiles < round_up16(V) ? 16 * tiles : round_up16(V); }
+__host__ __device__ constexpr int values_tile_stride(int columns) { return columns + 8; }
+__host__ __device__ static inline size_t values_slot_bytes(size_t K, int tiles) /* (room for 16 tiles columns) */
+{
+    return values_slot_values_offset(K) + (size_t)CHUNK * values_tile_stride(16 * tiles) * sizeof(bf16);
+}
+static_assert(TRANSFORM_BYTES % 128 == 0 && CHUNK * sizeof(bf16) % 128 == 0, "a values slot's parts from 128-byte boundaries");
 
 typedef struct {
     double *gamma;         /* [heads T] */
@@ -978,11 +1005,13 @@ __host__ __device__ static inline size_t chain_staging_bytes(size_t K, bool prec
     return (size_t)16 * tiles * (key_stride(K) + TOKEN_STRIDE) * sizeof(bf16) * (precise ? 2 : 1);
 }
 /* The ring: `stages` slots, then a "full" and an "empty" mbarrier (8 bytes each) per slot,
- * then (staged) the consumers' staging tiles */
-__host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool precise, int tiles, int stages, bool staged)
+ * then (staged) the consumers' staging tiles; from_values: values slots, from a 128-byte
+ * boundary (128 bytes more, for the shift) */
+__host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool precise, int tiles, int stages, bool staged,
+                                                            bool from_values = false)
 {
-    return stages * chain_slot_bytes(K, precise, tiles) + 2 * (size_t)stages * sizeof(uint64_t) +
-           (staged ? chain_staging_bytes(K, precise, tiles) : 0);
+    return (from_values ? 128 + stages * values_slot_bytes(K, tiles) : stages * chain_slot_bytes(K, precise, tiles)) +
+           2 * (size_t)stages * sizeof(uint64_t) + (staged ? chain_staging_bytes(K, precise, tiles) : 0);
 }
 /* n-tiles (8 state columns each, the n of m16n8k16) a consumer warp carries. One, so two
  * warps a 16-column tile, where blocks are few and the chain's latency is the time: more
@@ -1025,6 +1054,23 @@ __device__ __forceinline__ static void to_b_fragment(uint32_t (&b)[2], const flo
 __device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
 {
     load_matrices(a, quarter_row(tile, ld, row0, k0));
+}
+/* The A fragment at (row0, k0) of the transpose of a row-major bf16 tile B (A[m][k] = B[k][m],
+ * stride ld), by ldmatrix.trans: matrix q of the load is B's 8 x 8 block at rows k0 + 8 (q / 2),
+ * columns row0 + 8 (q % 2), which transposed is the A quarter at rows + 8 (q % 2), depth + 8 (q
+ * / 2): the order of an A fragment's registers */
+__device__ __forceinline__ static void load_a_fragment_transposed(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    load_matrices_transposed(a, tile + (k0 + lane % 8 + 8 * (quarter / 2)) * ld + row0 + 8 * (quarter % 2));
+}
+/* The A fragment at (row0, k0) of a 64-column bf16 tile in wgmma's 128-byte-swizzled layout
+ * (swizzled_offset): a quarter's 8 rows have their 16 bytes in 8 different places of their
+ * 128-byte lines, so the load has no bank conflict */
+__device__ __forceinline__ static void load_a_fragment_swizzled(uint32_t (&a)[4], const bf16 *tile, int row0, int k0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    load_matrices(a, tile + swizzled_offset(CHUNK, row0 + lane % 8 + 8 * (quarter % 2), k0 + 8 * (quarter / 2)));
 }
 
 /* ---- output warps in the chain's block (OUTPUTS): kernel 3's work where S0^T and Vnew^T are ----
@@ -1441,13 +1487,14 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
  * Vnew^T leave by bulk stores. OUTPUTS: they do not leave; output warps in the block take
  * them from the staging tiles and do kernel 3's work (chunk_outputs_role, above), so that
  * kernel 3 does not run. */
-template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS, bool BESIDE = false>
+template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS, bool BESIDE = false, bool FROM_VALUES = false>
 __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_workspace w, chain_segments segments,
                                                    int stages, const CUtensorMap *o_map, const CUtensorMap *q_map, const CUtensorMap *k_map,
                                                    const CUtensorMap *v_map)
 {
     static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
     static_assert(!OUTPUTS || (STAGED && !PRECISE && NTILES == 2), "output warps read the staging tiles of 8-tile blocks, bf16 only");
+    static_assert(!FROM_VALUES || (!PRECISE && !OUTPUTS), "Vnew from v: bf16 only, and the output warps' chain has its own");
     if constexpr (OUTPUTS && !HAVE_SETMAXNREG) { /* the compute_90 PTX: never run on an H200 */
         __trap();
         return;
@@ -1465,12 +1512,13 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     const size_t first = segment_chunk(segment, P, chunks), end = segment_chunk(segment + 1, P, chunks);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int block_column0 = (int)group * block_columns;
-    const int slot_bytes = OUTPUTS ? (int)output_slot_bytes() : (int)chain_slot_bytes(p.K, PRECISE, tiles);
+    const int slot_bytes = OUTPUTS ? (int)output_slot_bytes() : FROM_VALUES ? (int)values_slot_bytes(p.K, tiles) : (int)chain_slot_bytes(p.K, PRECISE, tiles);
     const int u_offset = (int)chain_u_offset(p.K, PRECISE);
     const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
     const unsigned char *blocks = w.chain + head * chunks * block_bytes;
-    /* with OUTPUTS from a 1024-byte boundary, for the swizzled tiles (output_tiles) */
-    unsigned char *slots = OUTPUTS ? SHARED_AT_1024_BYTES(ring) : (unsigned char *)ring;
+    /* with OUTPUTS from a 1024-byte boundary, for the swizzled tiles (output_tiles); FROM_VALUES
+       from a 128-byte one, for the tensor copies */
+    unsigned char *slots = OUTPUTS ? SHARED_AT_1024_BYTES(ring) : FROM_VALUES ? SHARED_AT_128_BYTES(ring) : (unsigned char *)ring;
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
     /* OUTPUTS: each slot's q, k and v tiles, then the hand-over barriers between the chain's warps
        and the output warps: staging tiles written (staged_full), S0^T and Vnew^T read (states_free,
@@ -1563,6 +1611,21 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     bulk_copy(slot + TRANSFORM_BYTES, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
                     continue;
                 }
+                if constexpr (FROM_VALUES) { /* the k tile, the transform block, the decay, the block's v tile */
+                    const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
+                    const bool has_values = block_column0 + block_columns > value_column0; /* not all identity columns (a fold's) */
+                    const int values_first = block_column0 > value_column0 ? block_column0 : value_column0; /* the tile's first column */
+                    const uint32_t values_bytes =
+                        has_values ? (uint32_t)(CHUNK * values_tile_stride(values_tile_columns(tiles, V)) * sizeof(bf16)) : 0;
+                    barrier_arrive_expecting(&full[s], (uint32_t)(chain_w_bytes(K) + TRANSFORM_BYTES + 16) + values_bytes);
+                    tensor_copy_3d(slot, k_map, h * K, t0, b, &full[s]);
+                    bulk_copy(slot + values_slot_transform_offset(K), w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES,
+                              (uint32_t)TRANSFORM_BYTES, &full[s]);
+                    bulk_copy(slot + values_slot_decay_offset(K), block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
+                    if (has_values) /* state column c is column c - value_column0 of the head's v */
+                        tensor_copy_3d(slot + values_slot_values_offset(K), v_map, h * (int)V + values_first - value_column0, t0, b, &full[s]);
+                    continue;
+                }
                 barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);
                 bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
                 if (u_bytes)
@@ -1619,6 +1682,12 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         const bf16 *W = (const bf16 *)slot, *W_low = (const bf16 *)(slot + chain_w_bytes(K));
         const bf16 *keys_t = (const bf16 *)(slot + chain_keys_offset(K, PRECISE));
         const chain_u_type<PRECISE> *U_t = (const chain_u_type<PRECISE> *)(slot + u_offset) + (column0 - block_column0) * CHUNK; /* this warp's rows */
+        /* FROM_VALUES: the k tile in W's place, Tm (swizzled) and its factors, this warp's columns of v */
+        const bf16 *const keys = W, *const Tm = (const bf16 *)(slot + values_slot_transform_offset(K));
+        const float *const beta = (const float *)(slot + values_slot_transform_offset(K) + TRANSFORM_TM_BYTES);
+        const float *const scaled_beta = beta + CHUNK, *const d = beta + 2 * CHUNK;
+        const int LDV = values_tile_stride(values_tile_columns(tiles, V)), values_first = block_column0 > value_column0 ? block_column0 : value_column0;
+        const bf16 *const values_tile = (const bf16 *)(slot + values_slot_values_offset(K)) + (column0 - values_first); /* (not read where identity) */
         barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
         /* One chunk step of this warp's columns. TILES: the key tiles (KP / 16) where the
          * compiler is told them, 4 or 8 (K = 64, 128); 0: any K, a test per tile. The test
@@ -1640,7 +1709,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             /* Vnew = U - W S0 (eq. 13): token m-tiles 16 i .., depth K. Per key tile q, S0 as B
              * fragments (and S0^T for kernel 3: after the transpose, this lane holds column
              * column0 + 8 u + g, rows 16 q + 2t, 2t + 1 (+ 8)); each A fragment of W serves
-             * every n-tile. */
+             * every n-tile. FROM_VALUES: the same products from the k tile in W's place make
+             * Y = K S0, and Vnew is made from it below. */
             float values[NTILES][4][4];
 #pragma unroll
             for (int u = 0; u < NTILES; u++)
@@ -1684,7 +1754,45 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     }
                 }
             }
-            uint32_t value[NTILES][4][2], value_low[PRECISE ? NTILES : 1][4][2];
+            if constexpr (FROM_VALUES) {
+                /* values holds Y = K S0. Vnew = U - W S0 = Tm Z, Z = diag(beta) V - diag(beta e^gamma) Y
+                 * (eq. 13 regrouped, as the output warps' chain does: chain_states_role). Z in fp32,
+                 * this lane's pairs of V (token rows g and g + 8 of tile i, columns 2t, 2t + 1) by
+                 * 4-byte loads; then as B fragments, the depth of Tm's products */
+                uint32_t z[NTILES][4][2];
+#pragma unroll
+                for (int u = 0; u < NTILES; u++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+#pragma unroll
+                        for (int half = 0; half < 2; half++) {
+                            const int token = 16 * i + g + 8 * half;
+                            uint32_t pair = 0; /* a fold's identity columns: V is zero there */
+                            if (!identity)
+                                pair = *(const uint32_t *)&values_tile[token * LDV + 8 * u + 2 * t];
+                            const __nv_bfloat162 two = *(const __nv_bfloat162 *)&pair;
+                            const float factor = beta[token], scaled_factor = scaled_beta[token];
+                            values[u][i][2 * half] = factor * __low2float(two) - scaled_factor * values[u][i][2 * half];
+                            values[u][i][2 * half + 1] = factor * __high2float(two) - scaled_factor * values[u][i][2 * half + 1];
+                        }
+                        to_b_fragment<false>(z[u][i], values[u][i]);
+                    }
+                /* Vnew's token tile i = Z_i + sum over kk <= i of lower(Tm)[i][kk] Z_kk: the sums start
+                 * at Z (Tm's diagonal of ones, in fp32); each A fragment of Tm serves every n-tile */
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int kk = 0; kk <= i; kk++) {
+                        uint32_t a[4];
+                        load_a_fragment_swizzled(a, Tm, 16 * i, 16 * kk);
+#pragma unroll
+                        for (int u = 0; u < NTILES; u++)
+                            mma_bf16_16x8x16(values[u][i], a, z[u][kk]);
+                    }
+            }
+            /* the B fragments of Vnew (the update's, FROM_VALUES: of diag(d) Vnew, the keys being
+               as given there) */
+            uint32_t value[NTILES][4][2], value_low[PRECISE ? NTILES : 1][4][2], decayed_value[FROM_VALUES ? NTILES : 1][4][2];
 #pragma unroll
             for (int u = 0; u < NTILES; u++) {
                 /* this lane's 16 values of n-tile u of U, [token tile][r], in 16-byte loads
@@ -1694,13 +1802,18 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 uint4 pieces[PIECES];
 #pragma unroll
                 for (int piece = 0; piece < PIECES; piece++)
-                    pieces[piece] = identity ? make_uint4(0, 0, 0, 0) : ((const uint4 *)(U_t + 8 * u * CHUNK))[32 * piece + lane];
-                const u_type *mine = (const u_type *)pieces;
+                    pieces[piece] = identity || FROM_VALUES ? make_uint4(0, 0, 0, 0) : ((const uint4 *)(U_t + 8 * u * CHUNK))[32 * piece + lane];
+                [[maybe_unused]] const u_type *mine = (const u_type *)pieces; /* (FROM_VALUES reads no U) */
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
+                    if constexpr (FROM_VALUES) {
+                        const float d0 = d[16 * i + g], d1 = d[16 * i + g + 8];
+                        const float decayed[4] = {d0 * values[u][i][0], d0 * values[u][i][1], d1 * values[u][i][2], d1 * values[u][i][3]};
+                        to_b_fragment<false>(decayed_value[FROM_VALUES ? u : 0][i], decayed);
+                    } else
 #pragma unroll
-                    for (int r = 0; r < 4; r++)
-                        values[u][i][r] = to_float(mine[4 * i + r]) - values[u][i][r];
+                        for (int r = 0; r < 4; r++)
+                            values[u][i][r] = to_float(mine[4 * i + r]) - values[u][i][r];
                     to_b_fragment<false>(value[u][i], values[u][i]);
                     if (PRECISE)
                         to_b_fragment<true>(value_low[PRECISE ? u : 0][i], values[u][i]);
@@ -1728,8 +1841,10 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 bulk_store_commit();
             }
             /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64; each A
-             * fragment of the decayed keys serves every n-tile */
-            const float decay = *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
+             * fragment of the decayed keys serves every n-tile (FROM_VALUES: K^T (diag(d) Vnew),
+             * K^T's fragments from the k tile by ldmatrix.trans) */
+            const float decay = FROM_VALUES ? *(const float *)(slot + values_slot_decay_offset(K))
+                                            : *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
 #pragma unroll
             for (int q = 0; q < KEY_TILES; q++) {
                 if (TILES ? q >= TILES : 16 * q >= KP)
@@ -1742,10 +1857,13 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     uint32_t a[4];
-                    load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
+                    if constexpr (FROM_VALUES)
+                        load_a_fragment_transposed(a, keys, LDK, 16 * q, 16 * i);
+                    else
+                        load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
 #pragma unroll
                     for (int u = 0; u < NTILES; u++) {
-                        mma_bf16_16x8x16(S[u][q], a, value[u][i]);
+                        mma_bf16_16x8x16(S[u][q], a, FROM_VALUES ? decayed_value[FROM_VALUES ? u : 0][i] : value[u][i]);
                         if (PRECISE)
                             mma_bf16_16x8x16(S[u][q], a, value_low[PRECISE ? u : 0][i]);
                     }
@@ -1800,6 +1918,15 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
     chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL, NULL);
+}
+/* the same blocks making Vnew from v (chain_from_values): tensor maps of k (boxes of a padded
+   row, W's layout) and v (the block's columns and 8 more: values_tile_stride) */
+template <bool FOLD, int NTILES, bool STAGED>
+__global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : MAX_CHAIN_TILES), 1)
+    chunk_states_from_values_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
+                                    const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
+{
+    chain_block<false, FOLD, NTILES, STAGED, false, false, true>(p, w, segments, stages, NULL, NULL, &k_map, &v_map);
 }
 /* the 8-tile block with output warps: tensor maps of o (in bf16), q, k and v. BESIDE: kernel 1
    runs beside it (kernel1_beside_chain), and it waits for each chunk's flag from w.ready_from */
@@ -2112,7 +2239,7 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
  * that it models what runs. */
 typedef struct {
     int tiles, stages;
-    bool staged;
+    bool staged, from_values; /* from_values: values slots (chain_from_values) */
     size_t bytes;
 } chain_shape;
 
@@ -2142,23 +2269,24 @@ static size_t shared_bytes_per_block(void)
     return (size_t)per_block;
 }
 
-static chain_shape chain_shape_of(int tiles, size_t K, bool precise, bool staged)
+static chain_shape chain_shape_of(int tiles, size_t K, bool precise, bool staged, bool from_values)
 {
     const size_t per_block = shared_bytes_per_block();
     chain_shape shape;
     shape.tiles = tiles;
     shape.stages = 2;
     shape.staged = staged;
-    while (shape.stages < 4 && chain_shared_bytes(K, precise, shape.tiles, shape.stages + 1, staged) <= per_block)
+    shape.from_values = from_values;
+    while (shape.stages < 4 && chain_shared_bytes(K, precise, shape.tiles, shape.stages + 1, staged, from_values) <= per_block)
         shape.stages++;
-    shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages, staged);
+    shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages, staged, from_values);
     return shape;
 }
 /* The same blocks with the shallowest ring, two slots: the most blocks an SM (for
  * chain_launch_shape, and for stage 07's model of the waves its launches take) */
-static chain_shape two_slot_shape(int tiles, size_t K, bool precise, bool staged)
+static chain_shape two_slot_shape(int tiles, size_t K, bool precise, bool staged, bool from_values)
 {
-    const chain_shape shape = {tiles, 2, staged, chain_shared_bytes(K, precise, tiles, 2, staged)};
+    const chain_shape shape = {tiles, 2, staged, from_values, chain_shared_bytes(K, precise, tiles, 2, staged, from_values)};
     return shape;
 }
 
@@ -2173,13 +2301,23 @@ static chain_kernel chain_kernel_for(chain_shape shape)
         return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2, !FOLD> : chunk_states_kernel<PRECISE, FOLD, 1, !FOLD>;
     return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2, false> : chunk_states_kernel<PRECISE, FOLD, 1, false>;
 }
+typedef void (*chain_from_values_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int, const CUtensorMap, const CUtensorMap);
+template <bool FOLD>
+static chain_from_values_kernel from_values_kernel_for(chain_shape shape)
+{
+    if (shape.staged && !FOLD)
+        return chain_ntiles(shape.tiles) == 2 ? chunk_states_from_values_kernel<FOLD, 2, !FOLD> : chunk_states_from_values_kernel<FOLD, 1, !FOLD>;
+    return chain_ntiles(shape.tiles) == 2 ? chunk_states_from_values_kernel<FOLD, 2, false> : chunk_states_from_values_kernel<FOLD, 1, false>;
+}
 
 /* Blocks of a shape an SM holds at once (registers, shared memory, threads: the occupancy
  * query); 1 where no device answers. */
 template <bool PRECISE, bool FOLD>
 static size_t chain_blocks_per_sm(chain_shape shape)
 {
-    const int per_sm = kernel_blocks_per_sm(chain_kernel_for<PRECISE, FOLD>(shape), chain_block_threads(shape.tiles), shape.bytes);
+    const int threads = chain_block_threads(shape.tiles);
+    const int per_sm = !PRECISE && shape.from_values ? kernel_blocks_per_sm(from_values_kernel_for<FOLD>(shape), threads, shape.bytes)
+                                                     : kernel_blocks_per_sm(chain_kernel_for<PRECISE, FOLD>(shape), threads, shape.bytes);
     return per_sm < 1 ? 1 : (size_t)per_sm;
 }
 
@@ -2194,13 +2332,14 @@ static size_t chain_blocks_per_sm(chain_shape shape)
  * blocks are at least the SMs, or 8 tiles wide (not with FOLD). `outputs`: 8-tile blocks
  * would carry output warps (chain_tiles). */
 template <bool PRECISE, bool FOLD>
-static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool outputs)
+static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool outputs, bool from_values)
 {
     const int sms = gdn_sm_count();
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms, widest_chain_tiles(PRECISE), outputs);
     const size_t blocks = one_tile_blocks / tiles;
     const bool staged = !FOLD && (blocks >= (size_t)sms || tiles == MAX_CHAIN_TILES);
-    const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged), two_slots = two_slot_shape(tiles, K, PRECISE, staged);
+    const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged, from_values);
+    const chain_shape two_slots = two_slot_shape(tiles, K, PRECISE, staged, from_values);
     const auto waves = [&](chain_shape shape) {
         const size_t at_once = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(shape);
         return (blocks + at_once - 1) / at_once;
@@ -2216,12 +2355,31 @@ static bool outputs_possible(const gdn_device_problem *p)
     return !PRECISE && !FOLD && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
            output_block_bytes() <= shared_bytes_per_block();
 }
+/* Whether the chain makes Vnew from v as the one with output warps does (FROM_VALUES: Vnew = Tm
+ * Z, eq. 13 regrouped), so that kernel 1 writes the transform block alone and no W, U or
+ * decayed keys, for every launch: where k and v come by tensor maps (their boxes fit:
+ * tiles_by_tensor_map), not with --precise (whose W, S and Vnew carry low terms), and at K =
+ * 128. The trade: kernel 1's W, U and keys (2 K + V values a token) against a longer chain
+ * step (Z, and Tm's products, four deep); measured on an H200 (docs/06, the thirty-sixth step)
+ * it won at K = V = 128 (0.830 -> 0.693 ms at (2, 16384, 16), stage 07 at (1, 65536, 8) 0.826
+ * -> 0.743) and lost at K = V = 64 (0.208 -> 0.231 ms at (1, 16384, 8); 07 at (1, 131072, 8)
+ * 0.977 -> 1.001), where the step is shorter and the bytes fewer. Elsewhere the chain reads
+ * W, U and the decayed keys. One function for stage 06's launches and stage 07's model. */
+__host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t V, size_t H, size_t T, bool precise)
+{
+    return !precise && K == MAX_K && tiles_by_tensor_map(K, V, H, T);
+}
+template <bool PRECISE>
+static bool chain_from_values(const gdn_device_problem *p)
+{
+    return chain_from_values_sizes(p->K, p->V, p->H, p->T, PRECISE);
+}
 /* kernel 2's shape for `runs` segments of every head */
 template <bool PRECISE, bool FOLD>
 static chain_shape chain_shape_for(const gdn_device_problem *p, size_t runs, bool outputs)
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V);
-    return chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs);
+    return chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs, chain_from_values<PRECISE>(p));
 }
 /* whether kernel 2 over `runs` segments of every head makes o itself (and so reads no keys_t) */
 template <bool PRECISE>
@@ -2230,14 +2388,13 @@ static bool chain_makes_outputs(const gdn_device_problem *p, size_t runs)
     return outputs_possible<PRECISE, false>(p) && chain_shape_for<PRECISE, false>(p, runs, true).tiles == MAX_CHAIN_TILES;
 }
 
-/* What kernel 1 writes for `runs` segments of every head, folded first (stage 07) or not: W,
- * U and the decayed keys for a fold or a chain without output warps, the transform block for
- * the chain with them */
+/* What kernel 1 writes for the chains that follow it (folds, replays, with output warps or
+ * not): the transform block where they make Vnew from v (chain_from_values; the output warps'
+ * chain always does), else W, U and the decayed keys */
 template <bool PRECISE>
-static int chunk_parts_for(const gdn_device_problem *p, size_t runs, bool fold)
+static int chunk_parts_for(const gdn_device_problem *p)
 {
-    const bool outputs = chain_makes_outputs<PRECISE>(p, runs);
-    return (fold || !outputs ? WRITE_KEYS_T | WRITE_W_AND_U : 0) | (outputs ? WRITE_TRANSFORM : 0);
+    return chain_from_values<PRECISE>(p) ? WRITE_TRANSFORM : WRITE_KEYS_T | WRITE_W_AND_U;
 }
 
 /* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). With `r` (not
@@ -2280,6 +2437,17 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             return 0;
         }
     }
+    if constexpr (!PRECISE)
+        if (shape.from_values) {
+            CUtensorMap k_map, v_map;
+            if (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
+                make_token_tile_map(&v_map, p->v_bf16, p, p->V, values_tile_stride(values_tile_columns(shape.tiles, p->V))))
+                return -1;
+            const chain_from_values_kernel chunk_states = from_values_kernel_for<FOLD>(shape);
+            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages,
+                                       k_map, v_map);
+            return 0;
+        }
     const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape);
     CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
     return 0;
@@ -2360,11 +2528,10 @@ extern "C" size_t warp_specialized_kernel1_split(size_t heads, size_t chunks, si
     const size_t first = (size_t)split + 2;
     return first < chunks ? first : chunks - 1;
 }
-/* the same for a pass: only where kernel 1's launch asks for the transform block alone (the
-   chain carries output warps) */
-static size_t kernel1_split_chunk(const gdn_device_problem *p, int parts)
+/* the same for a pass: only where the chain carries output warps */
+static size_t kernel1_split_chunk(const gdn_device_problem *p)
 {
-    return parts == WRITE_TRANSFORM ? warp_specialized_kernel1_split(p->B * p->H, chunks_of(p->T), (size_t)gdn_sm_count()) : 0;
+    return chain_makes_outputs<false>(p, 1) ? warp_specialized_kernel1_split(p->B * p->H, chunks_of(p->T), (size_t)gdn_sm_count()) : 0;
 }
 static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, chain_segments whole, gdn_device_result *r,
                                 size_t split)
@@ -2408,10 +2575,10 @@ template <bool PRECISE>
 static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
-    const int parts = chunk_parts_for<PRECISE>(p, 1, false);
+    const int parts = chunk_parts_for<PRECISE>(p);
     bool outputs_done;
     if constexpr (!PRECISE)
-        if (const size_t split = kernel1_split_chunk(p, parts))
+        if (const size_t split = kernel1_split_chunk(p))
             return kernel1_beside_chain(p, w, whole, r, split);
     if (launch_prepare_chunks<PRECISE>(p, w, parts) ||
         launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
