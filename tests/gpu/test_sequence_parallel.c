@@ -90,9 +90,11 @@ END_TEST
 
 /* _i: (shape, with or without h0): many chunks, so that P = 64 cuts whole chunks, and chunk
  * counts P does not divide (segments of unequal length), a partial last chunk, K = V = 128,
- * K and V off the multiples of 16, several heads and batches. */
+ * K and V off the multiples of 16, several heads and batches; and K = 128 with two heads or
+ * more, where the folds and replays make Vnew from v (06's chain_from_values), V = 128 and V
+ * = 48 (a fold's block wider than V: its v tile holds V's columns alone). */
 static const test_shape long_shapes[] = {{1, 4096 + 100, 2, 64, 64}, {1, 8192, 1, 128, 128}, {2, 4500, 3, 48, 80},
-                                         {1, 1000, 4, 64, 64}};
+                                         {1, 1000, 4, 64, 64}, {1, 3000, 2, 128, 128}, {2, 2500, 3, 128, 48}};
 START_TEST(segments_on_long_sequences)
 {
     const int count = sizeof long_shapes / sizeof long_shapes[0];
