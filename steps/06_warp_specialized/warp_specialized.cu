@@ -48,7 +48,7 @@
  * compiled for that block alone where its launch asks for nothing else, five blocks an SM (the
  * thirty-fourth); where the fused blocks, one a head, leave SMs idle, kernel 1 makes the later
  * chunks there while the chain runs, which waits for each chunk's flag (the thirty-fifth:
- * kernel1_beside_chain); and at K = 128 every other chain (without output warps, stage 07's
+ * kernel1_beside_chain); and at K = V = 128 every other chain (without output warps, stage 07's
  * folds and replays too) makes Vnew from v the same way, by mma.sync, from the k tile in W's
  * place and a v tile, so that kernel 1 writes the transform block alone for every pass there
  * (the thirty-sixth: FROM_VALUES, chain_from_values).
@@ -60,7 +60,7 @@
  * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
  * Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and the
  * chain as FLA keeps it (fp32 with --precise); where the chain makes Vnew = Tm Z itself (with
- * output warps, and at K = 128: chain_from_values), the strictly lower part of Tm and Z =
+ * output warps, and at K = V = 128: chain_from_values), the strictly lower part of Tm and Z =
  * diag(beta) V - diag(beta e^gamma) K S0 instead of those four (Z's diagonal term in fp32),
  * and d Vnew where it enters the update; the joins of the triangular solve on tensor
  * cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where it
@@ -110,7 +110,7 @@
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape);
- *             making Vnew from v (K = 128: chain_from_values) the same blocks with slots of
+ *             making Vnew from v (K = V = 128: chain_from_values) the same blocks with slots of
  *             the k tile, the transform block and the block's v tile (43 KB at 128 columns,
  *             29 KB at 16: values_slot_bytes), 168 registers at two n-tiles a warp, 164 and
  *             144 (staged) at one
@@ -2204,7 +2204,7 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
      * share their places (tm_place_bytes): 53 KB a block */
     auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
     size_t launch_bytes = bytes;
-    if (!PRECISE && parts == WRITE_TRANSFORM && p->K == 128 &&
+    if (!PRECISE && parts == WRITE_TRANSFORM && p->K == 128 && p->V == 128 && /* that instance is compiled for K = V = 128 */
         kernel_blocks_per_sm(prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>, THREADS, transform_only_bytes) >= TRANSFORM_BLOCKS) {
         /* the transform block alone (the chain with output warps, K = V = 128): five blocks an SM */
         prepare_chunks = prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>;
@@ -2359,7 +2359,10 @@ static bool outputs_possible(const gdn_device_problem *p)
  * Z, eq. 13 regrouped), so that kernel 1 writes the transform block alone and no W, U or
  * decayed keys, for every launch: where k and v come by tensor maps (their boxes fit:
  * tiles_by_tensor_map), not with --precise (whose W, S and Vnew carry low terms), and at K =
- * 128. The trade: kernel 1's W, U and keys (2 K + V values a token) against a longer chain
+ * V = 128 (V = 128 too: at V = 48 and 64 the GPU suites failed, where kernel 1's launch took
+ * its transform-only instance, compiled for K = V = 128, and wrote each chunk's decay where a
+ * V = 128 workspace has it; that launch now asks for V = 128 as well, and those sizes keep W
+ * and U until a run has tested them: docs/06, the thirty-sixth step). The trade: kernel 1's W, U and keys (2 K + V values a token) against a longer chain
  * step (Z, and Tm's products, four deep); measured on an H200 (docs/06, the thirty-sixth step)
  * it won at K = V = 128 (0.830 -> 0.693 ms at (2, 16384, 16), stage 07 at (1, 65536, 8) 0.826
  * -> 0.743) and lost at K = V = 64 (0.208 -> 0.231 ms at (1, 16384, 8); 07 at (1, 131072, 8)
@@ -2367,7 +2370,7 @@ static bool outputs_possible(const gdn_device_problem *p)
  * W, U and the decayed keys. One function for stage 06's launches and stage 07's model. */
 __host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t V, size_t H, size_t T, bool precise)
 {
-    return !precise && K == MAX_K && tiles_by_tensor_map(K, V, H, T);
+    return !precise && K == MAX_K && V == MAX_K && tiles_by_tensor_map(K, V, H, T);
 }
 template <bool PRECISE>
 static bool chain_from_values(const gdn_device_problem *p)

@@ -91,8 +91,9 @@ END_TEST
 /* _i: (shape, with or without h0): many chunks, so that P = 64 cuts whole chunks, and chunk
  * counts P does not divide (segments of unequal length), a partial last chunk, K = V = 128,
  * K and V off the multiples of 16, several heads and batches; and K = 128 with two heads or
- * more, where the folds and replays make Vnew from v (06's chain_from_values), V = 128 and V
- * = 48 (a fold's block wider than V: its v tile holds V's columns alone). */
+ * more: at V = 128 the folds and replays make Vnew from v (06's chain_from_values), at V = 48
+ * they read W and U (this shape found kernel 1's transform-only instance, compiled for K = V =
+ * 128, run at V = 48: docs/06, the thirty-sixth step). */
 static const test_shape long_shapes[] = {{1, 4096 + 100, 2, 64, 64}, {1, 8192, 1, 128, 128}, {2, 4500, 3, 48, 80},
                                          {1, 1000, 4, 64, 64}, {1, 3000, 2, 128, 128}, {2, 2500, 3, 128, 48}};
 START_TEST(segments_on_long_sequences)
@@ -111,8 +112,10 @@ END_TEST
 /* _i: (shape, P of 2, 7, 64). Slow gates, log-uniform in [-1e-2, -1e-4]: a chunk keeps at least
  * e^-0.64 of its start state, so every segment's output depends on the segments before it
  * and a wrong start shows. (The generator's gates, log sigmoid of a normal, forget a chunk's
- * start within the chunk: there a stitch off by a rounding leaves no trace at all.) */
-static const test_shape slow_shapes[] = {{1, 4096 + 100, 2, 64, 64}, {1, 8192, 1, 128, 128}};
+ * start within the chunk: there a stitch off by a rounding leaves no trace at all.) The third
+ * shape's folds and replays make Vnew from v (K = V = 128, two heads: 06's chain_from_values),
+ * where a wrong decay e^gamma_C would show only with such gates. */
+static const test_shape slow_shapes[] = {{1, 4096 + 100, 2, 64, 64}, {1, 8192, 1, 128, 128}, {1, 4096 + 100, 2, 128, 128}};
 START_TEST(segments_with_slow_gates)
 {
     const size_t segments[] = {2, 7, 64};
@@ -210,7 +213,7 @@ Suite *sequence_parallel_suite(void)
     tcase_add_loop_test(cases, segments_on_the_grid, 0, 2 * test_grid_count);
     tcase_add_loop_test(cases, segments_on_more_shapes, 0, 2 * test_bf16_shape_count);
     tcase_add_loop_test(cases, segments_on_long_sequences, 0, 2 * (int)(sizeof long_shapes / sizeof long_shapes[0]));
-    tcase_add_loop_test(cases, segments_with_slow_gates, 0, 6);
+    tcase_add_loop_test(cases, segments_with_slow_gates, 0, 3 * (int)(sizeof slow_shapes / sizeof slow_shapes[0]));
     tcase_add_loop_test(cases, segments_with_extreme_gates, 0, 3);
     tcase_add_loop_test(cases, segments_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_test(cases, segments_refuse_large_keys);
