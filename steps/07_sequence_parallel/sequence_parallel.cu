@@ -213,8 +213,8 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
          * the two-slot ring: chain_launch_shape takes it where it gives fewer waves than the
          * deepest, and two slots allow the most blocks an SM; staged, as it is where its
          * blocks outnumber the SMs, the only case in which blocks an SM matter */
+        const bool from_values = chain_from_values_sizes(p->K, p->V, p->H, p->T, s->precise); /* 06's slots for these sizes */
         for (int i = 0; i < CHAIN_WIDTHS; i++) { /* 1, 2, 4 and 8 tiles; 0: a width stage 06 does not make */
-            const bool from_values = chain_from_values_sizes(p->K, p->V, p->H, p->T, s->precise);
             const chain_shape shallowest = two_slot_shape(1 << i, p->K, s->precise, true, from_values);
             blocks_per_sm[i] = (1 << i) > widest_chain_tiles(s->precise) ? 0
                                : s->precise                              ? chain_blocks_per_sm<true, false>(shallowest)
