@@ -1696,8 +1696,13 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
          * interleave (the update's four depth steps of one tile wait on each other; those of
          * the next tile need not wait for them), and their shared-memory loads are issued
          * early. */
-        auto chunk_step = [&](auto known_tiles) {
-            constexpr int TILES = decltype(known_tiles)::value;
+        auto chunk_step = [&](auto known_tiles, auto known_values_stride) {
+            constexpr int TILES = decltype(known_tiles)::value, VALUES_STRIDE = decltype(known_values_stride)::value;
+            /* with the key tiles known, so is the stride of W's (or the k tile's) rows, and
+               (FROM_VALUES) with the v tile's stride known, each fragment's or pair's address is
+               one base a lane plus a constant */
+            const int LDK_STEP = TILES ? 16 * TILES + KEY_STRIDE_PADDING : LDK;
+            [[maybe_unused]] const int LDV_STEP = VALUES_STRIDE ? VALUES_STRIDE : LDV;
             /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */
             bf16 *const states_out = STAGED ? stage_states : states_t, *const values_out = STAGED ? stage_values : new_values_t;
             bf16 *const states_low_out = STAGED ? stage_states_low : states_t + low_offset;
@@ -1730,7 +1735,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     if (!FOLD)
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
-                            const int at = (8 * u + g) * LDK + 16 * q + 8 * half + 2 * t;
+                            const int at = (8 * u + g) * LDK_STEP + 16 * q + 8 * half + 2 * t;
                             *(uint32_t *)&states_out[at] = state[u][half];
                             if (PRECISE)
                                 *(uint32_t *)&states_low_out[at] = state_low[PRECISE ? u : 0][half];
@@ -1739,7 +1744,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     uint32_t a[4];
-                    load_a_fragment(a, W, LDK, 16 * i, 16 * q);
+                    load_a_fragment(a, W, LDK_STEP, 16 * i, 16 * q);
 #pragma unroll
                     for (int u = 0; u < NTILES; u++) {
                         mma_bf16_16x8x16(values[u][i], a, state[u]);
@@ -1747,7 +1752,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                             mma_bf16_16x8x16(values[u][i], a, state_low[PRECISE ? u : 0]);
                     }
                     if (PRECISE) {
-                        load_a_fragment(a, W_low, LDK, 16 * i, 16 * q);
+                        load_a_fragment(a, W_low, LDK_STEP, 16 * i, 16 * q);
 #pragma unroll
                         for (int u = 0; u < NTILES; u++)
                             mma_bf16_16x8x16(values[u][i], a, state[u]);
@@ -1769,7 +1774,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                             const int token = 16 * i + g + 8 * half;
                             uint32_t pair = 0; /* a fold's identity columns: V is zero there */
                             if (!identity)
-                                pair = *(const uint32_t *)&values_tile[token * LDV + 8 * u + 2 * t];
+                                pair = *(const uint32_t *)&values_tile[token * LDV_STEP + 8 * u + 2 * t];
                             const __nv_bfloat162 two = *(const __nv_bfloat162 *)&pair;
                             const float factor = beta[token], scaled_factor = scaled_beta[token];
                             values[u][i][2 * half] = factor * __low2float(two) - scaled_factor * values[u][i][2 * half];
@@ -1858,7 +1863,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 for (int i = 0; i < 4; i++) {
                     uint32_t a[4];
                     if constexpr (FROM_VALUES)
-                        load_a_fragment_transposed(a, keys, LDK, 16 * q, 16 * i);
+                        load_a_fragment_transposed(a, keys, LDK_STEP, 16 * q, 16 * i);
                     else
                         load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
 #pragma unroll
@@ -1874,13 +1879,23 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
          * two n-tiles (the widest blocks) the copies' extra registers cost blocks an SM, and
          * --precise spilled */
         constexpr bool SPECIALIZED = !PRECISE && NTILES == 1;
+        using unknown = std::integral_constant<int, 0>;
         if (has_columns) {
-            if (SPECIALIZED && KP == 64)
-                chunk_step(std::integral_constant<int, SPECIALIZED ? 4 : 0>{});
+            if constexpr (FROM_VALUES && SPECIALIZED) {
+                /* made at K = V = 128 only (chain_from_values_sizes): 8 key tiles, and the v
+                   tile's stride that of one of the kernel's two block widths (chain_ntiles: 1 or
+                   2 tiles) */
+                constexpr int NARROW = values_tile_stride(16), WIDE = values_tile_stride(32);
+                if (LDV == NARROW)
+                    chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, NARROW>{});
+                else
+                    chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, WIDE>{});
+            } else if (SPECIALIZED && KP == 64)
+                chunk_step(std::integral_constant<int, SPECIALIZED ? 4 : 0>{}, unknown{});
             else if (SPECIALIZED && KP == 128)
-                chunk_step(std::integral_constant<int, SPECIALIZED ? 8 : 0>{});
+                chunk_step(std::integral_constant<int, SPECIALIZED ? 8 : 0>{}, unknown{});
             else
-                chunk_step(std::integral_constant<int, 0>{});
+                chunk_step(unknown{}, unknown{});
         }
         barrier_arrive(&empty[s]); /* this thread has read the slot */
         states_t += VP * LDK;
