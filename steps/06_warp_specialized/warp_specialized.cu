@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-sixth step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-seventh step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -51,7 +51,9 @@
  * kernel1_beside_chain); and at K = V = 128 every other chain (without output warps, stage 07's
  * folds and replays too) makes Vnew from v the same way, by mma.sync, from the k tile in W's
  * place and a v tile, so that kernel 1 writes the transform block alone for every pass there
- * (the thirty-sixth: FROM_VALUES, chain_from_values).
+ * (the thirty-sixth: FROM_VALUES, chain_from_values); and that chain's step is compiled with
+ * its strides known, each fragment's address one register a lane plus a constant (the
+ * thirty-seventh: LDK_STEP, LDV_STEP).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
