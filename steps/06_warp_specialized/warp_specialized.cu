@@ -1702,7 +1702,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             constexpr int TILES = decltype(known_tiles)::value, VALUES_STRIDE = decltype(known_values_stride)::value;
             /* with the key tiles known, so is the stride of W's (or the k tile's) rows, and
                (FROM_VALUES) with the v tile's stride known, each fragment's or pair's address is
-               one base a lane plus a constant */
+               one base a lane plus a constant (docs/06, the thirty-seventh step) */
             const int LDK_STEP = TILES ? 16 * TILES + KEY_STRIDE_PADDING : LDK;
             [[maybe_unused]] const int LDV_STEP = VALUES_STRIDE ? VALUES_STRIDE : LDV;
             /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */
@@ -2459,9 +2459,15 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     }
     if constexpr (!PRECISE)
         if (shape.from_values) {
+            const int values_stride = values_tile_stride(values_tile_columns(shape.tiles, p->V));
+            /* the one-n-tile blocks' step is compiled for K = 128 and two v-tile strides only
+               (chain_block, the thirty-seventh step): never run it on another */
+            if (chain_ntiles(shape.tiles) == 1 && (p->K != MAX_K || (values_stride != values_tile_stride(16) && values_stride != values_tile_stride(32))))
+                return gdn_set_error("the chain from v: K = %zu and a v tile of stride %d, where its step is compiled for K = %d and strides %d or %d",
+                                     p->K, values_stride, (int)MAX_K, values_tile_stride(16), values_tile_stride(32));
             CUtensorMap k_map, v_map;
             if (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
-                make_token_tile_map(&v_map, p->v_bf16, p, p->V, values_tile_stride(values_tile_columns(shape.tiles, p->V))))
+                make_token_tile_map(&v_map, p->v_bf16, p, p->V, values_stride))
                 return -1;
             const chain_from_values_kernel chunk_states = from_values_kernel_for<FOLD>(shape);
             CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages,
