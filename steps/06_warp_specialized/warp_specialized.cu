@@ -432,7 +432,10 @@ __host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise
 __host__ __device__ static inline size_t values_slot_transform_offset(size_t K) { return chain_w_bytes(K); }
 __host__ __device__ static inline size_t values_slot_decay_offset(size_t K) { return chain_w_bytes(K) + TRANSFORM_BYTES; }
 __host__ __device__ static inline size_t values_slot_values_offset(size_t K) { return values_slot_decay_offset(K) + 128; }
-__host__ __device__ static inline int values_tile_columns(int tiles, size_t V) { return 16 * tiles < round_up16(V) ? 16 * tiles : round_up16(V); }
+__host__ __device__ constexpr int values_tile_columns(int tiles, size_t V) /* (round_up16, written out: constexpr) */
+{
+    return 16 * tiles < (int)((V + 15) / 16 * 16) ? 16 * tiles : (int)((V + 15) / 16 * 16);
+}
 __host__ __device__ constexpr int values_tile_stride(int columns) { return columns + 8; }
 __host__ __device__ static inline size_t values_slot_bytes(size_t K, int tiles) /* (room for 16 tiles columns) */
 {
@@ -2385,6 +2388,15 @@ static bool outputs_possible(const gdn_device_problem *p)
  * -> 0.743) and lost at K = V = 64 (0.208 -> 0.231 ms at (1, 16384, 8); 07 at (1, 131072, 8)
  * 0.977 -> 1.001), where the step is shorter and the bytes fewer. Elsewhere the chain reads
  * W, U and the decayed keys. One function for stage 06's launches and stage 07's model. */
+/* the K and v-tile strides the one-n-tile from-values step is compiled for (chain_block) */
+__host__ __device__ constexpr bool one_n_tile_from_values_compiled(size_t K, int values_stride)
+{
+    return K == MAX_K && (values_stride == values_tile_stride(16) || values_stride == values_tile_stride(32));
+}
+static_assert(chain_ntiles(1) == 1 && chain_ntiles(2) == 1 && chain_ntiles(4) == 2 &&
+                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(1, MAX_K))) &&
+                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(2, MAX_K))),
+              "the one-n-tile blocks that make Vnew from v (1 or 2 tiles, K = V = 128) run a step compiled for them");
 __host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t V, size_t H, size_t T, bool precise)
 {
     return !precise && K == MAX_K && V == MAX_K && tiles_by_tensor_map(K, V, H, T);
@@ -2461,8 +2473,9 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
         if (shape.from_values) {
             const int values_stride = values_tile_stride(values_tile_columns(shape.tiles, p->V));
             /* the one-n-tile blocks' step is compiled for K = 128 and two v-tile strides only
-               (chain_block, the thirty-seventh step): never run it on another */
-            if (chain_ntiles(shape.tiles) == 1 && (p->K != MAX_K || (values_stride != values_tile_stride(16) && values_stride != values_tile_stride(32))))
+               (chain_block, the thirty-seventh step): never run it on another (the blocks made
+               today are those: one_n_tile_from_values_compiled, below) */
+            if (chain_ntiles(shape.tiles) == 1 && !one_n_tile_from_values_compiled(p->K, values_stride))
                 return gdn_set_error("the chain from v: K = %zu and a v tile of stride %d, where its step is compiled for K = %d and strides %d or %d",
                                      p->K, values_stride, (int)MAX_K, values_tile_stride(16), values_tile_stride(32));
             CUtensorMap k_map, v_map;
