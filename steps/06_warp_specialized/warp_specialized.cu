@@ -2375,6 +2375,15 @@ static bool outputs_possible(const gdn_device_problem *p)
     return !PRECISE && !FOLD && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
            output_block_bytes() <= shared_bytes_per_block();
 }
+/* the K and v-tile strides the one-n-tile from-values step is compiled for (chain_block) */
+__host__ __device__ constexpr bool one_n_tile_from_values_compiled(size_t K, int values_stride)
+{
+    return K == MAX_K && (values_stride == values_tile_stride(16) || values_stride == values_tile_stride(32));
+}
+static_assert(chain_ntiles(1) == 1 && chain_ntiles(2) == 1 && chain_ntiles(4) == 2 &&
+                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(1, MAX_K))) &&
+                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(2, MAX_K))),
+              "the one-n-tile blocks that make Vnew from v (1 or 2 tiles, K = V = 128) run a step compiled for them");
 /* Whether the chain makes Vnew from v as the one with output warps does (FROM_VALUES: Vnew = Tm
  * Z, eq. 13 regrouped), so that kernel 1 writes the transform block alone and no W, U or
  * decayed keys, for every launch: where k and v come by tensor maps (their boxes fit:
@@ -2388,15 +2397,6 @@ static bool outputs_possible(const gdn_device_problem *p)
  * -> 0.743) and lost at K = V = 64 (0.208 -> 0.231 ms at (1, 16384, 8); 07 at (1, 131072, 8)
  * 0.977 -> 1.001), where the step is shorter and the bytes fewer. Elsewhere the chain reads
  * W, U and the decayed keys. One function for stage 06's launches and stage 07's model. */
-/* the K and v-tile strides the one-n-tile from-values step is compiled for (chain_block) */
-__host__ __device__ constexpr bool one_n_tile_from_values_compiled(size_t K, int values_stride)
-{
-    return K == MAX_K && (values_stride == values_tile_stride(16) || values_stride == values_tile_stride(32));
-}
-static_assert(chain_ntiles(1) == 1 && chain_ntiles(2) == 1 && chain_ntiles(4) == 2 &&
-                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(1, MAX_K))) &&
-                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(2, MAX_K))),
-              "the one-n-tile blocks that make Vnew from v (1 or 2 tiles, K = V = 128) run a step compiled for them");
 __host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t V, size_t H, size_t T, bool precise)
 {
     return !precise && K == MAX_K && V == MAX_K && tiles_by_tensor_map(K, V, H, T);
@@ -2474,7 +2474,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             const int values_stride = values_tile_stride(values_tile_columns(shape.tiles, p->V));
             /* the one-n-tile blocks' step is compiled for K = 128 and two v-tile strides only
                (chain_block, the thirty-seventh step): never run it on another (the blocks made
-               today are those: one_n_tile_from_values_compiled, below) */
+               today are those: one_n_tile_from_values_compiled, above) */
             if (chain_ntiles(shape.tiles) == 1 && !one_n_tile_from_values_compiled(p->K, values_stride))
                 return gdn_set_error("the chain from v: K = %zu and a v tile of stride %d, where its step is compiled for K = %d and strides %d or %d",
                                      p->K, values_stride, (int)MAX_K, values_tile_stride(16), values_tile_stride(32));
