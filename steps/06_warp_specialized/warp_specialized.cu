@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-seventh step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-eighth step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -53,7 +53,8 @@
  * place and a v tile, so that kernel 1 writes the transform block alone for every pass there
  * (the thirty-sixth: FROM_VALUES, chain_from_values); and that chain's step is compiled with
  * its strides known, each fragment's address one register a lane plus a constant (the
- * thirty-seventh: LDK_STEP, LDV_STEP).
+ * thirty-seventh: LDK_STEP, LDV_STEP); the chain's consumers count their ring slot and its
+ * pass, not divide a 64-bit step index before each wait (the thirty-eighth).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -1685,7 +1686,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             }
 
     /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring:
-       counted, where dividing a 64-bit j cost some 20 dependent instructions before each wait */
+       counted, where dividing a 64-bit j put some 20 dependent instructions before each wait
+       (docs/06, the thirty-eighth step) */
     const int steps = (int)(end - first);
     for (int j = 0, s = 0, pass = 0; j < steps; j++) {
         const unsigned char *slot = slots + s * slot_bytes;
