@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-seventh step: the products are on tensor cores (the triangular
+ * This is the stage's thirty-eighth step: the products are on tensor cores (the triangular
  * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
  * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
  * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
@@ -53,7 +53,8 @@
  * place and a v tile, so that kernel 1 writes the transform block alone for every pass there
  * (the thirty-sixth: FROM_VALUES, chain_from_values); and that chain's step is compiled with
  * its strides known, each fragment's address one register a lane plus a constant (the
- * thirty-seventh: LDK_STEP, LDV_STEP).
+ * thirty-seventh: LDK_STEP, LDV_STEP); the chain's consumers count their ring slot and its
+ * pass, not divide a 64-bit step index before each wait (the thirty-eighth).
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -1378,14 +1379,14 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
             const int c = column0 + g + 8 * (r / 2), m = 8 * j + 2 * t + r % 2;
             S[j][r] = segments.starts ? segments.starts[((head * P + segment) * K + m) * V + c] : 0.0f;
         }
-    for (size_t chunk = first; chunk < end; chunk++) {
-        const size_t j = chunk - first;
-        const int s = (int)(j % stages);
+    /* step j reads slot s = j % stages on pass j / stages: counted (chain_block's consumers) */
+    const int steps = (int)(end - first);
+    for (int j = 0, s = 0, pass = 0; j < steps; j++) {
         const unsigned char *slot = slots + s * slot_bytes;
         const bf16 *const Tm = (const bf16 *)slot; /* the transform block */
         const float *const beta = (const float *)(slot + TRANSFORM_TM_BYTES), *const scaled_beta = beta + CHUNK, *const d = beta + 2 * CHUNK;
         const bf16 *const key_tile = output_tiles + (OUTPUT_TILES_PER_SLOT * s + 1) * OUTPUT_TILE, *const value_tile = key_tile + OUTPUT_TILE;
-        barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
+        barrier_wait(&full[s], (uint32_t)pass & 1);
         if (j > 0) /* the output warps have read the last chunk's S0^T */
             barrier_wait(states_free, (uint32_t)((j - 1) & 1));
         /* S0^T in bf16 into the staging tile: the output warps' S0^T, and this warpgroup's A of
@@ -1400,7 +1401,7 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
         }
         /* Y^T = S0^T K^T, once the warpgroup's four warps have written their S0^T rows (and the
            async proxy, which wgmma reads by, sees them) and the k and v tiles are here */
-        barrier_wait(&tiles_full[s], (uint32_t)((j / stages) & 1));
+        barrier_wait(&tiles_full[s], (uint32_t)pass & 1);
         fence_shared_for_bulk_store();
         chain_warpgroup_sync(warpgroup);
         float values[CHUNK / 8][4];
@@ -1476,6 +1477,10 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
         wgmma_commit_and_wait();
         wgmma_fence_operands(S);
         barrier_arrive(&tiles_empty[s]); /* this thread has read the k and v tiles */
+        if (++s == stages) {
+            s = 0;
+            pass++;
+        }
     }
     if (segment + 1 != P)
         return;
@@ -1680,9 +1685,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 S[u][q][r] = start;
             }
 
-    for (size_t chunk = first; chunk < end; chunk++) {
-        const size_t j = chunk - first;
-        const int s = (int)(j % stages);
+    /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring:
+       counted, where dividing a 64-bit j put some 20 dependent instructions before each wait
+       (docs/06, the thirty-eighth step) */
+    const int steps = (int)(end - first);
+    for (int j = 0, s = 0, pass = 0; j < steps; j++) {
         const unsigned char *slot = slots + s * slot_bytes;
         const bf16 *W = (const bf16 *)slot, *W_low = (const bf16 *)(slot + chain_w_bytes(K));
         const bf16 *keys_t = (const bf16 *)(slot + chain_keys_offset(K, PRECISE));
@@ -1693,7 +1700,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         const float *const scaled_beta = beta + CHUNK, *const d = beta + 2 * CHUNK;
         const int LDV = values_tile_stride(values_tile_columns(tiles, V)), values_first = block_column0 > value_column0 ? block_column0 : value_column0;
         const bf16 *const values_tile = (const bf16 *)(slot + values_slot_values_offset(K)) + (column0 - values_first); /* (not read where identity) */
-        barrier_wait(&full[s], (uint32_t)((j / stages) & 1));
+        barrier_wait(&full[s], (uint32_t)pass & 1);
         /* One chunk step of this warp's columns. TILES: the key tiles (KP / 16) where the
          * compiler is told them, 4 or 8 (K = 64, 128); 0: any K, a test per tile. The test
          * is a branch between the tiles, and code does not move across it: with TILES known
@@ -1905,6 +1912,10 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         barrier_arrive(&empty[s]); /* this thread has read the slot */
         states_t += VP * LDK;
         new_values_t += VP * TOKEN_STRIDE;
+        if (++s == stages) {
+            s = 0;
+            pass++;
+        }
     }
     if (STAGED && has_columns)
         bulk_store_wait(); /* the staging tiles stay until the stores are done */
