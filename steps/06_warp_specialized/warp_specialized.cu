@@ -9,52 +9,45 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-eighth step: the products are on tensor cores (the triangular
- * solve's joins too, in tf32), their fragments come by ldmatrix, and the chain kernel is warp-
- * specialized: a producer warp brings each chunk's W, decayed keys and U into a ring of 2 to 4
- * shared-memory slots by bulk copies (TMA) and mbarriers, while consumer warps keep the state
- * in the registers of their MMA accumulators for the whole sequence; where its blocks fill the
- * GPU, S0^T and Vnew^T leave it through staging tiles by bulk stores, whole lines, and kernel
- * 3 takes them in by bulk copies. Strided tiles of the inputs (kernel 3's q and k, kernel 1's
- * k and v) come by tensor copies where their boxes fit, o leaves through a staging tile in
- * whole rows, and kernel 1 runs four blocks an SM where they fit. The chain's step is compiled
- * with its key tiles known at K = 64 and 128 (no branch between the tiles, so their MMAs
- * interleave: docs/06, the tenth step), and kernels 1 and 3 with K = V = 64 or 128 known
- * (constant strides and bounds: the twelfth step); kernel 1's idle warps decay and transpose
- * the keys while two of them invert the diagonal blocks (the thirteenth); the chain and kernel
- * 3 start their blocks while the kernel before them ends (programmatic dependent launch: the
- * fourteenth); kernel 1 stores U in the order the chain's MMA fragments read it (the
- * fifteenth); where a head's 128 columns in one block still give nearly every SM a block, the
- * chain takes them so (W and the keys come into an SM once a chunk), with staged stores (the
- * sixteenth); and there, at K = V = 128, output warps in the same block do kernel 3's work
- * from the staging tiles, so that S0^T and Vnew^T never leave the SM and kernel 3 does not run
- * (the seventeenth step: four warps; the eighteenth: eight, sharing P through the k tile; the
- * nineteenth: from 70 % of the SMs); that chain takes the keys as given from the k tile the
- * output warps read, S += K^T (diag(d) Vnew), so kernel 1 writes no decayed keys there (the
- * twentieth); the output warps skip P's zero blocks (the twenty-first), and each ring slot's W
- * and U and its q and k are freed by their own last readers (the twenty-second), and the
- * output warps make o by wgmma, as two warpgroups, from tiles in its 128-byte-swizzled layout
- * (the twenty-third), and so does that chain, its state S^T the accumulators of one m64n128
- * product a warpgroup (the twenty-fourth); the fused kernel's swizzled stores take 32-bit
- * shared addresses, a row's pieces by XOR (the twenty-fifth), and its output warps make P's
- * factors by one 2^x each (the twenty-sixth), and so do kernels 1 and 3 (the twenty-seventh);
- * kernel 1 stages U a lane's four values by one 8-byte store (the twenty-eighth), and kernels
- * 1 and 3 skip the causal products' zero blocks (the twenty-ninth); kernel 1's W and U leave
- * by bulk stores (the thirtieth), its solve's join scratch at a stride without bank conflicts
- * (the thirty-first), and the fused kernel's o by tensor stores from the q tile, issued by the
- * producer's q and k lane (the thirty-second); and the chain with output warps makes Vnew = Tm
- * (diag(beta) V - diag(beta e^gamma) K S0) from the v tile itself, so that kernel 1 writes Tm
- * (8 KB a chunk) for it, not W and U (33 KB), and reads no v (the thirty-third); kernel 1 is
- * compiled for that block alone where its launch asks for nothing else, five blocks an SM (the
- * thirty-fourth); where the fused blocks, one a head, leave SMs idle, kernel 1 makes the later
- * chunks there while the chain runs, which waits for each chunk's flag (the thirty-fifth:
- * kernel1_beside_chain); and at K = V = 128 every other chain (without output warps, stage 07's
- * folds and replays too) makes Vnew from v the same way, by mma.sync, from the k tile in W's
- * place and a v tile, so that kernel 1 writes the transform block alone for every pass there
- * (the thirty-sixth: FROM_VALUES, chain_from_values); and that chain's step is compiled with
- * its strides known, each fragment's address one register a lane plus a constant (the
- * thirty-seventh: LDK_STEP, LDV_STEP); the chain's consumers count their ring slot and its
- * pass, not divide a 64-bit step index before each wait (the thirty-eighth).
+ * This is the stage's thirty-eighth step; what the steps built, by kernel (the numbers are
+ * steps: docs/06, "The steps at a glance", has a row and a section for each):
+ *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
+ *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
+ *                  them ends (programmatic dependent launch: 14)
+ *   kernel 1       (the state-independent work) k and v by tensor copies where their boxes
+ *                  fit (6), four blocks an SM (7, 8), fewer instructions (9, 11), K = V = 64
+ *                  or 128 compiled known (12), the keys decayed by idle warps while two
+ *                  invert the diagonal blocks (13), U stored in the chain's fragment order
+ *                  (15) by 8-byte stores (28), gate factors by one 2^x (27), the causal
+ *                  products' zero blocks skipped (29), W and U out by bulk stores (30), the
+ *                  join's scratch without bank conflicts (31); compiled for the transform
+ *                  block alone, five blocks an SM (34), and run beside the chain on the SMs
+ *                  its blocks leave idle (35: kernel1_beside_chain)
+ *   kernel 2       (the chain) warp-specialized: a producer warp fills a ring of 2 to 4
+ *                  shared-memory slots by bulk copies (TMA) and mbarriers, consumer warps
+ *                  keep S in their MMA accumulators for the whole sequence; S0^T and Vnew^T
+ *                  out through staging tiles by bulk stores where its blocks fill the GPU;
+ *                  the step compiled with its key tiles known (10) and its strides (37:
+ *                  LDK_STEP, LDV_STEP); a head's 128 columns in one block where that still
+ *                  gives nearly every SM a block (16); at K = V = 128 Vnew made from v, Vnew =
+ *                  Tm (diag(beta) V - diag(beta e^gamma) K S0), from the k tile in W's place,
+ *                  so kernel 1 writes the transform block alone (36: FROM_VALUES,
+ *                  chain_from_values; stage 07's folds and replays too); the ring's slot and
+ *                  pass counted, not divided from a 64-bit step index (38)
+ *   fused          (the 128-column chain with output warps, K = V = 128) output warps make o
+ *                  from the staging tiles, so S0^T and Vnew^T never leave the SM and kernel 3
+ *                  does not run (17; 18: eight warps sharing P through the k tile; 19: from
+ *                  70 % of the SMs); the keys as given, S += K^T (diag(d) Vnew) (20); P's zero
+ *                  blocks skipped (21); each slot's parts freed by their last readers (22); o
+ *                  by wgmma from 128-byte-swizzled tiles (23), and the chain too, S^T one
+ *                  m64n128 accumulator a warpgroup (24); swizzled stores by 32-bit addresses
+ *                  (25); P's factors by one 2^x (26); o out by tensor stores from the q tile
+ *                  (32); Vnew made from the v tile, so kernel 1 writes Tm (8 KB a chunk), not
+ *                  W and U (33 KB), and reads no v (33)
+ *   kernel 3       (o, where the fused kernel does not run) q and k by tensor copies, o
+ *                  through a staging tile in whole rows (6), K = V = 64 or 128 compiled known
+ *                  (12), gate factors by one 2^x (27), the causal products' zero blocks
+ *                  skipped (29)
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
