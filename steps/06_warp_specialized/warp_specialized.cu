@@ -1680,7 +1680,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
 
     /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring:
        counted, where dividing a 64-bit j put some 20 dependent instructions before each wait
-       (docs/06, the thirty-eighth step); 32 bits hold a segment's steps (T / 64 chunks) */
+       (docs/06, the thirty-eighth step; chain_states_role counts the same way); 32 bits hold a
+       segment's steps (T / 64 chunks) */
     const int steps = (int)(end - first);
     for (int j = 0, s = 0, pass = 0; j < steps; j++) {
         const unsigned char *slot = slots + s * slot_bytes;
