@@ -124,30 +124,33 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * groups(n): 16-column tiles of an n-column state. blocks_per_sm is the count for stage 06's
  * two-slot ring: chain_launch_shape takes two slots where they save a wave, so a launch runs
  * in the waves the two-slot ring allows. The constants are fitted to the H200 sweep of
- * docs/07 (medians for P = 1 .. 64 at six shapes): STEP_COST 1.6 for blocks of 2 tiles and
- * 3.1 for blocks of 4 (the middle of the band of costs that pick a good P at every shape and
- * never more segments for more heads: 1.5 .. 1.8 and 2.6 .. 3.5; one-tile steps got faster
- * than wide ones), 5.3 for blocks of 8 (measured, not fitted: ncu's replay step at (1, 65536,
- * 8, 128, 128), P = 16, 3.7 us against a one-tile block's 0.69 at P = 1), FOLD_STEP_COST_8
- * 3.0 for the fold's 8-tile step, which stores nothing a chunk, STEP_COST_WITH_OUTPUTS 8.1
- * (the replay's 8-tile step with output warps: 5.66 and 5.55 us at (1, 65536, 8 and 16, 128,
- * 128), P = 16 and 8) and OUTPUT_STEP 5.4 (kernel 3 at those shapes: 232 and 461 us for
- * 8192 and 16384 chunks of heads on 132 SMs, in one-tile steps of 0.69 us), SCAN_STEP (a
- * scan step: K FMAs a column, the next map copied into shared memory meanwhile) and FIXED
+ * docs/07 (the forty-third session's: medians for P = 1 .. 64 at thirteen shapes, after
+ * stage 06's thirty-eighth step): STEP_COST 1.8 for blocks of 2 tiles and 2.6 for blocks of
+ * 4 (inside the band that picks a P within 3 % of the best at every shape and never more
+ * segments for more heads: 1.72 .. 1.85 and 2.5 .. 2.7), 5.3 for blocks of 8 (measured, not
+ * fitted: ncu's replay step at (1, 65536, 8, 128, 128), P = 16, 3.7 us against a one-tile
+ * block's 0.69 at P = 1), FOLD_STEP_COST_8 3.0 for the fold's 8-tile step, which stores
+ * nothing a chunk, STEP_COST_WITH_OUTPUTS 4.8 (the replay's 8-tile step with output warps:
+ * 4.4 .. 5.0 fit; it was 8.1, before stage 06's later steps made that step cheaper) and
+ * OUTPUT_STEP 5.0 (kernel 3 a chunk of a head over the SMs, in one-tile steps: 4.5 .. 5.5
+ * fit), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared memory
+ * meanwhile) and FIXED
  * (two more launches, a fold's and a replay's pipeline start), so that the chosen P is one
  * whose measured time was within 3% of the best (checked with a new sweep each time stage
  * 06's chain blocks change: docs/07). Where the heads' one-tile blocks
  * alone give every SM a block, P = 1 without asking the model: the chain is then bound by the
- * GPU's throughput, not one block's latency, and a fold only adds work (measured at 32 heads
- * of K = V = 128: 2 segments 1.13 times one's time, 8 segments 1.38). */
+ * GPU's throughput, not one block's latency, and a fold mostly adds work (measured at 32
+ * heads of K = V = 128, 256 chunks: 2 segments 1.23 times one's time, 8 segments 1.08; 4,
+ * whose replay is 128 blocks with output warps, 0.963: stage 06 stays the one that runs
+ * where the heads fill the GPU, as the issue asks). */
 enum chain_launch_kind { FOLD_LAUNCH, REPLAY_LAUNCH, REPLAY_WITH_OUTPUTS };
 /* one launch's modelled time; with REPLAY_WITH_OUTPUTS, *outputs_in_chain says whether its
    blocks are the 8-tile ones that make o (stage 06's output warps) */
 static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
                               double steps, chain_launch_kind kind, bool *outputs_in_chain)
 {
-    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.6, 0.0, 3.1, 0.0, 0.0, 0.0, 5.3};
-    const double FOLD_STEP_COST_8 = 3.0, STEP_COST_WITH_OUTPUTS = 8.1;
+    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.8, 0.0, 2.6, 0.0, 0.0, 0.0, 5.3};
+    const double FOLD_STEP_COST_8 = 3.0, STEP_COST_WITH_OUTPUTS = 4.8;
     const auto width_index = [](int tiles) { return tiles == 1 ? 0 : tiles == 2 ? 1 : tiles == 4 ? 2 : 3; }; /* log2 */
     int widest = MAX_CHAIN_TILES; /* the widest blocks stage 06 makes (4 tiles with --precise) */
     while (widest > 1 && blocks_per_sm[width_index(widest)] == 0)
@@ -170,7 +173,7 @@ static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size
 static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
                              size_t P)
 {
-    const double SCAN_STEP = 2.0, FIXED = 14.0, OUTPUT_STEP = 5.4;
+    const double SCAN_STEP = 2.0, FIXED = 14.0, OUTPUT_STEP = 5.0;
     const size_t value_groups = (size_t)round_up16(V) / 16, fold_groups = value_groups + (size_t)round_up16(K) / 16;
     const double steps = (double)((chunks + P - 1) / P);
     /* stage 06's output warps: K = V = 128 in 8-tile blocks (none with --precise) */

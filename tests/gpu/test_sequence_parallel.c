@@ -168,18 +168,21 @@ START_TEST(automatic_segments_one_where_heads_fill_the_gpu)
 END_TEST
 
 /* Few heads and long sequences: P is one of the P whose time was within 3% of the best P
- * measured on the H200 (docs/07 "Choosing P": P = 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64 and
- * the model's own; docs/07's latest sweep); one chunk: 1; more heads never ask for
- * more segments. (At K = V = 128 the measured best moved with stage 06's seventeenth step, since
- * a replay of 8-tile blocks makes o in the chain: at 8 heads 16 segments, 10 % faster than 8;
- * at 16 heads 8 segments, 2.7 % faster than one, where one had been 8 % faster than 8.) */
+ * measured on the H200 (docs/07 "Choosing P", the forty-third session's sweep: P = 1 .. 64 at
+ * thirteen shapes); one chunk: 1; more heads never ask for more segments. (At K = V = 128 the
+ * replay's 128 blocks of 8 tiles with output warps are the cut to find: 8 segments at 16
+ * heads, 16 at 8, 32 at 4.) */
 START_TEST(automatic_segments_cut_long_sequences)
 {
     const size_t shapes[][8] = {/* B, T, H, K, V, then the good P (0: none more) */
-                                {1, 16384, 8, 64, 64, 8, 16, 0},     {1, 131072, 8, 64, 64, 16, 32, 33},
-                                {1, 65536, 8, 128, 128, 16, 0, 0},  {1, 16384, 1, 64, 64, 12, 16, 0},
-                                {1, 65536, 16, 128, 128, 1, 8, 0}};
-    for (int i = 0; i < 5; i++) {
+                                {1, 16384, 8, 64, 64, 8, 16, 0},      {1, 131072, 8, 64, 64, 16, 32, 0},
+                                {1, 65536, 8, 128, 128, 16, 0, 0},   {1, 16384, 1, 64, 64, 12, 16, 0},
+                                {1, 65536, 16, 128, 128, 8, 0, 0},   {1, 65536, 4, 128, 128, 32, 0, 0},
+                                {1, 65536, 2, 128, 128, 16, 32, 0},  {1, 131072, 2, 128, 128, 48, 64, 0},
+                                {1, 131072, 16, 128, 128, 8, 16, 0}, {1, 16384, 8, 128, 128, 16, 0, 0},
+                                {1, 32768, 8, 128, 128, 16, 0, 0},   {1, 16384, 16, 128, 128, 1, 8, 0}};
+    const int count = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int i = 0; i < count; i++) {
         const size_t *s = shapes[i], chunks = (s[1] + 63) / 64;
         size_t P = sequence_parallel_segments(s[0] * s[2], s[3], s[4], chunks, H200_SMS, h200_blocks_per_sm(s[3]));
         ck_assert_msg(P == s[5] || P == s[6] || P == s[7], "B=%zu T=%zu H=%zu K=%zu: P = %zu, not one of the measured best", s[0],
