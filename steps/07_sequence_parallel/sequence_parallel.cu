@@ -134,15 +134,14 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * 4.4 .. 5.0 fit; it was 8.1, before stage 06's later steps made that step cheaper) and
  * OUTPUT_STEP 5.0 (kernel 3 a chunk of a head over the SMs, in one-tile steps: 4.5 .. 5.5
  * fit), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared memory
- * meanwhile) and FIXED
- * (two more launches, a fold's and a replay's pipeline start), so that the chosen P is one
- * whose measured time was within 3% of the best (checked with a new sweep each time stage
- * 06's chain blocks change: docs/07). Where the heads' one-tile blocks
+ * meanwhile) and FIXED (two more launches, a fold's and a replay's pipeline start), so that
+ * the chosen P is one whose measured time was within 3% of the best (checked with a new
+ * sweep each time stage 06's chain blocks change: docs/07). Where the heads' one-tile blocks
  * alone give every SM a block, P = 1 without asking the model: the chain is then bound by the
  * GPU's throughput, not one block's latency, and a fold mostly adds work (measured at 32
  * heads of K = V = 128, 256 chunks: 2 segments 1.23 times one's time, 8 segments 1.08; 4,
- * whose replay is 128 blocks with output warps, 0.963: stage 06 stays the one that runs
- * where the heads fill the GPU, as the issue asks). */
+ * whose replay is 128 blocks with output warps, 0.963; P = 1 is kept there all the same, so
+ * that where the heads fill the GPU stage 07 runs exactly stage 06's launches). */
 enum chain_launch_kind { FOLD_LAUNCH, REPLAY_LAUNCH, REPLAY_WITH_OUTPUTS };
 /* one launch's modelled time; with REPLAY_WITH_OUTPUTS, *outputs_in_chain says whether its
    blocks are the 8-tile ones that make o (stage 06's output warps) */
