@@ -58,9 +58,9 @@
  * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
  * Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and the
  * chain as FLA keeps it (fp32 with --precise); where the chain makes Vnew = Tm Z itself (with
- * output warps, at K = V = 128, and at 64 where it pays: chain_from_values), the strictly lower part of Tm and Z =
- * diag(beta) V - diag(beta e^gamma) K S0 instead of those four (Z's diagonal term in fp32),
- * and d Vnew where it enters the update; the joins of the triangular solve on tensor
+ * output warps, at K = V = 128, and at 64 where it pays: chain_from_values), the strictly
+ * lower part of Tm and Z = diag(beta) V - diag(beta e^gamma) K S0 instead of those four (Z's
+ * diagonal term in fp32), and d Vnew where it enters the update; the joins of the triangular solve on tensor
  * cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where it
  * enters the state update (d Vnew with output warps) and the output (the fp32 state itself
  * is never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
@@ -108,8 +108,8 @@
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape);
- *             making Vnew from v (K = V = 128 or 64: chain_from_values) the same blocks with slots of
- *             the k tile, the transform block and the block's v tile (43 KB at 128 columns,
+ *             making Vnew from v (K = V = 128 or 64: chain_from_values) the same blocks
+ *             with slots of the k tile, the transform block and the block's v tile (43 KB at 128 columns,
  *             29 KB at 16: values_slot_bytes), 168 registers at two n-tiles a warp, 164 and
  *             144 (staged) at one
  *   kernel 3: (not run where the chain's output warps make o) a block per (head, chunk,
