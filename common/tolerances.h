@@ -37,5 +37,15 @@
  * run on the same bf16-rounded inputs, so the input rounding itself is not counted, and
  * with 5e-3, the bound FLA's own tests use for its bf16 kernels. */
 #define GDN_TOLERANCE_BF16 5e-3
+/* Two such stages against each other (07 against 06): each carries errors up to that bound,
+ * made in different places (07's fold and scan; and where stage 06's chain_from_values_pays
+ * answers differently for 07's P than for 06's one segment, a differently rounded chunk step),
+ * so against each other the two errors can add, as for float stages above: 1e-2. Each is
+ * still held to 5e-3 against the oracle. Measured (H200, slow gates, T = 4196, K = V = 64, P =
+ * 64: docs/06, the thirty-ninth step): 07 3.4e-3 and 06 4.4e-3 from the oracle, 5.2e-3 from
+ * each other; at K = V = 128 with the same form, 4.0e-3 and 4.1e-3, 3.8e-3 apart. A stage
+ * against an fp32 one (06 against 05's GPU twin) keeps the single bound: the fp32 side's error
+ * is far below it. */
+#define GDN_TOLERANCE_BF16_VS_STAGE 1e-2
 
 #endif

@@ -85,7 +85,10 @@ const test_shape test_bf16_shapes[] = {{1, 1, 1, 64, 64},    {1, 100, 3, 64, 64}
                                        {1, 130, 128, 128, 128},
                                        /* 96 heads: 8-tile blocks only because they carry output
                                         * warps (from 70 % of the SMs: widest_blocks_percent) */
-                                       {1, 130, 96, 128, 128}};
+                                       {1, 130, 96, 128, 128},
+                                       /* 32 heads of K = V = 64: the chains make Vnew from v
+                                        * (stage 06's chain_from_values_pays), a partial last chunk */
+                                       {2, 200, 16, 64, 64}};
 const int test_bf16_shape_count = sizeof test_bf16_shapes / sizeof test_bf16_shapes[0];
 
 void test_describe_shape(char *what, size_t size, test_shape shape, int with_h0)

@@ -33,7 +33,9 @@
  *                  Tm (diag(beta) V - diag(beta e^gamma) K S0), from the k tile in W's place,
  *                  so kernel 1 writes the transform block alone (36: FROM_VALUES,
  *                  chain_from_values; stage 07's folds and replays too); the ring's slot and
- *                  pass counted, not divided from a 64-bit step index (38)
+ *                  pass counted, not divided from a 64-bit step index (38); at K = V = 64
+ *                  Vnew from v too where heads x chunks outweigh the chain's depth (39:
+ *                  chain_from_values_pays)
  *   fused          (the 128-column chain with output warps, K = V = 128) output warps make o
  *                  from the staging tiles, so S0^T and Vnew^T never leave the SM and kernel 3
  *                  does not run (17; 18: eight warps sharing P through the k tile; 19: from
@@ -56,9 +58,9 @@
  * Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA rounds
  * Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and the
  * chain as FLA keeps it (fp32 with --precise); where the chain makes Vnew = Tm Z itself (with
- * output warps, and at K = V = 128: chain_from_values), the strictly lower part of Tm and Z =
- * diag(beta) V - diag(beta e^gamma) K S0 instead of those four (Z's diagonal term in fp32),
- * and d Vnew where it enters the update; the joins of the triangular solve on tensor
+ * output warps, at K = V = 128, and at 64 where it pays: chain_from_values), the strictly
+ * lower part of Tm and Z = diag(beta) V - diag(beta e^gamma) K S0 instead of those four (Z's
+ * diagonal term in fp32), and d Vnew where it enters the update; the joins of the triangular solve on tensor
  * cores, in tf32 (2^-11); the state S where it enters Vnew = U - W S, and Vnew where it
  * enters the state update (d Vnew with output warps) and the output (the fp32 state itself
  * is never rounded; FLA stores it in bf16 between chunks); P = Q K^T e^(gamma_i - gamma_j)
@@ -106,8 +108,8 @@
  *             from 96: the chain 152, the output warps 72, the producer's warpgroup 32;
  *             at 64 columns 4 slots and the staging tiles 198 KB: 1 block an SM (two slots,
  *             112 KB, 2 blocks an SM, where that saves a wave: chain_launch_shape);
- *             making Vnew from v (K = V = 128: chain_from_values) the same blocks with slots of
- *             the k tile, the transform block and the block's v tile (43 KB at 128 columns,
+ *             making Vnew from v (K = V = 128 or 64: chain_from_values) the same blocks
+ *             with slots of the k tile, the transform block and the block's v tile (43 KB at 128 columns,
  *             29 KB at 16: values_slot_bytes), 168 registers at two n-tiles a warp, 164 and
  *             144 (staged) at one
  *   kernel 3: (not run where the chain's output warps make o) a block per (head, chunk,
@@ -1888,11 +1890,15 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         using unknown = std::integral_constant<int, 0>;
         if (has_columns) {
             if constexpr (FROM_VALUES && SPECIALIZED) {
-                /* made at K = V = 128 only (chain_from_values_sizes): 8 key tiles, and the v
-                   tile's stride that of one of the kernel's two block widths (chain_ntiles: 1 or
-                   2 tiles) */
+                /* made at K = V = 64 and 128 only (chain_from_values_sizes): 4 or 8 key tiles,
+                   and the v tile's stride that of one of the kernel's two block widths
+                   (chain_ntiles: 1 or 2 tiles) */
                 constexpr int NARROW = values_tile_stride(16), WIDE = values_tile_stride(32);
-                if (LDV == NARROW)
+                if (KP == 64 && LDV == NARROW)
+                    chunk_step(std::integral_constant<int, 4>{}, std::integral_constant<int, NARROW>{});
+                else if (KP == 64)
+                    chunk_step(std::integral_constant<int, 4>{}, std::integral_constant<int, WIDE>{});
+                else if (LDV == NARROW)
                     chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, NARROW>{});
                 else
                     chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, WIDE>{});
@@ -2229,10 +2235,11 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
      * share their places (tm_place_bytes): 53 KB a block */
     auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
     size_t launch_bytes = bytes;
-    if (!PRECISE && parts == WRITE_TRANSFORM && p->K == 128 && p->V == 128 && /* that instance is compiled for K = V = 128 */
-        kernel_blocks_per_sm(prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>, THREADS, transform_only_bytes) >= TRANSFORM_BLOCKS) {
-        /* the transform block alone (the chain with output warps, K = V = 128): five blocks an SM */
-        prepare_chunks = prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>;
+    const auto transform_only = p->K == 64 ? prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 64> : prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>;
+    if (!PRECISE && parts == WRITE_TRANSFORM && p->K == p->V && (p->K == 64 || p->K == 128) && /* those instances know K = V */
+        kernel_blocks_per_sm(transform_only, THREADS, transform_only_bytes) >= TRANSFORM_BLOCKS) {
+        /* the transform block alone (the chains that make Vnew from v): five blocks an SM */
+        prepare_chunks = transform_only;
         launch_bytes = transform_only_bytes;
     } else if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
         /* K = V = 64 or 128, the common sizes, compiled with them known */
@@ -2383,55 +2390,72 @@ static bool outputs_possible(const gdn_device_problem *p)
 /* the K and v-tile strides the one-n-tile from-values step is compiled for (chain_block) */
 __host__ __device__ constexpr bool one_n_tile_from_values_compiled(size_t K, int values_stride)
 {
-    return K == MAX_K && (values_stride == values_tile_stride(16) || values_stride == values_tile_stride(32));
+    return (K == 64 || K == MAX_K) && (values_stride == values_tile_stride(16) || values_stride == values_tile_stride(32));
 }
 static_assert(chain_ntiles(1) == 1 && chain_ntiles(2) == 1 && chain_ntiles(4) == 2 &&
                   one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(1, MAX_K))) &&
-                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(2, MAX_K))),
-              "the one-n-tile blocks that make Vnew from v (1 or 2 tiles, K = V = 128) run a step compiled for them");
-/* Whether the chain makes Vnew from v as the one with output warps does (FROM_VALUES: Vnew = Tm
- * Z, eq. 13 regrouped), so that kernel 1 writes the transform block alone and no W, U or
+                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(2, MAX_K))) &&
+                  one_n_tile_from_values_compiled(64, values_tile_stride(values_tile_columns(1, 64))) &&
+                  one_n_tile_from_values_compiled(64, values_tile_stride(values_tile_columns(2, 64))),
+              "the one-n-tile blocks that make Vnew from v (1 or 2 tiles, K = V = 64 or 128) run a step compiled for them");
+/* Whether the chain can make Vnew from v as the one with output warps does (FROM_VALUES: Vnew
+ * = Tm Z, eq. 13 regrouped), so that kernel 1 writes the transform block alone and no W, U or
  * decayed keys, for every launch: where k and v come by tensor maps (their boxes fit:
  * tiles_by_tensor_map), not with --precise (whose W, S and Vnew carry low terms), and at K =
- * V = 128 (V = 128 too: at V = 48 and 64 the GPU suites failed, where kernel 1's launch took
- * its transform-only instance, compiled for K = V = 128, and wrote each chunk's decay where a
- * V = 128 workspace has it; that launch now asks for V = 128 as well, and those sizes keep W
- * and U until a run has tested them: docs/06, the thirty-sixth step). The trade: kernel 1's W, U and keys (2 K + V values a token) against a longer chain
- * step (Z, and Tm's products, four deep); measured on an H200 (docs/06, the thirty-sixth step)
- * it won at K = V = 128 (0.830 -> 0.693 ms at (2, 16384, 16), stage 07 at (1, 65536, 8) 0.826
- * -> 0.743) and lost at K = V = 64 (0.208 -> 0.231 ms at (1, 16384, 8); 07 at (1, 131072, 8)
- * 0.977 -> 1.001), where the step is shorter and the bytes fewer. Elsewhere the chain reads
- * W, U and the decayed keys. One function for stage 06's launches and stage 07's model. */
+ * V = 64 or 128, the sizes its step and kernel 1's transform-only instance are compiled for
+ * (at V = 48 and 64 the GPU suites once failed, where kernel 1 took an instance compiled for
+ * K = V = 128: docs/06, the thirty-sixth step). Stage 07's model asks this, for the slots. */
 __host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t V, size_t H, size_t T, bool precise)
 {
-    return !precise && K == MAX_K && V == MAX_K && tiles_by_tensor_map(K, V, H, T);
+    return !precise && K == V && (K == 64 || K == MAX_K) && tiles_by_tensor_map(K, V, H, T);
 }
-template <bool PRECISE>
-static bool chain_from_values(const gdn_device_problem *p)
+/* Whether it pays. The trade: kernel 1's W, U and keys (2 K + V values a token) against a longer
+ * chain step (Z, and Tm's products, four deep). At K = V = 128 it won everywhere it was
+ * measured (the thirty-sixth step: 0.830 -> 0.693 ms at (2, 16384, 16), stage 07 at (1, 65536,
+ * 8) 0.826 -> 0.743). At K = V = 64 the bytes are fewer and the step shorter, and it wins only
+ * where kernel 1's work, spread over the GPU, outweighs the steps the chain adds on its
+ * critical path (the thirty-ninth step, H200, ms: 06 at (2, 16384, 16) 0.421 -> 0.359 and (8,
+ * 4096, 16) 0.368 -> 0.307, 07 at (1, 16384, 8) P = 16 0.1485 -> 0.1403, (1, 131072, 8) 0.960
+ * -> 0.900, (1, 65536, 4) P = 32 0.290 -> 0.272; lost: 06 at (1, 16384, 8) 0.189 -> 0.203, 07
+ * at (1, 16384, 2) P = 16 0.0700 -> 0.0740). The first grows as heads x chunks, the second
+ * as the chain's depth in steps (chunks with one segment, a fold's and a replay's
+ * chunks / P with P), so from v where heads x chunks >= VALUES_AT_64_HEADS x depth: 24, inside
+ * the measured band (it lost at 8 and 16 equivalent heads, won at 32 and above). */
+enum { VALUES_AT_64_HEADS = 24 };
+__host__ __device__ static inline bool chain_from_values_pays(size_t K, size_t heads, size_t chunks, size_t P)
 {
-    return chain_from_values_sizes(p->K, p->V, p->H, p->T, PRECISE);
+    const size_t depth = P <= 1 ? chunks : 2 * ((chunks + P - 1) / P);
+    return K == MAX_K || heads * chunks >= (size_t)VALUES_AT_64_HEADS * depth;
 }
-/* kernel 2's shape for `runs` segments of every head */
+/* The choice, for every launch of a pass over P segments of each head (stage 06: P = 1):
+ * kernel 1's parts and every chain after it must agree. Elsewhere the chain reads W, U and the
+ * decayed keys. */
+template <bool PRECISE>
+static bool chain_from_values(const gdn_device_problem *p, size_t P)
+{
+    return chain_from_values_sizes(p->K, p->V, p->H, p->T, PRECISE) && chain_from_values_pays(p->K, p->B * p->H, chunks_of(p->T), P);
+}
+/* kernel 2's shape for `runs` of the P segments of every head */
 template <bool PRECISE, bool FOLD>
-static chain_shape chain_shape_for(const gdn_device_problem *p, size_t runs, bool outputs)
+static chain_shape chain_shape_for(const gdn_device_problem *p, size_t P, size_t runs, bool outputs)
 {
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V);
-    return chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs, chain_from_values<PRECISE>(p));
+    return chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs, chain_from_values<PRECISE>(p, P));
 }
 /* whether kernel 2 over `runs` segments of every head makes o itself (and so reads no keys_t) */
 template <bool PRECISE>
 static bool chain_makes_outputs(const gdn_device_problem *p, size_t runs)
 {
-    return outputs_possible<PRECISE, false>(p) && chain_shape_for<PRECISE, false>(p, runs, true).tiles == MAX_CHAIN_TILES;
+    return outputs_possible<PRECISE, false>(p) && chain_shape_for<PRECISE, false>(p, runs, runs, true).tiles == MAX_CHAIN_TILES;
 }
 
-/* What kernel 1 writes for the chains that follow it (folds, replays, with output warps or
- * not): the transform block where they make Vnew from v (chain_from_values; the output warps'
- * chain always does), else W, U and the decayed keys */
+/* What kernel 1 writes for the chains that follow it over P segments of each head (folds,
+ * replays, with output warps or not): the transform block where they make Vnew from v
+ * (chain_from_values; the output warps' chain always does), else W, U and the decayed keys */
 template <bool PRECISE>
-static int chunk_parts_for(const gdn_device_problem *p)
+static int chunk_parts_for(const gdn_device_problem *p, size_t P)
 {
-    return chain_from_values<PRECISE>(p) ? WRITE_TRANSFORM : WRITE_KEYS_T | WRITE_W_AND_U;
+    return chain_from_values<PRECISE>(p, P) ? WRITE_TRANSFORM : WRITE_KEYS_T | WRITE_W_AND_U;
 }
 
 /* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). With `r` (not
@@ -2444,7 +2468,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
     const size_t output_bytes = output_block_bytes();
     const bool outputs = r && outputs_done && outputs_possible<PRECISE, FOLD>(p); /* if the blocks are 8 tiles wide */
-    const chain_shape shape = chain_shape_for<PRECISE, FOLD>(p, runs, outputs);
+    const chain_shape shape = chain_shape_for<PRECISE, FOLD>(p, segments.count, runs, outputs);
     const size_t block_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
@@ -2477,11 +2501,11 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
     if constexpr (!PRECISE)
         if (shape.from_values) {
             const int values_stride = values_tile_stride(values_tile_columns(shape.tiles, p->V));
-            /* the one-n-tile blocks' step is compiled for K = 128 and two v-tile strides only
+            /* the one-n-tile blocks' step is compiled for K = 64 and 128 and two v-tile strides only
                (chain_block, the thirty-seventh step): never run it on another (the blocks made
                today are those: one_n_tile_from_values_compiled, above) */
             if (chain_ntiles(shape.tiles) == 1 && !one_n_tile_from_values_compiled(p->K, values_stride))
-                return gdn_set_error("the chain from v: K = %zu and a v tile of stride %d, where its step is compiled for K = %d and strides %d or %d",
+                return gdn_set_error("the chain from v: K = %zu and a v tile of stride %d, where its step is compiled for K = 64 or %d and strides %d or %d",
                                      p->K, values_stride, (int)MAX_K, values_tile_stride(16), values_tile_stride(32));
             CUtensorMap k_map, v_map;
             if (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
@@ -2619,7 +2643,7 @@ template <bool PRECISE>
 static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
-    const int parts = chunk_parts_for<PRECISE>(p);
+    const int parts = chunk_parts_for<PRECISE>(p, 1);
     bool outputs_done;
     if constexpr (!PRECISE)
         if (const size_t split = kernel1_split_chunk(p))

@@ -68,7 +68,7 @@ static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk
                                     gdn_device_result *r)
 {
     bool outputs_done;
-    if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p)))
+    if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, P)))
         return -1;
     if (P == 1) { /* stage 06 */
         const chain_segments whole = {1, 1, p->h0, r->ht};
@@ -215,7 +215,9 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
          * the two-slot ring: chain_launch_shape takes it where it gives fewer waves than the
          * deepest, and two slots allow the most blocks an SM; staged, as it is where its
          * blocks outnumber the SMs, the only case in which blocks an SM matter */
-        const bool from_values = chain_from_values_sizes(p->K, p->V, p->H, p->T, s->precise); /* 06's slots for these sizes */
+        /* 06's slots for these sizes (at K = V = 64 those of the chain from v, which runs where
+           blocks outnumber SMs, the one case the count matters: chain_from_values_pays) */
+        const bool from_values = chain_from_values_sizes(p->K, p->V, p->H, p->T, s->precise);
         for (int i = 0; i < CHAIN_WIDTHS; i++) { /* 1, 2, 4 and 8 tiles; 0: a width stage 06 does not make */
             const chain_shape shallowest = two_slot_shape(1 << i, p->K, s->precise, true, from_values);
             blocks_per_sm[i] = (1 << i) > widest_chain_tiles(s->precise) ? 0

@@ -145,7 +145,7 @@ static int rank_passes(const gdn_device_problem *p, chunk_workspace w, const ran
     const size_t runs = last ? P - 1 : P;
     /* 1. fold: every segment's map (07's fold, one more), composed into the slice's */
     CUDA_CHECK(cudaEventRecord(this_rank.started));
-    int status = launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p));
+    int status = launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, P));
     const chain_segments fold = {P, runs, NULL, b->maps};
     if (status == 0 && runs > 0)
         status = launch_chunk_states<PRECISE, true>(p, w, fold);

@@ -36,9 +36,11 @@ for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 4 --T 130 --H 40 --K 64 --V 32 $mode" # two-tile chain blocks; staged
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 72 $mode" # 5 tiles: one-tile blocks; staged
     sanitize 06_warp_specialized "--B 2 --T 150 --H 3 --K 64 --V 128 $mode" # kernel 3: 128-column blocks (default mode); plain stores
+    sanitize 06_warp_specialized "--B 2 --T 200 --H 16 --K 64 --V 64 $mode" # K = V = 64 from v (default mode): one-tile blocks, plain stores
+    sanitize 06_warp_specialized "--B 4 --T 200 --H 16 --K 64 --V 64 $mode" # the same, two-tile blocks, staged
     sanitize 07_sequence_parallel "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 --segments 3 $mode"
     sanitize 07_sequence_parallel "--B 1 --T 200 --H 1 --K 128 --V 72 --h0 $mode"
-    sanitize 07_sequence_parallel "--B 4 --T 300 --H 40 --K 64 --V 64 --segments 3 $mode" # four-tile fold and replay; staged replay
+    sanitize 07_sequence_parallel "--B 4 --T 300 --H 40 --K 64 --V 64 --segments 3 $mode" # four-tile fold and replay; staged replay; K = V = 64 from v (default mode)
     sanitize 08_context_parallel_cuda "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 --segments 2 $mode" \
         "mpirun -q -np 2 --oversubscribe --mca btl_vader_single_copy_mechanism none" " "
 done
