@@ -100,7 +100,7 @@ Suite *gpu_stages_suite(void); /* tests/gpu/, in their own runner */
 Suite *tensor_core_stage_suite(void);
 Suite *sequence_parallel_suite(void);
 Suite *segment_choice_suite(void);
-Suite *kernel1_split_choice_suite(void); /* host code of stage 06: runs with or without a GPU */
+Suite *warp_specialized_choice_suite(void); /* host code of stage 06: runs with or without a GPU */
 Suite *context_parallel_cuda_suite(void); /* host code of stage 07: runs with or without a GPU */
 
 #endif

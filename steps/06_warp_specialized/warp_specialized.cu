@@ -131,7 +131,7 @@
 #include "../../common/bulk_copy.cuh" /* the TMA ring's PTX: mbarriers and bulk copies */
 #include "../../common/wgmma.cuh"      /* the output warps' wgmma, from swizzled tiles */
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
-#include "warp_specialized.h" /* warp_specialized_kernel1_split */
+#include "warp_specialized.h" /* warp_specialized_kernel1_split, warp_specialized_values_pay */
 #include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
 extern "C" { /* stage 05's flop count: the same algebra */
 #include "../05_wy_chunked/wy_chunked.h"
@@ -2600,6 +2600,12 @@ extern "C" size_t warp_specialized_kernel1_split(size_t heads, size_t chunks, si
 static size_t kernel1_split_chunk(const gdn_device_problem *p)
 {
     return chain_makes_outputs<false>(p, 1) ? warp_specialized_kernel1_split(p->B * p->H, chunks_of(p->T), (size_t)gdn_sm_count()) : 0;
+}
+/* whether the chains of a pass make Vnew from v (warp_specialized.h; tested on its own, as
+   host code): chain_from_values_pays */
+extern "C" int warp_specialized_values_pay(size_t K, size_t heads, size_t chunks, size_t P)
+{
+    return chain_from_values_pays(K, heads, chunks, P);
 }
 static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, chain_segments whole, gdn_device_result *r,
                                 size_t split)

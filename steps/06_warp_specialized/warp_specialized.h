@@ -14,6 +14,12 @@ extern "C" {
  * the chain (too few chunks, or too few SMs left idle). See warp_specialized.cu for the model. */
 size_t warp_specialized_kernel1_split(size_t heads, size_t chunks, size_t sms);
 
+/* Whether a pass over `heads` sequences of `chunks` chunks, cut into P segments (stage 06: 1),
+ * has its chains make Vnew from v at K = V = `K` (64 or 128, where they can), so that kernel 1
+ * writes the transform block alone (docs/06, the thirty-ninth step). See warp_specialized.cu
+ * (chain_from_values_pays) for the rule. */
+int warp_specialized_values_pay(size_t K, size_t heads, size_t chunks, size_t P);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,8 +3,9 @@
  * Separate from tests/run_tests.c because it runs without fork (CK_NOFORK): a CUDA context
  * does not survive fork(), and one context for the whole run is also faster than one per
  * test. Where no CUDA device answers it prints one line saying why and runs only the suites
- * of host code (stage 07's choice of segments, stage 06's split of kernel 1), so `make test` passes on machines without a
- * GPU (CI); on a GPU machine every test runs. */
+ * of host code (stage 07's choice of segments, stage 06's split of kernel 1 and its chains'
+ * form), so `make test` passes on machines without a GPU (CI); on a GPU machine every test
+ * runs. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,7 +15,7 @@
 int main(void)
 {
     SRunner *runner = srunner_create(segment_choice_suite());
-    srunner_add_suite(runner, kernel1_split_choice_suite());
+    srunner_add_suite(runner, warp_specialized_choice_suite());
     if (gdn_cuda_device_present()) {
         srunner_add_suite(runner, gpu_stages_suite());
         srunner_add_suite(runner, tensor_core_stage_suite());

@@ -175,6 +175,31 @@ START_TEST(kernel1_split_where_measured)
 }
 END_TEST
 
+/* The chain from v at K = V = 64 (docs/06, the thirty-ninth step), against the H200 runs that
+ * set it: taken where it was faster, left where it was slower; always at K = 128 */
+START_TEST(values_pay_where_measured)
+{
+    const size_t faster[][3] = {/* heads, chunks, P */
+                                {32, 256, 1},   /* 06 (2, 16384, 16): 0.4223 -> 0.3594 ms */
+                                {128, 64, 1},   /* 06 (8, 4096, 16): 0.3688 -> 0.3087 */
+                                {8, 256, 16},   /* 07 (1, 16384, 8): 0.1479 -> 0.1399 */
+                                {8, 2048, 16},  /* 07 (1, 131072, 8): 0.9661 -> 0.9078 */
+                                {4, 1024, 32}}, /* 07 (1, 65536, 4): 0.2911 -> 0.2729 */
+        slower[][3] = {{8, 256, 1},             /* 06 (1, 16384, 8): 0.1888 -> 0.2033 */
+                       {2, 256, 16}};           /* 07 (1, 16384, 2): 0.0700 -> 0.0740 */
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(warp_specialized_values_pay(64, faster[i][0], faster[i][1], faster[i][2]),
+                      "K = 64, %zu heads of %zu chunks, P = %zu: measured faster from v, not taken", faster[i][0], faster[i][1],
+                      faster[i][2]);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(!warp_specialized_values_pay(64, slower[i][0], slower[i][1], slower[i][2]),
+                      "K = 64, %zu heads of %zu chunks, P = %zu: measured slower from v, taken", slower[i][0], slower[i][1],
+                      slower[i][2]);
+        ck_assert(warp_specialized_values_pay(128, slower[i][0], slower[i][1], slower[i][2]));
+    }
+}
+END_TEST
+
 START_TEST(tensor_cores_refuse_large_keys) { test_refuses_keys_of_129(&warp_specialized_stage, 0, 4400); }
 END_TEST
 
@@ -195,11 +220,12 @@ Suite *tensor_core_stage_suite(void)
     return suite;
 }
 
-Suite *kernel1_split_choice_suite(void)
+Suite *warp_specialized_choice_suite(void)
 {
-    Suite *suite = suite_create("kernel1_split_choice");
-    TCase *cases = tcase_create("06_kernel1_beside_the_chain");
+    Suite *suite = suite_create("warp_specialized_choices");
+    TCase *cases = tcase_create("06_host_choices");
     tcase_add_test(cases, kernel1_split_where_measured);
+    tcase_add_test(cases, values_pay_where_measured);
     suite_add_tcase(suite, cases);
     return suite;
 }
