@@ -1906,7 +1906,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             } else if (FROM_VALUES && FOLD && NTILES == 2 && KP == 64 && LDV == values_tile_stride(64)) {
                 /* a fold's two-n-tile blocks (4 or 8 tiles) at K = V = 64: 4 key tiles, the v tile
                    64 + 8 wide (docs/06, the fortieth step); not the other chains' two-n-tile blocks
-                   (ptxas spilled 20 bytes there) */
+                   (ptxas spilled 20 bytes there); the constants read FOLD so that those
+                   kernels, where this branch is never taken, compile no copy of the step */
                 constexpr int SIXTY_FOUR = values_tile_stride(64);
                 chunk_step(std::integral_constant<int, FOLD ? 4 : 0>{}, std::integral_constant<int, FOLD ? SIXTY_FOUR : 0>{});
             } else if (SPECIALIZED && KP == 64)
