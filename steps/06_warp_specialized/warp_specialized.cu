@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's thirty-eighth step; what the steps built, by kernel (the numbers are
+ * This is the stage's fortieth step; what the steps built, by kernel (the numbers are
  * steps: docs/06, "The steps at a glance", has a row and a section for each):
  *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
  *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
@@ -35,7 +35,8 @@
  *                  chain_from_values; stage 07's folds and replays too); the ring's slot and
  *                  pass counted, not divided from a 64-bit step index (38); at K = V = 64
  *                  Vnew from v too where heads x chunks outweigh the chain's depth (39:
- *                  chain_from_values_pays)
+ *                  chain_from_values_pays), and a fold's two-n-tile step there compiled
+ *                  with its tiles and strides known (40)
  *   fused          (the 128-column chain with output warps, K = V = 128) output warps make o
  *                  from the staging tiles, so S0^T and Vnew^T never leave the SM and kernel 3
  *                  does not run (17; 18: eight warps sharing P through the k tile; 19: from
@@ -1902,6 +1903,13 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, NARROW>{});
                 else
                     chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, WIDE>{});
+            } else if (FROM_VALUES && FOLD && NTILES == 2 && KP == 64 && LDV == values_tile_stride(64)) {
+                /* a fold's two-n-tile blocks (4 or 8 tiles) at K = V = 64: 4 key tiles, the v tile
+                   64 + 8 wide (docs/06, the fortieth step); not the other chains' two-n-tile blocks
+                   (ptxas spilled 20 bytes there); the constants read FOLD so that those
+                   kernels, where this branch is never taken, compile no copy of the step */
+                constexpr int SIXTY_FOUR = values_tile_stride(64);
+                chunk_step(std::integral_constant<int, FOLD ? 4 : 0>{}, std::integral_constant<int, FOLD ? SIXTY_FOUR : 0>{});
             } else if (SPECIALIZED && KP == 64)
                 chunk_step(std::integral_constant<int, SPECIALIZED ? 4 : 0>{}, unknown{});
             else if (SPECIALIZED && KP == 128)

@@ -134,7 +134,11 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * 4.4 .. 5.0 fit; it was 8.1, before stage 06's later steps made that step cheaper) and
  * OUTPUT_STEP 5.0 (kernel 3 a chunk of a head over the SMs, in one-tile steps: 4.5 .. 5.5
  * fit), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared memory
- * meanwhile) and FIXED (two more launches, a fold's and a replay's pipeline start), so that
+ * meanwhile) and FIXED (the scan's launch and its first maps, two more launches, a fold's and
+ * a replay's pipeline start): 31, refitted to the forty-fifth session's sweep of 64 and 128
+ * chunks (docs/07 "Choosing P": 30 .. 33 picks a good P at all of its six shapes; it was 14,
+ * which cut 64 chunks of 8 and 16 heads into 5 and 3 segments, 11 and 20 % slower than one;
+ * by ncu the scan alone takes 29 us at K = 64 whatever P, some 50 one-tile steps), so that
  * the chosen P is one whose measured time was within 3% of the best (checked with a new
  * sweep each time stage 06's chain blocks change: docs/07). Where the heads' one-tile blocks
  * alone give every SM a block, P = 1 without asking the model: the chain is then bound by the
@@ -172,7 +176,7 @@ static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size
 static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
                              size_t P)
 {
-    const double SCAN_STEP = 2.0, FIXED = 14.0, OUTPUT_STEP = 5.0;
+    const double SCAN_STEP = 2.0, FIXED = 31.0, OUTPUT_STEP = 5.0;
     const size_t value_groups = (size_t)round_up16(V) / 16, fold_groups = value_groups + (size_t)round_up16(K) / 16;
     const double steps = (double)((chunks + P - 1) / P);
     /* stage 06's output warps: K = V = 128 in 8-tile blocks (none with --precise) */
