@@ -138,7 +138,8 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * a replay's pipeline start): 31, refitted to the forty-fifth session's sweep of 64 and 128
  * chunks (docs/07 "Choosing P": 30 .. 33 picks a good P at all of its six shapes; it was 14,
  * which cut 64 chunks of 8 and 16 heads into 5 and 3 segments, 11 and 20 % slower than one;
- * by ncu the scan alone takes 29 us at K = 64 whatever P, some 50 one-tile steps), so that
+ * by ncu the scan alone takes 29 us at K = 64, P = 16, at one head or eight: some 50
+ * one-tile steps), so that
  * the chosen P is one whose measured time was within 3% of the best (checked with a new
  * sweep each time stage 06's chain blocks change: docs/07). Where the heads' one-tile blocks
  * alone give every SM a block, P = 1 without asking the model: the chain is then bound by the
