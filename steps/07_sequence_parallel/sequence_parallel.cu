@@ -135,7 +135,7 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * OUTPUT_STEP 5.0 (kernel 3 a chunk of a head over the SMs, in one-tile steps: 4.5 .. 5.5
  * fit), SCAN_STEP (a scan step: K FMAs a column, the next map copied into shared memory
  * meanwhile) and FIXED (the scan's launch and its first maps, two more launches, a fold's and
- * a replay's pipeline start): 31, refitted to the forty-fifth session's sweep of 64 and 128
+ * a replay's pipeline start): 31, refitted to the forty-fifth session's sweep of 32 to 128
  * chunks (docs/07 "Choosing P": 30 .. 33 picks a good P at all of its six shapes; it was 14,
  * which cut 64 chunks of 8 and 16 heads into 5 and 3 segments, 11 and 20 % slower than one;
  * by ncu the scan alone takes 29 us at K = 64, P = 16, at one head or eight: some 50
