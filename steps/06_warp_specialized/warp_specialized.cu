@@ -1888,6 +1888,9 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
          * two n-tiles (the widest blocks) the copies' extra registers cost blocks an SM, and
          * --precise spilled */
         constexpr bool SPECIALIZED = !PRECISE && NTILES == 1;
+        /* and where a fold's two-n-tile blocks make Vnew from v (K = V = 64 only: the fortieth
+           step); not the other chains' two-n-tile blocks (ptxas spilled 20 bytes there) */
+        constexpr bool FOLD_SPECIALIZED = FROM_VALUES && FOLD && NTILES == 2;
         using unknown = std::integral_constant<int, 0>;
         if (has_columns) {
             if constexpr (FROM_VALUES && SPECIALIZED) {
@@ -1903,13 +1906,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, NARROW>{});
                 else
                     chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, WIDE>{});
-            } else if (FROM_VALUES && FOLD && NTILES == 2 && KP == 64 && LDV == values_tile_stride(64)) {
-                /* a fold's two-n-tile blocks (4 or 8 tiles) at K = V = 64: 4 key tiles, the v tile
-                   64 + 8 wide (docs/06, the fortieth step); not the other chains' two-n-tile blocks
-                   (ptxas spilled 20 bytes there); the constants read FOLD so that those
-                   kernels, where this branch is never taken, compile no copy of the step */
+            } else if (FOLD_SPECIALIZED && KP == 64 && LDV == values_tile_stride(64)) {
+                /* 4 or 8 tiles at K = V = 64: 4 key tiles, the v tile 64 + 8 wide */
                 constexpr int SIXTY_FOUR = values_tile_stride(64);
-                chunk_step(std::integral_constant<int, FOLD ? 4 : 0>{}, std::integral_constant<int, FOLD ? SIXTY_FOUR : 0>{});
+                chunk_step(std::integral_constant<int, FOLD_SPECIALIZED ? 4 : 0>{},
+                           std::integral_constant<int, FOLD_SPECIALIZED ? SIXTY_FOUR : 0>{});
             } else if (SPECIALIZED && KP == 64)
                 chunk_step(std::integral_constant<int, SPECIALIZED ? 4 : 0>{}, unknown{});
             else if (SPECIALIZED && KP == 128)
