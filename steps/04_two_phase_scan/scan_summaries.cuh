@@ -57,7 +57,9 @@ __device__ static void copy_map_row(float *to, const float *from, size_t K, bool
  * four floats at a time, and start_s's four columns come in one read: 5 shared reads for 16
  * multiply-adds (a thread a sum took 8 for 4). What they wait for: A_s, copied into shared
  * memory (two buffers) while step s - 1 summed, and B_s, read into registers at step s - 1, so
- * that no step starts with a read from global memory. */
+ * that no step starts with a read from global memory. The copy's own instructions are part of
+ * a step too: at K = 128 the TMA unit makes them one a row (docs/07, "The scan": a step there
+ * 20 % shorter; at K = 64 the bulk copies' issue cost more than the 8 cp.async it saved). */
 template <int MAX_K>
 __global__ void __launch_bounds__(MAX_K * SCAN_THREADS_A_ROW)
 scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, float *starts)
