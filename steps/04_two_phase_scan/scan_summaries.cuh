@@ -11,6 +11,7 @@
 #include <cuda_pipeline_primitives.h>
 #include <stdint.h>
 
+#include "../../common/bulk_copy.cuh" /* the TMA unit's copies and their barriers (K = 128) */
 #include "../../common/cuda_check.h"
 #include "../../common/device.h"
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
@@ -26,19 +27,26 @@ __host__ __device__ static inline size_t scan_map_stride(size_t K) { return (K +
 enum { SCAN_COLUMNS_A_THREAD = 4, SCAN_THREADS_A_ROW = SCAN_COLUMNS / SCAN_COLUMNS_A_THREAD };
 static_assert(SCAN_COLUMNS_A_THREAD == 4, "a thread's columns travel as one float4");
 
-/* Row i of A_s (at from, K floats) into shared memory (at to) by cp.async, by the
- * SCAN_THREADS_A_ROW threads that sum row i (this one is `part` of them): pieces part, part +
- * SCAN_THREADS_A_ROW, ..., so no thread divides to find its row. 16-byte pieces where K, W and
- * the map are 16-byte aligned (whole), else 4-byte ones. The copy goes on while the block sums
- * the step before; the caller commits, waits and syncs. */
-__device__ static void copy_map_row(float *to, const float *from, size_t K, bool whole, unsigned part)
+/* Row i of A_s (at from, K floats) into shared memory (at to), by the SCAN_THREADS_A_ROW
+ * threads that sum row i (this one is `part` of them). At K = 128 (MAX_K) with 16-byte rows
+ * (K, W and the maps 16-byte aligned: by_tma) the TMA unit copies it, one bulk copy issued by
+ * the row's first thread, counted on `landed`: there a row is 32 pieces, 16 cp.async a thread
+ * a step. Else by cp.async, pieces part, part + SCAN_THREADS_A_ROW, ..., so no thread divides
+ * to find its row: 16-byte pieces where rows are whole (whole), else 4-byte ones. The copy goes
+ * on while the block sums the step before; the caller commits, waits and syncs. */
+__device__ static void copy_map_row(float *to, const float *from, size_t K, bool whole, bool by_tma, unsigned part,
+                                    uint64_t *landed)
 {
-    if (whole)
+    if (by_tma) {
+        if (part == 0)
+            bulk_copy(to, from, (uint32_t)(K * sizeof(float)), landed);
+    } else if (whole) {
         for (size_t piece = part; piece < K / 4; piece += SCAN_THREADS_A_ROW)
             __pipeline_memcpy_async(to + 4 * piece, from + 4 * piece, 16);
-    else
+    } else {
         for (size_t e = part; e < K; e += SCAN_THREADS_A_ROW)
             __pipeline_memcpy_async(to + e, from + e, 4);
+    }
 }
 
 /* Start states of every segment: block (head, SCAN_COLUMNS columns), thread (row i, columns
@@ -49,7 +57,9 @@ __device__ static void copy_map_row(float *to, const float *from, size_t K, bool
  * four floats at a time, and start_s's four columns come in one read: 5 shared reads for 16
  * multiply-adds (a thread a sum took 8 for 4). What they wait for: A_s, copied into shared
  * memory (two buffers) while step s - 1 summed, and B_s, read into registers at step s - 1, so
- * that no step starts with a read from global memory. */
+ * that no step starts with a read from global memory. The copy's own instructions are part of
+ * a step too: at K = 128 the TMA unit makes them one a row (docs/07, "The scan": a step there
+ * 20 % shorter; at K = 64 the bulk copies' issue cost more than the 8 cp.async it saved). */
 template <int MAX_K>
 __global__ void __launch_bounds__(MAX_K * SCAN_THREADS_A_ROW)
 scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, float *starts)
@@ -61,7 +71,16 @@ scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, fl
     const unsigned i = threadIdx.x / SCAN_THREADS_A_ROW, quad = threadIdx.x % SCAN_THREADS_A_ROW;
     const size_t column = (size_t)blockIdx.y * SCAN_COLUMNS + SCAN_COLUMNS_A_THREAD * quad; /* the first of four */
     const float *maps = summaries + head * (P - 1) * K * W;
-    const bool whole = K % 4 == 0 && W % 4 == 0 && (uintptr_t)maps % 16 == 0;
+    const bool whole = K % 4 == 0 && W % 4 == 0 && (uintptr_t)maps % 16 == 0, by_tma = MAX_K == 128 && whole;
+    __shared__ uint64_t map_landed[2]; /* by_tma: buffer b's map has landed (phases: maps b, b + 2, ...) */
+    if (MAX_K == 128) {
+        if (threadIdx.x == 0) {
+            barrier_init(&map_landed[0], 1);
+            barrier_init(&map_landed[1], 1);
+            barrier_init_fence();
+        }
+        __syncthreads(); /* the barriers set up before any thread copies against them */
+    }
     wait_for_previous_kernel(); /* the fold's maps (stage 07 launches the scan overlapping the fold) */
     bool inside[SCAN_COLUMNS_A_THREAD];
     float start[SCAN_COLUMNS_A_THREAD], b_now[SCAN_COLUMNS_A_THREAD], b_next[SCAN_COLUMNS_A_THREAD];
@@ -71,8 +90,10 @@ scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, fl
         b_now[c] = inside[c] && P > 1 ? maps[i * W + K + column + c] : 0.0f; /* B_0[i, column + c] */
     }
     S[0][i][quad] = make_float4(start[0], start[1], start[2], start[3]);
+    if (by_tma && P > 1 && threadIdx.x == 0)
+        barrier_arrive_expecting(&map_landed[0], (uint32_t)(K * K * sizeof(float)));
     if (P > 1 && i < K)
-        copy_map_row(maps_shared + i * lda, maps + i * W, K, whole, quad);
+        copy_map_row(maps_shared + i * lda, maps + i * W, K, whole, by_tma, quad, &map_landed[0]);
     __pipeline_commit();
     int now = 0;
     const size_t whole_quads = K / 4; /* A's row in float4 pieces, then K % 4 floats alone */
@@ -80,11 +101,16 @@ scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, fl
         const float *A = maps_shared + (s % 2) * K * lda;
         for (int c = 0; c < SCAN_COLUMNS_A_THREAD; c++) /* B_{s+1}, for the next step */
             b_next[c] = inside[c] && s + 2 < P ? maps[(s + 1) * K * W + i * W + K + column + c] : 0.0f;
+        if (by_tma && s + 2 < P && threadIdx.x == 0)
+            barrier_arrive_expecting(&map_landed[(s + 1) % 2], (uint32_t)(K * K * sizeof(float)));
         if (s + 2 < P && i < K) /* A_{s+1}, into the buffer step s - 1 used */
-            copy_map_row(maps_shared + ((s + 1) % 2) * K * lda + i * lda, maps + (s + 1) * K * W + i * W, K, whole, quad);
+            copy_map_row(maps_shared + ((s + 1) % 2) * K * lda + i * lda, maps + (s + 1) * K * W + i * W, K, whole, by_tma,
+                         quad, &map_landed[(s + 1) % 2]);
         __pipeline_commit();
         __pipeline_wait_prior(1); /* A_s is here (A_{s+1} may still be coming) */
-        __syncthreads();          /* A_s and S[now] complete */
+        if (by_tma)
+            barrier_wait(&map_landed[s % 2], (uint32_t)(s / 2) % 2);
+        __syncthreads(); /* A_s and S[now] complete */
         float next[SCAN_COLUMNS_A_THREAD] = {b_now[0], b_now[1], b_now[2], b_now[3]};
         if (i < K) {
             const float4 mine = S[now][i][quad];
