@@ -33,7 +33,8 @@ static_assert(SCAN_COLUMNS_A_THREAD == 4, "a thread's columns travel as one floa
  * the row's first thread, counted on `landed`: there a row is 32 pieces, 16 cp.async a thread
  * a step. Else by cp.async, pieces part, part + SCAN_THREADS_A_ROW, ..., so no thread divides
  * to find its row: 16-byte pieces where rows are whole (whole), else 4-byte ones. The copy goes
- * on while the block sums the step before; the caller commits, waits and syncs. */
+ * on while the block sums the step before; the caller commits, waits (on `landed` too, where
+ * the TMA unit copies: thread 0 has told it the map's bytes) and syncs. */
 __device__ static void copy_map_row(float *to, const float *from, size_t K, bool whole, bool by_tma, unsigned part,
                                     uint64_t *landed)
 {
@@ -90,7 +91,7 @@ scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, fl
         b_now[c] = inside[c] && P > 1 ? maps[i * W + K + column + c] : 0.0f; /* B_0[i, column + c] */
     }
     S[0][i][quad] = make_float4(start[0], start[1], start[2], start[3]);
-    if (by_tma && P > 1 && threadIdx.x == 0)
+    if (by_tma && P > 1 && threadIdx.x == 0) /* A_0's phase ends when its K rows' bytes have landed */
         barrier_arrive_expecting(&map_landed[0], (uint32_t)(K * K * sizeof(float)));
     if (P > 1 && i < K)
         copy_map_row(maps_shared + i * lda, maps + i * W, K, whole, by_tma, quad, &map_landed[0]);
