@@ -119,10 +119,11 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
                 b_next[h][c] = inside[h][c] ? A[row[h] * W + K + column + c] : 0.0f;
         }
     };
+    /* the map read last becomes the step's: A's entries split into their parts, B's kept */
     uint32_t a_high[2][PIECES][4], a_low[2][PIECES][4];
-    auto split_map = [&]() {
+    auto take_map = [&]() {
 #pragma unroll
-        for (int h = 0; h < 2; h++)
+        for (int h = 0; h < 2; h++) {
 #pragma unroll
             for (int u = 0; u < PIECES; u++)
 #pragma unroll
@@ -130,6 +131,10 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
                     a_high[h][u][e] = tf32_high(a_read[h][u][e]);
                     a_low[h][u][e] = tf32_low(a_read[h][u][e], a_high[h][u][e]);
                 }
+#pragma unroll
+            for (int c = 0; c < 2; c++)
+                b_now[h][c] = b_next[h][c];
+        }
     };
     /* start_s's entries of this lane into shared memory, as their parts, transposed */
     auto write_start = [&](int buffer) {
@@ -150,17 +155,12 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
     write_start(0);
     if (P > 1) {
         read_map(0);
-        split_map();
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int c = 0; c < 2; c++)
-                b_now[h][c] = b_next[h][c];
+        take_map();
     }
     int now = 0;
     for (size_t s = 0; s + 1 < P; s++) {
         if (s + 2 < P)
-            read_map(s + 1); /* A_{s+1}, B_{s+1}: split at the step's end */
+            read_map(s + 1); /* A_{s+1}, B_{s+1}: taken at the step's end */
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -193,14 +193,8 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
             for (int c = 0; c < 2; c++)
                 start[h][c] = b_now[h][c] + (hi_hi[2 * h + c] + (hi_lo[2 * h + c] + lo_hi[2 * h + c]));
         write_start(1 - now); /* read after the next step's barrier; its other buffer is this step's */
-        if (s + 2 < P) {
-            split_map();
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int c = 0; c < 2; c++)
-                    b_now[h][c] = b_next[h][c];
-        }
+        if (s + 2 < P)
+            take_map();
         now = 1 - now;
     }
 #pragma unroll
