@@ -9,8 +9,8 @@
  *               (K x (K + V)) from [I | 0] with U's columns [0 | U] (eq. 6 of stage 04,
  *               one chunk at a time: S -> (exp(gamma_C) I - Kdec^T W) S + Kdec^T U). Stage
  *               06's chain kernel with FOLD; tensor cores, fp32 accumulators.
- *   2. scan:    start_0 = h0, start_{s+1} = A_s start_s + B_s (eq. 7 of stage 04), in fp32,
- *               stage 04's scan kernel as it is.
+ *   2. scan:    start_0 = h0, start_{s+1} = A_s start_s + B_s (eq. 7 of stage 04), at fp32
+ *               accuracy, each step's product on the tensor cores (scan_on_tensor_cores.cuh).
  *   3. replay:  stage 06's chain kernel on every segment from its true start state, saving
  *               S0 and Vnew of every chunk as before; the last segment writes ht.
  * Kernel 1 (prepare) and kernel 3 (outputs) of stage 06 run unchanged before and after:
@@ -28,7 +28,7 @@
  */
 #define WARP_SPECIALIZED_KERNELS_ONLY /* stage 06's kernels and launchers, not its stage */
 #include "../06_warp_specialized/warp_specialized.cu"
-#include "../04_two_phase_scan/scan_summaries.cuh" /* phase 2 */
+#include "scan_on_tensor_cores.cuh" /* phase 2 */
 #include <stdio.h>
 
 extern "C" {
@@ -76,7 +76,7 @@ static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk
             return -1;
     } else {
         const chain_segments fold = {P, P - 1, NULL, maps}, replay = {P, P, starts, r->ht};
-        if (launch_chunk_states<PRECISE, true>(p, w, fold) || launch_scan_summaries(p, P, maps, starts) ||
+        if (launch_chunk_states<PRECISE, true>(p, w, fold) || launch_scan_on_tensor_cores(p, P, maps, starts) ||
             launch_chunk_states<PRECISE, false>(p, w, replay, r, &outputs_done))
             return -1;
     }

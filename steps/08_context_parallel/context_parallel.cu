@@ -10,7 +10,7 @@
  *                whatever T and P are. The last rank folds P - 1 like 07 and composes nothing.
  *   2. exchange: the maps, staged through host memory (copied back, MPI_Allgather, copied in:
  *                the Open MPI here is not assumed to be CUDA-aware); rank r keeps ranks 0 .. r-1's.
- *   3. replay:   one scan (stage 04's kernel, as 07 runs it) from h0 over r + P - 1 maps: the
+ *   3. replay:   one scan (stage 07's, on the tensor cores) from h0 over r + P - 1 maps: the
  *                r ranks before as r segments in front of the rank's own, so its segments'
  *                start states come out (eq. 7 of stage 04); then 07's replay and kernel 3.
  * Every rank does the same work, so the slices are equal (the driver's weight 1); with one
@@ -167,7 +167,7 @@ static int rank_passes(const gdn_device_problem *p, chunk_workspace w, const ran
     /* 3. replay: the scan from h0 over the ranks before and this rank's segments, then 07 */
     gdn_device_problem from_h0 = *p;
     from_h0.h0 = this_rank.has_h0 ? p->h0 : NULL;
-    if (launch_scan_summaries(&from_h0, before + P, b->scan_maps, b->scan_starts))
+    if (launch_scan_on_tensor_cores(&from_h0, before + P, b->scan_maps, b->scan_starts))
         return -1;
     CUDA_CHECK(cudaMemcpy2D(b->starts, P * state * sizeof(float), b->scan_starts + before * state,
                             (before + P) * state * sizeof(float), P * state * sizeof(float), heads, cudaMemcpyDeviceToDevice));

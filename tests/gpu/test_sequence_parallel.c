@@ -93,9 +93,11 @@ END_TEST
  * K and V off the multiples of 16, several heads and batches; and K = 128 with two heads or
  * more: at V = 128 the folds and replays make Vnew from v (06's chain_from_values), at V = 48
  * they read W and U (this shape found kernel 1's transform-only instance, compiled for K = V =
- * 128, run at V = 48: docs/06, the thirty-sixth step). */
+ * 128, run at V = 48: docs/06, the thirty-sixth step); and K, V not multiples of 4, where the
+ * scan reads A's rows a float at a time (scan_on_tensor_cores.cuh, not whole). */
 static const test_shape long_shapes[] = {{1, 4096 + 100, 2, 64, 64}, {1, 8192, 1, 128, 128}, {2, 4500, 3, 48, 80},
-                                         {1, 1000, 4, 64, 64}, {1, 3000, 2, 128, 128}, {2, 2500, 3, 128, 48}};
+                                         {1, 1000, 4, 64, 64}, {1, 3000, 2, 128, 128}, {2, 2500, 3, 128, 48},
+                                         {1, 2000, 2, 33, 17}};
 START_TEST(segments_on_long_sequences)
 {
     const int count = sizeof long_shapes / sizeof long_shapes[0];
