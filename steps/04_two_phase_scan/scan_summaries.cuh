@@ -1,4 +1,5 @@
-/* scan_summaries.cuh -- phase 2 of stage 04's GPU twin, which stage 07 runs too: the ordered
+/* scan_summaries.cuh -- phase 2 of stage 04's GPU twin (stage 07 ran it too, until its steps went
+ * to the tensor cores: steps/07_sequence_parallel/scan_on_tensor_cores.cuh): the ordered
  * scan of the segments' maps into every segment's start state (eq. 7 of
  * docs/04_two_phase_scan.md),
  *     start_0 = h0,   start_{s+1} = A_s start_s + B_s,   s = 0 .. P-2,
@@ -82,7 +83,7 @@ scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, fl
         }
         __syncthreads(); /* the barriers set up before any thread copies against them */
     }
-    wait_for_previous_kernel(); /* the fold's maps (stage 07 launches the scan overlapping the fold) */
+    wait_for_previous_kernel(); /* the fold's maps (the scan is launched overlapping the fold) */
     bool inside[SCAN_COLUMNS_A_THREAD];
     float start[SCAN_COLUMNS_A_THREAD], b_now[SCAN_COLUMNS_A_THREAD], b_next[SCAN_COLUMNS_A_THREAD];
     for (int c = 0; c < SCAN_COLUMNS_A_THREAD; c++) {

@@ -30,7 +30,7 @@
 #include "../../common/device.h"
 #include "../../common/stage.h"
 #include "../01_naive_loop/naive_loop_step.cuh"
-#include "scan_summaries.cuh" /* phase 2, shared with stage 07 */
+#include "scan_summaries.cuh" /* phase 2 */
 
 enum { FOLD_BLOCKS_PER_SM = 4, MAX_SEGMENTS = 4096 };
 
