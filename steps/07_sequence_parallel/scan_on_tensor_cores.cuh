@@ -17,12 +17,12 @@
  * kernel is 2e-7 to 3e-7 (docs/07).
  *
  * The maps' reads: every block reads all of A_s (K x K fp32, 16 KB at K = 64) each step. Read
- * by the warps' own loads (the forty-seventh session's form) they took half the step: the
- * L1's work for loads of 64-byte pieces, and the bank conflicts of the state's writes, both
- * beside the step's shared-memory traffic. Here the TMA unit copies each map into a
- * shared-memory ring two stages deep, a step ahead, in the layout the lanes read without
- * conflicts, and the state is swizzled so that its writes have none either (docs/07, "The
- * scan": the step 0.70 -> 0.50 us at K = 64, 1.87 -> 1.14 us at K = 128).
+ * by the warps' own loads (the forty-seventh session's form) they took half the step: a
+ * warp's load touches 8 lines of the L1, whose pipe the state's shared reads and its 4-way
+ * conflicted writes share. Here the TMA unit copies each map into a shared-memory ring two
+ * stages deep, a step ahead, in a layout the lanes read without conflicts, and the state is
+ * swizzled so that its writes have none either (docs/07, "The scan", a micro-benchmark: the
+ * step 0.70 -> 0.50 us at K = 64, 1.85 -> 1.14 us at K = 128).
  *
  * Cost per head: 3 x 2 K^2 V (P - 1) tensor-core flops, P - 1 dependent steps; a block per
  * (head, 8 columns), K / 16 warps (a 16-row tile each), A_s and B_s copied into a shared ring
