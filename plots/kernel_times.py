@@ -16,7 +16,7 @@ SCALE = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "mse
 def kind(name):
     if "prepare_chunks" in name:
         return "prepare"
-    if "scan_summaries" in name:
+    if "scan_summaries" in name or "scan_on_tensor_cores" in name:  # 04's scan kernel; 07's (and 08's)
         return "scan"
     if "chunk_states_outputs" in name:  # 06's chain block with output warps: the chain and kernel 3's work
         return "chain"

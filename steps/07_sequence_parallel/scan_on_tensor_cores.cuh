@@ -16,15 +16,27 @@
  * one ("3xTF32"). Measured against an fp64 scan: 6e-7 to 8e-7 relative, where stage 04's fp32
  * kernel is 2e-7 to 3e-7 (docs/07).
  *
+ * The maps' reads: every block reads all of A_s (K x K fp32, 16 KB at K = 64) each step. Read
+ * by the warps' own loads (the forty-seventh session's form) they took half the step: a
+ * warp's load touches 8 lines of the L1, whose pipe the state's shared reads and its 4-way
+ * conflicted writes share. Here the TMA unit copies each map into a shared-memory ring two
+ * stages deep, a step ahead, in a layout the lanes read without conflicts, and the state is
+ * swizzled so that its writes have none either (docs/07, "The scan", a micro-benchmark: the
+ * step 0.70 -> 0.50 us at K = 64, 1.85 -> 1.14 us at K = 128).
+ *
  * Cost per head: 3 x 2 K^2 V (P - 1) tensor-core flops, P - 1 dependent steps; a block per
- * (head, 8 columns), K / 16 warps (a 16-row tile each), A_s and B_s read from global memory
- * into registers once a step, start_s in shared memory.
+ * (head, 8 columns), K / 16 warps (a 16-row tile each), A_s and B_s copied into a shared ring
+ * once a step (2 x (K^2 + 8 K) floats of shared memory: 140 KB at K = 128), start_s in shared
+ * memory.
+ *
+ * Included after stage 06's kernels (sequence_parallel.cu): it takes 06's tensor_map_encoder.
  */
 #ifndef GDN_SCAN_ON_TENSOR_CORES_CUH
 #define GDN_SCAN_ON_TENSOR_CORES_CUH
 
 #include <stdint.h>
 
+#include "../../common/bulk_copy.cuh"      /* mbarriers and tensor copies (the TMA unit) */
 #include "../../common/cuda_check.h"
 #include "../../common/device.h"
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
@@ -49,42 +61,102 @@ __device__ __forceinline__ static void mma_tf32_16x8x8(float (&c)[4], const uint
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Rows of the state in shared memory, transposed (column n's K entries in a row): MAX_K + 16
- * floats, so that the 8 lanes of a quarter warp, reading 16 bytes each at (n, 16 u + 4 t) for
- * n in {group, group + 1}, t < 4, land in 8 different groups of 4 banks. The writes, 8 floats a
- * lane a step at (2t + c, row), are 4-way conflicted in this layout (the four t of a group hit
- * one bank): some 32 shared-memory cycles a warp a step, beside a step of 1 500 (not measured
- * apart). */
+/* Where a block keeps things in shared memory (docs/07, "The scan": the layouts as pictures).
+ *
+ * The maps: a ring of MAP_RING stages, each holding one step's map: A_s's MAX_K x MAX_K
+ * entries, then the block's 8 columns of B_s (MAX_K x 8, row after row). A is kept as the TMA
+ * unit writes a box of 32 floats x MAX_K rows with its 128-byte swizzle: box m / 32, row r at
+ * r x 128 bytes, and the 16-byte piece c of the row (m % 32 = 4 c + e) at piece c ^ (r % 8).
+ * A lane (group, t) reads, for u < MAX_K / 16, the 16 bytes of its rows at
+ *     m = 32 (u / 2) + 8 t + 4 (u % 2) + e,   e < 4,
+ * pieces 2t + u % 2: the 8 lanes of a quarter warp (group 2j and 2j + 1, four t) read pieces
+ * of one parity from a row and of the other from the next (r % 8 differs in its lowest bit),
+ * so 8 different pieces, 8 different groups of 4 banks: no conflict. The product's sum over m
+ * may be taken in any order, so this is the m of the lane's k: product 2u + half takes k = t
+ * as m + 2 half and k = t + 4 as m + 2 half + 1 (e = 2 half, 2 half + 1).
+ *
+ * The state: start_s transposed (column n's MAX_K entries in a row), as its tf32 hi and lo
+ * parts, two buffers; column n's entry m at m ^ state_swizzle(n). The reads (lane (group, t):
+ * column group, the 16 bytes at its m) and the writes (lane (group, t): columns 2t + c, rows
+ * 16 w + group (+ 8)) both land in 32 different banks with
+ *     state_swizzle(n) = 8 ((n / 2) % 4) + 4 (n % 2):
+ * a read's quarter warp takes columns 2j and 2j + 1, whose swizzles differ in the 4's bit (the
+ * pieces 8t ^ 8j, two parities); a write's t moves the 8's and 16's bits, group the rest. */
+enum { MAP_RING = 2 }; /* one stage read by the step, the next one arriving */
 template <int MAX_K> struct tf32_scan_layout {
-    static constexpr int ROW = MAX_K + 16;
-    static constexpr int PIECES = MAX_K / 16; /* a lane's 16-byte pieces of a row of A */
+    static constexpr int PIECES = MAX_K / 16;                    /* a lane's 16-byte pieces of a row of A */
+    static constexpr int A_BYTES = MAX_K * MAX_K * 4;           /* a stage's A: MAX_K / 32 boxes of MAX_K x 128 bytes */
+    static constexpr int B_BYTES = MAX_K * TF32_SCAN_COLUMNS * 4; /* and its 8 columns of B */
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+    static constexpr int SHARED_BYTES = 1024 + MAP_RING * STAGE_BYTES; /* the ring from a 1024-byte boundary (the swizzle's) */
 };
+/* byte offset of A's entry (r, m) in a stage: the TMA unit's 128-byte swizzle */
+template <int MAX_K> __host__ __device__ constexpr unsigned map_entry_offset(unsigned r, unsigned m)
+{
+    return (m / 32) * MAX_K * 128 + r * 128 + ((((m % 32) / 4) ^ (r % 8)) * 16) + (m % 4) * 4;
+}
+__device__ __forceinline__ static unsigned state_swizzle(unsigned n) { return 8 * ((n / 2) % 4) + 4 * (n % 2); }
 
-/* Which k a lane's fragments hold. The product's sum over m (K terms) may be taken in any
- * order, so the k of an m16n8k8 product need not be 8 consecutive m: a lane (group, t) holds
- * A's entries m = 16 u + 4 t + e (u < MAX_K / 16, e < 4), 16-byte pieces it reads whole, and
- * product 2 u + half takes k = t as m = 16 u + 4 t + 2 half and k = t + 4 as m + 1. The B
- * fragment of the state must use the same m for the same k. */
+/* Step s's map into its stage, two ways that write the same bytes:
+ * by the TMA unit: one thread, three to five tensor copies (A's boxes of 32 columns, B's box of
+ * the block's 8 columns; rows and columns past the tensor's land as zeros), their arrival
+ * counted by the stage's mbarrier; where the maps' rows are whole 16-byte pieces and K is
+ * MAX_K (a box may not be larger than its tensor);
+ * by the threads: each copies some entries with ordinary loads and stores (zeros outside K x K
+ * and V), made visible by the next __syncthreads; every other K and V. Slower (the loads'
+ * latency is the step's), and only the shapes the tensor copies cannot take use it. */
+struct scan_maps_by_tensor {
+    CUtensorMap A, B; /* A: [maps][K rows][K columns]; B: [maps][K rows][V columns], row stride K + V */
+};
+template <int MAX_K>
+__device__ __forceinline__ static void copy_map_by_tensor(unsigned char *stage, const scan_maps_by_tensor &tensors, int map, int column0,
+                                                          uint64_t *full)
+{
+    barrier_arrive_expecting(full, tf32_scan_layout<MAX_K>::STAGE_BYTES);
+#pragma unroll
+    for (int box = 0; box < MAX_K / 32; box++)
+        tensor_copy_3d(stage + box * MAX_K * 128, &tensors.A, 32 * box, 0, map, full);
+    tensor_copy_3d(stage + tf32_scan_layout<MAX_K>::A_BYTES, &tensors.B, column0, 0, map, full);
+}
+template <int MAX_K>
+__device__ __forceinline__ static void copy_map_by_threads(unsigned char *stage, const float *map, size_t K, size_t V, size_t column0)
+{
+    const size_t W = K + V;
+    for (unsigned i = threadIdx.x; i < MAX_K * MAX_K; i += blockDim.x) {
+        const unsigned r = i / MAX_K, m = i % MAX_K;
+        *(float *)(stage + map_entry_offset<MAX_K>(r, m)) = r < K && m < K ? map[r * W + m] : 0.0f;
+    }
+    for (unsigned i = threadIdx.x; i < MAX_K * TF32_SCAN_COLUMNS; i += blockDim.x) {
+        const unsigned r = i / TF32_SCAN_COLUMNS, c = i % TF32_SCAN_COLUMNS;
+        float *to = (float *)(stage + tf32_scan_layout<MAX_K>::A_BYTES) + i;
+        *to = r < K && column0 + c < V ? map[r * W + K + column0 + c] : 0.0f;
+    }
+}
 
 /* Start states of every segment: block (head, 8 columns), warp w the rows 16 w .. 16 w + 15,
  * lane (group, t) the entries (16 w + group (+ 8), column 2t (+ 1)) of start_{s+1} =
  * A_s start_s + B_s (eq. 7). A step: A_s's hi and lo parts already in registers; wait for
- * start_s (one barrier); read its hi and lo parts; 3 x 2 x MAX_K / 16 products, in three
- * independent chains (hi hi, hi lo, lo hi); add B_s; write start_{s+1}'s parts. A_{s+1} and
- * B_{s+1} are read from global memory at the step's start and split at its end, so their
- * latency runs beside the products. */
-template <int MAX_K>
-__global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_device_problem p, size_t P, const float *summaries, float *starts)
+ * start_s (one barrier, after which every warp has read the stage A_s came from: it takes the
+ * map of step s + 2); read A_{s+1} and B_{s+1} from the next stage (their latency runs beside
+ * the products); read start_s's parts; 3 x 2 x MAX_K / 16 products, in three independent
+ * chains (hi hi, hi lo, lo hi); add B_s; write start_{s+1}'s parts; split A_{s+1}.
+ * BY_TENSOR: the maps come by tensor copies (and K is MAX_K); else by the threads' copies. */
+template <int MAX_K, bool BY_TENSOR>
+__global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_device_problem p, size_t P, const float *summaries, float *starts,
+                                                                         const __grid_constant__ scan_maps_by_tensor tensors)
 {
-    constexpr int ROW = tf32_scan_layout<MAX_K>::ROW, PIECES = tf32_scan_layout<MAX_K>::PIECES;
-    __shared__ __align__(16) float start_high[2][TF32_SCAN_COLUMNS][ROW]; /* start_s transposed, tf32 parts */
-    __shared__ __align__(16) float start_low[2][TF32_SCAN_COLUMNS][ROW];
-    const size_t head = blockIdx.x, K = p.K, V = p.V, W = K + V;
+    using layout = tf32_scan_layout<MAX_K>;
+    constexpr int PIECES = layout::PIECES;
+    extern __shared__ unsigned char shared_bytes[];
+    unsigned char *ring = SHARED_AT_1024_BYTES(shared_bytes);
+    __shared__ __align__(16) float start_high[2][TF32_SCAN_COLUMNS][MAX_K]; /* start_s transposed, tf32 parts, swizzled */
+    __shared__ __align__(16) float start_low[2][TF32_SCAN_COLUMNS][MAX_K];
+    __shared__ __align__(8) uint64_t full[MAP_RING]; /* a stage's tensor copies have landed */
+    const size_t head = blockIdx.x, K = BY_TENSOR ? MAX_K : p.K, V = p.V, W = K + V, maps = P - 1; /* BY_TENSOR: K = MAX_K */
     const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = lane / 4, t = lane % 4;
     const unsigned row[2] = {16 * warp + group, 16 * warp + group + 8};
-    const size_t column = (size_t)blockIdx.y * TF32_SCAN_COLUMNS + 2 * t; /* the lane's two columns: column, column + 1 */
-    const float *maps = summaries + head * (P - 1) * K * W;
-    const bool whole = K % 4 == 0 && W % 4 == 0 && (uintptr_t)maps % 16 == 0; /* A's pieces as float4 */
+    const size_t column0 = (size_t)blockIdx.y * TF32_SCAN_COLUMNS, column = column0 + 2 * t; /* the lane's two: column, column + 1 */
+    const float *head_maps = summaries + head * maps * K * W;
     bool inside[2][2];
     float start[2][2], b_now[2][2], b_next[2][2];
 #pragma unroll
@@ -92,34 +164,35 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
 #pragma unroll
         for (int c = 0; c < 2; c++)
             inside[h][c] = row[h] < K && column + c < V;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < MAP_RING; i++)
+            barrier_init(&full[i], 1);
+        barrier_init_fence();
+    }
+    __syncthreads();
     wait_for_previous_kernel(); /* the fold's maps (the scan is launched overlapping the fold) */
-    /* A_s's entries (row h, m = 16 u + 4 t + e) as they come from memory; zero outside K x K */
+    auto copy_map = [&](size_t s) { /* step s's map into stage s % MAP_RING */
+        unsigned char *stage = ring + (s % MAP_RING) * layout::STAGE_BYTES;
+        if (!BY_TENSOR)
+            copy_map_by_threads<MAX_K>(stage, head_maps + s * K * W, K, V, column0);
+        else if (threadIdx.x == 0)
+            copy_map_by_tensor<MAX_K>(stage, tensors, (int)(head * maps + s), (int)column0, &full[s % MAP_RING]);
+    };
+    /* A_s's entries (row h, the lane's m) and B_s's, from stage s % MAP_RING */
     float a_read[2][PIECES][4];
     auto read_map = [&](size_t s) {
-        const float *A = maps + s * K * W;
+        if (BY_TENSOR)
+            barrier_wait(&full[s % MAP_RING], (uint32_t)(s / MAP_RING % 2));
+        const unsigned char *stage = ring + (s % MAP_RING) * layout::STAGE_BYTES;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
 #pragma unroll
             for (int u = 0; u < PIECES; u++) {
-                const size_t m = 16 * u + 4 * t;
-                float4 piece = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (row[h] < K) {
-                    const float *from = A + row[h] * W + m;
-                    if (whole) {
-                        if (m < K) /* K a multiple of 4: a piece is inside or outside */
-                            piece = *(const float4 *)from;
-                    } else {
-                        piece.x = m < K ? from[0] : 0.0f;
-                        piece.y = m + 1 < K ? from[1] : 0.0f;
-                        piece.z = m + 2 < K ? from[2] : 0.0f;
-                        piece.w = m + 3 < K ? from[3] : 0.0f;
-                    }
-                }
+                const float4 piece = *(const float4 *)(stage + map_entry_offset<MAX_K>(row[h], 32 * (u / 2) + 8 * t + 4 * (u % 2)));
                 a_read[h][u][0] = piece.x, a_read[h][u][1] = piece.y, a_read[h][u][2] = piece.z, a_read[h][u][3] = piece.w;
             }
-#pragma unroll
-            for (int c = 0; c < 2; c++)
-                b_next[h][c] = inside[h][c] ? A[row[h] * W + K + column + c] : 0.0f;
+            const float2 b = *(const float2 *)(stage + layout::A_BYTES + (row[h] * TF32_SCAN_COLUMNS + 2 * t) * 4);
+            b_next[h][0] = b.x, b_next[h][1] = b.y;
         }
     };
     /* the map read last becomes the step's: A's entries split into their parts, B's kept */
@@ -145,43 +218,50 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
         for (int h = 0; h < 2; h++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
+                const unsigned n = 2 * t + c, m = row[h] ^ state_swizzle(n);
                 const uint32_t high = tf32_high(start[h][c]);
-                start_high[buffer][2 * t + c][row[h]] = __uint_as_float(high);
-                start_low[buffer][2 * t + c][row[h]] = __uint_as_float(tf32_low(start[h][c], high));
+                start_high[buffer][n][m] = __uint_as_float(high);
+                start_low[buffer][n][m] = __uint_as_float(tf32_low(start[h][c], high));
             }
     };
+    for (size_t s = 0; s < MAP_RING && s < maps; s++)
+        copy_map(s);
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int c = 0; c < 2; c++)
             start[h][c] = inside[h][c] && p.h0 ? p.h0[(head * K + row[h]) * V + column + c] : 0.0f;
     write_start(0);
-    if (P > 1) {
+    __syncthreads(); /* the threads' copies of the first maps */
+    if (maps > 0) {
         read_map(0);
         take_map();
     }
     int now = 0;
-    for (size_t s = 0; s + 1 < P; s++) {
-        if (s + 2 < P)
-            read_map(s + 1); /* A_{s+1}, B_{s+1}: taken at the step's end */
+    for (size_t s = 0; s < maps; s++) {
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
             for (int c = 0; c < 2; c++)
                 if (inside[h][c])
                     starts[((head * P + s) * K + row[h]) * V + column + c] = start[h][c];
-        __syncthreads(); /* start_s complete in start_*[now] */
+        __syncthreads(); /* start_s complete in start_*[now]; stage s % MAP_RING read by every warp */
+        if (s + MAP_RING < maps)
+            copy_map(s + MAP_RING);
+        if (s + 1 < maps)
+            read_map(s + 1); /* taken at the step's end */
         float hi_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hi_lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lo_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int u = 0; u < PIECES; u++) {
-            /* the state's entries (m = 16 u + 4 t + e, column group) for products 2u and 2u + 1 */
-            const float4 high4 = *(const float4 *)&start_high[now][group][16 * u + 4 * t];
-            const float4 low4 = *(const float4 *)&start_low[now][group][16 * u + 4 * t];
+            /* the state's entries (the lane's m, column group) for products 2u and 2u + 1 */
+            const unsigned m = (32 * (u / 2) + 8 * t + 4 * (u % 2)) ^ state_swizzle(group);
+            const float4 high4 = *(const float4 *)&start_high[now][group][m];
+            const float4 low4 = *(const float4 *)&start_low[now][group][m];
             const uint32_t b_high[4] = {__float_as_uint(high4.x), __float_as_uint(high4.y), __float_as_uint(high4.z), __float_as_uint(high4.w)};
             const uint32_t b_low[4] = {__float_as_uint(low4.x), __float_as_uint(low4.y), __float_as_uint(low4.z), __float_as_uint(low4.w)};
 #pragma unroll
             for (int half = 0; half < 2; half++) {
-                const int e = 2 * half; /* k = t: m = 16 u + 4 t + e; k = t + 4: m + 1 */
+                const int e = 2 * half; /* k = t: the lane's m + e; k = t + 4: m + e + 1 */
                 const uint32_t high[4] = {a_high[0][u][e], a_high[1][u][e], a_high[0][u][e + 1], a_high[1][u][e + 1]};
                 const uint32_t low[4] = {a_low[0][u][e], a_low[1][u][e], a_low[0][u][e + 1], a_low[1][u][e + 1]};
                 mma_tf32_16x8x8(hi_lo, high, b_low[e], b_low[e + 1]);
@@ -196,7 +276,7 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
             for (int c = 0; c < 2; c++)
                 start[h][c] = b_now[h][c] + (hi_hi[2 * h + c] + (hi_lo[2 * h + c] + lo_hi[2 * h + c]));
         write_start(1 - now); /* read after the next step's barrier; its other buffer is this step's */
-        if (s + 2 < P)
+        if (s + 1 < maps)
             take_map();
         now = 1 - now;
     }
@@ -208,11 +288,46 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
                 starts[((head * P + P - 1) * K + row[h]) * V + column + c] = start[h][c];
 }
 
+/* The tensor maps of the segments' maps, where the TMA unit can take them (copy_map_by_tensor):
+ * K = MAX_K, V at least 8 and rows whole 16-byte pieces; 0 with *usable false elsewhere, -1 on
+ * an error. The maps of all heads are one 3-D tensor of heads (P - 1) maps. */
+template <int MAX_K>
+static int scan_tensor_maps(const gdn_device_problem *p, size_t P, const float *summaries, scan_maps_by_tensor *tensors, bool *usable)
+{
+    const size_t K = p->K, V = p->V, W = K + V, maps = p->B * p->H * (P - 1);
+    *usable = K == MAX_K && V >= TF32_SCAN_COLUMNS && V % 4 == 0 && (uintptr_t)summaries % 16 == 0 && maps > 0 && maps <= 0x7fffffff;
+    if (!*usable)
+        return 0;
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(); /* stage 06's */
+    if (!encode)
+        return -1;
+    const cuuint64_t strides[2] = {W * sizeof(float), K * W * sizeof(float)};
+    const cuuint64_t a_sizes[3] = {K, K, maps}, b_sizes[3] = {V, K, maps};
+    const cuuint32_t a_box[3] = {32, MAX_K, 1}, b_box[3] = {TF32_SCAN_COLUMNS, MAX_K, 1}, steps[3] = {1, 1, 1};
+    CUresult result = encode(&tensors->A, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)summaries, a_sizes, strides, a_box, steps,
+                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result == CUDA_SUCCESS)
+        result = encode(&tensors->B, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)(summaries + K), b_sizes, strides, b_box, steps,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 07: cuTensorMapEncodeTiled refused a map of the segments' maps (CUresult %d)", (int)result);
+}
+
 /* The scan for every head: a block per (head, 8 columns), K / 16 warps rounded up (MAX_K). */
 template <int MAX_K>
 static inline int launch_scan_on_tensor_cores_for(const gdn_device_problem *p, size_t P, const float *summaries, float *starts, dim3 grid)
 {
-    CUDA_LAUNCH_AFTER_PREVIOUS(scan_on_tensor_cores_kernel<MAX_K>, grid, MAX_K * 2, 0, *p, P, summaries, starts);
+    scan_maps_by_tensor tensors = {};
+    bool by_tensor = false;
+    if (scan_tensor_maps<MAX_K>(p, P, summaries, &tensors, &by_tensor))
+        return -1;
+    if (by_tensor)
+        CUDA_LAUNCH_AFTER_PREVIOUS((scan_on_tensor_cores_kernel<MAX_K, true>), grid, MAX_K * 2, tf32_scan_layout<MAX_K>::SHARED_BYTES, *p, P,
+                                   summaries, starts, tensors);
+    else
+        CUDA_LAUNCH_AFTER_PREVIOUS((scan_on_tensor_cores_kernel<MAX_K, false>), grid, MAX_K * 2, tf32_scan_layout<MAX_K>::SHARED_BYTES, *p, P,
+                                   summaries, starts, tensors);
     return 0;
 }
 
