@@ -82,7 +82,7 @@ __device__ __forceinline__ static void mma_tf32_16x8x8(float (&c)[4], const uint
  *     state_swizzle(n) = 8 ((n / 2) % 4) + 4 (n % 2):
  * a read's quarter warp takes columns 2j and 2j + 1, whose swizzles differ in the 4's bit (the
  * pieces 8t ^ 8j, two parities); a write's t moves the 8's and 16's bits, group the rest. */
-enum { MAP_RING = 2 }; /* one stage read by the step, the next one arriving */
+enum { MAP_RING = 2 }; /* one stage read by the step (the next map), the other being filled (the one after) */
 template <int MAX_K> struct tf32_scan_layout {
     static constexpr int PIECES = MAX_K / 16;                    /* a lane's 16-byte pieces of a row of A */
     static constexpr int A_BYTES = MAX_K * MAX_K * 4;           /* a stage's A: MAX_K / 32 boxes of MAX_K x 128 bytes */
