@@ -94,7 +94,8 @@ END_TEST
  * more: at V = 128 the folds and replays make Vnew from v (06's chain_from_values), at V = 48
  * they read W and U (this shape found kernel 1's transform-only instance, compiled for K = V =
  * 128, run at V = 48: docs/06, the thirty-sixth step); and K, V not multiples of 4, where the
- * scan reads A's rows a float at a time (scan_on_tensor_cores.cuh, not whole). */
+ * TMA unit cannot take the scan's maps and the threads copy them (scan_on_tensor_cores.cuh,
+ * copy_map_by_threads). */
 static const test_shape long_shapes[] = {{1, 4096 + 100, 2, 64, 64}, {1, 8192, 1, 128, 128}, {2, 4500, 3, 48, 80},
                                          {1, 1000, 4, 64, 64}, {1, 3000, 2, 128, 128}, {2, 2500, 3, 128, 48},
                                          {1, 2000, 2, 33, 17}};
