@@ -9,7 +9,9 @@
  *        then the pass runs between two CUDA events and its time is theirs, measured on the
  *        device, not the host's launch time. A poisoned run (warm-up, checked run) fills o
  *        and ht (and o in bf16) with NaN bytes first and copies them back after; where the
- *        pass wrote o in bf16, it is widened to fp32 first, untimed.
+ *        pass wrote o in bf16, it is widened to fp32 first, untimed. It fills the workspace
+ *        with the same bytes, so that nothing an earlier pass left there (W, U, S0, a
+ *        segment's map or start) can stand in for what this pass forgot to write.
  * close: free it all.
  */
 #include <cuda_bf16.h>
@@ -162,6 +164,8 @@ static int cuda_run(void *context, int poisoned, gdn_result *r, double *seconds)
         CUDA_CHECK(cudaMemset(c->r.ht, 0xFF, ht_bytes));
         if (c->r.o_bf16)
             CUDA_CHECK(cudaMemset(c->r.o_bf16, 0xFF, o_bytes / 2));
+        if (c->r.workspace)
+            CUDA_CHECK(cudaMemset(c->r.workspace, 0xFF, c->r.workspace_bytes));
     } else {
         c->flush_value = (c->flush_value + 1) & 0xFF;
         CUDA_CHECK(cudaMemset(c->flush, c->flush_value, c->flush_bytes));
