@@ -322,12 +322,8 @@ static inline int launch_scan_on_tensor_cores_for(const gdn_device_problem *p, s
     bool by_tensor = false;
     if (scan_tensor_maps<MAX_K>(p, P, summaries, &tensors, &by_tensor))
         return -1;
-    if (by_tensor)
-        CUDA_LAUNCH_AFTER_PREVIOUS((scan_on_tensor_cores_kernel<MAX_K, true>), grid, MAX_K * 2, tf32_scan_layout<MAX_K>::SHARED_BYTES, *p, P,
-                                   summaries, starts, tensors);
-    else
-        CUDA_LAUNCH_AFTER_PREVIOUS((scan_on_tensor_cores_kernel<MAX_K, false>), grid, MAX_K * 2, tf32_scan_layout<MAX_K>::SHARED_BYTES, *p, P,
-                                   summaries, starts, tensors);
+    const auto scan = by_tensor ? scan_on_tensor_cores_kernel<MAX_K, true> : scan_on_tensor_cores_kernel<MAX_K, false>;
+    CUDA_LAUNCH_AFTER_PREVIOUS(scan, grid, MAX_K * 2, tf32_scan_layout<MAX_K>::SHARED_BYTES, *p, P, summaries, starts, tensors);
     return 0;
 }
 
