@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's fortieth step; what the steps built, by kernel (the numbers are
+ * This is the stage's forty-first step; what the steps built, by kernel (the numbers are
  * steps: docs/06, "The steps at a glance", has a row and a section for each):
  *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
  *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
@@ -50,7 +50,9 @@
  *   kernel 3       (o, where the fused kernel does not run) q and k by tensor copies, o
  *                  through a staging tile in whole rows (6), K = V = 64 or 128 compiled known
  *                  (12), gate factors by one 2^x (27), the causal products' zero blocks
- *                  skipped (29)
+ *                  skipped (29); where all its blocks fit on the GPU at once, placed while
+ *                  the chain runs, its gates summed from g, waiting only for S0^T and Vnew^T
+ *                  (41: outputs_beside_chain)
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -2420,8 +2422,7 @@ template <bool PRECISE>
 static bool outputs_beside_chain(const gdn_device_problem *p)
 {
     const size_t sms = (size_t)gdn_sm_count(), output_columns = !PRECISE && p->V % 128 == 0 ? 128 : 64;
-    static const int knob = getenv("GDN_OUTPUTS_EARLY") ? atoi(getenv("GDN_OUTPUTS_EARLY")) : 1;
-    return !PRECISE && knob && p->B * p->H * chunks_of(p->T) * ((p->V + output_columns - 1) / output_columns) <= 2 * sms;
+    return !PRECISE && p->B * p->H * chunks_of(p->T) * ((p->V + output_columns - 1) / output_columns) <= 2 * sms;
 }
 /* The chain lets kernel 3 start (griddepcontrol.launch_dependents, at its start) where kernel 3
  * runs beside it and the chain's blocks are all on the GPU at once, so that kernel 3's take
