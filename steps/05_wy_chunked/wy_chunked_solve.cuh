@@ -99,17 +99,16 @@ __device__ static void join_diagonal_blocks(float *Tm, int ldt, float *scratch)
     join_block_row<3>(Tm, ldt, scratch);
 }
 
-/* gamma = the running sum of the chunk's log-gates (eq. 9), by the 32 lanes of one warp:
- * lane l adds its two gates, a scan of those pairs across the lanes (5 shuffle steps) gives
- * what comes before them. Summing the 64 one after another, in one thread, kept the other
- * seven warps of the block waiting at the next barrier (ncu put a tenth of kernel 1's stall
- * samples there). Zeros past the chunk's n tokens make gamma[i >= n] the chunk's total.
- * Also writes scaled_beta = beta exp(gamma), gamma to the workspace (for kernel 3), and
- * kernel 2's decay exp(gamma_C) with its 3 floats of padding. Out of line, as
- * invert_diagonal_blocks below and for the same reason. */
-__device__ __noinline__ static void cumulative_gates(double *gamma, const float *beta, float *scaled_beta, int n, double *gamma_out, float *decay)
+/* gamma = the running sum of the chunk's log-gates (eq. 9), in place, by the 32 lanes of one
+ * warp: lane l adds its two gates, a scan of those pairs across the lanes (5 shuffle steps)
+ * gives what comes before them. Summing the 64 one after another, in one thread, kept the
+ * other seven warps of the block waiting at the next barrier (ncu put a tenth of kernel 1's
+ * stall samples there). Zeros past the chunk's n tokens make gamma[i >= n] the chunk's total,
+ * which it returns to every lane. Stage 06's kernel 3 sums its chunk's gates by this same
+ * function, so that its gamma is kernel 1's to the bit. */
+__device__ __forceinline__ static double running_gate_sums(double *gamma, int n)
 {
-    const int lane = threadIdx.x, i = 2 * lane;
+    const int lane = threadIdx.x % 32, i = 2 * lane;
     const double first = i < n ? gamma[i] : 0.0, second = i + 1 < n ? gamma[i + 1] : 0.0;
     double running = first + second; /* becomes the sum of pairs 0 .. lane */
 #pragma unroll
@@ -121,9 +120,18 @@ __device__ __noinline__ static void cumulative_gates(double *gamma, const float 
     double before = __shfl_up_sync(0xffffffffu, running, 1);
     if (lane == 0)
         before = 0.0;
-    const double total = __shfl_sync(0xffffffffu, running, 31);
     gamma[i] = before + first;
     gamma[i + 1] = before + first + second;
+    return __shfl_sync(0xffffffffu, running, 31);
+}
+
+/* running_gate_sums, by the block's first warp; also writes scaled_beta = beta exp(gamma),
+ * gamma to the workspace (for the outputs' kernels), and kernel 2's decay exp(gamma_C) with its 3
+ * floats of padding. Out of line, as invert_diagonal_blocks below and for the same reason. */
+__device__ __noinline__ static void cumulative_gates(double *gamma, const float *beta, float *scaled_beta, int n, double *gamma_out, float *decay)
+{
+    const int lane = threadIdx.x, i = 2 * lane;
+    const double total = running_gate_sums(gamma, n);
     for (int j = i; j < i + 2; j++) {
         scaled_beta[j] = j < n ? beta[j] * expf((float)gamma[j]) : 0.0f;
         if (j < n)

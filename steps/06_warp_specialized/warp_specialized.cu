@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's fortieth step; what the steps built, by kernel (the numbers are
+ * This is the stage's forty-first step; what the steps built, by kernel (the numbers are
  * steps: docs/06, "The steps at a glance", has a row and a section for each):
  *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
  *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
@@ -50,7 +50,9 @@
  *   kernel 3       (o, where the fused kernel does not run) q and k by tensor copies, o
  *                  through a staging tile in whole rows (6), K = V = 64 or 128 compiled known
  *                  (12), gate factors by one 2^x (27), the causal products' zero blocks
- *                  skipped (29)
+ *                  skipped (29); where all its blocks fit on the GPU at once, placed while
+ *                  the chain runs, its gates summed from g, waiting only for S0^T and Vnew^T
+ *                  (41: outputs_beside_chain)
  * The chain kernel also runs a sequence as segments (one here; stage 07 includes this file and
  * cuts it).
  *
@@ -993,6 +995,8 @@ typedef struct {
     const float *starts;   /* [head][segment] K x V start states (h0 here); NULL: zero */
     float *ends;           /* without FOLD: ht, written by the last segment; with FOLD: the maps
                               [head][segment] K x (K + V), row i = [A_i | B_i], runs per head */
+    int outputs_early;     /* kernel 3 follows and may start beside this launch (its blocks take
+                              SMs these leave idle): outputs_may_start_early */
 } chain_segments;
 
 /* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
@@ -1554,6 +1558,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     }
     __syncthreads(); /* the block's only barrier */
     wait_for_previous_kernel(); /* kernel 1's W, keys and U (and in stage 07 the scan's starts) */
+    if (segments.outputs_early && threadIdx.x == 0) /* kernel 3's blocks may be placed now */
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
     /* Each role returns where it ends, so that with OUTPUTS the chain's code below is reached
        only after its registers grew (ptxas allocates by those regions) */
@@ -1990,8 +1996,11 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
 template <bool PRECISE, int COLUMNS, int SIZE>
 __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o, bf16 *o16,
                                                                 const __grid_constant__ CUtensorMap q_map,
-                                                                const __grid_constant__ CUtensorMap k_map)
+                                                                const __grid_constant__ CUtensorMap k_map, bool beside)
 {
+    /* beside the chain (outputs_beside_chain): not --precise, whose kernel ptxas then compiled
+       with 8 bytes of spills, for a mode that is not the one timed against FLA */
+    const bool beside_chain = !PRECISE && beside;
     extern __shared__ double shared[];
     /* SIZE: K = V = SIZE known to the compiler (64 or 128), as in kernel 1; 0: as given */
     const size_t key_count = SIZE ? (size_t)SIZE : p.K, V = SIZE ? (size_t)SIZE : p.V;
@@ -2025,15 +2034,8 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
      * past the row), into the padding, and the rows past T land as zeros. Where the box does
      * not fit (keys_by_tensor_map) the threads copy the tiles (copy_tile). */
     const bool keys_by_map = keys_by_tensor_map(key_count, p.H, p.T);
-    if (threadIdx.x == 0) {
-        barrier_init(&tiles_landed, 1);
-        barrier_init(&keys_landed, 1);
-        barrier_init_fence();
-        if (keys_by_map) { /* q and k are inputs: no kernel of the pass writes them */
-            barrier_arrive_expecting(&keys_landed, (uint32_t)(2 * CHUNK * LDK * sizeof(bf16)));
-            tensor_copy_3d(q, &q_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
-            tensor_copy_3d(k, &k_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
-        }
+    /* S0^T and Vnew^T come by one bulk copy each, issued by thread 0 once the chain has ended */
+    const auto copy_chain_tiles = [&] {
         wait_for_previous_kernel(); /* the chain's S0^T and Vnew^T */
         const uint32_t state_bytes = (uint32_t)(columns * LDK * sizeof(bf16)), value_bytes = (uint32_t)(columns * TOKEN_STRIDE * sizeof(bf16));
         barrier_arrive_expecting(&tiles_landed, (state_bytes + value_bytes) * (PRECISE ? 2 : 1));
@@ -2043,6 +2045,18 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
             bulk_copy(S_low, S0_t + low_states + column0 * LDK, state_bytes, &tiles_landed);
             bulk_copy(Vnew_low, new_values_t + low_values + column0 * TOKEN_STRIDE, value_bytes, &tiles_landed);
         }
+    };
+    if (threadIdx.x == 0) {
+        barrier_init(&tiles_landed, 1);
+        barrier_init(&keys_landed, 1);
+        barrier_init_fence();
+        if (keys_by_map) { /* q and k are inputs: no kernel of the pass writes them */
+            barrier_arrive_expecting(&keys_landed, (uint32_t)(2 * CHUNK * LDK * sizeof(bf16)));
+            tensor_copy_3d(q, &q_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
+            tensor_copy_3d(k, &k_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
+        }
+        if (!beside_chain)
+            copy_chain_tiles();
     }
     const uint4 zero = make_uint4(0, 0, 0, 0); /* the rows past V, 16 bytes a store (not unrolled:
                                                    unrolled, ptxas spilled here at 40 registers) */
@@ -2064,12 +2078,22 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
         copy_tile(k, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
         __pipeline_commit();
     }
-    wait_for_previous_kernel(); /* kernel 1's gamma: kernel 1 ended before the chain did */
+    /* gamma: kernel 1's, or beside the chain the gates' sums made here from g (an input) by
+       kernel 1's own function (the same values to the bit), so that nothing before P waits */
+    if (!beside_chain)
+        wait_for_previous_kernel(); /* kernel 1's gamma: kernel 1 ended before the chain did */
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
-        gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
+        gamma[i] = i >= n ? 0.0 : beside_chain ? (double)p.g[first_token + i * token_stride] : w.gamma[row0 + i];
     if (!keys_by_map)
         __pipeline_wait_prior(0);
-    __syncthreads(); /* gamma is here; the barriers' initialization is seen before any thread waits on them */
+    __syncthreads(); /* gamma (or g) is here; the barriers' initialization is seen before any thread waits on them */
+    if (beside_chain) {
+        if (warp == 0)
+            running_gate_sums(gamma, n); /* eq. 9 */
+        __syncthreads();
+        if (threadIdx.x == 0) /* the only thread that waits: its warp makes its part of P after the chain */
+            copy_chain_tiles();
+    }
     if (keys_by_map)
         barrier_wait(&keys_landed, 0); /* q and k */
 
@@ -2388,6 +2412,28 @@ static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_r
     return waves(two_slots) < waves(deepest) ? two_slots : deepest;
 }
 
+/* Kernel 3 beside the chain (docs/06, the forty-first step): where all of kernel 3's blocks
+ * fit on the GPU at once (a block per head, chunk and 128 or 64 columns of o, launch_chunk_outputs;
+ * at least two an SM at any K <= 128), they are placed while the chain runs, sum their gates from
+ * g and make P there, and wait only for S0^T and Vnew^T. Elsewhere they come in waves after
+ * the chain, and each block copies S0^T and Vnew^T first (measured: the order beside the
+ * chain took 1 to 3 % longer there). */
+template <bool PRECISE>
+static bool outputs_beside_chain(const gdn_device_problem *p)
+{
+    const size_t sms = (size_t)gdn_sm_count(), output_columns = !PRECISE && p->V % 128 == 0 ? 128 : 64;
+    return !PRECISE && p->B * p->H * chunks_of(p->T) * ((p->V + output_columns - 1) / output_columns) <= 2 * sms;
+}
+/* The chain lets kernel 3 start (griddepcontrol.launch_dependents, at its start) where kernel 3
+ * runs beside it and the chain's blocks are all on the GPU at once, so that kernel 3's take
+ * only room they leave: where the chain runs in waves its later blocks would share SMs with
+ * them (measured slower, the fourteenth step). */
+template <bool PRECISE, bool FOLD>
+static bool outputs_may_start_early(const gdn_device_problem *p, chain_shape shape, unsigned blocks)
+{
+    return !FOLD && outputs_beside_chain<PRECISE>(p) && (size_t)blocks <= (size_t)gdn_sm_count() * chain_blocks_per_sm<PRECISE, FOLD>(shape);
+}
+
 /* Output warps possible for kernel 2 (not a fold): K = V = 128, q and k by tensor maps, the
  * block's shared memory there; they run where its blocks are then 8 tiles wide */
 template <bool PRECISE, bool FOLD>
@@ -2521,11 +2567,13 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                 make_token_tile_map(&v_map, p->v_bf16, p, p->V, values_stride))
                 return -1;
             const chain_from_values_kernel chunk_states = from_values_kernel_for<FOLD>(shape);
+            segments.outputs_early = outputs_may_start_early<PRECISE, FOLD>(p, shape, blocks);
             CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages,
                                        k_map, v_map);
             return 0;
         }
     const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape);
+    segments.outputs_early = outputs_may_start_early<PRECISE, FOLD>(p, shape, blocks);
     CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
     return 0;
 }
@@ -2548,7 +2596,8 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
     /* K = V = 64 or 128 (one COLUMNS each: 64 columns where V is not a multiple of 128) compiled with them known */
     constexpr int SIZE = PRECISE ? 0 : COLUMNS;
     auto chunk_outputs = SIZE && p->K == SIZE && p->V == SIZE ? chunk_outputs_kernel<PRECISE, COLUMNS, SIZE> : chunk_outputs_kernel<PRECISE, COLUMNS, 0>;
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map,
+                               outputs_beside_chain<PRECISE>(p));
     r->o_in_bf16 = !PRECISE;
     return 0;
 }
@@ -2657,7 +2706,7 @@ static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, 
 template <bool PRECISE>
 static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
-    const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
+    const chain_segments whole = {1, 1, p->h0, r->ht, 0}; /* one segment: the whole sequence from h0 */
     const int parts = chunk_parts_for<PRECISE>(p, 1);
     bool outputs_done;
     if constexpr (!PRECISE)
