@@ -17,4 +17,11 @@ __device__ __forceinline__ static void wait_for_previous_kernel(void)
     asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
+/* Lets the next kernel's blocks be placed before this one ends, once every block of this one
+ * has called it (or exited); they still wait (above) before they read what this one writes. */
+__device__ __forceinline__ static void let_next_kernel_start(void)
+{
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 #endif

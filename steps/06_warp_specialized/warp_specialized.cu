@@ -133,7 +133,7 @@
 #include "../../common/stage.h"
 #include "../../common/bulk_copy.cuh" /* the TMA ring's PTX: mbarriers and bulk copies */
 #include "../../common/wgmma.cuh"      /* the output warps' wgmma, from swizzled tiles */
-#include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
+#include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel, let_next_kernel_start */
 #include "warp_specialized.h" /* warp_specialized_kernel1_split, warp_specialized_values_pay */
 #include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
 extern "C" { /* stage 05's flop count: the same algebra */
@@ -584,9 +584,11 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
  * what needs nothing from that kernel (barriers, tensor-map prefetches, loads of the inputs)
  * and then waits for it to end, its writes visible, before it reads anything it wrote
  * (wait_for_previous_kernel). The wait covers the kernels before the one before too: that one
- * ended after its own wait. No kernel lets the next one start earlier (griddepcontrol.
- * launch_dependents): measured, the early blocks then took room from the last waves of the
- * kernel before (1-2 % slower at the large shapes, 11 % at (2, 1000, 3, 40, 72), docs/06). ---- */
+ * ended after its own wait. A kernel lets the next one start earlier (let_next_kernel_start)
+ * only where the next one's blocks take no room from its own: the chain, where all of kernel
+ * 3's blocks fit beside it (docs/06, the forty-first step); elsewhere the early blocks took
+ * room from the last waves of the kernel before (1-2 % slower at the large shapes, 11 % at
+ * (2, 1000, 3, 40, 72), docs/06, the fourteenth step). ---- */
 constexpr double LOG2_E = 1.4426950408889634; /* log2(e): e^x = 2^(x log2 e) */
 /* 2^x by the special-function unit, one instruction (PTX ex2.approx.ftz: relative error about
    2^-22; a result under 2^-126 is flushed to 0, where exp2f spends four more instructions a call
@@ -995,8 +997,8 @@ typedef struct {
     const float *starts;   /* [head][segment] K x V start states (h0 here); NULL: zero */
     float *ends;           /* without FOLD: ht, written by the last segment; with FOLD: the maps
                               [head][segment] K x (K + V), row i = [A_i | B_i], runs per head */
-    int outputs_early;     /* kernel 3 follows and may start beside this launch (its blocks take
-                              SMs these leave idle): outputs_may_start_early */
+    int outputs_early = 0; /* kernel 3 follows and may start beside this launch (its blocks take
+                              SMs these leave idle): set by launch_chunk_states */
 } chain_segments;
 
 /* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
@@ -1559,7 +1561,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     __syncthreads(); /* the block's only barrier */
     wait_for_previous_kernel(); /* kernel 1's W, keys and U (and in stage 07 the scan's starts) */
     if (segments.outputs_early && threadIdx.x == 0) /* kernel 3's blocks may be placed now */
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        let_next_kernel_start();
 
     /* Each role returns where it ends, so that with OUTPUTS the chain's code below is reached
        only after its registers grew (ptxas allocates by those regions) */
@@ -2412,6 +2414,19 @@ static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_r
     return waves(two_slots) < waves(deepest) ? two_slots : deepest;
 }
 
+/* Kernel 3's columns of o a block: 128 where V is a multiple of 128 (no block half empty) and
+ * not --precise (whose low terms would double the block's 98 KB of shared memory at K = 128);
+ * else 64. Its blocks: one per head, chunk and that many columns. */
+template <bool PRECISE>
+static size_t output_columns(const gdn_device_problem *p)
+{
+    return !PRECISE && p->V % 128 == 0 ? 128 : 64;
+}
+static size_t output_blocks(const gdn_device_problem *p, size_t columns)
+{
+    return p->B * p->H * chunks_of(p->T) * ((p->V + columns - 1) / columns);
+}
+
 /* Kernel 3 beside the chain (docs/06, the forty-first step): where all of kernel 3's blocks
  * fit on the GPU at once (a block per head, chunk and 128 or 64 columns of o, launch_chunk_outputs;
  * at least two an SM at any K <= 128), they are placed while the chain runs, sum their gates from
@@ -2421,8 +2436,7 @@ static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_r
 template <bool PRECISE>
 static bool outputs_beside_chain(const gdn_device_problem *p)
 {
-    const size_t sms = (size_t)gdn_sm_count(), output_columns = !PRECISE && p->V % 128 == 0 ? 128 : 64;
-    return !PRECISE && p->B * p->H * chunks_of(p->T) * ((p->V + output_columns - 1) / output_columns) <= 2 * sms;
+    return !PRECISE && output_blocks(p, output_columns<PRECISE>(p)) <= 2 * (size_t)gdn_sm_count();
 }
 /* The chain lets kernel 3 start (griddepcontrol.launch_dependents, at its start) where kernel 3
  * runs beside it and the chain's blocks are all on the GPU at once, so that kernel 3's take
@@ -2585,7 +2599,7 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
     const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE, terms = PRECISE ? 2 : 1;
     const size_t bytes = 128 + M * sizeof(double) + (2 * M * LDK + terms * (COLUMNS * LDK + COLUMNS * LDT + M * LDT)) * sizeof(bf16);
     unsigned blocks;
-    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + COLUMNS - 1) / COLUMNS), 1, &blocks))
+    if (gdn_blocks_for(output_blocks(p, COLUMNS), 1, &blocks))
         return -1;
     if (!PRECISE && !r->o_bf16)
         return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
@@ -2602,13 +2616,12 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
     return 0;
 }
 
-/* 128 columns a block where V is a multiple of 128 (no block half empty) and not --precise
- * (whose low terms would double the block's 98 KB of shared memory at K = 128); else 64. */
+/* Kernel 3 with output_columns a block. */
 template <bool PRECISE>
 static int launch_chunk_outputs(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
-    if constexpr (!PRECISE)
-        if (p->V % 128 == 0)
+    if constexpr (!PRECISE) /* (no 128-column kernel is compiled for --precise) */
+        if (output_columns<PRECISE>(p) == 128)
             return launch_chunk_outputs_by<PRECISE, 128>(p, w, r);
     return launch_chunk_outputs_by<PRECISE, 64>(p, w, r);
 }
@@ -2706,7 +2719,7 @@ static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, 
 template <bool PRECISE>
 static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
-    const chain_segments whole = {1, 1, p->h0, r->ht, 0}; /* one segment: the whole sequence from h0 */
+    const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
     const int parts = chunk_parts_for<PRECISE>(p, 1);
     bool outputs_done;
     if constexpr (!PRECISE)

@@ -146,7 +146,7 @@ static int rank_passes(const gdn_device_problem *p, chunk_workspace w, const ran
     /* 1. fold: every segment's map (07's fold, one more), composed into the slice's */
     CUDA_CHECK(cudaEventRecord(this_rank.started));
     int status = launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, P));
-    const chain_segments fold = {P, runs, NULL, b->maps, 0};
+    const chain_segments fold = {P, runs, NULL, b->maps};
     if (status == 0 && runs > 0)
         status = launch_chunk_states<PRECISE, true>(p, w, fold);
     if (status == 0 && !last)
@@ -171,7 +171,7 @@ static int rank_passes(const gdn_device_problem *p, chunk_workspace w, const ran
         return -1;
     CUDA_CHECK(cudaMemcpy2D(b->starts, P * state * sizeof(float), b->scan_starts + before * state,
                             (before + P) * state * sizeof(float), P * state * sizeof(float), heads, cudaMemcpyDeviceToDevice));
-    const chain_segments replay = {P, P, b->starts, r->ht, 0};
+    const chain_segments replay = {P, P, b->starts, r->ht};
     if (launch_chunk_states<PRECISE, false>(p, w, replay) || launch_chunk_outputs<PRECISE>(p, w, r))
         return -1;
     CUDA_CHECK(cudaEventRecord(this_rank.finished));
