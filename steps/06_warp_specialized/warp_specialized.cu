@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's forty-first step; what the steps built, by kernel (the numbers are
+ * This is the stage's forty-second step; what the steps built, by kernel (the numbers are
  * steps: docs/06, "The steps at a glance", has a row and a section for each):
  *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
  *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
@@ -22,7 +22,8 @@
  *                  products' zero blocks skipped (29), W and U out by bulk stores (30), the
  *                  join's scratch without bank conflicts (31); compiled for the transform
  *                  block alone, five blocks an SM (34), and run beside the chain on the SMs
- *                  its blocks leave idle (35: kernel1_beside_chain)
+ *                  its blocks leave idle (35: kernel1_beside_chain); that instance six
+ *                  blocks an SM, its join's scratch in the keys' place (42)
  *   kernel 2       (the chain) warp-specialized: a producer warp fills a ring of 2 to 4
  *                  shared-memory slots by bulk copies (TMA) and mbarriers, consumer warps
  *                  keep S in their MMA accumulators for the whole sequence; S0^T and Vnew^T
@@ -96,7 +97,7 @@
  *             reuse each other's places: tm_place_bytes): 4 blocks an SM where V is one
  *             slice, at most 64 registers (__launch_bounds__(256, 4)); else 3, 76 registers;
  *             --precise, whose W low terms need more, 96 and 2 blocks; for the transform
- *             block alone (the chain with output warps) 48 registers and 41 KB, 5 blocks
+ *             block alone (the chain makes Vnew from v) 40 registers and 36 KB, 6 blocks
  *   kernel 2: a block per (head, segment, 128 state columns) where such blocks give 95 % of
  *             the SMs a block, 70 % with output warps (not --precise; widest_blocks_percent),
  *             else 64 where they fill the GPU, else 32 or
@@ -622,11 +623,12 @@ __device__ __forceinline__ static float decay_to_chunk_end(const double *gamma, 
  * most 85 registers), or 4 where four blocks' shared memory fits too (53 KB a block at K = V =
  * 128: tm_place_bytes; at most 64 registers); 2 with --precise. At 4, V is one slice (VALUE_SLICE): the
  * loop over later slices and their copies go, and with them the registers that made 64 too
- * few (20 bytes spilled). At TRANSFORM_BLOCKS (5) the kernel writes the transform block alone,
- * the one part the chain with output warps reads: without the code of W, U and the decayed
- * keys it needs at most 48 registers, and without the values' tile 41 KB
- * (transform_only_shared_bytes), so five blocks fit an SM (six would need 246 KB) */
-constexpr int TRANSFORM_BLOCKS = 5;
+ * few (20 bytes spilled). At TRANSFORM_BLOCKS (6) the kernel writes the transform block alone,
+ * the one part the chains that make Vnew from v read: without the code of W, U and the
+ * decayed keys it needs at most 40 registers (65,536 / (6 x 256) = 42), and without the
+ * values' tile, its join's scratch in the keys' place (the keys are read by then), 36 KB
+ * (transform_only_bytes), so six blocks fit an SM (seven would need 32 registers) */
+constexpr int TRANSFORM_BLOCKS = 6;
 /* (that instance returns after the transform block: the code after it is unreachable there,
    as it is meant to be, and nvcc would say so of its loops) */
 #pragma nv_diag_suppress 128
@@ -705,10 +707,12 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     float acc[4][4];
     clear(acc);
     warp_product(acc, keys, LDK, keys, LDK, tile_row, tile_column, KP, causal_tiles(tile_row, tile_column)); /* its l < i blocks */
-    /* the gates of the thread's two rows and eight columns, read once: the stores into Tm
-     * between them would otherwise make the compiler read them again for every element (the
-     * rows' betas serve U's diagonal term too, below) */
-    double row_gamma[2], column_gamma[4][2];
+    /* the gates of the thread's two rows, read once, and of its two columns in each 16 x 8
+     * tile, read before the tile's stores: the stores into Tm between them would otherwise make
+     * the compiler read them again for every element (the rows' betas serve U's diagonal term
+     * too, below). All eight columns' gates at once held 16 registers more, which six blocks
+     * an SM (40 registers) do not have. */
+    double row_gamma[2];
     float row_beta[2];
 #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -716,19 +720,16 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
         row_gamma[half] = gamma[i], row_beta[half] = beta[i];
     }
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            column_gamma[j][r] = gamma[fragment_column(tile_column, j, r)];
-#pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 4; j++) {
+        const double column_gamma[2] = {gamma[fragment_column(tile_column, j, 0)], gamma[fragment_column(tile_column, j, 1)]};
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int i = fragment_row(tile_row, r), l = fragment_column(tile_column, j, r);
             Tm[i * SOLVE_STRIDE + l] = i == l                 ? 1.0f
-                                       : l < i && i < n ? row_beta[r / 2] * acc[j][r] * exp_approx((float)(row_gamma[r / 2] - column_gamma[j][r % 2]))
+                                       : l < i && i < n ? row_beta[r / 2] * acc[j][r] * exp_approx((float)(row_gamma[r / 2] - column_gamma[r % 2]))
                                                         : 0.0f;
         }
+    }
     __syncthreads();
     /* The keys decayed to the chunk's end, transposed (eq. 15), by warps 2-7 while warps 0 and
      * 1 invert the diagonal blocks (64 threads, 15 dependent rows, with the other six warps
@@ -755,7 +756,9 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     }
     invert_diagonal_blocks(Tm, SOLVE_STRIDE); /* Tm = (I + M)^-1 (eq. 11): the diagonal blocks in fp32, */
     __syncthreads();
-    join_diagonal_blocks_tf32(Tm, (float *)values); /* the rest on tensor cores, its scratch in the values' place */
+    /* the rest on tensor cores; its scratch in the values' place, or where kernel 1 writes the
+       transform block alone (no values) in the keys', which K K^T has read before the last barrier */
+    join_diagonal_blocks_tf32(Tm, TRANSFORM_ONLY ? (float *)keys : (float *)values);
     fence_shared_for_bulk_store(); /* the scratch's accesses before the values' tensor copy (common/bulk_copy.cuh) */
     /* W = Tm (beta e^gamma K) and U = Tm (beta V) (eq. 12) as (Tm diag(beta e^gamma)) K and
      * (Tm diag(beta)) V: the scaling goes into Tm's columns, so K and V enter the products as
@@ -2254,7 +2257,7 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
     /* the gates, Tm's place, the keys, then the values' place (the solve's scratch, then v) */
     const size_t before_values = 128 + M * sizeof(double) + 2 * M * sizeof(float) + tm_place_bytes(PRECISE) + M * LDK * sizeof(bf16);
     const size_t bytes = before_values + values_place_bytes((size_t)value_stride(p->V));
-    const size_t transform_only_bytes = before_values + 32 * JOIN_STRIDE * sizeof(float); /* no v: the scratch alone */
+    const size_t transform_only_bytes = before_values; /* no v: the scratch in the keys' place */
     /* every chunk, or (beside the chain: w.ready) chunks first_chunk .. end_chunk - 1 */
     const size_t chunk_count = w.ready ? end_chunk - first_chunk : chunks_of(p->T);
     unsigned blocks;
@@ -2273,7 +2276,7 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
     const auto transform_only = p->K == 64 ? prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 64> : prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>;
     if (!PRECISE && parts == WRITE_TRANSFORM && p->K == p->V && (p->K == 64 || p->K == 128) && /* those instances know K = V */
         kernel_blocks_per_sm(transform_only, THREADS, transform_only_bytes) >= TRANSFORM_BLOCKS) {
-        /* the transform block alone (the chains that make Vnew from v): five blocks an SM */
+        /* the transform block alone (the chains that make Vnew from v): six blocks an SM */
         prepare_chunks = transform_only;
         launch_bytes = transform_only_bytes;
     } else if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
@@ -2651,10 +2654,11 @@ static int check_key_width(size_t K)
  * falls behind by their ratio a chunk, and must start at the chunk from which it falls no
  * further behind than the chain's end: split = chunks (1 - idle x rate x step / heads), two
  * chunks more for the ramp. Rates measured on an H200 (docs/06): kernel 1 five blocks an SM,
- * 12,288 chunks in about 171 us on 132 SMs; the chain with output warps 367 us for 128 chunks.
+ * 12,288 chunks in about 171 us on 132 SMs (0.544 a us an SM), scaled by its 5.8 % gain at six
+ * blocks (the forty-second step); the chain with output warps 367 us for 128 chunks.
  * At least MIN_CHUNKS chunks: the second launch, the streams' events and the flags' memset
  * cost about 10 us a pass (measured at 3 and 5 chunks), which 64 chunks repay. */
-constexpr double KERNEL1_CHUNKS_PER_SM_US = 0.544, CHAIN_STEP_US = 2.87;
+constexpr double KERNEL1_CHUNKS_PER_SM_US = 0.576, CHAIN_STEP_US = 2.87;
 constexpr size_t MIN_IDLE_SMS = 16, MIN_CHUNKS = 64;
 /* the first chunk of kernel 1's second launch, or 0 where kernel 1 does not run beside the
    chain (warp_specialized.h; tested on its own, as host code) */
