@@ -758,6 +758,8 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     __syncthreads();
     /* the rest on tensor cores; its scratch in the values' place, or where kernel 1 writes the
        transform block alone (no values) in the keys', which K K^T has read before the last barrier */
+    static_assert(!TRANSFORM_ONLY || CHUNK * (SIZE + KEY_STRIDE_PADDING) * sizeof(bf16) >= 32 * JOIN_STRIDE * sizeof(float),
+                  "the join's scratch fits in the keys' place (that instance is compiled for K = 64 or 128)");
     join_diagonal_blocks_tf32(Tm, TRANSFORM_ONLY ? (float *)keys : (float *)values);
     fence_shared_for_bulk_store(); /* the scratch's accesses before the values' tensor copy (common/bulk_copy.cuh) */
     /* W = Tm (beta e^gamma K) and U = Tm (beta V) (eq. 12) as (Tm diag(beta e^gamma)) K and
