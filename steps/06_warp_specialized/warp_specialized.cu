@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's forty-second step; what the steps built, by kernel (the numbers are
+ * This is the stage's forty-third step; what the steps built, by kernel (the numbers are
  * steps: docs/06, "The steps at a glance", has a row and a section for each):
  *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
  *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
@@ -23,7 +23,8 @@
  *                  join's scratch without bank conflicts (31); compiled for the transform
  *                  block alone, five blocks an SM (34), and run beside the chain on the SMs
  *                  its blocks leave idle (35: kernel1_beside_chain); that instance six
- *                  blocks an SM, its join's scratch in the keys' place (42)
+ *                  blocks an SM, its join's scratch in the keys' place (42); the gates
+ *                  summed by the warp with no K K^T block while the others make K K^T (43)
  *   kernel 2       (the chain) warp-specialized: a producer warp fills a ring of 2 to 4
  *                  shared-memory slots by bulk copies (TMA) and mbarriers, consumer warps
  *                  keep S in their MMA accumulators for the whole sequence; S0^T and Vnew^T
