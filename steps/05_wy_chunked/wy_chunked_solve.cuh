@@ -3,8 +3,8 @@
  * chunk of SOLVE_CHUNK = 64 tokens in shared memory. Kernel 1 of 05_wy_chunked_cuda uses
  * them; stage 06's uses the gate sums and the diagonal blocks' inversion, and joins the
  * blocks on tensor cores instead (join_diagonal_blocks_tf32).
- * Call them from every thread of a block of at least 64 threads (cumulative_gates: from
- * the first warp only; join_diagonal_blocks: of exactly 256), as the comments say.
+ * Call them from every thread of a block of at least 64 threads (the gates' sums: from one
+ * warp; join_diagonal_blocks: of exactly 256), as the comments say.
  */
 #ifndef GDN_WY_CHUNKED_SOLVE_CUH
 #define GDN_WY_CHUNKED_SOLVE_CUH
@@ -99,18 +99,16 @@ __device__ static void join_diagonal_blocks(float *Tm, int ldt, float *scratch)
     join_block_row<3>(Tm, ldt, scratch);
 }
 
-/* gamma = the running sum of the chunk's log-gates (eq. 9), in place, by the 32 lanes of one
- * warp: lane l adds its two gates, a scan of those pairs across the lanes (5 shuffle steps)
- * gives what comes before them. Summing the 64 one after another, in one thread, kept the
- * other seven warps of the block waiting at the next barrier (ncu put a tenth of kernel 1's
- * stall samples there). Zeros past the chunk's n tokens make gamma[i >= n] the chunk's total,
- * which it returns to every lane. Stage 06's kernel 3 sums its chunk's gates by this same
- * function, so that its gamma is kernel 1's to the bit. */
-__device__ __forceinline__ static double running_gate_sums(double *gamma, int n)
+/* The running sum of the chunk's log-gates (eq. 9) by the 32 lanes of one warp, in their
+ * registers: lane l holds tokens 2l and 2l + 1 (first, second), adds its two gates, and a scan
+ * of those pairs across the lanes (5 shuffle steps) gives what comes before them. Summing the
+ * 64 one after another, in one thread, kept the other seven warps of the block waiting at the
+ * next barrier (ncu put a tenth of kernel 1's stall samples there). Zeros past the chunk's n
+ * tokens make their sums the chunk's total, which it returns to every lane. */
+__device__ __forceinline__ static double warp_gate_sums(double *first, double *second)
 {
-    const int lane = threadIdx.x % 32, i = 2 * lane;
-    const double first = i < n ? gamma[i] : 0.0, second = i + 1 < n ? gamma[i + 1] : 0.0;
-    double running = first + second; /* becomes the sum of pairs 0 .. lane */
+    const int lane = threadIdx.x % 32;
+    double running = *first + *second; /* becomes the sum of pairs 0 .. lane */
 #pragma unroll
     for (int offset = 1; offset < 32; offset *= 2) {
         const double other = __shfl_up_sync(0xffffffffu, running, offset);
@@ -120,25 +118,56 @@ __device__ __forceinline__ static double running_gate_sums(double *gamma, int n)
     double before = __shfl_up_sync(0xffffffffu, running, 1);
     if (lane == 0)
         before = 0.0;
-    gamma[i] = before + first;
-    gamma[i + 1] = before + first + second;
+    *first = before + *first;
+    *second = *first + *second;
     return __shfl_sync(0xffffffffu, running, 31);
 }
 
-/* running_gate_sums, by the block's first warp; also writes scaled_beta = beta exp(gamma),
- * gamma to the workspace (for the outputs' kernels), and kernel 2's decay exp(gamma_C) with its 3
- * floats of padding. Out of line, as invert_diagonal_blocks below and for the same reason. */
-__device__ __noinline__ static void cumulative_gates(double *gamma, const float *beta, float *scaled_beta, int n, double *gamma_out, float *decay)
+/* gamma = the running sum of the gates, in place in shared memory, by one warp
+ * (warp_gate_sums). Stage 06's kernel 3 sums its chunk's gates by this function where it runs
+ * beside the chain, so that its gamma is kernel 1's to the bit. */
+__device__ __forceinline__ static double running_gate_sums(double *gamma, int n)
 {
-    const int lane = threadIdx.x, i = 2 * lane;
-    const double total = running_gate_sums(gamma, n);
-    for (int j = i; j < i + 2; j++) {
-        scaled_beta[j] = j < n ? beta[j] * expf((float)gamma[j]) : 0.0f;
+    const int i = 2 * (threadIdx.x % 32);
+    double first = i < n ? gamma[i] : 0.0, second = i + 1 < n ? gamma[i + 1] : 0.0;
+    const double total = warp_gate_sums(&first, &second);
+    gamma[i] = first;
+    gamma[i + 1] = second;
+    return total;
+}
+
+/* What the rest of the block reads of a chunk's gates, written by one warp from its lanes'
+ * sums (first, second: tokens 2 lane and 2 lane + 1, as warp_gate_sums leaves them): gamma
+ * and beta into shared memory, scaled_beta = beta exp(gamma), gamma to the workspace (for
+ * the outputs' kernels), and kernel 2's decay exp(gamma_C) with its 3 floats of padding. */
+__device__ __forceinline__ static void write_gate_sums(double first, double second, double total, float beta_first,
+                                                       float beta_second, int n, double *gamma, float *beta, float *scaled_beta,
+                                                       double *gamma_out, float *decay)
+{
+    const int lane = threadIdx.x % 32, i = 2 * lane;
+    const double sums[2] = {first, second};
+    const float betas[2] = {beta_first, beta_second};
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int j = i + e;
+        gamma[j] = sums[e];
+        beta[j] = betas[e];
+        scaled_beta[j] = j < n ? betas[e] * expf((float)sums[e]) : 0.0f;
         if (j < n)
-            gamma_out[j] = gamma[j];
+            gamma_out[j] = sums[e];
     }
     if (lane < 4)
         decay[lane] = lane == 0 ? expf((float)total) : 0.0f;
+}
+
+/* The gates' sums from the gates and betas in shared memory, by the block's first warp. Out of
+ * line, as invert_diagonal_blocks above and for the same reason. */
+__device__ __noinline__ static void cumulative_gates(double *gamma, float *beta, float *scaled_beta, int n, double *gamma_out, float *decay)
+{
+    const int i = 2 * (threadIdx.x % 32);
+    double first = i < n ? gamma[i] : 0.0, second = i + 1 < n ? gamma[i + 1] : 0.0;
+    const double total = warp_gate_sums(&first, &second);
+    write_gate_sums(first, second, total, beta[i], beta[i + 1], n, gamma, beta, scaled_beta, gamma_out, decay);
 }
 
 #endif

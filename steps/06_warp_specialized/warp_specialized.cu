@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's forty-second step; what the steps built, by kernel (the numbers are
+ * This is the stage's forty-third step; what the steps built, by kernel (the numbers are
  * steps: docs/06, "The steps at a glance", has a row and a section for each):
  *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
  *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
@@ -23,7 +23,8 @@
  *                  join's scratch without bank conflicts (31); compiled for the transform
  *                  block alone, five blocks an SM (34), and run beside the chain on the SMs
  *                  its blocks leave idle (35: kernel1_beside_chain); that instance six
- *                  blocks an SM, its join's scratch in the keys' place (42)
+ *                  blocks an SM, its join's scratch in the keys' place (42); the gates
+ *                  summed by the warp with no K K^T block while the others make K K^T (43)
  *   kernel 2       (the chain) warp-specialized: a producer warp fills a ring of 2 to 4
  *                  shared-memory slots by bulk copies (TMA) and mbarriers, consumer warps
  *                  keep S in their MMA accumulators for the whole sequence; S0^T and Vnew^T
@@ -688,25 +689,43 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
         copy_tile(keys, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
         __pipeline_commit();
     }
-    for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
-        size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
-        gamma[i] = i < n ? p.g[token] : 0.0;
-        beta[i] = i < n ? p.beta[token] : 0.0f;
+    /* The gates' sums (eq. 9) by warp 4 alone, from its own loads (tokens 2 lane and 2 lane +
+     * 1), while the other warps make K K^T, in which warp 4 has no block below the diagonal
+     * (its rows 0-15, its columns 32-63); the block meets after the products, where I + M
+     * needs the sums. (Loaded by 64 threads and scanned by warp 0 between two block barriers
+     * before K K^T, the gates kept the seven other warps waiting: 19 % of kernel 1's samples,
+     * the fifty-third session's profile.) The block barrier here only publishes the mbarriers'
+     * initialization; warp 4's loads are in flight across it. */
+    constexpr int GATES_WARP = 4;
+    static_assert(GATES_WARP / 4 * 32 >= 16 * (GATES_WARP % 4) + 16, "the gates' warp has no K K^T block on or below the diagonal");
+    double gate_first = 0.0, gate_second = 0.0;
+    float beta_first = 0.0f, beta_second = 0.0f;
+    const int pair = 2 * (threadIdx.x % 32);
+    if (warp == GATES_WARP) {
+        if (pair < n)
+            gate_first = p.g[first_token + pair * token_stride], beta_first = p.beta[first_token + pair * token_stride];
+        if (pair + 1 < n)
+            gate_second = p.g[first_token + (pair + 1) * token_stride], beta_second = p.beta[first_token + (pair + 1) * token_stride];
     }
-    __syncthreads(); /* (and the barriers' initialization is seen before any thread waits on them) */
-    if (threadIdx.x < 32) /* eq. 9 */
-        cumulative_gates(gamma, beta, scaled_beta, n, w.gamma + row0, (float *)(chain + chain_decay_offset(K, V, PRECISE)));
+    __syncthreads(); /* the barriers' initialization is seen before any thread waits on them */
+    if (warp == GATES_WARP) {
+        const double total = warp_gate_sums(&gate_first, &gate_second);
+        write_gate_sums(gate_first, gate_second, total, beta_first, beta_second, n, gamma, beta, scaled_beta, w.gamma + row0,
+                        (float *)(chain + chain_decay_offset(K, V, PRECISE)));
+    }
     if (by_map)
         barrier_wait(&keys_landed, 0);
-    else
-        __pipeline_wait_prior(0); /* the keys */
-    __syncthreads();
+    else {
+        __pipeline_wait_prior(0); /* the keys, */
+        __syncthreads();          /* every thread's */
+    }
 
     /* I + M, M[i, j] = beta_i (k_i . k_j) exp(gamma_i - gamma_j) for j < i (eq. 10): K K^T on
      * tensor cores, keys serving as both A and B^T */
     float acc[4][4];
     clear(acc);
     warp_product(acc, keys, LDK, keys, LDK, tile_row, tile_column, KP, causal_tiles(tile_row, tile_column)); /* its l < i blocks */
+    __syncthreads(); /* the gates' sums are here */
     /* the gates of the thread's two rows, read once, and of its two columns in each 16 x 8
      * tile, read before the tile's stores: the stores into Tm between them would otherwise make
      * the compiler read them again for every element (the rows' betas serve U's diagonal term
