@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     __syncthreads();
     /* Tm = (I + M)^-1 in place (eq. 11), by 16 x 16 blocks: a row-by-row forward substitution
      * would be 63 dependent steps with two barriers each, which was most of this kernel. */
-    invert_diagonal_blocks(Tm, TP);
+    invert_diagonal_blocks<TP>(Tm);
     __syncthreads();
     join_diagonal_blocks(Tm, TP, right); /* ends with a barrier: keys_t is read no more */
     for (int e = threadIdx.x; e < TILE * TILE; e += THREADS) { /* consecutive i: no bank conflict either side */

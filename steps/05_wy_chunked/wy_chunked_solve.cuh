@@ -17,25 +17,41 @@
  * small products. Eight barriers in all, where the row-by-row solve took 126. */
 enum { SOLVE_CHUNK = 64, SOLVE_BLOCK = 16, SOLVE_BLOCKS = SOLVE_CHUNK / SOLVE_BLOCK };
 
-/* X_aa = (I + M_aa)^-1 for the four diagonal blocks, M_aa in Tm's strict lower part. Thread
- * (a, c), one of 64, owns column c of X_aa and keeps it in registers: row i of the forward
- * substitution, x_i = -sum_{l < i} M[i, l] x_l (with x_c = 1 and x_l = 0 above it), needs only
- * its own column and row i of M, read by every thread of the block at once (a broadcast). So
- * the 15 dependent rows need no barrier and no shuffle. The loops have compile-time bounds,
- * which keeps x[] in registers. Kept out of line: inlined, it pushed kernel 1 past the 85
- * registers a thread that three blocks per SM allow, into spills. */
-__device__ __noinline__ static void invert_diagonal_blocks(float *Tm, int ldt)
+/* X_aa = (I + M_aa)^-1 for the four diagonal blocks, M_aa in Tm's strict lower part (row
+ * stride LDT floats). Thread (a, c), one of 64, owns column c of X_aa and keeps it in
+ * registers: row i of the forward substitution, x_i = -sum_{l < i} M[i, l] x_l (with x_c = 1
+ * and x_l = 0 above it), needs only its own column and row i of M, read by every thread of the
+ * block at once (a broadcast). So the 15 dependent rows need no barrier and no shuffle. The
+ * loops have compile-time bounds, which keeps x[] in registers. Where LDT is even (stage 06's
+ * 68; stage 05's 65 is odd, against bank conflicts elsewhere) the rows are 8-byte aligned, and
+ * a row's elements are read two at a time: 64 loads a thread where there were 120, on the path
+ * of the two warps the rest of the block waits for; the sums keep their order. (Four at a time,
+ * 36 loads, held more registers: in some of stage 06's builds 4 bytes spilled.)
+ * Kept out of line: inlined, it pushed kernel 1 past the 85 registers a thread that three
+ * blocks per SM allow, into spills. */
+template <int LDT>
+__device__ __noinline__ static void invert_diagonal_blocks(float *Tm)
 {
     const int a = threadIdx.x / SOLVE_BLOCK, c = threadIdx.x % SOLVE_BLOCK;
     float x[SOLVE_BLOCK];
     if (a < SOLVE_BLOCKS) {
-        const float *M = Tm + a * SOLVE_BLOCK * ldt + a * SOLVE_BLOCK;
+        const float *M = Tm + a * SOLVE_BLOCK * LDT + a * SOLVE_BLOCK;
 #pragma unroll
         for (int i = 0; i < SOLVE_BLOCK; i++) {
             float sum = 0.0f;
+            if constexpr (LDT % 2 == 0) {
 #pragma unroll
-            for (int l = 0; l < i; l++)
-                sum += M[i * ldt + l] * x[l];
+                for (int l0 = 0; l0 < i; l0 += 2) {
+                    const float2 two = *(const float2 *)&M[i * LDT + l0];
+                    sum += two.x * x[l0];
+                    if (l0 + 1 < i)
+                        sum += two.y * x[l0 + 1];
+                }
+            } else {
+#pragma unroll
+                for (int l = 0; l < i; l++)
+                    sum += M[i * LDT + l] * x[l];
+            }
             x[i] = i < c ? 0.0f : i == c ? 1.0f : -sum;
         }
     }
@@ -43,9 +59,8 @@ __device__ __noinline__ static void invert_diagonal_blocks(float *Tm, int ldt)
     if (a < SOLVE_BLOCKS)
 #pragma unroll
         for (int i = 0; i < SOLVE_BLOCK; i++)
-            Tm[(a * SOLVE_BLOCK + i) * ldt + a * SOLVE_BLOCK + c] = x[i];
+            Tm[(a * SOLVE_BLOCK + i) * LDT + a * SOLVE_BLOCK + c] = x[i];
 }
-
 /* X_ab for b < a, one block row a at a time; rows above a are final when row a starts.
  *     Y = M[rows of a, 0 .. 16 a) X[0 .. 16 a, 0 .. 16 a)    (X lower triangular)
  *     X[rows of a, 0 .. 16 a) = -X_aa Y

@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's forty-third step; what the steps built, by kernel (the numbers are
+ * This is the stage's forty-fourth step; what the steps built, by kernel (the numbers are
  * steps: docs/06, "The steps at a glance", has a row and a section for each):
  *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
  *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
@@ -24,7 +24,9 @@
  *                  block alone, five blocks an SM (34), and run beside the chain on the SMs
  *                  its blocks leave idle (35: kernel1_beside_chain); that instance six
  *                  blocks an SM, its join's scratch in the keys' place (42); the gates
- *                  summed by the warp with no K K^T block while the others make K K^T (43)
+ *                  summed by the warp with no K K^T block while the others make K K^T (43);
+ *                  the joins by whole columns, the transform block's reads and the
+ *                  inversion's without bank conflicts or with fewer loads (44)
  *   kernel 2       (the chain) warp-specialized: a producer warp fills a ring of 2 to 4
  *                  shared-memory slots by bulk copies (TMA) and mbarriers, consumer warps
  *                  keep S in their MMA accumulators for the whole sequence; S0^T and Vnew^T
@@ -528,55 +530,124 @@ __host__ __device__ constexpr size_t values_place_bytes(size_t ldv)
     return CHUNK * ldv * sizeof(bf16) > 32 * JOIN_STRIDE * sizeof(float) ? CHUNK * ldv * sizeof(bf16) : 32 * JOIN_STRIDE * sizeof(float);
 }
 
-/* acc += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 .. col0 + 8), one m16n8 tile;
- * fp32 in shared memory, both row major; depth a multiple of 8. */
-__device__ __forceinline__ static void warp_product_tf32(float (&acc)[4], const float *A, int lda, const float *B, int ldb,
-                                                         int row0, int col0, int depth)
+/* The fragments of one m16n8k8 tf32 product from fp32 tiles in shared memory, row major,
+ * each element rounded to tf32 on its way in: A's rows row0 .. row0 + 16 and columns k0 .. k0
+ * + 8; B's rows k0 .. k0 + 8 and columns col0 .. col0 + 8. */
+__device__ __forceinline__ static void load_a_tf32(uint32_t (&a)[4], const float *A, int lda, int row0, int k0)
 {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const float *a_row = A + (row0 + g) * lda + t, *b_column = B + t * ldb + col0 + g;
-#pragma unroll
-    for (int k0 = 0; k0 < depth; k0 += 8) {
-        const uint32_t a[4] = {to_tf32(a_row[k0]), to_tf32(a_row[8 * lda + k0]), to_tf32(a_row[k0 + 4]),
-                               to_tf32(a_row[8 * lda + k0 + 4])};
-        const uint32_t b[2] = {to_tf32(b_column[k0 * ldb]), to_tf32(b_column[(k0 + 4) * ldb])};
-        mma_tf32_16x8x8(acc, a, b);
-    }
+    const float *row = A + (row0 + g) * lda + k0 + t;
+    a[0] = to_tf32(row[0]), a[1] = to_tf32(row[8 * lda]), a[2] = to_tf32(row[4]), a[3] = to_tf32(row[8 * lda + 4]);
 }
+__device__ __forceinline__ static void load_b_tf32(uint32_t (&b)[2], const float *B, int ldb, int k0, int col0)
+{
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const float *column = B + (k0 + t) * ldb + col0 + g;
+    b[0] = to_tf32(column[0]), b[1] = to_tf32(column[4 * ldb]);
+}
+/* a 16 x 8 tile of sums into rows row0 .. row0 + 16, columns col0 .. col0 + 8 of a row-major
+   fp32 tile, each by `sign` (two 8-byte stores a lane) */
+__device__ __forceinline__ static void store_tile_fp32(float *D, int ldd, int row0, int col0, const float (&acc)[4], float sign)
+{
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    *(float2 *)&D[(row0 + g) * ldd + col0 + 2 * t] = make_float2(sign * acc[0], sign * acc[1]);
+    *(float2 *)&D[(row0 + g + 8) * ldd + col0 + 2 * t] = make_float2(sign * acc[2], sign * acc[3]);
+}
+constexpr int JOIN_COLUMN_WARPS = 4; /* the warps that make the second level's X_ab, a column of 8 each */
 
 /* Tm = (I + M)^-1 from the inverses of its 16 x 16 diagonal blocks (eq. 11), by doubling: a
  * unit lower triangular [[L_bb, 0], [L_ab, L_aa]] has the inverse [[X_bb, 0], [X_ab, X_aa]]
  * with X_ab = -X_aa L_ab X_bb. Level 1 joins the 16 x 16 pairs (0, 1) and (2, 3) into the two
  * 32 x 32 diagonal inverses, level 2 joins those into the whole; each level is two products
- * on tensor cores (tf32), one m16n8 tile a warp (4 warps at level 1, 8 at level 2), with a
- * barrier after each. Stage 05 joined the blocks one block row at a time with scalar loops:
- * six barriers, and a third of this kernel's instructions. The zeros above the diagonal are
- * in Tm, so the products are dense. Y = L_ab X_bb goes to scratch (32 x JOIN_STRIDE floats). */
+ * on tensor cores (tf32), Y = L_ab X_bb and X_ab = -X_aa Y. Stage 05 joined the blocks one
+ * block row at a time with scalar loops: six barriers, and a third of this kernel's
+ * instructions. The zeros above the diagonal are in Tm, so the products are dense; the k-steps
+ * that meet a known zero block of X_bb or X_aa (lower triangular) are skipped, exactly, as the
+ * twenty-ninth step skips K K^T's.
+ * A warp makes whole columns of X_ab: Y's same columns are then its own, so it keeps them in
+ * its own columns of scratch (32 x JOIN_STRIDE floats) and goes on after a __syncwarp, where
+ * one tile a warp needed a block barrier between the two products; and each A fragment it
+ * loads serves both its tiles. Level 1: warp p < 2 joins pair p alone (both 8-column tiles of
+ * its 16 x 16 X_ab), so the only warp that reads its L_ab is the one that overwrites it. Level
+ * 2: warp c < 4 makes columns 8c .. 8c + 8 of the 32 x 32 X_ab (both 16-row tiles); L_ab is
+ * read by all four, so the block meets before any writes X_ab over it. (A named barrier among
+ * the four alone measured the same, within 1 %, and compute-sanitizer's racecheck then reported
+ * hazards between accesses that a later block barrier separates, a false alarm to our reading;
+ * a block barrier needs no such argument.) */
 __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
 {
     const int warp = threadIdx.x / 32;
-#pragma unroll /* each level's sizes constant: its index divisions become shifts, its products unroll */
-    for (int size = 16; size <= 32; size *= 2) {
-        const int tiles = size / 16 * (size / 8), pairs = CHUNK / (2 * size); /* tiles of one X_ab */
-        const int pair = warp / tiles, tile = warp % tiles, row0 = tile / (size / 8) * 16, col0 = tile % (size / 8) * 8;
-        const int top = 2 * pair * size; /* X_bb starts at (top, top), X_aa at (top + size, top + size) */
-        float *Y = scratch + pair * size * JOIN_STRIDE, *X_ab = Tm + (top + size) * SOLVE_STRIDE + top;
-        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (pair < pairs) { /* Y = L_ab X_bb */
-            warp_product_tf32(acc, X_ab, SOLVE_STRIDE, Tm + top * SOLVE_STRIDE + top, SOLVE_STRIDE, row0, col0, size);
-            *(float2 *)&Y[(row0 + g) * JOIN_STRIDE + col0 + 2 * t] = make_float2(acc[0], acc[1]);
-            *(float2 *)&Y[(row0 + g + 8) * JOIN_STRIDE + col0 + 2 * t] = make_float2(acc[2], acc[3]);
+    uint32_t a[4], b[2];
+    if (warp < 2) { /* level 1, pair `warp`: rows and columns top .. top + 32 */
+        const int top = 32 * warp;
+        float *X_ab = Tm + (top + 16) * SOLVE_STRIDE + top, *Y = scratch + warp * 16 * JOIN_STRIDE; /* L_ab, then X_ab */
+        const float *X_bb = Tm + top * SOLVE_STRIDE + top, *X_aa = X_ab + 16;
+        float y[2][4] = {}, x[2][4] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < 16; k0 += 8) {
+            load_a_tf32(a, X_ab, SOLVE_STRIDE, 0, k0);
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+                if (k0 >= 8 * n) { /* X_bb's rows above column 8 n are zero there */
+                    load_b_tf32(b, X_bb, SOLVE_STRIDE, k0, 8 * n);
+                    mma_tf32_16x8x8(y[n], a, b);
+                }
         }
-        __syncthreads(); /* Y complete, and every read of L_ab done */
-        if (pair < pairs) { /* X_ab = -X_aa Y */
-            acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-            warp_product_tf32(acc, X_ab + size, SOLVE_STRIDE, Y, JOIN_STRIDE, row0, col0, size);
-            *(float2 *)&X_ab[(row0 + g) * SOLVE_STRIDE + col0 + 2 * t] = make_float2(-acc[0], -acc[1]);
-            *(float2 *)&X_ab[(row0 + g + 8) * SOLVE_STRIDE + col0 + 2 * t] = make_float2(-acc[2], -acc[3]);
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+            store_tile_fp32(Y, JOIN_STRIDE, 0, 8 * n, y[n], 1.0f);
+        __syncwarp(); /* Y's columns are the warp's own: its lanes' stores before their loads */
+#pragma unroll
+        for (int k0 = 0; k0 < 16; k0 += 8) {
+            load_a_tf32(a, X_aa, SOLVE_STRIDE, 0, k0);
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                load_b_tf32(b, Y, JOIN_STRIDE, k0, 8 * n);
+                mma_tf32_16x8x8(x[n], a, b);
+            }
         }
-        __syncthreads();
+#pragma unroll
+        for (int n = 0; n < 2; n++) /* over L_ab, which only this warp read (before the __syncwarp) */
+            store_tile_fp32(X_ab, SOLVE_STRIDE, 0, 8 * n, x[n], -1.0f);
     }
+    __syncthreads(); /* the two 32 x 32 diagonal inverses are whole */
+    const int col0 = 8 * warp;
+    float *X_ab = Tm + 32 * SOLVE_STRIDE; /* L_ab, then X_ab */
+    float x[2][4] = {};
+    if (warp < JOIN_COLUMN_WARPS) { /* level 2: rows 32 .. 64, columns col0 .. col0 + 8 */
+        const float *X_bb = Tm, *X_aa = X_ab + 32;
+        float y[2][4] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < 32; k0 += 8)
+            if (k0 >= col0) { /* X_bb's rows above column col0 are zero in these columns */
+                load_b_tf32(b, X_bb, SOLVE_STRIDE, k0, col0);
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    load_a_tf32(a, X_ab, SOLVE_STRIDE, 16 * m, k0);
+                    mma_tf32_16x8x8(y[m], a, b);
+                }
+            }
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+            store_tile_fp32(scratch, JOIN_STRIDE, 16 * m, col0, y[m], 1.0f);
+        __syncwarp();
+#pragma unroll
+        for (int k0 = 0; k0 < 32; k0 += 8) {
+            load_b_tf32(b, scratch, JOIN_STRIDE, k0, col0);
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+                if (k0 < 16 * m + 16) { /* X_aa's columns right of row 16 m + 16 are zero in these rows */
+                    load_a_tf32(a, X_aa, SOLVE_STRIDE, 16 * m, k0);
+                    mma_tf32_16x8x8(x[m], a, b);
+                }
+        }
+    }
+    __syncthreads(); /* every read of L_ab done */
+    if (warp < JOIN_COLUMN_WARPS)
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+            store_tile_fp32(X_ab, SOLVE_STRIDE, 16 * m, col0, x[m], -1.0f);
+    __syncthreads();
 }
 
 /* ---- the kernels' overlap (programmatic dependent launch, docs/06 the fourteenth step): the
@@ -773,7 +844,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
                 token_column[q * TOKEN_STRIDE] = __float2bfloat16_rn(__bfloat162float(pieces[q]) * decay);
         }
     }
-    invert_diagonal_blocks(Tm, SOLVE_STRIDE); /* Tm = (I + M)^-1 (eq. 11): the diagonal blocks in fp32, */
+    invert_diagonal_blocks<SOLVE_STRIDE>(Tm); /* Tm = (I + M)^-1 (eq. 11): the diagonal blocks in fp32, */
     __syncthreads();
     /* the rest on tensor cores; its scratch in the values' place, or where kernel 1 writes the
        transform block alone (no values) in the keys', which K K^T has read before the last barrier */
@@ -800,9 +871,15 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     if (TRANSFORM_ONLY || (parts & WRITE_TRANSFORM)) { /* the transform block (for the chain with output warps) */
         bf16 *const transform = (bf16 *)(w.transforms + ((size_t)head * chunks + chunk) * TRANSFORM_BYTES);
         /* Tm's strictly lower part in bf16, eight columns of a row a thread, one 16-byte store
-           each (in the swizzled layout a row's eight stores fill its 128-byte line) */
+           each (in the swizzled layout a row's eight stores fill its 128-byte line). A warp takes
+           four whole rows; within each eight lanes (one shared-memory wavefront of 16-byte reads)
+           the first four read the first half of one row and the last four the second half of
+           the next (the row's low bit flipped by the piece's bit 2): rows 68 floats apart start
+           4 banks apart, so the eight reads fall in 32 different banks, where eight pieces of
+           one row met two by two (columns c0 and c0 + 32) */
         for (int piece = threadIdx.x; piece < CHUNK * CHUNK / 8; piece += THREADS) {
-            const int i = piece / 8, c0 = piece % 8 * 8;
+            static_assert(SOLVE_STRIDE % 32 == 4 && THREADS % 32 == 0, "a row's reads 4 banks from the row before");
+            const int i = (piece / 8) ^ (piece / 4 % 2), c0 = piece % 8 * 8;
             const float4 left = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0], right = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0 + 4];
             const float row[8] = {left.x, left.y, left.z, left.w, right.x, right.y, right.z, right.w};
             uint32_t pairs[4];
