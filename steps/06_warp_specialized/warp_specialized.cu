@@ -561,7 +561,7 @@ constexpr int JOIN_COLUMN_WARPS = 4; /* the warps that make the second level's X
  * 32 x 32 diagonal inverses, level 2 joins those into the whole; each level is two products
  * on tensor cores (tf32), Y = L_ab X_bb and X_ab = -X_aa Y. Stage 05 joined the blocks one
  * block row at a time with scalar loops: six barriers, and a third of this kernel's
- * instructions. The zeros above the diagonal are in Tm, so the products are dense; the k-steps
+ * instructions. The zeros above the diagonal are in Tm, so no product needs a mask; the k-steps
  * that meet a known zero block of X_bb or X_aa (lower triangular) are skipped, exactly, as the
  * twenty-ninth step skips K K^T's.
  * A warp makes whole columns of X_ab: Y's same columns are then its own, so it keeps them in
