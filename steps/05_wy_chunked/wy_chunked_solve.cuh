@@ -61,6 +61,7 @@ __device__ __noinline__ static void invert_diagonal_blocks(float *Tm)
         for (int i = 0; i < SOLVE_BLOCK; i++)
             Tm[(a * SOLVE_BLOCK + i) * LDT + a * SOLVE_BLOCK + c] = x[i];
 }
+
 /* X_ab for b < a, one block row a at a time; rows above a are final when row a starts.
  *     Y = M[rows of a, 0 .. 16 a) X[0 .. 16 a, 0 .. 16 a)    (X lower triangular)
  *     X[rows of a, 0 .. 16 a) = -X_aa Y
