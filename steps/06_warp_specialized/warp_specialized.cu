@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's forty-fourth step; what the steps built, by kernel (the numbers are
+ * This is the stage's forty-fifth step; what the steps built, by kernel (the numbers are
  * steps: docs/06, "The steps at a glance", has a row and a section for each):
  *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
  *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
@@ -26,7 +26,8 @@
  *                  blocks an SM, its join's scratch in the keys' place (42); the gates
  *                  summed by the warp with no K K^T block while the others make K K^T (43);
  *                  the joins by whole columns, the transform block's reads and the
- *                  inversion's without bank conflicts or with fewer loads (44)
+ *                  inversion's without bank conflicts or with fewer loads (44); the
+ *                  split beside the chain from rates re-measured after that (45)
  *   kernel 2       (the chain) warp-specialized: a producer warp fills a ring of 2 to 4
  *                  shared-memory slots by bulk copies (TMA) and mbarriers, consumer warps
  *                  keep S in their MMA accumulators for the whole sequence; S0^T and Vnew^T
@@ -2750,13 +2751,16 @@ static int check_key_width(size_t K)
  * The split: the second launch makes a chunk of every head in heads / (idle SMs x
  * KERNEL1_CHUNKS_PER_SM_US) us, the chain takes one in CHAIN_STEP_US, so the second launch
  * falls behind by their ratio a chunk, and must start at the chunk from which it falls no
- * further behind than the chain's end: split = chunks (1 - idle x rate x step / heads), two
- * chunks more for the ramp. Rates measured on an H200 (docs/06): kernel 1 five blocks an SM,
- * 12,288 chunks in about 171 us on 132 SMs (0.544 a us an SM), scaled by its 5.8 % gain at six
- * blocks (the forty-second step); the chain with output warps 367 us for 128 chunks.
- * At least MIN_CHUNKS chunks: the second launch, the streams' events and the flags' memset
- * cost about 10 us a pass (measured at 3 and 5 chunks), which 64 chunks repay. */
-constexpr double KERNEL1_CHUNKS_PER_SM_US = 0.576, CHAIN_STEP_US = 2.87;
+ * further behind than the chain's end: split = chunks (1 - idle x rate x step / heads), and
+ * RAMP_CHUNKS more. Measured on an H200 (docs/06, the forty-fifth step): kernel 1 alone, 8192
+ * chunks in 93.7 us on 132 SMs (0.662 a us an SM; ncu, the card's clocks); the chain's step
+ * beside kernel 1 3.24 us (at 96 heads: the pass less the first launch, over 128 chunks).
+ * The ramp was fitted to the same session's sweeps of the split, whose best splits (34 of 128
+ * chunks at 96 heads, 82 of 128 at 110, 27 of 64 at 100) it meets within a chunk or two: a
+ * split too early leaves the chain waiting for flags, which costs more than the idle SMs of
+ * one too late. At least MIN_CHUNKS chunks: the second launch, the streams' events and the
+ * flags' memset cost about 10 us a pass (measured at 3 and 5 chunks), which 64 chunks repay. */
+constexpr double KERNEL1_CHUNKS_PER_SM_US = 0.662, CHAIN_STEP_US = 3.24, RAMP_CHUNKS = 9.0;
 constexpr size_t MIN_IDLE_SMS = 16, MIN_CHUNKS = 64;
 /* the first chunk of kernel 1's second launch, or 0 where kernel 1 does not run beside the
    chain (warp_specialized.h; tested on its own, as host code) */
@@ -2766,7 +2770,7 @@ extern "C" size_t warp_specialized_kernel1_split(size_t heads, size_t chunks, si
         return 0;
     const double behind = (double)(sms - heads) * KERNEL1_CHUNKS_PER_SM_US * CHAIN_STEP_US / (double)heads;
     const double split = behind >= 1.0 ? 0.0 : (double)chunks * (1.0 - behind);
-    const size_t first = (size_t)split + 2;
+    const size_t first = (size_t)(split + RAMP_CHUNKS);
     return first < chunks ? first : chunks - 1;
 }
 /* the same for a pass: only where the chain carries output warps */

@@ -142,10 +142,10 @@ START_TEST(wgmma_layout_matches_the_cpu)
 END_TEST
 
 /* Where kernel 1 runs beside the chain (host code, no GPU needed), on an H200's 132 SMs. At the
- * three shapes measured in docs/06 (the thirty-fifth step, run208) the split lies strictly
- * between the splits of the model's ratio of rates scaled by 1.25 and by 0.75, both measured
- * slower there: 36 and 73 of 128 chunks at 96 heads, 80 and 100 of 128 at 110 heads, 26 and
- * 42 of 64 at 100 heads. None where the heads leave fewer than 16 SMs idle (117 on: 128, the
+ * three shapes swept in docs/06 (the forty-fifth step) the split lies strictly between two
+ * splits measured slower than the best there, one on either side of it: 30 and 38 of 128
+ * chunks at 96 heads (best 32 to 34), 78 and 86 of 128 at 110 heads (best 82), 24 and 30 of
+ * 64 at 100 heads (best 27). None where the heads leave fewer than 16 SMs idle (117 on: 128, the
  * benchmark's (8, 4096, 16)), or under 64 chunks (about 10 us of launches and events a pass,
  * measured at 3 and 5 chunks); a split always leaves the second launch a chunk at least, and
  * more heads (fewer idle SMs) never move it earlier. */
@@ -153,9 +153,9 @@ START_TEST(kernel1_split_where_measured)
 {
     const size_t sms = 132;
     const size_t cases[][4] = {/* heads, chunks, the splits measured slower on either side */
-                               {96, 128, 36, 73},
-                               {110, 128, 80, 100},
-                               {100, 64, 26, 42}};
+                               {96, 128, 30, 38},
+                               {110, 128, 78, 86},
+                               {100, 64, 24, 30}};
     for (int i = 0; i < 3; i++) {
         const size_t *c = cases[i], split = warp_specialized_kernel1_split(c[0], c[1], sms);
         ck_assert_msg(split > c[2] && split < c[3], "%zu heads of %zu chunks: split at chunk %zu, not between %zu and %zu", c[0], c[1],
