@@ -2754,7 +2754,8 @@ static int check_key_width(size_t K)
  * further behind than the chain's end: split = chunks (1 - idle x rate x step / heads), and
  * RAMP_CHUNKS more. Measured on an H200 (docs/06, the forty-fifth step): kernel 1 alone, 8192
  * chunks in 93.7 us on 132 SMs (0.662 a us an SM; ncu, the card's clocks); the chain's step
- * beside kernel 1 3.24 us (at 96 heads: the pass less the first launch, over 128 chunks).
+ * beside kernel 1 3.24 us (at 96 heads: the pass less the first launch and about 10 us of
+ * launches and events, over 128 chunks).
  * The ramp was fitted to the same session's sweeps of the split, whose best splits (34 of 128
  * chunks at 96 heads, 82 of 128 at 110, 27 of 64 at 100) it meets within a chunk or two: a
  * split too early leaves the chain waiting for flags, which costs more than the idle SMs of
