@@ -9,7 +9,7 @@
  * driver rounds them, the runner converts them untimed); gates, betas, h0, ht, the
  * triangular solve and every sum stay fp32 (gamma in double, as in 05).
  *
- * This is the stage's forty-fifth step; what the steps built, by kernel (the numbers are
+ * This is the stage's forty-sixth step; what the steps built, by kernel (the numbers are
  * steps: docs/06, "The steps at a glance", has a row and a section for each):
  *   every kernel   the products on tensor cores (the solve's joins in tf32), fragments by
  *                  ldmatrix; the chain's and kernel 3's blocks placed as the kernel before
@@ -51,7 +51,8 @@
  *                  m64n128 accumulator a warpgroup (24); swizzled stores by 32-bit addresses
  *                  (25); P's factors by one 2^x (26); o out by tensor stores from the q tile
  *                  (32); Vnew made from the v tile, so kernel 1 writes Tm (8 KB a chunk), not
- *                  W and U (33 KB), and reads no v (33)
+ *                  W and U (33 KB), and reads no v (33); the output warps' factors made while
+ *                  their products run, the next chunk's gamma loaded a chunk's work ahead (46)
  *   kernel 3       (o, where the fused kernel does not run) q and k by tensor copies, o
  *                  through a staging tile in whole rows (6), K = V = 64 or 128 compiled known
  *                  (12), gate factors by one 2^x (27), the causal products' zero blocks
@@ -1363,12 +1364,10 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
             for (int kk = 0; kk < SIZE / 16; kk++)
                 wgmma_64x32x16(scores, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
                                descriptor_here(k + swizzled_offset(CHUNK, token0, 16 * kk)), kk > 0);
-            wgmma_commit_and_wait();
-            /* this lane's first place in its two rows; token pieces jj further by XOR (swizzled_address) */
-            const uint32_t p_upper = made_here(swizzled_address(p_tile, CHUNK, upper, token0 + pair)); /* the lower row: 1024 bytes on */
             /* e^(gamma_i - gamma_l) = 2^(gamma_i log2 e - gamma_l log2 e): this lane's two rows' and eight
                tokens' exponents once a chunk, in float (gamma is summed within the chunk, so they are
-               small: a relative error of about 1e-7 of their size in each), then one 2^x an element */
+               small: a relative error of about 1e-7 of their size in each), then one 2^x an element;
+               made while the products run */
             const float row_exponent[2] = {(float)(gamma[upper] * LOG2_E), (float)(gamma[lower] * LOG2_E)};
             float token_exponent[CHUNK / 2 / 8][2];
 #pragma unroll
@@ -1376,6 +1375,9 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
 #pragma unroll
                 for (int e = 0; e < 2; e++)
                     token_exponent[jj][e] = (float)(gamma[token0 + 8 * jj + pair + e] * LOG2_E);
+            wgmma_commit_and_wait();
+            /* this lane's first place in its two rows; token pieces jj further by XOR (swizzled_address) */
+            const uint32_t p_upper = made_here(swizzled_address(p_tile, CHUNK, upper, token0 + pair)); /* the lower row: 1024 bytes on */
 #pragma unroll
             for (int jj = 0; jj < CHUNK / 2 / 8; jj++)
 #pragma unroll
@@ -1390,6 +1392,10 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
             fence_shared_for_bulk_store(); /* for the other warpgroup's wgmma: the async proxy reads P */
             output_warps_sync();           /* P is whole */
         }
+        /* the next chunk's gamma, from global memory: loaded here, Q S0, P Vnew and o's stores hide
+           its latency; loaded after P Vnew, the next chunk's first barrier waited for it (docs/06,
+           the forty-sixth step) */
+        gamma_next = gamma_of(chunk + 1);
         float acc[SIZE / 2 / 8][4];
         barrier_wait(staged_full, (uint32_t)(j & 1)); /* S0^T and Vnew^T of this chunk */
         /* Q S0: B^T is this warpgroup's 64 rows of S0^T */
@@ -1398,9 +1404,11 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         for (int kk = 0; kk < SIZE / 16; kk++)
             wgmma_64x64x16(acc, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
                            descriptor_here(states_tile + swizzled_offset(SIZE, column0, 16 * kk)), kk > 0);
+        /* the rows' decays while the products run, without a branch there (gamma is 0 past T) */
+        const float row_decay[2] = {expf((float)gamma[upper]), expf((float)gamma[lower])};
+        const float decay_upper = upper < n ? row_decay[0] : 0.0f, decay_lower = lower < n ? row_decay[1] : 0.0f;
         wgmma_commit_and_wait();
         barrier_arrive(states_free);
-        const float decay_upper = upper < n ? expf((float)gamma[upper]) : 0.0f, decay_lower = lower < n ? expf((float)gamma[lower]) : 0.0f;
 #pragma unroll
         for (int jj = 0; jj < SIZE / 2 / 8; jj++)
 #pragma unroll
@@ -1415,7 +1423,6 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
                            descriptor_here(values_tile + swizzled_offset(SIZE, column0, 16 * kk)), 1);
         wgmma_commit_and_wait();
         barrier_arrive(values_free);
-        gamma_next = gamma_of(chunk + 1);
         /* o in bf16 into this warp's 16 rows and 64 columns of the q tile (swizzled), once every
            output warp is done reading q (one barrier); the q and k lane stores the tile out */
         output_warps_sync();
