@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """fla_bench.py -- time FLA's Triton chunk_gated_delta_rule on our problems, the peer users would pick.
 
-    python3 plots/fla_bench.py [--reps N] [--dtypes bf16,fp32] PROBLEM_DIR[:OURS_DIR] ...
+    python3 plots/fla_bench.py [--reps N] [--dtypes bf16,fp32] [--peers fla,flashqla,flashqla_no_cp]
+                               PROBLEM_DIR[:OURS_DIR] ...
 
 PROBLEM_DIR holds q k v g beta [h0] .npy as bin/make_problem writes them (the inputs our
 stages draw for the same sizes and seed). For each problem and dtype, FLA's forward is timed
@@ -11,14 +12,39 @@ eagerly (Python launch overhead included, as users call it) and replayed from a 
 (a stage's --out folder) FLA's o and ht are compared with ours: proof of the same inputs.
 Prints one `result peer=...` line per measurement. Needs PyTorch, Triton, einops and FLA
 (fla-core + flash-linear-attention) importable.
+
+--peers adds FlashQLA (the flash-qla package, TileLang kernels for Hopper: the fused kernels that
+claim 2-3 times FLA's forward), bf16 only, with the same call: `flashqla` as users get it (its
+automatic intra-card context parallelism on: where it cuts a sequence it starts each piece after
+warm-up chunks, until the gates have decayed by e^-10, so its o may differ from the exact one by
+about that much), `flashqla_no_cp` with that off (auto_cp=False: one exact chain a head). Their
+err_o_vs_ours says how far each is from our stage's o.
 """
 import argparse
 import math
+import os
 import sys
 
 import numpy as np
 import torch
-from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+
+# FLA 0.6 hands its chunk_gated_delta_rule to FlashQLA wherever the flash_qla package can be
+# imported (K = V = 128, bf16): "fla" would then time FlashQLA. Its own Triton kernels are the
+# peer called fla here, so its backend dispatch is off (read once, when fla is imported).
+os.environ["FLA_DISABLE_BACKEND_DISPATCH"] = "1"
+
+
+def peer_function(peer):
+    """the peer's chunk_gated_delta_rule, and the keyword arguments it adds to the common call"""
+    if peer == "fla":
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+        return chunk_gated_delta_rule, {}
+    from flash_qla import chunk_gated_delta_rule
+    return chunk_gated_delta_rule, {"auto_cp": peer == "flashqla"}
+
+
+PEER_NAMES = {"fla": "fla_chunk", "flashqla": "flashqla", "flashqla_no_cp": "flashqla_no_cp"}
 
 
 def median_ms(run, reps, flush):
@@ -45,11 +71,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--dtypes", default="bf16,fp32")
+    parser.add_argument("--peers", default="fla")
     parser.add_argument("problems", nargs="+")
     args = parser.parse_args()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
     name = torch.cuda.get_device_name(0)
+    peers = args.peers.split(",")
+    for peer in peers:
+        if peer not in PEER_NAMES:
+            sys.exit(f"fla_bench.py: unknown peer '{peer}' (fla, flashqla or flashqla_no_cp)")
     for spec in args.problems:
         folder, _, ours = spec.partition(":")
         arrays = {}
@@ -61,22 +92,32 @@ def main():
                     raise
         B, T, H, K = arrays["q"].shape
         V = arrays["v"].shape[3]
-        for dtype_name in args.dtypes.split(","):
+        for peer, dtype_name in ((peer, dtype_name) for peer in peers for dtype_name in args.dtypes.split(",")):
+            if peer != "fla" and dtype_name != "bf16":
+                continue  # FlashQLA takes bf16 or fp16 inputs only
+            name_of_peer = PEER_NAMES[peer]
             dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
             q, k, v = (torch.from_numpy(arrays[t]).cuda().to(dtype) for t in ("q", "k", "v"))
             g = torch.from_numpy(arrays["g"]).cuda().float()
             beta = torch.from_numpy(arrays["beta"]).cuda().to(dtype)
             h0 = torch.from_numpy(arrays["h0"]).cuda().float() if "h0" in arrays else None
 
-            def run():
-                return chunk_gated_delta_rule(q, k, v, g, beta, scale=1.0 / math.sqrt(K), initial_state=h0,
-                                              output_final_state=True)
-
             try:
+                function, extra = peer_function(peer)
+
+                def run():
+                    return function(q, k, v, g, beta, scale=1.0 / math.sqrt(K), initial_state=h0,
+                                    output_final_state=True, **extra)
+
                 for _ in range(3):
                     o, ht = run()
                 torch.cuda.synchronize()
-                eager = median_ms(run, args.reps, flush)
+                times = {"eager": median_ms(run, args.reps, flush)}
+            except Exception as error:  # report, do not hide: one line, then the next case
+                print(f"result peer={name_of_peer} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
+                      f"error={type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+                continue
+            try:  # the kernels alone: the same call captured in a CUDA graph and replayed
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
@@ -88,18 +129,19 @@ def main():
                     o, ht = run()
                 graph.replay()
                 torch.cuda.synchronize()
-                replayed = median_ms(graph.replay, args.reps, flush)
-            except Exception as error:  # report, do not hide: one line, then the next case
-                print(f"result peer=fla_chunk dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
+                times["graph"] = median_ms(graph.replay, args.reps, flush)
+            except Exception as error:  # eager stands; say why the graph did not
+                print(f"result peer={name_of_peer} mode=graph dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
                       f"error={type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
-                continue
+                o, ht = run()
+                torch.cuda.synchronize()
             check = ""
             if ours:
                 o_ours, ht_ours = np.load(f"{ours}/o.npy"), np.load(f"{ours}/ht.npy")
                 check = (f" err_o_vs_ours={relative(o.float().cpu().numpy(), o_ours):.3e}"
                          f" err_ht_vs_ours={relative(ht.float().cpu().numpy(), ht_ours):.3e}")
-            for mode, ms in (("eager", eager), ("graph", replayed)):
-                print(f"result peer=fla_chunk mode={mode} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
+            for mode, ms in times.items():
+                print(f"result peer={name_of_peer} mode={mode} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
                       f"median_ms={ms:.4f}{check} device=\"{name}\"", flush=True)
 
 
