@@ -17,6 +17,14 @@ bench_begin() {
     gpu=$(gpu_name)
 }
 
+# gpu_data_header COMMAND COLUMNS: a GPU data file's first lines, after bench_begin: the machine,
+# the command that made it (sh plots/COMMAND, today) and the column names
+gpu_data_header() {
+    echo "# machine: $gpu, $(nproc) CPU cores"
+    echo "# made by: sh plots/$1 on $(date -u +%Y-%m-%d)"
+    echo "$2"
+}
+
 # ratio A B: A / B with two decimals (0 when B is not positive)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }'; }
 

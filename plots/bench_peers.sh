@@ -20,11 +20,7 @@ bin=${1:-bin}
 out=${2:-plots/data}
 bench_begin
 rows=$out/peers.dat
-{
-    echo "# machine: $gpu, $(nproc) CPU cores"
-    echo "# made by: sh plots/bench_peers.sh $bin $out on $(date -u +%Y-%m-%d)"
-    echo "stage B T H K V ms_ours ms_fla ms_flashqla ms_flashqla_exact fla/ours flashqla/ours flashqla_exact/ours err_fla err_flashqla err_flashqla_exact"
-} > "$rows"
+gpu_data_header "bench_peers.sh $bin $out" "stage B T H K V ms_ours ms_fla ms_flashqla ms_flashqla_exact fla/ours flashqla/ours flashqla_exact/ours err_fla err_flashqla err_flashqla_exact" > "$rows"
 # the graph-replayed median and the error against ours of one peer's result lines
 peer_graph() { field median_ms "$(printf '%s\n' "$1" | grep "peer=$2 mode=graph")"; }
 peer_err() { field err_o_vs_ours "$(printf '%s\n' "$1" | grep "peer=$2 mode=graph")"; }
@@ -38,8 +34,9 @@ for shape in "06 8 4096 16 128 128" "06 1 8192 96 128 128" "06 4 4096 64 128 128
     ours=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 --out "$work/o")")
     peers=$(python3 plots/fla_bench.py --reps 30 --dtypes bf16 --peers fla,flashqla,flashqla_no_cp "$work/p:$work/o" 2>&1 || true)
     fla=$(peer_graph "$peers" fla_chunk) qla=$(peer_graph "$peers" flashqla) exact=$(peer_graph "$peers" flashqla_no_cp)
+    fla_err=$(peer_err "$peers" fla_chunk) qla_err=$(peer_err "$peers" flashqla) exact_err=$(peer_err "$peers" flashqla_no_cp)
     echo "$shape ${ours:-nan} ${fla:-nan} ${qla:-nan} ${exact:-nan} $(ratio "${fla:-0}" "${ours:-0}") $(ratio "${qla:-0}" "${ours:-0}")" \
-        "$(ratio "${exact:-0}" "${ours:-0}") $(peer_err "$peers" fla_chunk) $(peer_err "$peers" flashqla) $(peer_err "$peers" flashqla_no_cp)" >> "$rows"
+        "$(ratio "${exact:-0}" "${ours:-0}") ${fla_err:--} ${qla_err:--} ${exact_err:--}" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done
 cat "$rows"

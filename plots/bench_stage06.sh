@@ -14,11 +14,7 @@ bin=${1:-bin}
 out=${2:-plots/data}
 bench_begin
 rows=$out/stage06_vs_fla.dat
-{
-    echo "# machine: $gpu, $(nproc) CPU cores"
-    echo "# made by: sh plots/bench_stage06.sh $bin $out on $(date -u +%Y-%m-%d)"
-    echo "B T H K V ms_06 ms_fla_eager ms_fla_graph fla_graph/06 err_fla_vs_06"
-} > "$rows"
+gpu_data_header "bench_stage06.sh $bin $out" "B T H K V ms_06 ms_fla_eager ms_fla_graph fla_graph/06 err_fla_vs_06" > "$rows"
 for shape in "8 4096 16 128 128" "1 8192 96 128 128" "4 4096 64 128 128" "2 16384 16 128 128" "1 16384 8 64 64"; do
     # shellcheck disable=SC2086 # the shape is five words
     set -- $shape
