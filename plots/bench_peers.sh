@@ -32,9 +32,9 @@ for shape in "06 8 4096 16 128 128" "06 1 8192 96 128 128" "06 4 4096 64 128 128
     [ "$1" = 07 ] && stage=07_sequence_parallel
     "$bin"/make_problem --B "$2" --T "$3" --H "$4" --K "$5" --V "$6" --seed 7 "$work/p" > /dev/null
     ours=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 --out "$work/o")")
-    peers=$(python3 plots/fla_bench.py --reps 30 --dtypes bf16 --peers fla,flashqla,flashqla_no_cp "$work/p:$work/o" 2>&1 || true)
-    fla=$(peer_graph "$peers" fla_chunk) qla=$(peer_graph "$peers" flashqla) exact=$(peer_graph "$peers" flashqla_no_cp)
-    fla_err=$(peer_err "$peers" fla_chunk) qla_err=$(peer_err "$peers" flashqla) exact_err=$(peer_err "$peers" flashqla_no_cp)
+    peers=$(python3 plots/fla_bench.py --reps 30 --dtypes bf16 --peers fla,flashqla,flashqla_exact "$work/p:$work/o" 2>&1 || true)
+    fla=$(peer_graph "$peers" fla_chunk) qla=$(peer_graph "$peers" flashqla) exact=$(peer_graph "$peers" flashqla_exact)
+    fla_err=$(peer_err "$peers" fla_chunk) qla_err=$(peer_err "$peers" flashqla) exact_err=$(peer_err "$peers" flashqla_exact)
     echo "$shape ${ours:-nan} ${fla:-nan} ${qla:-nan} ${exact:-nan} $(ratio "${fla:-0}" "${ours:-0}") $(ratio "${qla:-0}" "${ours:-0}")" \
         "$(ratio "${exact:-0}" "${ours:-0}") ${fla_err:--} ${qla_err:--} ${exact_err:--}" >> "$rows"
     rm -rf "$work/p" "$work/o"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fla_bench.py -- time FLA's Triton chunk_gated_delta_rule on our problems, the peer users would pick.
 
-    python3 plots/fla_bench.py [--reps N] [--dtypes bf16,fp32] [--peers fla,flashqla,flashqla_no_cp]
+    python3 plots/fla_bench.py [--reps N] [--dtypes bf16,fp32] [--peers fla,flashqla,flashqla_exact]
                                PROBLEM_DIR[:OURS_DIR] ...
 
 PROBLEM_DIR holds q k v g beta [h0] .npy as bin/make_problem writes them (the inputs our
@@ -17,7 +17,7 @@ Prints one `result peer=...` line per measurement. Needs PyTorch, Triton, einops
 claim 2-3 times FLA's forward), bf16 only, with the same call: `flashqla` as users get it (its
 automatic intra-card context parallelism on: where it cuts a sequence it starts each piece after
 warm-up chunks, until the gates have decayed by e^-10, so its o may differ from the exact one by
-about that much), `flashqla_no_cp` with that off (auto_cp=False: one exact chain a head). Their
+about that much), `flashqla_exact` with that off (auto_cp=False: one exact chain a head). Their
 err_o_vs_ours says how far each is from our stage's o.
 """
 import argparse
@@ -44,7 +44,7 @@ def peer_function(peer):
     return chunk_gated_delta_rule, {"auto_cp": peer == "flashqla"}
 
 
-PEER_NAMES = {"fla": "fla_chunk", "flashqla": "flashqla", "flashqla_no_cp": "flashqla_no_cp"}
+PEER_NAMES = {"fla": "fla_chunk", "flashqla": "flashqla", "flashqla_exact": "flashqla_exact"}
 
 
 def median_ms(run, reps, flush):
@@ -74,13 +74,13 @@ def main():
     parser.add_argument("--peers", default="fla")
     parser.add_argument("problems", nargs="+")
     args = parser.parse_args()
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
-    name = torch.cuda.get_device_name(0)
     peers = args.peers.split(",")
     for peer in peers:
         if peer not in PEER_NAMES:
-            sys.exit(f"fla_bench.py: unknown peer '{peer}' (fla, flashqla or flashqla_no_cp)")
+            sys.exit(f"fla_bench.py: unknown peer '{peer}' (fla, flashqla or flashqla_exact)")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    name = torch.cuda.get_device_name(0)
     for spec in args.problems:
         folder, _, ours = spec.partition(":")
         arrays = {}
