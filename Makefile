@@ -75,6 +75,12 @@ gpu_object      = $(BUILD)/steps/$(1)_cuda.o
 GPU_BINARIES   := $(GPU_STAGES:%=$(BIN)/%_cuda)
 GPU_OBJECTS    := $(foreach s,$(GPU_STAGES),$(call gpu_object,$(s))) $(foreach s,$(GPU_ONLY_BUILT),$(call stage_object,$(s)))
 GPU_ONLY_BINARIES := $(GPU_ONLY_BUILT:%=$(BIN)/%)
+# Sub-stages (rules below): 06 is taught as a series of binaries, 06a_tensor_cores first
+SUB_STAGES        := $(if $(GPU_ONLY_BUILT),06a_tensor_cores 06b_producer_consumer)
+# every stage and sub-stage in the order a reader meets them: 06a before 06 (NN~ sorts after NNa)
+STAGES_IN_ORDER   := $(shell echo $(STAGES) $(SUB_STAGES) | tr ' ' '\n' | sed 's/^\([0-9]*\)_/\1~_/' | LC_ALL=C sort | sed 's/~_/_/')
+GPU_OBJECTS       += $(foreach s,$(SUB_STAGES),$(call stage_object,$(s)))
+GPU_ONLY_BINARIES += $(SUB_STAGES:%=$(BIN)/%)
 CUDA_RUNNER    := $(if $(GPU_STAGES),$(BUILD)/common/cuda_runner.o)
 
 # Stage 08 (MPI): built where mpicc is found.
@@ -97,7 +103,7 @@ GPU_TEST_SOURCES := $(wildcard tests/gpu/*.c)
 GPU_TEST_KERNELS := $(wildcard tests/gpu/*.cu) # kernels of their own that a GPU suite runs (wgmma_layout.cu)
 GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 
-.PHONY: all demo test test-one test-large bench plots diffs step-diffs docs clean help require-build require-test fuzz valgrind
+.PHONY: all demo demo-binaries demo-gpu-binaries test test-one check test-large bench plots diffs step-diffs docs clean help require-build require-test fuzz valgrind
 .DEFAULT_GOAL := all
 
 all: $(STAGE_BINARIES) $(MPI_BINARIES) $(MPI_GPU_BINARIES) $(GPU_BINARIES) $(GPU_ONLY_BINARIES) $(TOOLS)
@@ -110,8 +116,11 @@ endif
 help:
 	@echo "gdn-steps targets:"
 	@echo "  make              build every stage into bin/ (float); PRECISION=double builds bin/double/"
-	@echo "  make demo         run every stage on one problem; table of time, speedup, errors"
+	@echo "  make demo         run every stage this machine can run on one problem; table of time,"
+	@echo "                    speedup, errors (GPU stages built and run only where a GPU answers)"
 	@echo "  make test         build and run the Check suites, float and double builds"
+	@echo "  make check SUITE=NAME   one Check suite, rebuilt first (PRECISION=double: the double"
+	@echo "                    build); without SUITE, the list of suite names"
 	@echo "  make bench        sweeps into plots/data/ (QUICK=1: under two minutes on 2 cores)"
 	@echo "  make plots        render plots/*.png from plots/data/ with gnuplot"
 	@echo "  make diffs        write build/diffs/NN_from_MM.diff (each stage against the one before)"
@@ -214,6 +223,27 @@ $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$
 endef
 $(foreach s,$(GPU_ONLY_BUILT),$(eval $(call gpu_only_rules,$(s))))
 
+# Sub-stages: a GPU-only stage taught as a series of binaries, each one idea on top of the one
+# before (docs/06: 06a_tensor_cores, 06b_producer_consumer, then 06_warp_specialized). bin/NNx_name (x a letter) is
+# built from steps/NN_*/name.cu, whose descriptor is name_stage; it links what its stage USES.
+sub_stage_of    = $(shell echo $(1) | cut -c1-2)
+sub_stage_name  = $(shell echo $(1) | sed 's/^[0-9]*[a-z]_//')
+sub_stage_parent = $(notdir $(wildcard steps/$(call sub_stage_of,$(1))_*))
+define sub_stage_rules
+$(call stage_object,$(1)): steps/$(call sub_stage_parent,$(1))/$(call sub_stage_name,$(1)).cu | require-build
+	@mkdir -p $$(dir $$@)
+	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -c $$< -o $$@
+
+$(BUILD)/main_$(1).o: common/main.c | require-build
+	@mkdir -p $$(dir $$@)
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(call sub_stage_name,$(1))_stage -c $$< -o $$@
+
+$(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$(call sub_stage_parent,$(1))),$(call stage_object,$(u))) $(CUDA_RUNNER) $(COMMON_OBJECTS)
+	@mkdir -p $$(dir $$@)
+	$$(call quiet,LINK)$$(NVCC) -arch=$(CUDA_ARCH) $$^ -o $$@ -Xcompiler -fopenmp -lm
+endef
+$(foreach s,$(SUB_STAGES),$(eval $(call sub_stage_rules,$(s))))
+
 $(BUILD)/common/cuda_runner.o: common/cuda_runner.cu | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
@@ -263,9 +293,14 @@ $(BUILD)/run_gpu_tests: $(GPU_TEST_SOURCES:%.c=$(BUILD)/%.o) $(GPU_TEST_KERNELS:
 
 # ---- run ----
 # Both precisions: float is what stages ship in, double proves stage pairs agree to 1e-10.
+# Then the docs' voice (tests/voice_check.sh): they say what the code does, not how it came to be.
 test:
 	@$(MAKE) --no-print-directory test-one PRECISION=float
 	@$(MAKE) --no-print-directory test-one PRECISION=double
+ifeq ($(SANITIZE)$(VALGRIND_BUILD),)
+	@sh tests/readme_commands.sh
+endif
+	@sh tests/voice_check.sh
 
 test-one: require-test all $(TEST_RUNNER) $(GPU_TEST_RUNNER)
 	@echo "== Check suites, $(PRECISION) build =="
@@ -276,8 +311,50 @@ ifneq ($(GPU_TEST_RUNNER),)
 endif
 	@sh common/refresh_docs.sh --check
 
-demo: all
-	@sh common/demo.sh $(BIN)
+# One suite: `make check SUITE=05_wy_chunked`, in the float build (PRECISION=double: the double
+# build), after rebuilding what it runs. The names are those the suites give suite_create().
+CHECK_SUITES     := $(sort $(shell sed -n 's/.*suite_create("\([^"]*\)").*/\1/p' $(TEST_SOURCES)))
+GPU_CHECK_SUITES := $(sort $(shell sed -n 's/.*suite_create("\([^"]*\)").*/\1/p' $(GPU_TEST_SOURCES)))
+# why this build runs no GPU stage (empty where it builds them)
+NO_GPU_BUILD     := $(if $(GPU_STAGES),,$(if $(HAVE_NVCC),this build ($(BUILD)) has no GPU stages: only the plain float build has,$(NVCC) not found))
+CHECK_SUITE      := $(if $(filter 1,$(words $(SUITE))),$(SUITE))
+ifneq ($(filter $(CHECK_SUITE),$(CHECK_SUITES)),)
+check: require-test $(TEST_RUNNER) $(STAGE_BINARIES) $(MPI_BINARIES)
+	@echo "== Check suite $(SUITE), $(PRECISION) build =="
+	@$(TEST_RUNNER) $(SUITE)
+else ifneq ($(filter $(CHECK_SUITE),$(GPU_CHECK_SUITES)),)
+ifneq ($(GPU_TEST_RUNNER),)
+check: require-test $(GPU_TEST_RUNNER) $(MPI_GPU_BINARIES)
+	@echo "== GPU suite $(SUITE) (CUDA, $(CUDA_ARCH)) =="
+	@$(GPU_TEST_RUNNER) $(SUITE)
+else
+check:
+	@echo "error: $(SUITE) is a GPU suite, and $(NO_GPU_BUILD)" >&2
+	@exit 1
+endif
+else
+check:
+	@$(if $(SUITE),echo "error: no Check suite named '$(SUITE)'" >&2;) \
+	echo "usage: make check SUITE=NAME [PRECISION=double]   (one suite, rebuilt first)" >&2; \
+	echo "  suites: $(CHECK_SUITES)" >&2; \
+	echo "  GPU suites (float build, nvcc): $(GPU_CHECK_SUITES)" >&2; \
+	exit 1
+endif
+
+# The demo builds and runs what this machine can run: the GPU stages only where a GPU answers
+# (common/demo.sh find-gpu), since nvcc spends minutes on binaries that cannot run elsewhere;
+# one line says what was skipped and why.
+demo: require-build
+	@reason="$(NO_GPU_BUILD)"; [ -n "$$reason" ] || reason=$$(sh common/demo.sh find-gpu); \
+	if [ -n "$$reason" ]; then \
+	    $(MAKE) --no-print-directory demo-binaries && sh common/demo.sh run $(BIN) "$$reason"; \
+	else \
+	    $(MAKE) --no-print-directory demo-binaries demo-gpu-binaries && sh common/demo.sh run $(BIN); \
+	fi
+demo-binaries: $(STAGE_BINARIES) $(MPI_BINARIES)
+	@:
+demo-gpu-binaries: $(GPU_BINARIES) $(GPU_ONLY_BINARIES)
+	@:
 
 bench: all
 	@sh plots/bench.sh $(BIN) $(if $(QUICK),quick,full)
@@ -316,7 +393,8 @@ test-large: all
 	$(BIN)/01_naive_loop --B 1 --T 16777217 --H 1 --K 128 --V 1 --reps 1 --check-against oracle
 
 # valgrind memcheck on one small run of every CPU binary (a float build without -march=native,
-# in bin/valgrind/): any error or definite leak fails. Stage 08 runs on 2 ranks under mpirun,
+# in bin/valgrind/): any error or definite leak fails. Stage 08 runs on 2 ranks under mpirun
+# (--oversubscribe: a 1-core machine too; mpirun's own messages go to the log shown on failure),
 # with Open MPI's own leaks suppressed (tests/valgrind-openmpi.supp says which, and why).
 VALGRIND_RUN   := --B 2 --T 37 --H 2 --K 8 --V 12 --h0 --reps 1 --threads 2 --check-against oracle
 VALGRIND_FLAGS := -q --num-callers=50 --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite,indirect
@@ -330,7 +408,7 @@ valgrind:
 	    [ $$status = 0 ] || { cat build/valgrind_$$stage.log; exit 1; }; \
 	done
 ifneq ($(HAVE_MPI),)
-	@OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -q -np 2 \
+	@OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
 	    --mca btl_vader_single_copy_mechanism none valgrind $(VALGRIND_FLAGS) \
 	    --suppressions=/usr/share/openmpi/openmpi-valgrind.supp --suppressions=tests/valgrind-openmpi.supp \
 	    bin/valgrind/08_context_parallel --B 2 --T 150 --H 2 --K 8 --V 12 --h0 --reps 1 --threads 1 --chunk 16 \
@@ -340,7 +418,7 @@ ifneq ($(HAVE_MPI),)
 endif
 
 diffs:
-	@sh common/diffs.sh write build/diffs $(STAGES)
+	@sh common/diffs.sh write build/diffs $(STAGES_IN_ORDER)
 	@sh common/refresh_docs.sh
 
 # stage 06 step by step, as Check's tutorial shows its money.N.c: each step a commit (from a git clone)

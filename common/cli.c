@@ -1,4 +1,4 @@
-/* cli.c -- the common command line (DESIGN.md section 4), strict: every value is checked,
+/* cli.c -- the common command line (docs/contract.md section 4), strict: every value is checked,
  * and anything unexpected is a one-line error, never a silent default. */
 #include <errno.h>
 #include <getopt.h>
@@ -33,21 +33,33 @@ static const struct option long_options[] = {
 
 static void print_help(const gdn_stage *stage)
 {
-    printf("%s: %s\n\n"
-           "usage: bin/%s [options]\n"
-           "  --B N --T N --H N --K N --V N  problem sizes (default B=1 T=1024 H=4 K=64 V=64)\n"
+    const int distributed = (stage->options & GDN_OPTION_DISTRIBUTED) != 0;
+    printf("%s: %s\n\n", stage->name, stage->idea);
+    if (distributed)
+        printf("usage: mpirun -np N bin/%s [options]\n"
+               "       (N above this machine's cores: mpirun --oversubscribe -np N ...; as root, set\n"
+               "       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)\n",
+               stage->name);
+    else
+        printf("usage: bin/%s [options]\n", stage->name);
+    printf("  --B N --T N --H N --K N --V N  problem sizes (default B=1 T=1024 H=4 K=64 V=64)\n"
            "  --seed N             generator seed (default 1); same seed, same inputs everywhere\n"
            "  --h0                 draw a random initial state h0 (default: zero state)\n"
            "  --scale X            output scale (default 1/sqrt(K))\n"
            "  --in DIR             read q k v g beta [h0] .npy from DIR instead of generating; every\n"
            "                       value is checked first (finite, g <= 0, 0 <= beta <= 1)\n"
            "  --no-input-check     with --in: skip that check (one pass over the inputs)\n"
-           "  --out DIR            write o.npy and ht.npy to DIR\n"
-           "  --check-against REF  compare with REF: 'oracle' (fp64 loop) or a DIR holding o.npy ht.npy;\n"
-           "                       may be given twice (once each); a failed check exits 1\n"
-           "  --reps N             timed runs after one warm-up; the median is reported (default 5)\n"
-           "  --threads N          OpenMP threads (default: OMP_NUM_THREADS or all cores)\n",
-           stage->name, stage->idea, stage->name);
+           "  --out DIR            write o.npy and ht.npy to DIR (not written when a value is NaN or Inf:\n"
+           "                       that is an error naming the first such value)\n");
+    if (distributed)
+        printf("  --check-against DIR  compare with DIR/o.npy and DIR/ht.npy, e.g. what stage 05 wrote with\n"
+               "                       --out on the same problem (the fp64 oracle would need the whole\n"
+               "                       problem in one process: use a folder); a failed check exits 1\n");
+    else
+        printf("  --check-against REF  compare with REF: 'oracle' (fp64 loop) or a DIR holding o.npy ht.npy;\n"
+               "                       may be given twice (once each); a failed check exits 1\n");
+    printf("  --reps N             timed runs after one warm-up; the median is reported (default 5)\n"
+           "  --threads N          OpenMP threads (default: OMP_NUM_THREADS or all cores)\n");
     if (stage->options & GDN_OPTION_CHUNK)
         printf("  --chunk C            tokens per chunk, 1 to 128 (default 64)\n");
     if (stage->options & GDN_OPTION_SEGMENTS)
@@ -56,8 +68,11 @@ static void print_help(const gdn_stage *stage)
     if (stage->options & GDN_OPTION_PRECISE)
         printf("  --precise            computed operands (W, the state, Vnew, P) enter bf16 products as\n"
                "                       two bf16 terms each: closer to fp32, about 1.5x the time\n");
-    printf("  --help               this text\n\n"
-           "prints one line: result stage=... median_ms=... gflops=... [err_oracle=... err_ref=...]\n");
+    printf("  --help               this text\n\n");
+    if (distributed)
+        printf("rank 0 prints one line: result stage=... ranks=... median_ms=... phase1_ms=... [err_ref=...]\n");
+    else
+        printf("prints one line: result stage=... median_ms=... gflops=... [err_oracle=... err_ref=...]\n");
 }
 
 /* A positive integer no larger than limit, digits only: "-5", "1e3", "", "12x" are refused. */
@@ -155,6 +170,10 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
         case OPTION_OUT: s->out_dir = optarg; break;
         case OPTION_CHECK:
             if (strcmp(optarg, "oracle") == 0) {
+                if (stage->options & GDN_OPTION_DISTRIBUTED)
+                    return gdn_set_error("--check-against oracle is not offered under MPI (the oracle needs the "
+                                         "whole problem in one process); compare with a folder another stage "
+                                         "wrote with --out");
                 if (s->check_oracle)
                     return gdn_set_error("--check-against oracle given twice");
                 s->check_oracle = 1;

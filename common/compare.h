@@ -1,4 +1,4 @@
-/* compare.h -- how two results are compared (DESIGN.md section 3).
+/* compare.h -- how two results are compared (docs/contract.md section 3).
  *
  * Relative error ||x - ref||_2 / ||ref||_2 over the whole tensor, plus the largest
  * absolute difference. A NaN or an infinity anywhere in x or ref fails the comparison

@@ -37,15 +37,28 @@ typedef struct {
     cudaEvent_t start, stop;
 } cuda_context;
 
+/* Why no device answers, in the words that fit: the CUDA runtime reports a missing driver
+ * library (no libcuda.so.1: no NVIDIA driver installed, the usual case on a machine without a
+ * GPU) as cudaErrorInsufficientDriver, "driver version is insufficient", the same error as a
+ * driver older than the runtime. cudaDriverGetVersion tells them apart: 0 means no driver. */
 int gdn_cuda_device_present(void)
 {
-    int count = 0;
+    int count = 0, driver = 0, runtime = 0;
     cudaError_t status = cudaGetDeviceCount(&count);
+    if (status == cudaSuccess && count > 0)
+        return 1;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    cudaGetLastError();
+    if (driver == 0)
+        return gdn_set_error("no NVIDIA driver or GPU found (the CUDA runtime finds no driver)"), 0;
+    if (status == cudaErrorInsufficientDriver)
+        return gdn_set_error("the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d these binaries are "
+                             "built with: update the driver or build with an older toolkit",
+                             driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10), 0;
     if (status != cudaSuccess)
         return gdn_set_error("no usable CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(status)), 0;
-    if (count == 0)
-        return gdn_set_error("no CUDA device (cudaGetDeviceCount found 0)"), 0;
-    return 1;
+    return gdn_set_error("no CUDA device (the NVIDIA driver finds none)"), 0;
 }
 
 int gdn_sm_count(void)

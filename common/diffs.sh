@@ -11,30 +11,65 @@
 #                                 includes 06 and follows its launches; needs a git clone with
 #                                 its history)
 # A stage's source is steps/NN_name/name.c, or name.cu for a stage that runs only on the GPU
-# (06 on). Each stage is compared with the stage before it that has the same kind of source:
-# a CUDA-only stage with the previous stage's GPU twin (06 against 05's wy_chunked.cu), a C
-# stage with the previous C stage (08 against 05). A stage that includes the one before it
-# (07 includes 06's kernels) shows its whole file as the lesson; so does a C stage's GPU twin
-# that includes the previous GPU stage (08's context_parallel.cu, NN_cuda_from_MM.diff). docs/ chapters include the diffs through
-# common/refresh_docs.sh, so the text shown there is always the code's.
+# (06 on); a sub-stage NNx_name (06a_tensor_cores) is name.cu in stage NN's folder. A source
+# that includes headers of its own folder ("chain.cuh") is read with them in place (text_of),
+# so a stage cut into files is compared as the compiler reads it. Each stage is compared with
+# the stage before it that has the same kind of source: a CUDA-only stage with the previous
+# GPU stage (06a against 05's wy_chunked.cu, 06 against 06a), a C stage with the previous C
+# stage (08 against 05). A stage that includes the one before it (07 includes 06's
+# warp_specialized.cuh) shows its whole text as the lesson; so does a C stage's GPU twin that
+# includes the previous GPU stage (08's context_parallel.cu, NN_cuda_from_MM.diff). docs/
+# chapters include the diffs through common/refresh_docs.sh, so the text shown there is
+# always the code's.
 set -eu
-name_of() { echo "$1" | sed 's/^[0-9]*_//'; }
-gpu_only() { [ ! -f "steps/$1/$(name_of "$1").c" ]; }
+name_of() { echo "$1" | sed 's/^[0-9]*[a-z]*_//'; }
+# a stage's folder: steps/NN_name, or for a sub-stage NNx_name (06a_tensor_cores) the folder
+# of stage NN, which holds its name.cu beside the stage's own files
+folder_of() {
+    if [ -d "steps/$1" ]; then echo "steps/$1"; else
+        for folder in steps/"$(echo "$1" | cut -c1-2)"_*; do echo "$folder"; done | head -1
+    fi
+}
+gpu_only() { [ ! -f "$(folder_of "$1")/$(name_of "$1").c" ]; }
 source_of() { # STAGE KIND (c or cu)
-    echo "steps/$1/$(name_of "$1").$2"
+    echo "$(folder_of "$1")/$(name_of "$1").$2"
 }
 kind_of() { if gpu_only "$1"; then echo cu; else echo c; fi; }
+# text_of FILE: the file, and after each line that includes a header of the same folder
+# ("name.cuh"), that header's text, so that a stage cut into files reads as one, in the
+# order the compiler reads it
+text_of() {
+    folder=$(dirname "$1")
+    while IFS= read -r line || [ -n "$line" ]; do
+        printf '%s\n' "$line"
+        header=$(printf '%s' "$line" | sed -n 's/^#include "\([a-z_]*\.cuh\)".*/\1/p')
+        if [ -n "$header" ] && [ -f "$folder/$header" ]; then
+            text_of "$folder/$header"
+        fi
+    done <"$1"
+}
+# builds_on STAGE FILE...: one of the files includes STAGE's own source or its header of the
+# same name (07 includes 06's warp_specialized.cuh), not merely a header it shares (06 and 05
+# share 05's wy_chunked_solve.cuh)
+builds_on() {
+    base=$1
+    shift
+    grep -q -E "#include \"../$(basename "$(folder_of "$base")")/$(name_of "$base")\.(c|cu|cuh)\"" "$@"
+}
 show() { # FROM TO [KIND]: TO's source of KIND (c or cu; default: TO's own kind) against FROM's
-    kind=${3:-$(kind_of "$2")}
-    # a stage that #includes the previous stage's source builds on it instead of copying it
-    # (07 includes 06): its lesson is its whole file, shown as new
-    if grep -q "#include \"../$1/$(name_of "$1").$kind\"" "$(source_of "$2" "$kind")"; then
-        diff -u --label /dev/null --label "$(source_of "$2" "$kind")" /dev/null "$(source_of "$2" "$kind")" || true
+    show_kind=${3:-$(kind_of "$2")}
+    to=$(source_of "$2" "$show_kind")
+    # a stage whose files include the previous stage's builds on it instead of copying it
+    # (07 includes 06's headers): its lesson is its whole text, shown as new
+    if [ "$(folder_of "$1")" != "$(folder_of "$2")" ] && builds_on "$1" "$(folder_of "$2")"/*."$show_kind"*; then
+        text_of "$to" | diff -u --label /dev/null --label "$to" /dev/null - || true
         return
     fi
     # diff exits 1 when the files differ, which is the point; labels without timestamps
-    diff -u --label "$(source_of "$1" "$kind")" --label "$(source_of "$2" "$kind")" \
-        "$(source_of "$1" "$kind")" "$(source_of "$2" "$kind")" || true
+    from_text=$(mktemp)
+    text_of "$(source_of "$1" "$show_kind")" >"$from_text"
+    text_of "$to" | diff -u --label "$(source_of "$1" "$show_kind")" --label "$to" "$from_text" - || true
+    rm -f "$from_text"
 }
 # Diffs longer than this many lines are folded (<details>) in the docs: 06's is two thousand
 # lines, which a reader opens on purpose rather than scrolls past
@@ -64,7 +99,7 @@ write)
         kind=$(kind_of "$stage")
         if [ "$kind" = c ]; then previous=$previous_c; else previous=$previous_cu; fi
         if [ -n "$previous" ]; then
-            file="$out/$(echo "$stage" | cut -c1-2)_from_$(echo "$previous" | cut -c1-2).diff"
+            file="$out/${stage%%_*}_from_${previous%%_*}.diff"
             show "$previous" "$stage" >"$file"
             echo "wrote $file: +$(grep -c '^+[^+]' "$file") -$(grep -c '^-[^-]' "$file") lines"
         fi
@@ -72,8 +107,8 @@ write)
         # includes 07's file): its lesson too, NN_cuda_from_MM.diff
         twin=$(source_of "$stage" cu)
         if [ "$kind" = c ] && [ -f "$twin" ] && [ -n "$previous_cu" ] &&
-            grep -q "#include \"../$previous_cu/$(name_of "$previous_cu").cu\"" "$twin"; then
-            file="$out/$(echo "$stage" | cut -c1-2)_cuda_from_$(echo "$previous_cu" | cut -c1-2).diff"
+            builds_on "$previous_cu" "$twin"; then
+            file="$out/${stage%%_*}_cuda_from_${previous_cu%%_*}.diff"
             show "$previous_cu" "$stage" cu >"$file"
             echo "wrote $file: +$(grep -c '^+[^+]' "$file") -$(grep -c '^-[^-]' "$file") lines"
         fi

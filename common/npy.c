@@ -261,7 +261,10 @@ int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *s
     int ok = fwrite(header, 1, header_bytes, file) == header_bytes && fwrite(data, sizeof(real_t), count, file) == count;
     if (fclose(file) != 0)
         ok = 0;
-    if (!ok)
-        return gdn_set_error("%s: write failed: %s", path, strerror(errno));
+    if (!ok) { /* no partial file is left behind to pass for a result */
+        gdn_set_error("%s: write failed: %s", path, strerror(errno));
+        remove(path);
+        return -1;
+    }
     return 0;
 }

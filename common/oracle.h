@@ -1,6 +1,6 @@
 /* oracle.h -- the fp64 reference every stage is checked against.
  *
- * Stage 01's recurrence (DESIGN.md section 1) computed in double from the problem's
+ * Stage 01's recurrence (docs/contract.md section 1) computed in double from the problem's
  * inputs, one head at a time. It is written on its own, not shared with stage 01, on
  * purpose: a reference that shares code with what it checks would share its bugs.
  */

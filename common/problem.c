@@ -1,6 +1,7 @@
 #include "problem.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,7 +327,104 @@ void gdn_result_poison(gdn_result *r, const gdn_problem *p)
 int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir)
 {
     size_t o_shape[4] = {p->B, p->T, p->H, p->V}, state[4] = {p->B, p->H, p->K, p->V};
-    if (make_dir(dir) || save_tensor(dir, "o", r->o, 4, o_shape) || save_tensor(dir, "ht", r->ht, 4, state))
+    if (make_dir(dir))
         return -1;
+    if (save_tensor(dir, "o", r->o, 4, o_shape) || save_tensor(dir, "ht", r->ht, 4, state)) {
+        char path[4096]; /* npy_write removed the file it failed on; o.npy may be whole, but alone */
+        snprintf(path, sizeof path, "%s/o.npy", dir);
+        remove(path);
+        return -1;
+    }
     return 0;
+}
+
+gdn_input_extremes gdn_problem_extremes(const gdn_problem *p)
+{
+    gdn_input_extremes e = {0, 0, 0};
+    const real_t *tensors[4] = {p->q, p->k, p->v, p->h0};
+    size_t counts[4] = {gdn_tokens(p) * p->K, gdn_tokens(p) * p->K, gdn_tokens(p) * p->V, p->h0 ? gdn_state_count(p) : 0};
+    for (int t = 0; t < 4; t++)
+        for (size_t i = 0; i < counts[t]; i++) {
+            double x = fabs((double)tensors[t][i]);
+            if (!isfinite(x))
+                e.non_finite = 1;
+            else if (x > e.largest)
+                e.largest = x;
+        }
+    for (size_t token = 0; token < gdn_tokens(p); token++) {
+        if (isnan(p->g[token]) || p->g[token] == INFINITY || !isfinite(p->beta[token])) /* g = -inf: alpha = 0 */
+            e.non_finite = 1;
+        double norm = 0; /* |k|^2 in double: a float key of 1e20 squares past float's range */
+        for (size_t c = 0; c < p->K; c++)
+            norm += (double)p->k[token * p->K + c] * p->k[token * p->K + c];
+        double gain = (double)p->beta[token] * norm;
+        if (gain > e.key_gain) /* NaN never is; Inf, from finite double keys past 1e154, is */
+            e.key_gain = gain;
+    }
+    return e;
+}
+
+uint64_t gdn_result_first_non_finite(const gdn_problem *p, const gdn_result *r, size_t first_token, size_t T_whole,
+                                     int with_ht)
+{
+    const size_t o_count = gdn_tokens(p) * p->V, states = gdn_state_count(p);
+    for (size_t i = 0; i < o_count; i++)
+        if (!isfinite(r->o[i])) {
+            size_t token = i / p->V, b = token / (p->T * p->H), t = token / p->H % p->T, h = token % p->H;
+            return (((uint64_t)b * T_whole + first_token + t) * p->H + h) * p->V + i % p->V;
+        }
+    for (size_t i = 0; with_ht && i < states; i++)
+        if (!isfinite(r->ht[i]))
+            return (uint64_t)p->B * T_whole * p->H * p->V + i;
+    return GDN_ALL_FINITE;
+}
+
+int gdn_non_finite_error(const gdn_problem *p, const gdn_result *r, size_t first_token, size_t T_whole,
+                         uint64_t position, gdn_input_extremes e)
+{
+    const uint64_t o_whole = (uint64_t)p->B * T_whole * p->H * p->V;
+    char where[128], cause[256];
+    double value;
+    if (position < o_whole) {
+        uint64_t token = position / p->V, column = position % p->V, h = token % p->H, t = token / p->H % T_whole,
+                 b = token / p->H / T_whole;
+        value = r->o[((b * p->T + (t - first_token)) * p->H + h) * p->V + column];
+        snprintf(where, sizeof where, "o at (b=%llu, t=%llu, h=%llu, column %llu)", (unsigned long long)b,
+                 (unsigned long long)t, (unsigned long long)h, (unsigned long long)column);
+    } else {
+        uint64_t i = position - o_whole, column = i % p->V, row = i / p->V % p->K, head = i / p->V / p->K;
+        value = r->ht[i];
+        snprintf(where, sizeof where, "ht at (b=%llu, h=%llu, row %llu, column %llu)", (unsigned long long)(head / p->H),
+                 (unsigned long long)(head % p->H), (unsigned long long)row, (unsigned long long)column);
+    }
+    /* The causes, most certain first. Where every beta |k|^2 <= 2, each I - beta k k^T has its
+     * eigenvalues in [-1, 1] and alpha <= 1: the state grows by at most beta |k| |v| <= sqrt(2) |v|
+     * a token, and for inputs of magnitude at most L >= 1, |o| = scale |h^T q| stays below
+     * 2 scale L^2 (T + 1) K V (the bound below, times 2). Only near it can finite inputs overflow
+     * a correct stage; a 16th of the range leaves room for a stage's intermediate sums. */
+    double largest = e.largest > 1 ? e.largest * e.largest : e.largest;
+    double bound = largest * (double)(T_whole + 1) * (double)p->K * (double)p->V * (p->scale > 1 ? p->scale : 1);
+    const double real_max = sizeof(real_t) == sizeof(float) ? FLT_MAX : DBL_MAX;
+    if (e.non_finite > 0)
+        snprintf(cause, sizeof cause, "an input is NaN or Inf itself (--no-input-check skipped the check that "
+                                      "refuses it)");
+    else if (e.key_gain > 2)
+        snprintf(cause, sizeof cause, "from finite inputs: beta |k|^2 reaches %.1e > 2, so I - beta k k^T grows the "
+                                      "state every token until %s overflows; keys are meant to have unit length: "
+                                      "scale k down", e.key_gain, REAL_NAME);
+    else if (bound > real_max / 16)
+        snprintf(cause, sizeof cause, "from finite inputs: values as large as %.1e overflow the %s state: scale q, "
+                                      "k, v down", e.largest, REAL_NAME);
+    else
+        snprintf(cause, sizeof cause, "from finite inputs of moderate size (largest |value| %.1e, beta |k|^2 at most "
+                                      "%.2g): a fault of the stage, not of its inputs", e.largest, e.key_gain);
+    return gdn_set_error("%s is %s, %s", where, isnan(value) ? "NaN" : value > 0 ? "Inf" : "-Inf", cause);
+}
+
+int gdn_result_check_finite(const gdn_problem *p, const gdn_result *r)
+{
+    uint64_t position = gdn_result_first_non_finite(p, r, 0, p->T, 1);
+    if (position == GDN_ALL_FINITE)
+        return 0;
+    return gdn_non_finite_error(p, r, 0, p->T, position, gdn_problem_extremes(p));
 }

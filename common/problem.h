@@ -1,6 +1,6 @@
 /* problem.h -- one Gated DeltaNet forward problem: sizes, inputs, results.
  *
- * Layout is FLA's (DESIGN.md section 1), row-major:
+ * Layout is FLA's (docs/contract.md section 1), row-major:
  *   q, k [B, T, H, K]   v, o [B, T, H, V]   g, beta [B, T, H]   h0, ht [B, H, K, V]
  * Token (b, t, h) has index gdn_token(); its q row starts at q + gdn_token() * K.
  * Consecutive tokens of one head are H rows apart. Head (b, h) has index gdn_head();
@@ -46,7 +46,7 @@ int gdn_memory_check(size_t bytes, const char *what);
 /* Allocate (zeroed) inputs for these sizes; scale is set to 1/sqrt(K). */
 int gdn_problem_alloc(gdn_problem *p, size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0);
 void gdn_problem_free(gdn_problem *p);
-/* Draw the inputs from the seeded generator exactly as DESIGN.md section 3 says. */
+/* Draw the inputs from the seeded generator exactly as docs/contract.md section 3 says. */
 void gdn_problem_generate(gdn_problem *p, uint64_t seed);
 
 /* Round q, k and v in place to the nearest bf16 values (half.h), for stages on bf16 inputs. */
@@ -70,7 +70,38 @@ int gdn_result_alloc(gdn_result *r, const gdn_problem *p);
 void gdn_result_free(gdn_result *r);
 /* Fill the outputs with NaN, so that an output a stage forgets to write fails the check. */
 void gdn_result_poison(gdn_result *r, const gdn_problem *p);
+/* Write o.npy and ht.npy into dir (created if missing); on a failed write neither file is
+ * left behind, so a folder never holds a partial result that looks whole. */
 int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir);
+
+/* Outputs that are not finite. Every binary checks o and ht after its checked run, before it
+ * compares or writes anything: a NaN or Inf there is an error (a state that overflowed, or a
+ * fault of the stage), never a result. */
+
+/* What the inputs say about such an output: the largest |value| of q, k, v and h0; the largest
+ * beta |k|^2 of a token (above 2, I - beta k k^T has an eigenvalue below -1 and the state can
+ * grow every token); 1 when an input is NaN or Inf where the inputs' check refuses it (g may be
+ * -inf: alpha = 0), which only --no-input-check lets in.
+ * All doubles, so that stage 08 takes each one's maximum over its ranks in one MPI_Allreduce. */
+typedef struct {
+    double largest, key_gain, non_finite;
+} gdn_input_extremes;
+gdn_input_extremes gdn_problem_extremes(const gdn_problem *p);
+
+/* The place of the first value that is not finite in the whole outputs (o's B T H V values in
+ * memory order, then ht's), or GDN_ALL_FINITE. p and r may hold a slice of the sequence whose
+ * tokens start at first_token of T_whole (stage 08's ranks); with_ht 0 skips ht (a rank whose
+ * final state is not the output's). */
+#define GDN_ALL_FINITE UINT64_MAX
+uint64_t gdn_result_first_non_finite(const gdn_problem *p, const gdn_result *r, size_t first_token, size_t T_whole,
+                                     int with_ht);
+/* gdn_set_error, one line: the output and index (b, t, h, column) of the value at position (it
+ * must lie in p's part), the value, and its likely cause from e. Returns -1. */
+int gdn_non_finite_error(const gdn_problem *p, const gdn_result *r, size_t first_token, size_t T_whole,
+                         uint64_t position, gdn_input_extremes e);
+/* The three above for a whole problem in one process: 0 when o and ht are finite, else -1
+ * with the error set. */
+int gdn_result_check_finite(const gdn_problem *p, const gdn_result *r);
 
 #ifdef __cplusplus
 }

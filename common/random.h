@@ -10,7 +10,7 @@
  * The integer bits are identical everywhere. The normals go through log, sqrt and
  * cos in double; glibc's versions are accurate to within an ulp, and the result is
  * rounded to float, so a different libm could change an input in its last float bit
- * only in rare ties. DESIGN.md section 3 fixes what each tensor is drawn from.
+ * only in rare ties. docs/contract.md section 3 fixes what each tensor is drawn from.
  */
 #ifndef GDN_RANDOM_H
 #define GDN_RANDOM_H

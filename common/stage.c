@@ -191,6 +191,11 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
     context = NULL;
     double median_seconds = gdn_median(times, (size_t)s.reps);
 
+    /* An output that is not finite is an error before anything is compared or written: an
+     * o.npy of NaN would look like a result. The error names the first such value and its
+     * likely cause (problem.h). The runner has copied a GPU stage's outputs into r. */
+    if (gdn_result_check_finite(&p, &r))
+        goto failed;
     char checks[512] = "";
     int check = run_checks(stage, &s, &p, &r, checks, sizeof checks);
     if (check < 0 || (s.out_dir && gdn_result_save(&r, &p, s.out_dir)))

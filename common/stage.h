@@ -2,7 +2,7 @@
  *
  * A stage file (steps/NN_name/name.c) implements one forward pass and describes itself
  * with a gdn_stage; common/main.c turns that into a binary with the common command
- * line of DESIGN.md section 4. The driver does everything that is not the lesson:
+ * line of docs/contract.md section 4. The driver does everything that is not the lesson:
  * parse options, build or load the problem, warm up, time --reps runs and take the
  * median, check against the oracle or a folder, write o.npy and ht.npy, and print the
  * one machine-readable result line.
@@ -23,6 +23,10 @@ enum {
     GDN_OPTION_CHUNK = 1u << 0,    /* --chunk C: tokens per chunk (stage 05 on) */
     GDN_OPTION_SEGMENTS = 1u << 1, /* --segments P: segments per sequence (stage 04) */
     GDN_OPTION_PRECISE = 1u << 2,  /* --precise: computed operands enter bf16 products as two bf16 terms (stage 06) */
+    /* Runs under mpirun, each process holding a slice of the sequence (stage 08; its driver sets
+     * it): --help says so, and --check-against takes a folder only, since the oracle would need
+     * the whole problem in one process. */
+    GDN_OPTION_DISTRIBUTED = 1u << 3,
 };
 
 typedef struct {

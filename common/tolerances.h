@@ -21,8 +21,8 @@
 #ifdef GDN_DOUBLE
 /* Double builds: stage pairs computing the same algebra agree to rounding at 2^-53 = 1e-16,
  * times the same growth factor as above: at most 1e-15 measured (T = 2000, K = 32, V = 48,
- * every stage). 1e-10 is the bound the foundation issue sets as proof that two stages
- * compute the same thing. */
+ * every stage). 1e-10 is the bound that proves two stages compute the same thing: far above
+ * that rounding, far below any algebra mistake (docs/contract.md). */
 #define GDN_TOLERANCE_VS_ORACLE 1e-10
 #define GDN_TOLERANCE_VS_STAGE 1e-10
 #else
@@ -41,11 +41,11 @@
  * made in different places (07's fold and scan; and where stage 06's chain_from_values_pays
  * answers differently for 07's P than for 06's one segment, a differently rounded chunk step),
  * so against each other the two errors can add, as for float stages above: 1e-2. Each is
- * still held to 5e-3 against the oracle. Measured (H200, slow gates, T = 4196, K = V = 64, P =
- * 64: docs/06, the thirty-ninth step): 07 3.4e-3 and 06 4.4e-3 from the oracle, 5.2e-3 from
- * each other; at K = V = 128 with the same form, 4.0e-3 and 4.1e-3, 3.8e-3 apart. A stage
- * against an fp32 one (06 against 05's GPU twin) keeps the single bound: the fp32 side's error
- * is far below it. */
+ * still held to 5e-3 against the oracle. Measured on an NVIDIA H200 (docs/06_warp_specialized.md,
+ * 07 against 06; slow gates, T = 4196, K = V = 64, P = 64): 07 3.4e-3 and 06 4.4e-3 from the
+ * oracle, 5.2e-3 from each other; at K = V = 128 with the same form, 4.0e-3 and 4.1e-3,
+ * 3.8e-3 apart. A stage against an fp32 one (06 against 05's GPU twin) keeps the single
+ * bound: the fp32 side's error is far below it. */
 #define GDN_TOLERANCE_BF16_VS_STAGE 1e-2
 
 #endif

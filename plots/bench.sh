@@ -1,10 +1,15 @@
 #!/bin/sh
-# bench.sh BIN MODE [SWEEP...] -- the benchmark sweeps behind the figures and docs tables
-# (make bench; make bench QUICK=1). Without SWEEP names, every sweep of the figures runs;
-# the tables of the issue reports run by name: stages_01_04, stages_01_04_05, cpu_goal.
+# bench.sh BIN MODE [SWEEP...] -- the benchmark sweeps behind the figures and docs tables.
+#   make bench           MODE full: writes plots/data/ (the committed data; make plots then
+#                        draws the committed figures from it)
+#   make bench QUICK=1   MODE quick: shorter sweeps, fewer repetitions, written to
+#                        build/quick/data/, figures drawn from them into build/quick/ with
+#                        "quick" in their titles; nothing committed is touched
+# Without SWEEP names, every sweep of the figures runs (and, in full mode, the docs' other
+# tables: stages_01_04, stages_01_04_05, cpu_goal); with them, those sweeps alone.
 # Every point runs one stage binary (median of --reps runs after a warm-up, checked against the
-# fp64 oracle) and appends one row to a plain-text file under plots/data/. Stages too slow or
-# too large for a point are written as a row with "skipped: <why>", never left out silently.
+# fp64 oracle) and appends one row to a plain-text data file. Stages too slow or too large for
+# a point are written as a row with "skipped: <why>", never left out silently.
 set -eu
 # shellcheck source=plots/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
@@ -20,7 +25,9 @@ else
     made_by="make bench"
     [ "$mode" != quick ] || made_by="make bench QUICK=1"
 fi
+# a quick run's numbers are not the committed measurements: they go under build/
 data=plots/data
+[ "$mode" != quick ] || data=build/quick/data
 mkdir -p "$data"
 cores=$(nproc)
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //; s/ *$//')
@@ -30,7 +37,7 @@ machine="$cpu, $cores cores"
 if [ "$mode" = quick ]; then
     lengths="256 1024 4096 16384"; reps=3; long=16384; mid=4096; k_length=1024
     work_limit=4000000000; map_limit=268435456
-    echo "bench (quick): about 30 seconds on 2 cores; writing $data/*.dat"
+    echo "bench (quick): about a minute on 2 cores; writing $data/*.dat"
 else
     lengths="256 1024 4096 16384 65536"; reps=5; long=65536; mid=16384; k_length=4096
     work_limit=100000000000; map_limit=2147483648
@@ -179,6 +186,7 @@ sweep_stages_01_04() {
 sweep_stages_01_04_05() {
     begin stages_01_04_05 "stages 01, 04, 05: B=1 T=16384 H=8 K=V=64 and B=1 T=4096 H=2 K=V=128, 1 and 2 threads"
     for shape in "16384 8 64" "4096 2 128"; do
+        # shellcheck disable=SC2086 # the shape is three words
         set -- $shape
         for threads in 1 2; do
             for stage in 01_naive_loop 04_two_phase_scan 05_wy_chunked; do
@@ -206,4 +214,11 @@ for sweep in $sweeps; do
     "sweep_$sweep"
 done
 rm -f "$data/.last_error"
-echo "bench: done; make plots renders the figures from $data"
+if [ "$mode" != quick ]; then
+    echo "bench: done; make plots renders the figures from $data"
+elif command -v gnuplot > /dev/null 2>&1; then
+    sh "$(dirname "$0")/render.sh" "$data" build/quick quick
+    echo "bench: done; the quick figures are in build/quick/ (make plots draws the committed ones)"
+else
+    echo "bench: done; no gnuplot, so no quick figures (make plots installs it)"
+fi

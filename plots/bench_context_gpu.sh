@@ -37,7 +37,7 @@ for spec in $TS; do
     first=""
     n=$fewest
     while [ "$n" -le "$gpus" ]; do
-        line=$(mpirun -q -np "$n" --bind-to none --mca btl_vader_single_copy_mechanism none \
+        line=$(mpirun -np "$n" --bind-to none --mca btl_vader_single_copy_mechanism none \
             -x OMP_NUM_THREADS=$((cores / n)) -x NCCL_NVLS_ENABLE "$bin/08_context_parallel_cuda" --T "$T" \
             --B 1 --H 8 --K 128 --V 128 --reps "$REPS" 2>&1 | tail -1)
         ms=$(field median_ms "$line")

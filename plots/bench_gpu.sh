@@ -7,11 +7,11 @@
 #
 # SHAPES (default "seed long sweep") picks the parts to run, FLA_DTYPES (default bf16,fp32)
 # the input types FLA is timed with.
-# Writes OUTDIR/gpu_shapes.dat (the issue's two shapes) and OUTDIR/gpu_vs_T.dat (a T sweep at
-# B=1 H=8 K=V=64), each headed by the machine. Every stage is checked against stage
-# 01_cuda's output on the same inputs (err_vs_01; stage 06 rounds q, k, v to bf16 first, which
-# its difference includes); FLA against 05_cuda's (its bf16 inputs explain its larger
-# difference). FLA is skipped with a note when it does not import.
+# Writes OUTDIR/gpu_shapes.dat (seed: B=1 T=16384 H=8 K=V=64; long: B=1 T=65536 H=8 K=V=128)
+# and OUTDIR/gpu_vs_T.dat (a T sweep at B=1 H=8 K=V=64), each headed by the machine. Every
+# stage is checked against stage 01_cuda's output on the same inputs (err_vs_01; stage 06
+# rounds q, k, v to bf16 first, which its difference includes); FLA against 05_cuda's (its bf16
+# inputs explain its larger difference). FLA is skipped with a note when it does not import.
 set -eu
 # shellcheck source=plots/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"

@@ -5,8 +5,12 @@
 # field NAME LINE: the value of NAME=... in a result line (the first, should there be two)
 field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }
 
-# gpu_name: the GPU and its driver, for the data files' machine line
-gpu_name() { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown GPU; }
+# gpu_name: the first GPU and its driver ("NVIDIA H200, driver 580.159.04"), for the data
+# files' machine line
+gpu_name() {
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 | sed 's/, /, driver /' |
+        grep . || echo unknown GPU
+}
 
 # bench_begin: what every GPU bench script starts with: $work, a scratch folder removed when
 # the script exits, and $gpu, the machine line's GPU

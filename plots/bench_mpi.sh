@@ -28,7 +28,7 @@ while [ "$ranks" -le "$cores" ]; do
     binding="--bind-to core"
     [ "$ranks" -le "$physical" ] || binding="--use-hwthread-cpus --bind-to hwthread"
     # shellcheck disable=SC2086 # $binding is two words on purpose
-    line=$(mpirun -q -np "$ranks" $binding --mca btl_vader_single_copy_mechanism none \
+    line=$(mpirun -np "$ranks" $binding --mca btl_vader_single_copy_mechanism none \
         "$bin/08_context_parallel" --B 1 --T "$T" --H 8 --K 64 --V 64 --threads 1 --reps "$REPS")
     ms=$(field median_ms "$line")
     [ -n "$base" ] || base=$ms

@@ -9,7 +9,7 @@
 #
 #   sh plots/bench_peers.sh bin plots/data    (on a machine with a CUDA device, FLA and flash-qla)
 #
-# TileLang compiles FlashQLA's kernels at each shape's first call (20 to 40 s a shape on an H200
+# TileLang compiles FlashQLA's kernels when it meets a new shape (20 to 40 s a shape on an H200
 # machine), so the run takes about ten minutes. Writes OUTDIR/peers.dat. Times: medians (ours:
 # of 20 after a warm-up, CUDA events, L2 flushed; the peers: of 30). err_*: the peer's o against
 # ours (relative L2), proof of the same inputs.

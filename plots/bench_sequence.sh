@@ -4,7 +4,7 @@
 #
 #   sh plots/bench_sequence.sh bin plots/data        (on a machine with a CUDA device)
 #
-# Writes OUTDIR/stage07_shapes.dat: the issue's five shapes, with 07's automatic P and the
+# Writes OUTDIR/stage07_shapes.dat: stage 07's benchmark shapes, with 07's automatic P and the
 # time of each of its kernels (ncu's gpu__time_duration, one pass: ncu runs kernels one at a
 # time at its own clocks, so the parts add up to a little more than the timed pass); and
 # OUTDIR/stage07_vs_T.dat: time against T at B = 1, K = V = 64, H = 1 and 8.

@@ -2,8 +2,8 @@
 # bench_stage06_steps.sh OUTDIR -- stage 06 step by step, in one run on one machine: each step's
 # code (docs/06_warp_specialized.md, "The steps at a glance") taken from its commit by git
 # archive, built side by side, and timed at two shapes on the same inputs, beside FLA's Triton
-# chunk_gated_delta_rule replayed from a CUDA graph. The honest form of the steps' table, whose
-# times came from runs on different machine starts.
+# chunk_gated_delta_rule replayed from a CUDA graph. One machine and one run for every step, so
+# that the steps' times compare with each other.
 #
 #   sh plots/bench_stage06_steps.sh plots/data     (from a git clone, on a machine with a CUDA
 #                                                   device and FLA; about five minutes)

@@ -19,6 +19,17 @@
 #include "../common/timing.h"
 #include "../steps/05_wy_chunked/wy_chunked.h"
 
+static const char usage[] =
+    "fma_peak: one core's fp32 FMA peak, and the rate of stage 05's chunk products on one thread\n"
+    "\n"
+    "usage: bin/fma_peak [options]\n"
+    "  --chunk N      chunk size C of the products (default 64)\n"
+    "  --K N --V N    head sizes (default K=64 V=64)\n"
+    "  --help         this text\n"
+    "\n"
+    "prints one line: result tool=fma_peak precision=... chunk=... K=... V=... peak_gflops=...\n"
+    "products_gflops=... fraction=... check=...\n";
+
 static float fma_loop(long iterations, float x)
 {
     float acc[12][16];
@@ -40,6 +51,11 @@ int main(int argc, char **argv)
 {
     static const char *const names[] = {"chunk", "K", "V", NULL};
     size_t values[3] = {64, 64, 64};
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
     gdn_tool_options(argc, argv, "fma_peak", names, values, 4096);
     size_t C = values[0], K = values[1], V = values[2];
     double times[7];

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../common/cuda_check.h"
 #include "../common/device.h"
@@ -206,10 +207,26 @@ static int gpu_peak(long copy_mib, long reps)
     return 0;
 }
 
+static const char usage[] =
+    "gpu_peak: this GPU's copy rate and its bf16 mma.sync rate, the roofs of stage 06's roofline\n"
+    "\n"
+    "usage: bin/gpu_peak [options]\n"
+    "  --copy-mib N   size of each of the two copy buffers, MiB (default 1024)\n"
+    "  --reps N       timed runs after 3 warm-up runs; the median is reported (default 20)\n"
+    "  --help         this text\n"
+    "\n"
+    "prints one line: result tool=gpu_peak sms=... copy_mib=... copy_gbs=... memcpy_gbs=...\n"
+    "mma_bf16_tflops=...\n";
+
 int main(int argc, char **argv)
 {
     static const char *const names[] = {"copy-mib", "reps", NULL};
     size_t values[2] = {1024, 20};
+    for (int i = 1; i < argc; i++) /* before any CUDA call: --help needs no GPU */
+        if (strcmp(argv[i], "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
     gdn_tool_options(argc, argv, "gpu_peak", names, values, (size_t)1 << 20); /* the tools' options (common/cli.c) */
     if (gpu_peak((long)values[0], (long)values[1])) {
         fprintf(stderr, "%s\n", gdn_last_error());

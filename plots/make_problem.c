@@ -1,30 +1,68 @@
 /* make_problem.c -- write a generated problem as .npy files, for peers that read NumPy (FLA).
  *
- *     bin/make_problem --B 1 --T 16384 --H 8 --K 64 --V 64 --seed 1 --h0 1 DIR
+ *     bin/make_problem --B 1 --T 16384 --H 8 --K 64 --V 64 --seed 1 --h0 DIR
  *
  * The inputs are exactly those every stage binary draws for the same sizes and seed
  * (gdn_problem_generate), so a peer timed on DIR runs on our stages' inputs, and its
- * outputs can be compared with a stage's --out. --h0 1 adds a random initial state (as
- * a stage's --h0 does); without it the state starts at zero.
+ * outputs can be compared with a stage's --out. --h0 is a flag, as a stage's --h0 is: it adds
+ * a random initial state; without it the state starts at zero.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "../common/error.h"
 #include "../common/problem.h"
 #include "../common/stage.h"
 
+static const char usage[] =
+    "make_problem: write the problem a stage generates (q k v g beta [h0] .npy) into DIR\n"
+    "\n"
+    "usage: bin/make_problem [options] DIR\n"
+    "  --B N --T N --H N --K N --V N  problem sizes (default B=1 T=1024 H=4 K=64 V=64)\n"
+    "  --seed N             generator seed (default 1); the same seed draws a stage's inputs\n"
+    "  --h0                 draw a random initial state h0 as well (default: zero state)\n"
+    "  --help               this text\n"
+    "\n"
+    "DIR is created if missing; it then holds q.npy k.npy v.npy g.npy beta.npy [h0.npy].\n";
+
 int main(int argc, char **argv)
 {
-    static const char *const names[] = {"B", "T", "H", "K", "V", "seed", "h0", NULL};
-    size_t values[7] = {1, 1024, 4, 64, 64, 1, 0};
-    if (argc < 2 || argv[argc - 1][0] == '-') {
-        fprintf(stderr, "usage: make_problem [--B N --T N --H N --K N --V N --seed N --h0 1] DIR\n");
+    static const char *const names[] = {"B", "T", "H", "K", "V", "seed", NULL};
+    size_t values[6] = {1, 1024, 4, 64, 64, 1};
+    /* --help and the flag --h0 are taken here; the valued options go on to gdn_tool_options */
+    char *valued[64] = {argv[0]};
+    int valued_count = 1, with_h0 = 0;
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--h0") == 0) {
+            with_h0 = 1;
+        } else if (strncmp(argv[i], "--", 2) == 0) {
+            if (valued_count + 2 > (int)(sizeof valued / sizeof valued[0])) {
+                fprintf(stderr, "make_problem: error: too many options\n");
+                return 1;
+            }
+            valued[valued_count++] = argv[i];
+            if (i + 1 < argc) /* its value; a missing one is gdn_tool_options' error */
+                valued[valued_count++] = argv[++i];
+        } else if (!dir) {
+            dir = argv[i];
+        } else {
+            fprintf(stderr, "make_problem: error: two DIRs given, '%s' and '%s' (--h0 takes no value; see --help)\n",
+                    dir, argv[i]);
+            return 1;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "make_problem: error: no DIR given (see --help)\n");
         return 1;
     }
-    const char *dir = argv[argc - 1];
-    gdn_tool_options(argc - 1, argv, "make_problem", names, values, (size_t)1 << 40);
+    gdn_tool_options(valued_count, valued, "make_problem", names, values, (size_t)1 << 40);
     gdn_problem p;
-    if (gdn_problem_alloc(&p, values[0], values[1], values[2], values[3], values[4], values[6] == 1) != 0) {
+    if (gdn_problem_alloc(&p, values[0], values[1], values[2], values[3], values[4], with_h0) != 0) {
         fprintf(stderr, "make_problem: error: %s\n", gdn_last_error());
         return 1;
     }

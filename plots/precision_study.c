@@ -71,10 +71,28 @@ static void loop_with_rounded_state(const gdn_problem *p, enum format format, do
     free(predicted);
 }
 
+static const char usage[] =
+    "precision_study: stage 01 with the state rounded to fp16, bf16 or fp32 after every token,\n"
+    "against the unrounded fp64 loop, in three gate regimes\n"
+    "\n"
+    "usage: bin/precision_study [options]\n"
+    "  --T N          longest sequence, at least 256 (default 65536); errors at T = 256, 512, ...\n"
+    "  --K N --V N    head sizes (default K=64 V=64)\n"
+    "  --seed N       generator seed (default 1)\n"
+    "  --help         this text\n"
+    "\n"
+    "prints a table: format regime T rel_err_o (the relative L2 error of o over tokens\n"
+    "T/2 < t <= T), the form of plots/data/precision.dat\n";
+
 int main(int argc, char **argv)
 {
     static const char *const names[] = {"T", "K", "V", "seed", NULL};
     size_t values[4] = {65536, 64, 64, 1};
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
     gdn_tool_options(argc, argv, "precision_study", names, values, (size_t)1 << 24);
     size_t T = values[0], K = values[1], V = values[2];
     uint64_t seed = values[3];

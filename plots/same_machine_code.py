@@ -8,7 +8,7 @@
 Prints, for each kernel of the first cubin, "same" where the second has the same bytes in the
 kernel's .text section, else how many of its 16-byte instructions differ (or "missing"). Same
 machine code runs at the same speed: a change meant for one kernel can be checked to leave the
-others alone with no GPU at all (docs/06, the seventeenth step). A cubin is an ELF file; this
+others alone with no GPU at all (docs/06 checks kernel changes so). A cubin is an ELF file; this
 reads its section headers and needs nothing else (no cuobjdump).
 """
 import struct

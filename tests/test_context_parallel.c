@@ -1,11 +1,13 @@
 /* test_context_parallel.c -- stage 08: the operand order of its MPI operator, and the binary
  * under `mpirun --oversubscribe -np N` for N = 1 to 4, equal to stage 05 (in-process) over
- * slices of unequal length, fewer chunks than ranks and T = 1; errors end every rank with one
- * line. Where Open MPI or the binary is missing, the mpirun tests say so and pass. */
+ * slices of unequal length, fewer chunks than ranks and T = 1; errors (a bad input, an output
+ * that is not finite, an option it does not offer) end every rank with one line. Where Open MPI
+ * or the binary is missing, the mpirun tests say so and pass. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/random.h"
 #include "../steps/02_affine/affine.h"
@@ -164,6 +166,52 @@ START_TEST(context_parallel_errors_are_collective)
 }
 END_TEST
 
+/* Finite inputs whose state overflows (every key entry 1e20, as in test_binaries.c) on 3
+ * ranks: one line naming the first value of o that is not finite and the cause, no result
+ * line, and no o.npy or ht.npy written. */
+START_TEST(context_parallel_non_finite_output_is_an_error)
+{
+    const char *launcher = test_mpirun_line("08_context_parallel", 3, 0);
+    if (!launcher)
+        return;
+    char dir[64], arguments[256], path[160], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    gdn_problem p = test_problem((test_shape){1, 200, 2, 8, 8}, 0, 5300);
+    for (size_t i = 0; i < gdn_tokens(&p) * p.K; i++)
+        p.k[i] = (real_t)1e20;
+    ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --threads 1 --chunk 16 --out %s/out", dir, dir);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    test_assert_refused(status, text, errors, "08_context_parallel: error: o at (b=0, t=");
+    ck_assert_msg(strstr(errors, "from finite inputs: beta |k|^2 reaches") != NULL, "%s", errors);
+    snprintf(path, sizeof path, "%s/out/o.npy", dir);
+    ck_assert_msg(access(path, F_OK) != 0, "%s written", path);
+    snprintf(path, sizeof path, "%s/out/ht.npy", dir);
+    ck_assert_msg(access(path, F_OK) != 0, "%s written", path);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
+/* Under mpirun the oracle is not offered (it needs the whole problem in one process): --help
+ * says how to run and what --check-against takes, and 'oracle' is refused in one line. */
+START_TEST(context_parallel_help_says_what_it_accepts)
+{
+    const char *launcher = test_mpirun_line("08_context_parallel", 2, 0);
+    if (!launcher)
+        return;
+    char text[8192], errors[4096];
+    int status = test_run_program(launcher, "08_context_parallel", "--help", text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "%s", errors);
+    ck_assert_msg(strstr(text, "usage: mpirun -np N bin/08_context_parallel") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "mpirun --oversubscribe -np N") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "--check-against DIR") != NULL && strstr(text, "'oracle'") == NULL, "%s", text);
+    status = test_run_program(launcher, "08_context_parallel", "--T 64 --check-against oracle", text, sizeof text,
+                              errors, sizeof errors);
+    test_assert_refused(status, text, errors, "--check-against oracle is not offered under MPI");
+}
+END_TEST
+
 Suite *context_parallel_suite(void)
 {
     Suite *suite = suite_create("08_context_parallel");
@@ -176,6 +224,8 @@ Suite *context_parallel_suite(void)
     tcase_add_test(mpi, context_parallel_draws_the_same_problem);
     tcase_add_loop_test(mpi, context_parallel_edge_cases, 0, test_edge_case_count);
     tcase_add_test(mpi, context_parallel_errors_are_collective);
+    tcase_add_test(mpi, context_parallel_non_finite_output_is_an_error);
+    tcase_add_test(mpi, context_parallel_help_says_what_it_accepts);
     suite_add_tcase(suite, mpi);
     return suite;
 }

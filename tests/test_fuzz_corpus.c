@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/npy.h"
 #include "fuzz/arguments.h"
@@ -72,10 +73,30 @@ START_TEST(cli_corpus_is_parsed_or_refused)
         text[size] = '\0';
         int argc = split_arguments(text, size, argv, 32);
         gdn_settings settings;
+        /* stdout goes to a file while parsing: a line holding --help prints the help text,
+         * which is asserted on here rather than shown in `make test` */
+        FILE *printed = tmpfile();
+        ck_assert_ptr_nonnull(printed);
+        fflush(stdout);
+        int saved = dup(STDOUT_FILENO);
+        ck_assert_int_ge(saved, 0);
+        ck_assert_int_ge(dup2(fileno(printed), STDOUT_FILENO), 0);
         int parsed = gdn_parse_command_line(argc, argv, &corpus_stage, &settings);
+        fflush(stdout);
+        ck_assert_int_ge(dup2(saved, STDOUT_FILENO), 0);
+        close(saved);
+        char help[4096];
+        rewind(printed);
+        size_t help_size = fread(help, 1, sizeof help - 1, printed);
+        help[help_size] = '\0';
+        fclose(printed);
         ck_assert_msg(parsed >= -1 && parsed <= 1, "%s: returned %d", names[i], parsed);
         if (parsed < 0)
             assert_one_line_reason(names[i]);
+        if (parsed == 1)
+            ck_assert_msg(strstr(help, "usage: bin/corpus [options]") != NULL, "%s: --help printed '%s'", names[i], help);
+        else
+            ck_assert_msg(help_size == 0, "%s: printed '%s' without --help", names[i], help);
     }
 }
 END_TEST

@@ -255,7 +255,8 @@ const char *test_mpirun_line(const char *binary, int ranks, int say)
         return NULL;
     }
     /* as root, Open MPI asks for consent; -q keeps mpirun's own banners out of stderr (the
-     * program's one line is what is tested); the vader setting avoids CMA, which containers forbid */
+     * program's one line is what is tested), and --oversubscribe makes more ranks than cores no
+     * launcher error for -q to hide; the vader setting avoids CMA, which containers forbid */
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     /* in `make SANITIZE=1 test`: Open MPI's own leaks suppressed (tests/lsan-openmpi.supp), which

@@ -1,4 +1,4 @@
-/* 01_naive_loop -- Gated DeltaNet, one token at a time (DESIGN.md section 1, docs/01_naive_loop.md eq. 1).
+/* 01_naive_loop -- Gated DeltaNet, one token at a time (docs/contract.md section 1, docs/01_naive_loop.md eq. 1).
  *
  * The idea: keep the K x V state S and, for every token t, in FLA's order,
  *     S   <- exp(g_t) S                      decay           (eq. 1a)

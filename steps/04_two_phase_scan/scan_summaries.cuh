@@ -1,5 +1,5 @@
-/* scan_summaries.cuh -- phase 2 of stage 04's GPU twin (stage 07 ran it too, until its steps went
- * to the tensor cores: steps/07_sequence_parallel/scan_on_tensor_cores.cuh): the ordered
+/* scan_summaries.cuh -- phase 2 of stage 04's GPU twin (stage 07 runs the same scan with its
+ * steps on the tensor cores: steps/07_sequence_parallel/scan_on_tensor_cores.cuh): the ordered
  * scan of the segments' maps into every segment's start state (eq. 7 of
  * docs/04_two_phase_scan.md),
  *     start_0 = h0,   start_{s+1} = A_s start_s + B_s,   s = 0 .. P-2,
@@ -53,15 +53,15 @@ __device__ static void copy_map_row(float *to, const float *from, size_t K, bool
 
 /* Start states of every segment: block (head, SCAN_COLUMNS columns), thread (row i, columns
  * j .. j + 3) computes start_{s+1}[i, j + c] = B_s[i, j + c] + sum_m A_s[i, m] start_s[m, j + c]
- * (eq. 7), each of its four sums over m in order, as one thread a sum did before (bit-equal).
+ * (eq. 7), each of its four sums over m in order, bit-equal to one thread a sum.
  * A step is a chain the next one waits for, so what it waits on is the time: its sums, and
  * what they wait for. The sums: a thread's four share every A_s[i, m] it reads, which it reads
  * four floats at a time, and start_s's four columns come in one read: 5 shared reads for 16
- * multiply-adds (a thread a sum took 8 for 4). What they wait for: A_s, copied into shared
+ * multiply-adds (a thread a sum takes 8 for 4). What they wait for: A_s, copied into shared
  * memory (two buffers) while step s - 1 summed, and B_s, read into registers at step s - 1, so
  * that no step starts with a read from global memory. The copy's own instructions are part of
  * a step too: at K = 128 the TMA unit makes them one a row (docs/07, "The scan": a step there
- * 20 % shorter; at K = 64 the bulk copies' issue cost more than the 8 cp.async it saved). */
+ * 20 % shorter; at K = 64 the bulk copies' issue costs more than the 8 cp.async it saves). */
 template <int MAX_K>
 __global__ void __launch_bounds__(MAX_K * SCAN_THREADS_A_ROW)
 scan_summaries_kernel(gdn_device_problem p, size_t P, const float *summaries, float *starts)

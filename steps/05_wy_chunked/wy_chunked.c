@@ -1,6 +1,6 @@
 /* 05_wy_chunked -- the chunked WY form: inside a chunk, matrix products; across chunks, the recurrence.
  *
- * The idea (docs/05_wy_chunked.md, DESIGN.md section 1): stage 04 folds a segment token by
+ * The idea (docs/05_wy_chunked.md, docs/contract.md section 1): stage 04 folds a segment token by
  * token. Here a chunk of C tokens is folded at once. With gamma_i the cumulative log-gate
  * inside the chunk and S0 the state at its start, the C delta-rule corrections solve one
  * unit lower triangular system (eq. 10):

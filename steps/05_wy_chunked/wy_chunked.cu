@@ -14,7 +14,7 @@
  *   3. chunk_outputs (parallel over every chunk again): o = scale (exp(gamma) Q S0 + P Vnew)
  *      with P = lower(Q K^T exp(gamma_i - gamma_j)) (eq. 14), from the saved S0 and Vnew.
  * This is how FLA splits its Triton forward too. From 64 chunks on, the three overlap: the
- * sequence is cut into two slices and kernel 1 of the second, kernel 3 of the first run beside
+ * sequence is cut into two slices; kernel 1 of slice 1 and kernel 3 of slice 0 run beside
  * the chain (three streams; see the forward pass at the end). Plain fp32 FMAs on shared-memory
  * tiles, every product's A operand stored transposed (one float4 of each operand per 16 FMAs):
  * tensor cores are stage 06.
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
         }
     __syncthreads();
     /* Tm = (I + M)^-1 in place (eq. 11), by 16 x 16 blocks: a row-by-row forward substitution
-     * would be 63 dependent steps with two barriers each, which was most of this kernel. */
+     * would be 63 dependent steps with two barriers each, most of this kernel's time. */
     invert_diagonal_blocks<TP>(Tm);
     __syncthreads();
     join_diagonal_blocks(Tm, TP, right); /* ends with a barrier: keys_t is read no more */
@@ -291,20 +291,20 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * Per chunk it needs its part of the chunk's input block: W, keys_t, its COLUMNS rows of U_t
  * and the decay (chain_stage_floats). These do not depend on S, so they are copied ahead into
  * a ring of CHAIN_STAGES shared-memory slots: while chunk n computes, the copies of chunks
- * n + 1, n + 2 (and n + 3) are in flight. One chunk ahead was not enough: the block (35 KB at
+ * n + 1, n + 2 (and n + 3) are in flight. One chunk ahead is not enough: the block (35 KB at
  * K = 64) comes from DRAM, and the latency of a load from there is longer than a chunk step.
  * The copies are bulk copies (cp.async.bulk, common/bulk_copy.cuh): the TMA unit moves each
  * contiguous piece (W and keys_t, the tile's rows of U_t, the decay) on one instruction of
- * thread 0, and counts the bytes on the slot's mbarrier, which every thread waits on. Before,
- * every thread copied 16 bytes at a time with cp.async, nine copies a thread a chunk at
- * K = 64: issuing them took a fifth of a step (a slice of 128 chunks: 215 us, then 175; H200,
- * B=1 T=16384 H=8 K=V=64, ncu). Then, per chunk:
+ * thread 0, and counts the bytes on the slot's mbarrier, which every thread waits on. Copies
+ * by every thread (cp.async, 16 bytes at a time: nine a thread a chunk at K = 64) take a
+ * fifth of a step to issue (a slice of 128 chunks: 215 us with them, 175 with bulk copies;
+ * H200, B=1 T=16384 H=8 K=V=64, ncu). Then, per chunk:
  *   Vnew = U - W S0 (eq. 13)                   row i of W against the COLUMNS columns of S0
  *   S = exp(gamma_C) S0 + Kdec^T Vnew (eq. 15)  row m of keys_t against the columns of Vnew
  * Thread (row, part) owns row `row` (0 .. 63; for S also row + 64) and a quarter of the dot
  * products' length (float4 number part, part + 4, ...), for every column of the tile: each
- * float4 of W or keys_t it loads serves COLUMNS columns (register reuse, where one thread per
- * output loaded two float4 for every four FMAs and was limited by shared-memory bandwidth).
+ * float4 of W or keys_t it loads serves COLUMNS columns (register reuse: one thread per
+ * output would load two float4 for every four FMAs, bound by shared-memory bandwidth).
  * The four parts are summed with two shuffles. The eight lanes of a quarter warp share one
  * part and hold eight consecutive rows: row strides of 17 or 33 float4 put their loads in
  * eight different bank groups, and the S or Vnew value they need is one broadcast.
@@ -315,17 +315,17 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
  * COLUMNS = 8 halves the blocks when 4-column tiles would be more than one per SM (so a
  * second wave of serial chains would wait for the first). K_LIMIT (SMALL_K = 64 or MAX_K =
  * 128: the kernel is made for K <= K_LIMIT) bounds the loops over K at compile time, so that
- * they unroll with no trip count to keep; and the ring's slot is an int that wraps, where
- * index % 3 on a size_t was a 64-bit division every chunk. Before these two, ncu counted 514
- * instructions a warp a chunk step, 250 of them integer arithmetic and branches; after, 421,
- * and a slice took 216 us, not 238 (H200, B=1 T=16384 H=8 K=V=64). A launch walks one slice
+ * they unroll with no trip count to keep; and the ring's slot is an int that wraps, not
+ * index % 3 on a size_t (a 64-bit division every chunk). Without these two, ncu counts 514
+ * instructions a warp a chunk step, 250 of them integer arithmetic and branches; with them 421,
+ * and a slice takes 216 us, not 238 (H200, B=1 T=16384 H=8 K=V=64). A launch walks one slice
  * of the chunks (see the forward pass), from `start` (h0, or the state the slice before it
  * left in ht), and leaves its state in ht. */
 constexpr int PARTS = 4;
 enum { SMALL_K = 64 };
 /* The ring's slots: 4 for 4-column tiles at K <= 64 (one wave of chains: a step waits on the
  * latency of its copies, and a fourth slot hides more of it), else 3: at K = 128 four do not
- * fit, and with 8-column tiles (several waves) a fourth slot was slower, 1.96 -> 2.11 ms at
+ * fit, and with 8-column tiles (several waves) a fourth slot costs time, 1.96 -> 2.11 ms at
  * (8, 4096, 16, 64, 64). At (1, 16384, 8, 64, 64) 3, 4, 5 slots: 0.633, 0.599, 0.640 ms. */
 __host__ __device__ constexpr int chain_stages(int columns, int k_limit) { return columns == 4 && k_limit <= SMALL_K ? 4 : 3; }
 __host__ __device__ static inline size_t chain_stage_floats(size_t K, int columns)
@@ -503,7 +503,7 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
 /* Kernel 3: one block per (head, chunk, 64 columns of o). Shared, padded to 64 rows with
  * zeros: gamma[64] (double), q_t[K][64] and k_t[K][64] (the chunk's q and k transposed),
  * P_t[64][64] in k_t's place once Q K^T is formed (16 KB less: three blocks an SM at K = 64,
- * where there were two), S0[K][64], Vnew[64][64].
+ * where P_t in a place of its own leaves room for two), S0[K][64], Vnew[64][64].
  *     P = lower(Q K^T exp(gamma_i - gamma_j))                       (eq. 14)
  *     o = scale (exp(gamma) Q S0 + P Vnew)                          (eq. 14)
  * all three products as 4 x 4 register tiles; P is formed transposed (K Q^T), the form in
@@ -585,7 +585,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
  * slice of the chain starts from the state the last one left in ht (h0 for the first).
  * The streams are blocking ones: they wait for, and are waited for by, the default stream
  * the runner records its timing events on. Made once, kept for the process.
- * Why two slices (H200, B=1 T=16384 H=8 K=V=64): 1, 2, 4, 8 slices took 0.802, 0.741, 0.769,
+ * Why two slices (H200, B=1 T=16384 H=8 K=V=64): 1, 2, 4, 8 slices take 0.802, 0.741, 0.769,
  * 0.785 ms. Each slice restarts the chain (its ring refills, an event is waited on), about
  * 7 us, and a chain sharing its SMs runs slower, which eats most of what more overlap gives. */
 enum { SLICES = 2, MIN_SLICE_CHUNKS = 32 };

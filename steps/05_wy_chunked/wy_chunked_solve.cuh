@@ -24,10 +24,10 @@ enum { SOLVE_CHUNK = 64, SOLVE_BLOCK = 16, SOLVE_BLOCKS = SOLVE_CHUNK / SOLVE_BL
  * block at once (a broadcast). So the 15 dependent rows need no barrier and no shuffle. The
  * loops have compile-time bounds, which keeps x[] in registers. Where LDT is even (stage 06's
  * 68; stage 05's 65 is odd, against bank conflicts elsewhere) the rows are 8-byte aligned, and
- * a row's elements are read two at a time: 64 loads a thread where there were 120, on the path
- * of the two warps the rest of the block waits for; the sums keep their order. (Four at a time,
- * 36 loads, held more registers: in some of stage 06's builds 4 bytes spilled.)
- * Kept out of line: inlined, it pushed kernel 1 past the 85 registers a thread that three
+ * a row's elements are read two at a time: 64 loads a thread where one at a time takes 120, on
+ * the path of the two warps the rest of the block waits for; the sums keep their order. (Four
+ * at a time, 36 loads, holds more registers: in some of stage 06's builds 4 bytes spill.)
+ * Kept out of line: inlined, it pushes kernel 1 past the 85 registers a thread that three
  * blocks per SM allow, into spills. */
 template <int LDT>
 __device__ __noinline__ static void invert_diagonal_blocks(float *Tm)
@@ -118,8 +118,8 @@ __device__ static void join_diagonal_blocks(float *Tm, int ldt, float *scratch)
 /* The running sum of the chunk's log-gates (eq. 9) by the 32 lanes of one warp, in their
  * registers: lane l holds tokens 2l and 2l + 1 (first, second), adds its two gates, and a scan
  * of those pairs across the lanes (5 shuffle steps) gives what comes before them. Summing the
- * 64 one after another, in one thread, kept the other seven warps of the block waiting at the
- * next barrier (ncu put a tenth of kernel 1's stall samples there). Zeros past the chunk's n
+ * 64 one after another, in one thread, keeps the other seven warps of the block waiting at the
+ * next barrier (ncu puts a tenth of kernel 1's stall samples there). Zeros past the chunk's n
  * tokens make their sums the chunk's total, which it returns to every lane. */
 __device__ __forceinline__ static double warp_gate_sums(double *first, double *second)
 {

@@ -17,19 +17,19 @@
  * kernel is 2e-7 to 3e-7 (docs/07).
  *
  * The maps' reads: every block reads all of A_s (K x K fp32, 16 KB at K = 64) each step. Read
- * by the warps' own loads (the forty-seventh session's form) they took half the step: a
- * warp's load touches 8 lines of the L1, whose pipe the state's shared reads and its 4-way
- * conflicted writes share. Here the TMA unit copies each map into a shared-memory ring two
- * stages deep, a step ahead, in a layout the lanes read without conflicts, and the state is
- * swizzled so that its writes have none either (docs/07, "The scan", a micro-benchmark: the
- * step 0.70 -> 0.50 us at K = 64, 1.85 -> 1.14 us at K = 128).
+ * by the warps' own loads they take half the step: a warp's load touches 8 lines of the L1,
+ * whose pipe the state's shared reads and its 4-way conflicted writes share. Here the TMA unit
+ * copies each map into a shared-memory ring two stages deep, a step ahead, in a layout the
+ * lanes read without conflicts, and the state is swizzled so that its writes have none either
+ * (docs/07, "The scan", a micro-benchmark on an NVIDIA H200: the step's time from the warps'
+ * loads to this form 0.70 -> 0.50 us at K = 64, 1.85 -> 1.14 us at K = 128).
  *
  * Cost per head: 3 x 2 K^2 V (P - 1) tensor-core flops, P - 1 dependent steps; a block per
  * (head, 8 columns), K / 16 warps (a 16-row tile each), A_s and B_s copied into a shared ring
- * once a step (2 x (K^2 + 8 K) floats of shared memory: 140 KB at K = 128), start_s in shared
+ * once a step, 2 x (K^2 + 8 K) floats of shared memory (140 KB at K = 128), start_s in shared
  * memory.
  *
- * Included after stage 06's kernels (sequence_parallel.cu): it takes 06's tensor_map_encoder.
+ * Included after stage 06's kernels (sequence_parallel.cuh): it takes 06's tensor_map_encoder.
  */
 #ifndef GDN_SCAN_ON_TENSOR_CORES_CUH
 #define GDN_SCAN_ON_TENSOR_CORES_CUH
@@ -40,6 +40,7 @@
 #include "../../common/cuda_check.h"
 #include "../../common/device.h"
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
+#include "../../common/mma_sync.cuh"       /* mma_tf32_16x8x8 (fragments: there) */
 #include "../01_naive_loop/naive_loop_step.cuh" /* naive_loop_max_k: 32, 64 or 128 rows */
 
 enum { TF32_SCAN_COLUMNS = 8 }; /* a block's columns of the state: the n of one m16n8k8 product */
@@ -49,17 +50,6 @@ enum { TF32_SCAN_COLUMNS = 8 }; /* a block's columns of the state: the n of one 
  * ten integer instructions on sm_90) */
 __device__ __forceinline__ static uint32_t tf32_high(float x) { return __float_as_uint(x) & 0xffffe000u; }
 __device__ __forceinline__ static uint32_t tf32_low(float x, uint32_t high) { return __float_as_uint(x - __uint_as_float(high)); }
-
-/* c += a b for a 16 x 8 tile: a 16 x 8 (row-major fragments), b 8 x 8, tf32 in, fp32 out.
- * Fragments (PTX ISA, "mma.m16n8k8", .tf32), lane = 4 group + t: a = {(group, t), (group + 8,
- * t), (group, t + 4), (group + 8, t + 4)}, b = {(t, group), (t + 4, group)}, c = {(group, 2t),
- * (group, 2t + 1), (group + 8, 2t), (group + 8, 2t + 1)}. */
-__device__ __forceinline__ static void mma_tf32_16x8x8(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* Where a block keeps things in shared memory (docs/07, "The scan": the layouts as pictures).
  *
@@ -264,9 +254,9 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
                 const int e = 2 * half; /* k = t: the lane's m + e; k = t + 4: m + e + 1 */
                 const uint32_t high[4] = {a_high[0][u][e], a_high[1][u][e], a_high[0][u][e + 1], a_high[1][u][e + 1]};
                 const uint32_t low[4] = {a_low[0][u][e], a_low[1][u][e], a_low[0][u][e + 1], a_low[1][u][e + 1]};
-                mma_tf32_16x8x8(hi_lo, high, b_low[e], b_low[e + 1]);
-                mma_tf32_16x8x8(lo_hi, low, b_high[e], b_high[e + 1]);
-                mma_tf32_16x8x8(hi_hi, high, b_high[e], b_high[e + 1]);
+                mma_tf32_16x8x8(hi_lo, high, {b_low[e], b_low[e + 1]});
+                mma_tf32_16x8x8(lo_hi, low, {b_high[e], b_high[e + 1]});
+                mma_tf32_16x8x8(hi_hi, high, {b_high[e], b_high[e + 1]});
             }
         }
         /* c[2h + c'] is (row h, column c'); the small terms summed first */

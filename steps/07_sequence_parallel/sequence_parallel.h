@@ -19,7 +19,7 @@ enum { CHAIN_WIDTHS = 4 };
  * and K x V states, on a GPU of `sms` SMs that holds blocks_per_sm[i] chain blocks of 2^i
  * 16-column tiles each (i = 0 .. CHAIN_WIDTHS - 1; 0 where stage 06 makes no blocks that
  * wide, as with --precise at 8 tiles). 1 when the heads alone fill the GPU. See
- * sequence_parallel.cu for the model. */
+ * sequence_parallel.cuh for the model. */
 size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t sms,
                                   const size_t blocks_per_sm[CHAIN_WIDTHS]);
 

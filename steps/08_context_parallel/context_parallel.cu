@@ -24,7 +24,7 @@
  *
  * Build and run:  make bin/08_context_parallel_cuda && mpirun -np 2 bin/08_context_parallel_cuda --T 1048576 --H 8 --K 128 --V 128
  */
-#include "../07_sequence_parallel/sequence_parallel.cu" /* stages 06 and 07: kernels and launchers */
+#include "../07_sequence_parallel/sequence_parallel.cuh" /* stages 06 and 07: kernels, launchers, the choice of P */
 
 extern "C" {
 #include "../../common/error.h"

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,31 @@ static int check_against(const char *dir, const gdn_problem *slice, const gdn_re
     return 0;
 }
 
+/* An output that is not finite is an error before anything is compared or written
+ * (common/problem.h): the ranks agree on the first such value of the whole outputs, and its
+ * rank names it, with a cause drawn from every rank's inputs. h0 is the problem's initial
+ * state (NULL for none), not the slice's h0 buffer, which holds the replay's start state. */
+static int outputs_finite(const gdn_problem *slice, const gdn_result *out, real_t *h0, const size_t sizes[5],
+                          size_t begin)
+{
+    uint64_t mine = GDN_ALL_FINITE, first;
+    if (slice->T > 0)
+        mine = gdn_result_first_non_finite(slice, out, begin, sizes[1], rank == ranks - 1);
+    MPI_Allreduce(&mine, &first, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    if (first == GDN_ALL_FINITE)
+        return 0;
+    gdn_problem inputs = *slice;
+    inputs.h0 = h0;
+    _Static_assert(sizeof(gdn_input_extremes) == 3 * sizeof(double), "reduced as 3 doubles");
+    gdn_input_extremes local = {0, 0, 0}, all;
+    if (slice->T > 0)
+        local = gdn_problem_extremes(&inputs);
+    MPI_Allreduce(&local, &all, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (mine == first)
+        gdn_non_finite_error(slice, out, begin, sizes[1], first, all);
+    return context_parallel_any_failed(mine == first) ? -1 : 0;
+}
+
 /* --out DIR: o.npy written by every rank at its rows' offsets (MPI-IO), ht.npy by the last rank. */
 static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_result *out, size_t sizes[5],
                          size_t begin)
@@ -236,7 +262,14 @@ static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_re
         snprintf(path, sizeof path, "%s/ht.npy", dir);
         status = npy_write(path, out->ht, 4, ht_shape);
     }
-    return context_parallel_any_failed(status != 0) ? -1 : 0;
+    if (context_parallel_any_failed(status != 0)) {
+        if (rank == 0) { /* no partial o.npy is left behind to pass for a result (ht.npy: npy_write) */
+            snprintf(path, sizeof path, "%s/o.npy", dir);
+            remove(path);
+        }
+        return -1;
+    }
+    return 0;
 }
 
 int context_parallel_main(int argc, char **argv, const context_parallel_backend *chosen)
@@ -252,12 +285,11 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) /* one --help, one result line: rank 0's */
         return 1;
     gdn_settings s;
-    int parsed = gdn_parse_command_line(argc, argv, backend->stage, &s);
+    gdn_stage command_line = *backend->stage; /* --help and --check-against as they are under mpirun */
+    command_line.options |= GDN_OPTION_DISTRIBUTED;
+    int parsed = gdn_parse_command_line(argc, argv, &command_line, &s);
     if (parsed > 0)
         return MPI_Finalize(), 0;
-    if (parsed == 0 && s.check_oracle)
-        parsed = gdn_set_error("--check-against oracle is not offered under MPI; compare with a folder another stage "
-                               "wrote with --out");
     if (context_parallel_any_failed(parsed < 0))
         return MPI_Finalize(), 1;
     if (s.chunk == 0)
@@ -289,8 +321,10 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
         double phases[3], worst[3];
         MPI_Barrier(MPI_COMM_WORLD);
         status = backend->run(context, (rep < 0 || rep == s.reps) && slice.T > 0, &out, phases);
-        if (context_parallel_any_failed(status != 0))
+        if (context_parallel_any_failed(status != 0)) {
+            status = -1; /* on every rank: what follows is collective */
             break;
+        }
         MPI_Reduce(phases, worst, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD); /* the slowest rank's */
         if (rank == 0 && rep >= 0 && rep < s.reps && times)
             for (int i = 0; i < 3; i++)
@@ -298,6 +332,8 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
     }
     double flops = 0, local_flops = status == 0 ? backend->flops(context) : 0, medians[3] = {0};
     MPI_Reduce(&local_flops, &flops, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (status == 0)
+        status = outputs_finite(&slice, &out, h0, sizes, begin);
     double relative = 0, max_absolute = 0, non_finite = 0;
     char checks[160] = "";
     int check_failed = 0;

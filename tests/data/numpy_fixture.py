@@ -5,7 +5,7 @@
 
 `make` draws a small problem with NumPy's own generator (not the project's), saves it as
 NumPy saves arrays (np.save, float32, C order), and computes o and ht with an independent
-float64 transcription of DESIGN.md section 1 in NumPy. The files are committed, so the
+float64 transcription of docs/contract.md section 1 in NumPy. The files are committed, so the
 Check suite can test the binaries against NumPy-written input without NumPy installed.
 """
 import os

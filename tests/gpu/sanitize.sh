@@ -30,6 +30,10 @@ for stage in 01_naive_loop 03_parallel_scan 04_two_phase_scan 05_wy_chunked; do
 done
 sanitize 05_wy_chunked_cuda "--B 1 --T 4100 --H 1 --K 16 --V 8 --h0" # 65 chunks: two slices, three streams
 sanitize 05_wy_chunked_cuda "--B 4 --T 300 --H 40 --K 32 --V 16" # 160 heads: 8-column chain tiles; 5 chunks, so the ring of three slots wraps
+sanitize 06a_tensor_cores "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # partial tiles, a ring that wraps
+sanitize 06a_tensor_cores "--B 1 --T 130 --H 3 --K 128 --V 72"    # K = 128, V not a multiple of 64
+sanitize 06b_producer_consumer "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # the ring wraps: full and empty phases of both parities
+sanitize 06b_producer_consumer "--B 1 --T 130 --H 3 --K 128 --V 72"
 for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # plain stores
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # four-tile chain blocks: two n-tiles a warp; staged

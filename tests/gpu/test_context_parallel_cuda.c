@@ -17,7 +17,7 @@ static const struct {
 } cases[] = {
     {{1, 1000, 2, 64, 64}, 1, ""},                /* 16 chunks: 5 + 5 + 6 for 3 ranks, automatic P */
     {{2, 700, 3, 128, 72}, 0, "--segments 3"},    /* K = 128, V not a multiple of 16 */
-    {{1, 2000, 2, 128, 64}, 1, "--segments 4"},   /* K = 128 and V = 64, two heads (docs/06, the thirty-sixth step) */
+    {{1, 2000, 2, 128, 64}, 1, "--segments 4"},   /* K = 128 and V = 64, two heads (docs/06, Vnew from v) */
     {{1, 4100, 1, 32, 40}, 1, "--segments 5 --precise"}, /* one head, the last chunk short */
 };
 enum { CASES = sizeof cases / sizeof *cases, MOST_RANKS = 3 };

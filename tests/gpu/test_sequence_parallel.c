@@ -92,8 +92,8 @@ END_TEST
  * counts P does not divide (segments of unequal length), a partial last chunk, K = V = 128,
  * K and V off the multiples of 16, several heads and batches; and K = 128 with two heads or
  * more: at V = 128 the folds and replays make Vnew from v (06's chain_from_values), at V = 48
- * they read W and U (this shape found kernel 1's transform-only instance, compiled for K = V =
- * 128, run at V = 48: docs/06, the thirty-sixth step); and K, V not multiples of 4, where the
+ * they read W and U (this shape catches kernel 1's transform-only instance, compiled for K = V
+ * = 128, run at V = 48: docs/06, Vnew from v); and K, V not multiples of 4, where the
  * TMA unit cannot take the scan's maps and the threads copy them (scan_on_tensor_cores.cuh,
  * copy_map_by_threads). */
 static const test_shape long_shapes[] = {{1, 4096 + 100, 2, 64, 64}, {1, 8192, 1, 128, 128}, {2, 4500, 3, 48, 80},
@@ -150,10 +150,10 @@ END_TEST
 /* ---- the automatic P: a host function, tested with or without a GPU ---- */
 
 /* Chain blocks an H200 SM holds, as the occupancy query answers for stage 06's blocks of 1, 2,
- * 4 and 8 tiles with two-slot rings (the ring that sets a launch's waves; stage 06 as it is
- * now: two n-tiles a warp in 4- and 8-tile blocks, U in bf16, staged stores, as where blocks
+ * 4 and 8 tiles with two-slot rings (the ring that sets a launch's waves; stage 06's blocks:
+ * two n-tiles a warp in 4- and 8-tile blocks, U in bf16, staged stores, as where blocks
  * outnumber SMs): 4, 2, 2, 1 at K = 64, 2, 2, 2, 1 at K = 128 (shared memory and registers;
- * printed by 07 on the H200 when the 8-tile blocks came). */
+ * as stage 07 prints them on an H200). */
 static const size_t H200_SMS = 132, h200_k64[CHAIN_WIDTHS] = {4, 2, 2, 1}, h200_k128[CHAIN_WIDTHS] = {2, 2, 2, 1};
 static const size_t *h200_blocks_per_sm(size_t K) { return K <= 64 ? h200_k64 : h200_k128; }
 
@@ -170,10 +170,10 @@ START_TEST(automatic_segments_one_where_heads_fill_the_gpu)
 }
 END_TEST
 
-/* Few heads and long sequences: P is one of the P whose time was within 3% of the best P
- * measured on the H200 (docs/07 "Choosing P": the forty-third session's sweep, P = 1 .. 64 at
- * thirteen shapes; the forty-fifth's at K = V = 64, P = 4 .. 64 at four of them after stage
- * 06's fortieth step, and P = 1 .. 8 and 16 at six shapes of 32 to 128 chunks); one chunk: 1;
+/* Few heads and long sequences: P is one of the P whose time is within 3% of the best P
+ * measured on an H200 (docs/07 "Choosing P": sweeps of P = 1 .. 64 at thirteen shapes; of P =
+ * 4 .. 64 at four of them at K = V = 64, with the fold's two-n-tile step compiled for K = V =
+ * 64; and of P = 1 .. 8 and 16 at six shapes of 32 to 128 chunks); one chunk: 1;
  * more heads never ask for more segments. (At K = V = 128 the replay's 128 blocks of 8 tiles
  * with output warps are the cut to find: 8 segments at 16 heads, 16 at 8, 32 at 4.) */
 START_TEST(automatic_segments_cut_long_sequences)
@@ -200,7 +200,7 @@ START_TEST(automatic_segments_cut_long_sequences)
                       s[0], s[1], s[2], s[3], P);
     }
     ck_assert_uint_eq(sequence_parallel_segments(1, 64, 64, 1, H200_SMS, h200_k64), 1);
-    /* 16 chunks: cutting them cost more than it saved when measured (docs/07) */
+    /* 16 chunks: cutting them costs more than it saves, as measured (docs/07) */
     ck_assert_uint_eq(sequence_parallel_segments(1, 64, 64, 16, H200_SMS, h200_k64), 1);
     ck_assert_uint_eq(sequence_parallel_segments(8, 64, 64, 16, H200_SMS, h200_k64), 1);
     ck_assert_uint_le(sequence_parallel_segments(1, 64, 64, 3, H200_SMS, h200_k64), 3);

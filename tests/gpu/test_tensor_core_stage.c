@@ -1,5 +1,7 @@
-/* test_tensor_core_stage.c -- stage 06 (bf16 inputs, tensor cores) equals the fp64 oracle and
- * 05_wy_chunked_cuda, both run on the same bf16-rounded inputs, within GDN_TOLERANCE_BF16
+/* test_tensor_core_stage.c -- stage 06's series (06a_tensor_cores, 06b_producer_consumer, then
+ * 06_warp_specialized;
+ * bf16 inputs, tensor cores) equals the fp64 oracle, 05_wy_chunked_cuda and the sub-stage
+ * before it, all run on the same bf16-rounded inputs, within GDN_TOLERANCE_BF16
  * (tolerances.h), over the shape grid and beyond: one token, T not a multiple of the chunk,
  * K = V = 64 and 128, K and V not multiples of 16, B x H from 1 to 256, with and without h0,
  * extreme gates and the edge cases; NaN or Inf never passes (assert_close). And the wgmma
@@ -13,7 +15,7 @@
 #include "../test_support.h"
 #include "wgmma_layout.h"
 
-extern const gdn_stage wy_chunked_cuda_stage, warp_specialized_stage;
+extern const gdn_stage wy_chunked_cuda_stage, tensor_cores_stage, producer_consumer_stage, warp_specialized_stage;
 
 /* Stage 06 once on p, with or without --precise. */
 static gdn_result run_tensor_cores(const gdn_problem *p, int precise)
@@ -22,21 +24,35 @@ static gdn_result run_tensor_cores(const gdn_problem *p, int precise)
     return test_run_settings(&warp_specialized_stage, p, &s);
 }
 
-/* Round p's inputs as the stage's driver does, run stage 06 (both modes) and 05_cuda, and
- * compare 06 with the oracle and with 05_cuda. */
+/* Round p's inputs as the stage's driver does, run 05_cuda, 06a, 06b and 06 (both modes),
+ * and compare each sub-stage with the oracle, with 05_cuda and with the one before it. */
 static void check_tensor_cores(gdn_problem *p, const char *what)
 {
     gdn_problem_round_to_bf16(p);
     gdn_result fp32 = test_run(&wy_chunked_cuda_stage, p, 1, 0, 0);
+    gdn_result first = test_run(&tensor_cores_stage, p, 1, 0, 0);
+    char label[200];
+    snprintf(label, sizeof label, "06a against the oracle, %s", what);
+    assert_close(test_against_oracle(p, &first), GDN_TOLERANCE_BF16, label);
+    snprintf(label, sizeof label, "06a against 05_cuda, %s", what);
+    assert_close(test_against_result(p, &first, &fp32), GDN_TOLERANCE_BF16, label);
+    gdn_result fed = test_run(&producer_consumer_stage, p, 1, 0, 0);
+    snprintf(label, sizeof label, "06b against the oracle, %s", what);
+    assert_close(test_against_oracle(p, &fed), GDN_TOLERANCE_BF16, label);
+    snprintf(label, sizeof label, "06b against 06a, %s", what);
+    assert_close(test_against_result(p, &fed, &first), GDN_TOLERANCE_BF16, label);
+    gdn_result_free(&fed);
     for (int precise = 0; precise <= 1; precise++) {
         gdn_result tensor = run_tensor_cores(p, precise);
-        char label[200];
         snprintf(label, sizeof label, "06%s against the oracle, %s", precise ? " --precise" : "", what);
         assert_close(test_against_oracle(p, &tensor), GDN_TOLERANCE_BF16, label);
         snprintf(label, sizeof label, "06%s against 05_cuda, %s", precise ? " --precise" : "", what);
         assert_close(test_against_result(p, &tensor, &fp32), GDN_TOLERANCE_BF16, label);
+        snprintf(label, sizeof label, "06%s against 06a, %s", precise ? " --precise" : "", what);
+        assert_close(test_against_result(p, &tensor, &first), GDN_TOLERANCE_BF16, label);
         gdn_result_free(&tensor);
     }
+    gdn_result_free(&first);
     gdn_result_free(&fp32);
 }
 
@@ -91,7 +107,7 @@ START_TEST(tensor_cores_with_extreme_gates_where_output_warps_run)
 }
 END_TEST
 
-/* Kernel 1 beside the chain (docs/06, the thirty-fifth step): SMs - 32 heads of K = V = 128
+/* Kernel 1 beside the chain (docs/06, the launch rules): SMs - 32 heads of K = V = 128
  * (100 on an H200's 132) is a shape whose output-warp blocks, one a head, leave 32 SMs idle,
  * so that kernel 1 makes the later chunks there while the chain runs and the chain waits for
  * each chunk's flag. 64 chunks, the fewest it runs for (MIN_CHUNKS): the first launch makes
@@ -142,7 +158,7 @@ START_TEST(wgmma_layout_matches_the_cpu)
 END_TEST
 
 /* Where kernel 1 runs beside the chain (host code, no GPU needed), on an H200's 132 SMs. At the
- * three shapes swept in docs/06 (the forty-fifth step) the split lies strictly between two
+ * three shapes swept in docs/06 (the launch rules) the split lies strictly between two
  * splits measured slower than the best there, one on either side of it: 30 and 38 of 128
  * chunks at 96 heads (best 32 to 34), 78 and 86 of 128 at 110 heads (best 82), 24 and 30 of
  * 64 at 100 heads (best 27). None where the heads leave fewer than 16 SMs idle (117 on: 128, the
@@ -175,8 +191,8 @@ START_TEST(kernel1_split_where_measured)
 }
 END_TEST
 
-/* The chain from v at K = V = 64 (docs/06, the thirty-ninth step), against the H200 runs that
- * set it: taken where it was faster, left where it was slower; always at K = 128 */
+/* The chain from v at K = V = 64 (docs/06, Vnew from v), against the H200 runs that set it
+ * (ms, from W and U -> from v): taken where it measures faster, else left; always at K = 128 */
 START_TEST(values_pay_where_measured)
 {
     const size_t faster[][3] = {/* heads, chunks, P */
@@ -200,7 +216,12 @@ START_TEST(values_pay_where_measured)
 }
 END_TEST
 
-START_TEST(tensor_cores_refuse_large_keys) { test_refuses_keys_of_129(&warp_specialized_stage, 0, 4400); }
+START_TEST(tensor_cores_refuse_large_keys)
+{
+    test_refuses_keys_of_129(&tensor_cores_stage, 0, 4400);
+    test_refuses_keys_of_129(&producer_consumer_stage, 0, 4402);
+    test_refuses_keys_of_129(&warp_specialized_stage, 0, 4401);
+}
 END_TEST
 
 Suite *tensor_core_stage_suite(void)

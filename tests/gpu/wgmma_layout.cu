@@ -1,6 +1,6 @@
 /* wgmma_layout.cu -- do common/wgmma.cuh's swizzled layout, descriptors and products agree
  * with the hardware? One warpgroup on the GPU, checked against the CPU: the assumptions 06's
- * output warps and chain rest on (docs/06, the twenty-third and twenty-fourth steps), tested
+ * output warps and chain rest on (docs/06, output warps and wgmma), tested
  * on their own, so that a wrong descriptor field is named by this test and not only seen as a
  * wrong o.
  *
@@ -14,7 +14,7 @@
  *
  * 3. A from registers (the chain's operands: its own sums, packed to bf16): c - a b^T by eight
  *    m64n64k16 with A scaled by -1 onto accumulators that start as c (B K-major, b's tile:
- *    the chain's first design for Vnew^T; the merged chain takes this A from its staging tile
+ *    a form of the chain's product for Vnew^T; the merged chain takes this A from its staging tile
  *    by wgmma_64x64x16<-1>, the same instruction field, so this case checks its -1 and the
  *    A fragments' layout from registers, which its update uses at m64n128k16);
  *    and a2 a (a2 64 x 64 from registers, a 64 x 128) by four m64n128k16 with B read

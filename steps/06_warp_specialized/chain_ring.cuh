@@ -1,0 +1,162 @@
+/* chain_ring.cuh -- kernel 2's structure: the serial chain over chunks as a producer warp, a
+ * ring of shared-memory slots and consumer warps that keep S in their registers.
+ *
+ * The chain is the one serial part of docs/05's split (eq. 13-15): per chunk, Vnew = U - W S0
+ * and S = exp(gamma_C) S + Kdec^T Vnew, T / 64 steps one after the other. Where its blocks are
+ * few its time is the number of steps times one step's latency, so nothing on a step's path
+ * waits for anything it does not need: the producer brings each chunk's operands into the ring
+ * ahead of use (bulk copies by the TMA unit, counted on mbarriers), and each consumer warp
+ * keeps its columns of S in MMA accumulators for the whole sequence and runs every step of
+ * them alone, with no block barrier in the loop. Where the blocks fill the GPU its bytes are
+ * the time, and S0^T and Vnew^T leave by bulk stores. This file holds the plan (below), the
+ * segments (stage 07 runs the chain on pieces of a sequence), the ring's sizes, the block
+ * widths and the fragment helpers; chain.cuh holds the loop and the kernels, and with them
+ * the budget of registers and shared memory.
+ *
+ * Cost: per chunk and consumer warp, Vnew's product (64 x K by K x 8 or 16 columns) and the
+ * update's (K x 64 by 64 x 8 or 16), two dependent MMA chains; per head T / 64 such steps,
+ * serial (a segment's chunks with stage 07's segments).
+ *
+ * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ */
+#pragma once
+
+/* ---- kernel 2: the chain, warp-specialized: a producer warp and chains in registers ----
+ * One block per (head, segment, 16 x tiles columns of S), serial over chunks. The block has
+ * 2 x tiles consumer warps (tiles of them in the widest blocks: chain_ntiles) and one
+ * producer warp:
+ *   the producer (its lane 0) brings each chunk's W, decayed keys, the block's rows of U and
+ *     the decay into a ring of `stages` slots with three bulk copies (cp.async.bulk, the TMA
+ *     unit: one instruction per contiguous piece, no thread copies 16 bytes at a time), and
+ *     runs ahead of the consumers as far as the ring allows;
+ *   consumer warp c owns 8 NTILES columns of the state, column0 .. column0 + 8 NTILES - 1,
+ *     all K rows, in its MMA accumulators (NTILES n-tiles of K / 16 m-tiles of 16 x 8), for
+ *     the whole run, and does every step of its columns alone: no warp waits for another,
+ *     only for data. With two n-tiles, each A fragment it loads serves two MMAs.
+ * Per chunk, per consumer warp (eq. 13-15):
+ *   S0 in bf16 as B fragments: the accumulators hold S by rows (lane: rows g, g + 8, columns
+ *     2t, 2t + 1), a B fragment wants it by columns (rows 2t, 2t + 1 of column g): the 8 x 8
+ *     transpose within the warp's registers is one instruction, movmatrix.trans; the same
+ *     fragments, stored as 4-byte pairs, are S0^T for kernel 3
+ *   Vnew = U - W S0                     64 tokens x 8 NTILES columns, depth K (A: W from the slot)
+ *   Vnew in bf16 as B fragments, by movmatrix again (and Vnew^T for kernel 3)
+ *   S = exp(gamma_C) S + Kdec^T Vnew    K x 8 NTILES, depth 64 (A: the decayed keys from the slot;
+ *                                       with output warps K^T (diag(d) Vnew), A: the slot's k tile)
+ * S0^T and Vnew^T leave one of two ways (chain_launch_shape picks):
+ *   where blocks are few (fewer than SMs), the chain's step latency is the time: the pairs go
+ *     from the registers straight to global memory;
+ *   where the blocks fill the GPU, memory traffic is the time, and each 4-byte pair is half
+ *     of a 32-byte sector, the other half written by the next instruction: with STAGED the
+ *     pairs go into the warp's staging tiles, and each tile leaves by one bulk store (its rows
+ *     are contiguous in the workspace), whole lines, while the update runs. Through the TMA
+ *     unit, which also brings the ring's slots in, these stores slow the few-block chain
+ *     (docs/06, "the warp-specialized chain"), so it keeps the plain stores.
+ * Nothing of S or Vnew goes through shared memory but on its way out, and there is no block
+ * barrier in the loop:
+ * the ring's two mbarriers per slot are the only waits. "full": the producer's arrival
+ * with the slot's byte count, completed by the bulk copies' bytes; "empty": one arrival per
+ * consumer thread when it has read the slot, which the producer waits for before refilling it
+ * (every reader arrives itself, rather than one lane per warp after a __syncwarp, so that each
+ * read is ordered before the refill by the reader's own release: compute-sanitizer's racecheck
+ * follows that, and reports the one-lane form as a race with the refill).
+ * (Four warps sharing a 16-column tile, rows split between them, send S0^T and Vnew^T through
+ * shared memory and take two block barriers, a group barrier and a cp.async wait a chunk: 4.3
+ * us a step at (8, 4096, 16, 128, 128) on an NVIDIA H200; docs/06, measured and not kept.)
+ *
+ * Segments: here one per head, chunks 0 .. chunks from h0, writing ht. Stage 07 cuts the
+ * sequence into P segments and runs this kernel twice: with FOLD, on the state [A | B] of
+ * KP + V columns from [I | 0], with U's columns [0 | U], so that each segment's map comes out
+ * (eq. 6 of stage 04, a chunk at a time), and nothing is saved for kernel 3; then without,
+ * every segment from its true start state. */
+typedef struct {
+    size_t count;          /* P: segments per head; 1 in this stage */
+    size_t runs;           /* the segments 0 .. runs-1 this launch runs: P, or with FOLD P - 1
+                              (stage 07: the last map is never needed) or P (stage 08: it is) */
+    const float *starts;   /* [head][segment] K x V start states (h0 here); NULL: zero */
+    float *ends;           /* without FOLD: ht, written by the last segment; with FOLD: the maps
+                              [head][segment] K x (K + V), row i = [A_i | B_i], runs per head */
+    int outputs_early = 0; /* kernel 3 follows and may start beside this launch (its blocks take
+                              SMs these leave idle): set by launch_chunk_states */
+} chain_segments;
+
+/* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
+__host__ __device__ static inline size_t segment_chunk(size_t s, size_t P, size_t chunks) { return s * chunks / P; }
+
+/* With STAGED, a consumer warp's staging tiles for its rows of S0^T and Vnew^T (and their
+ * low terms with --precise): the workspace's rows, key_stride(K) and TOKEN_STRIDE bf16, in
+ * which the lanes' 4-byte writes fall in 32 different banks; 16 rows for each 16-column tile
+ * of the block. */
+__host__ __device__ static inline size_t chain_staging_bytes(size_t K, bool precise, int tiles)
+{
+    return (size_t)16 * tiles * (key_stride(K) + TOKEN_STRIDE) * sizeof(bf16) * (precise ? 2 : 1);
+}
+/* The ring: `stages` slots, then a "full" and an "empty" mbarrier (8 bytes each) per slot,
+ * then (staged) the consumers' staging tiles; from_values: values slots, from a 128-byte
+ * boundary (128 bytes more, for the shift) */
+__host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool precise, int tiles, int stages, bool staged,
+                                                            bool from_values = false)
+{
+    return (from_values ? 128 + stages * values_slot_bytes(K, tiles) : stages * chain_slot_bytes(K, precise, tiles)) +
+           2 * (size_t)stages * sizeof(uint64_t) + (staged ? chain_staging_bytes(K, precise, tiles) : 0);
+}
+/* n-tiles (8 state columns each, the n of m16n8k16) a consumer warp carries. One, so two
+ * warps a 16-column tile, where blocks are few and the chain's latency is the time: more
+ * warps, shorter steps. Two in blocks of 4 and 8 tiles, made only where the blocks (about)
+ * fill the GPU (chain_tiles): there throughput is the time, and a warp that carries both
+ * halves of a tile loads each A fragment of W and of the decayed keys once for two MMAs,
+ * where two warps load it twice (5-12 % less time a pass on an NVIDIA H200: docs/06, "the
+ * warp-specialized chain"). */
+__host__ __device__ constexpr int chain_ntiles(int tiles) { return tiles >= 4 ? 2 : 1; }
+/* threads of a chain block of `tiles` 16-column tiles: its consumer warps and one producer */
+__host__ __device__ constexpr int chain_block_threads(int tiles) { return 32 * (CONSUMER_WARPS_PER_TILE * tiles / chain_ntiles(tiles) + 1); }
+/* The widest chain block: MAX_CHAIN_TILES tiles, or 4 with --precise, whose ring slots and
+ * staging tiles hold two terms: 8 staged tiles at K = 128 would take 278 KB of an SM's 227. */
+__host__ __device__ constexpr int widest_chain_tiles(bool precise) { return precise ? MAX_CHAIN_TILES / 2 : MAX_CHAIN_TILES; }
+
+/* the 8 x 8 bf16 matrix whose row g, columns 2t, 2t + 1 this lane holds, transposed: the lane
+ * gets row g, columns 2t, 2t + 1 of the transpose, that is column g, rows 2t, 2t + 1 */
+__device__ __forceinline__ static uint32_t transpose8x8(uint32_t pair)
+{
+    uint32_t out;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(out) : "r"(pair));
+    return out;
+}
+/* x - bf16(x), rounded: the low term of the two-term split (--precise) */
+__device__ __forceinline__ static uint32_t pack_bf16_low(float low_column, float high_column)
+{
+    const __nv_bfloat162 high = __floats2bfloat162_rn(low_column, high_column);
+    return pack_bf16(low_column - __low2float(high), high_column - __high2float(high));
+}
+
+/* One 16 x 8 accumulator tile (rows of S or of Vnew) as the two registers of a B fragment
+ * (k = its 16 rows, n = its 8 columns): rows 0-7 and 8-15, each transposed. */
+template <bool LOW>
+__device__ __forceinline__ static void to_b_fragment(uint32_t (&b)[2], const float (&d)[4])
+{
+    b[0] = transpose8x8(LOW ? pack_bf16_low(d[0], d[1]) : pack_bf16(d[0], d[1]));
+    b[1] = transpose8x8(LOW ? pack_bf16_low(d[2], d[3]) : pack_bf16(d[2], d[3]));
+}
+
+/* A fragment of a row-major bf16 tile at (row0, k0), by ldmatrix */
+__device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
+{
+    load_matrices(a, quarter_row(tile, ld, row0, k0));
+}
+/* The A fragment at (row0, k0) of the transpose of a row-major bf16 tile B (A[m][k] = B[k][m],
+ * stride ld), by ldmatrix.trans: matrix q of the load is B's 8 x 8 block at rows k0 + 8 (q / 2),
+ * columns row0 + 8 (q % 2), which transposed is the A quarter at rows + 8 (q % 2), depth + 8 (q
+ * / 2): the order of an A fragment's registers */
+__device__ __forceinline__ static void load_a_fragment_transposed(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    load_matrices_transposed(a, tile + (k0 + lane % 8 + 8 * (quarter / 2)) * ld + row0 + 8 * (quarter % 2));
+}
+/* The A fragment at (row0, k0) of a 64-column bf16 tile in wgmma's 128-byte-swizzled layout
+ * (swizzled_offset): a quarter's 8 rows have their 16 bytes in 8 different places of their
+ * 128-byte lines, so the load has no bank conflict */
+__device__ __forceinline__ static void load_a_fragment_swizzled(uint32_t (&a)[4], const bf16 *tile, int row0, int k0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    load_matrices(a, tile + swizzled_offset(CHUNK, row0 + lane % 8 + 8 * (quarter % 2), k0 + 8 * (quarter / 2)));
+}
+

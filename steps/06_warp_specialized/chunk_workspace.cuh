@@ -1,0 +1,212 @@
+/* chunk_workspace.cuh -- what kernel 1 leaves for the chain and the chain for kernel 3: the
+ * workspace, and the layout of a chunk's chain block.
+ *
+ * Stage 05's split (docs/05, eq. 9-15) does everything that does not depend on the state in
+ * kernel 1, for every chunk at once, and hands it to the serial chain through global memory.
+ * A chunk's chain block is laid out as the chain's ring slot, so that a few bulk copies bring
+ * it in: W, the A of Vnew = U - W S0 (eq. 13); the keys decayed to the chunk's end,
+ * transposed, the A of the update S += Kdec^T Vnew (eq. 15); U transposed, stored in the order
+ * the chain's lanes read it as MMA fragments (u_fragment_index: 16-byte loads, no bank
+ * conflict); exp(gamma_C). Where the chain makes Vnew from v (Vnew = Tm Z, eq. 13 regrouped)
+ * it reads the chunk's transform block instead: Tm's strictly lower part in wgmma's swizzled
+ * layout and the factors beta, beta e^gamma, d, 8,960 bytes where W and U are 33 KB at K = V =
+ * 128. The chain writes S0^T and Vnew^T of every chunk for kernel 3, rows padded as kernel 3's
+ * tiles are, so each comes back by one bulk copy. Everything the products read is bf16, as FLA
+ * keeps it (U too: it is rounded to bf16 as Vnew anyway); --precise keeps U in fp32 and adds
+ * the low terms of S0 and Vnew (and W_low in the chain block).
+ * The file ends with the triangular solve's strides and kernel 1's shared-memory plan, whose
+ * tiles share places so that four blocks fit an SM at K = V = 128.
+ *
+ * Cost: the workspace is the stage's memory traffic between kernels: per chunk kernel 1 writes
+ * W, the decayed keys and U (2 K + V values a token) or the transform block alone, the chain
+ * reads them and writes S0^T and Vnew^T (K V + 64 V values a chunk), kernel 3 reads those; sizes:
+ * workspace_parts, one function for the runner's allocation and the pointers.
+ *
+ * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ */
+#pragma once
+/* ---- the workspace ---- */
+
+/* Kernel 2's input block per chunk, laid out as its shared-memory slot (16-byte multiples):
+ *   W        bf16 [64][key_stride]       A of Vnew = U - W S0
+ *   W_low    bf16 [64][key_stride]       --precise only: W less its bf16 rounding
+ *   keys_t   bf16 [round_up16(K)][72]    the keys decayed to the chunk's end, transposed: A of
+ *                                         the state update S += Kdec^T Vnew
+ *   U_t      bf16 [round_up16(V)][64]    U transposed: a 16-column tile is 16 whole rows,
+ *                                         each 8 rows in the chain's fragment order
+ *                                         (u_fragment_index; fp32 with --precise: chain_u_type)
+ *   decay    fp32 [4]                    exp(gamma_C) and padding
+ * Kernel 1 writes the parts its launch asks for (chunk_parts_for; the chain with output warps
+ * reads only the decay, and the chunk's transform block, below). Zeros past the chunk's
+ * tokens, past K and past V. */
+/* U in bf16, as FLA stores it: it is rounded to bf16 as Vnew = U - W S0 anyway before the
+ * state update and the output use it, and bf16 halves what kernel 1 writes of it and the
+ * chain reads. --precise keeps it fp32. */
+template <bool PRECISE> using chain_u_type = std::conditional_t<PRECISE, float, bf16>;
+__host__ __device__ static inline size_t chain_u_size(bool precise) /* the same, chosen at run time */
+{
+    return precise ? sizeof(chain_u_type<true>) : sizeof(chain_u_type<false>);
+}
+/* U_t in the order the chain reads it. The chain's consumer warp reads an
+ * n-tile of U_t (8 columns of U: 8 rows of 64 tokens, 512 values) as MMA fragments: lane 4g + t
+ * takes, for each token tile i, the four values at tokens 16 i + g, 16 i + g + 8 of columns 2t,
+ * 2t + 1 (r = 0 .. 3, the accumulator's order). Stored row by row, those would be 16 reads of
+ * 2 bytes a lane, the 4 lanes of a g 128 bytes apart: 4-way bank conflicts. Stored in fragment
+ * order, a lane's 16 values lie together, [i][r], in 16-byte pieces (2 token tiles a piece in
+ * bf16, 1 in fp32), piece p of lane l at piece 32 p + l of the n-tile: 2 (or 4) loads of 16
+ * bytes a lane, consecutive lanes on consecutive bytes. Kernel 1 writes each value there;
+ * nothing else reads U. The index in its n-tile of the first of lane's four values of tile i: */
+template <typename T> __host__ __device__ constexpr int u_tiles_a_piece(void) { return 16 / (4 * (int)sizeof(T)); }
+template <typename T> __host__ __device__ constexpr int u_fragment_index(int lane, int i)
+{
+    return (i / u_tiles_a_piece<T>() * 32 + lane) * 4 * u_tiles_a_piece<T>() + i % u_tiles_a_piece<T>() * 4;
+}
+__device__ __forceinline__ static float to_float(float x) { return x; }
+__device__ __forceinline__ static float to_float(bf16 x) { return __bfloat162float(x); }
+/* two floats as the bf16 pair of one 32-bit register, the first in the low half */
+__device__ __forceinline__ static uint32_t pack_bf16(float low_column, float high_column)
+{
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(low_column, high_column);
+    return *(const uint32_t *)&pair;
+}
+/* four values of U into their place in U_t (u_fragment_index): one 8- or 16-byte store (the bf16
+   four as one 64-bit integer: a uint2 is a struct, and nvcc splits its assignment into two
+   4-byte stores, each with a four-way bank conflict at the fragment order's 16-byte stride) */
+__device__ __forceinline__ static void store_four(bf16 *to, const float (&four)[4])
+{
+    *(uint64_t *)to = (uint64_t)pack_bf16(four[2], four[3]) << 32 | pack_bf16(four[0], four[1]);
+}
+__device__ __forceinline__ static void store_four(float *to, const float (&four)[4])
+{
+    *(float4 *)to = make_float4(four[0], four[1], four[2], four[3]);
+}
+__host__ __device__ static inline size_t chain_w_bytes(size_t K) { return (size_t)CHUNK * key_stride(K) * sizeof(bf16); }
+__host__ __device__ static inline size_t chain_keys_offset(size_t K, bool precise) { return chain_w_bytes(K) * (precise ? 2 : 1); }
+__host__ __device__ static inline size_t chain_u_offset(size_t K, bool precise)
+{
+    return chain_keys_offset(K, precise) + (size_t)round_up16(K) * TOKEN_STRIDE * sizeof(bf16);
+}
+__host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V, bool precise)
+{
+    return chain_u_offset(K, precise) + (size_t)round_up16(V) * CHUNK * chain_u_size(precise);
+}
+/* A chunk's transform block: what the chain with output warps reads of it instead of W and U,
+ * since it makes Vnew from v itself (docs/06, "Vnew from v and the launch rules"):
+ *   Tm     bf16 [64][64]   Tm's strictly lower part, in wgmma's 128-byte-swizzled layout
+ *                          (one panel: swizzled_offset), its rows the tokens i of Vnew
+ *   beta, scaled_beta, d   fp32 [64] each: beta_i, beta_i e^gamma_i, e^(gamma_C - gamma_i)
+ * 8,960 bytes where W and U are 33 KB at K = V = 128. The transform blocks follow the chain
+ * blocks in the workspace, one after another (chunk_workspace). */
+constexpr size_t TRANSFORM_TM_BYTES = (size_t)CHUNK * CHUNK * sizeof(bf16), TRANSFORM_BYTES = TRANSFORM_TM_BYTES + 3 * CHUNK * sizeof(float);
+__host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V, bool precise) { return chain_decay_offset(K, V, precise) + 4 * sizeof(float); }
+/* what one chain block of `tiles` 16-column tiles copies of it per chunk: W (and W_low),
+ * keys_t, its 16 tiles rows of U_t, the decay */
+__host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise, int tiles)
+{
+    return chain_u_offset(K, precise) + (size_t)tiles * 16 * CHUNK * chain_u_size(precise) + 4 * sizeof(float);
+}
+/* A ring slot of the chain that makes Vnew from v itself (FROM_VALUES: chain_from_values), as
+ * the chain with output warps does: the chunk's k tile in W's place and layout (a tensor copy,
+ * its row padded by the next 8 keys, never read), the transform block, the decay, and the v
+ * tile: the block's columns of v (in a fold's block, those right of the identity's, at most
+ * V: values_tile_columns) and the 8 after them, so that a row is an odd multiple of 8 bytes
+ * and the lanes' 4-byte loads of a fragment's pairs fall in 32 different banks (and the box
+ * is never wider than a row of all heads, which H >= 2 gives: a wider box faults). Each part
+ * from a 128-byte boundary, as tensor copies want. */
+__host__ __device__ static inline size_t values_slot_transform_offset(size_t K) { return chain_w_bytes(K); }
+__host__ __device__ static inline size_t values_slot_decay_offset(size_t K) { return chain_w_bytes(K) + TRANSFORM_BYTES; }
+__host__ __device__ static inline size_t values_slot_values_offset(size_t K) { return values_slot_decay_offset(K) + 128; }
+__host__ __device__ constexpr int values_tile_columns(int tiles, size_t V) /* (round_up16, written out: constexpr) */
+{
+    return 16 * tiles < (int)((V + 15) / 16 * 16) ? 16 * tiles : (int)((V + 15) / 16 * 16);
+}
+__host__ __device__ constexpr int values_tile_stride(int columns) { return columns + 8; }
+__host__ __device__ static inline size_t values_slot_bytes(size_t K, int tiles) /* (room for 16 tiles columns) */
+{
+    return values_slot_values_offset(K) + (size_t)CHUNK * values_tile_stride(16 * tiles) * sizeof(bf16);
+}
+static_assert(TRANSFORM_BYTES % 128 == 0 && CHUNK * sizeof(bf16) % 128 == 0, "a values slot's parts from 128-byte boundaries");
+
+typedef struct {
+    double *gamma;         /* [heads T] */
+    unsigned char *chain;  /* [heads chunks] chain blocks */
+    unsigned char *transforms; /* [heads chunks] transform blocks (TRANSFORM_BYTES), after the chain blocks */
+    /* [heads chunks] a flag a chunk, after the transform blocks: where kernel 1 runs beside the
+       chain (kernel1_beside_chain), 1 once the chunk's transform block, gamma and decay are
+       written, for chunks ready_from on; ready NULL elsewhere (nothing waits) */
+    unsigned *ready;
+    size_t ready_from;
+    bf16 *states_t;        /* [heads chunks][round_up16(V)][key_stride(K)]: S0 transposed, for kernel 3 */
+    bf16 *new_values_t;    /* [heads chunks][round_up16(V)][TOKEN_STRIDE]: Vnew transposed */
+    /* (rows padded as kernel 3's tiles are, so that a tile comes in by one bulk copy; the
+       padding holds whatever a staged chain left there, and is never read) */
+    bf16 *states_low_t, *new_values_low_t; /* --precise only, same shapes: what bf16 rounded away */
+} chunk_workspace;
+
+/* The bytes of the workspace's four parts, in order: gamma (rounded up to 16 bytes, so the
+ * chain blocks after it are aligned for 16-byte copies), the chain blocks and the transform
+ * blocks and the ready flags, S0^T and Vnew^T
+ * (twice each with --precise: the low terms follow). One function for the size the runner
+ * allocates and for the pointers into it, so the two cannot disagree. -1 on overflow. */
+static int workspace_parts(size_t heads, size_t T, size_t K, size_t V, bool precise, size_t bytes[4])
+{
+    const size_t terms = precise ? 2 : 1, chunks = chunks_of(T);
+    size_t gamma[3] = {heads, T, sizeof(double)}, chain[3] = {heads, chunks, chain_block_bytes(K, V, precise) + TRANSFORM_BYTES + sizeof(unsigned)};
+    size_t states[5] = {heads, chunks, (size_t)round_up16(V), (size_t)key_stride(K), terms * sizeof(bf16)};
+    size_t values[5] = {heads, chunks, (size_t)round_up16(V), TOKEN_STRIDE, terms * sizeof(bf16)};
+    if (gdn_multiply_sizes(&bytes[0], 3, gamma) || gdn_multiply_sizes(&bytes[1], 3, chain) ||
+        gdn_multiply_sizes(&bytes[2], 5, states) || gdn_multiply_sizes(&bytes[3], 5, values))
+        return -1;
+    bytes[0] = (bytes[0] + 15) / 16 * 16;
+    bytes[1] = (bytes[1] + 15) / 16 * 16; /* (the ready flags' 4 bytes a chunk): S0^T after them from 16 bytes on, for bulk copies */
+    return 0;
+}
+
+static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, bool precise)
+{
+    size_t bytes[4];
+    workspace_parts(p->B * p->H, p->T, p->K, p->V, precise, bytes); /* sizes the runner has already checked */
+    chunk_workspace w;
+    w.gamma = (double *)base;
+    w.chain = (unsigned char *)base + bytes[0];
+    w.transforms = w.chain + p->B * p->H * chunks_of(p->T) * chain_block_bytes(p->K, p->V, precise);
+    w.ready = NULL; /* the flags' place: w.transforms + heads chunks TRANSFORM_BYTES (kernel1_beside_chain) */
+    w.ready_from = 0;
+    w.states_t = (bf16 *)(w.chain + bytes[1]);
+    w.new_values_t = w.states_t + bytes[2] / sizeof(bf16);
+    w.states_low_t = precise ? w.states_t + bytes[2] / 2 / sizeof(bf16) : NULL;
+    w.new_values_low_t = precise ? w.new_values_t + bytes[3] / 2 / sizeof(bf16) : NULL;
+    return w;
+}
+
+/* ---- the triangular solve's joins on tensor cores ---- */
+
+/* Row strides of the solve's fp32 tiles, in floats. Tm's is 4 mod 32, so that both tf32
+ * fragment loads (rows g, columns t: 4g + t; rows t, columns g) fall in 32 different banks
+ * (05's 65 gives two-way conflicts). The join's scratch Y is only ever a B operand (rows t,
+ * t + 4 of column g) and the target of float2 stores (rows g, columns 2t): at 4 mod 32 both
+ * are two-way conflicted (rows t and t + 1 four banks apart; by ncu on an NVIDIA H200, 128
+ * excessive wavefronts a chunk); at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
+constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 8;
+/* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
+ * K = V = 128 (53 KB a block; 70 KB with each tile in a place of its own):
+ *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
+ *               strictly lower part scaled), and once W is made, U's staging tile in
+ *               Tm_keys' place;
+ *   the keys:   k's tile, and W's staging tile in its place, a 64-column pass at a time;
+ *   the values: the solve's scratch (32 x JOIN_STRIDE floats), then v's tile, which is loaded
+ *               only after the solve. */
+/* kernel 1's staging tile for U_t: 64 of its rows, laid out as in the chain block */
+__host__ __device__ constexpr size_t u_stage_bytes(bool precise) { return (size_t)CHUNK * CHUNK * (precise ? sizeof(float) : sizeof(bf16)); }
+/* Tm's place holds Tm, then Tm_values and, after them, Tm_keys or (once W is made) U's
+ * staging tile: room for the larger of each */
+__host__ __device__ constexpr size_t tm_place_bytes(bool precise)
+{
+    constexpr size_t tm = CHUNK * SOLVE_STRIDE * sizeof(float), scaled_tile = CHUNK * TOKEN_STRIDE * sizeof(bf16);
+    const size_t after_solve = scaled_tile + (scaled_tile > u_stage_bytes(precise) ? scaled_tile : u_stage_bytes(precise));
+    return tm > after_solve ? tm : after_solve;
+}
+__host__ __device__ constexpr size_t values_place_bytes(size_t ldv)
+{
+    return CHUNK * ldv * sizeof(bf16) > 32 * JOIN_STRIDE * sizeof(float) ? CHUNK * ldv * sizeof(bf16) : 32 * JOIN_STRIDE * sizeof(float);
+}

@@ -1,0 +1,469 @@
+/* launch_rules.cuh -- the host side: tensor maps, block shapes, and what a pass launches.
+ *
+ * The kernels are fixed; how the GPU is best filled with them depends on the shape (heads,
+ * chunks, K and V) and the GPU (its SMs, and the occupancy query's answer for each kernel).
+ * These functions decide, for stage 06's pass and for stage 07's folds and replays alike:
+ *   kernel 1's instance (launch_prepare_chunks): four blocks an SM where V is one slice, K = V
+ *     = 64 or 128 compiled known; the transform block alone, six an SM, where the chains make
+ *     Vnew from v;
+ *   kernel 2's shape (chain_launch_shape): the widest block that still gives nearly every SM
+ *     a block, the deepest ring that fits unless two slots save a wave, staged stores where
+ *     the blocks fill the GPU;
+ *   whether the chain makes Vnew from v (chain_from_values: at K = V = 128, and at 64 where
+ *     heads x chunks outweigh the chain's depth) and whether it carries output warps
+ *     (chain_makes_outputs);
+ *   kernel 3's columns (output_columns), and whether it runs beside the chain
+ *     (outputs_beside_chain, outputs_may_start_early).
+ * Each rule names the measurements behind it (NVIDIA H200). Stage 07's model of its launches
+ * asks the same functions, so that it models what runs. The chain and kernel 3 are launched by
+ * CUDA_LAUNCH_AFTER_PREVIOUS (programmatic dependent launch: common/cuda_check.h; the fused
+ * chain beside kernel 1 in a stream of its own instead): the GPU places their blocks as the
+ * last blocks of the kernel before them exit, and a block waits (wait_for_previous_kernel)
+ * only before it reads what that kernel wrote.
+ *
+ * Cost: host work alone, a few occupancy queries and tensor-map encodings a pass.
+ *
+ * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ */
+#pragma once
+/* ---- the three passes, each launched and checked (stage 07 launches them too) ---- */
+
+/* q, k (width K) or v (width V), (B, T, H, width) bf16, as a 3-D tensor for the TMA unit:
+ * innermost the token's row of all heads (H width values), then T, then B (strides in bytes);
+ * and the box a kernel takes of it: box_width values of a row (from h width: one head's, plus
+ * the padding) of CHUNK tokens, the padded tile ldmatrix reads. Every box dimension is within
+ * the tensor's (the callers' conditions); the tokens past T land as zeros.
+ * cuTensorMapEncodeTiled is a driver function; the runtime hands out its address, so nothing
+ * links the driver library. */
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess || !encode) {
+            encode = NULL;
+            gdn_set_error("stage 06: the CUDA driver does not offer cuTensorMapEncodeTiled");
+        }
+    }
+    return encode;
+}
+static int make_token_tile_map(CUtensorMap *map, const void *tensor, const gdn_device_problem *p, size_t width, int box_width,
+                               bool swizzled = false)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode)
+        return -1;
+    const cuuint64_t sizes[3] = {p->H * width, p->T, p->B};
+    const cuuint64_t strides[2] = {p->H * width * sizeof(bf16), p->T * p->H * width * sizeof(bf16)};
+    const cuuint32_t box[3] = {(cuuint32_t)box_width, CHUNK, 1}, steps[3] = {1, 1, 1};
+    const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)tensor, sizes, strides, box, steps,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return result == CUDA_SUCCESS ? 0 : gdn_set_error("stage 06: cuTensorMapEncodeTiled refused a map of q, k, v or o (CUresult %d)", (int)result);
+}
+/* Blocks of `kernel` an SM holds at once with `bytes` of dynamic shared memory (the occupancy
+ * query: registers, shared memory, threads); 0 where no device answers (the launch then
+ * reports what is missing). */
+template <typename Kernel>
+static int kernel_blocks_per_sm(Kernel kernel, int threads, size_t bytes)
+{
+    int per_sm = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        per_sm = 0;
+    }
+    return per_sm;
+}
+
+/* parts: what kernel 1 writes (WRITE_KEYS_T, ...: chunk_parts_for) */
+template <bool PRECISE>
+static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w, int parts, size_t first_chunk = 0,
+                                 size_t end_chunk = 0, cudaStream_t stream = 0)
+{
+    const size_t M = CHUNK, LDK = key_stride(p->K);
+    /* the gates, Tm's place, the keys, then the values' place (the solve's scratch, then v) */
+    const size_t before_values = 128 + M * sizeof(double) + 2 * M * sizeof(float) + tm_place_bytes(PRECISE) + M * LDK * sizeof(bf16);
+    const size_t bytes = before_values + values_place_bytes((size_t)value_stride(p->V));
+    const size_t transform_only_bytes = before_values; /* no v: the scratch in the keys' place */
+    /* every chunk, or (beside the chain: w.ready) chunks first_chunk .. end_chunk - 1 */
+    const size_t chunk_count = w.ready ? end_chunk - first_chunk : chunks_of(p->T);
+    unsigned blocks;
+    if (gdn_blocks_for(p->B * p->H * chunk_count, 1, &blocks))
+        return -1;
+    CUtensorMap k_map = {}, v_map = {}; /* unused (zero) where the threads copy k and v */
+    if (tiles_by_tensor_map(p->K, p->V, p->H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
+                                                        make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
+        return -1;
+    /* four blocks an SM where the occupancy query says their shared memory fits (and V is one
+     * slice, as that kernel assumes): at K = V = 64 (2048 blocks at (1, 16384, 8, 64, 64)) 3
+     * an SM take 5.2 waves, so 6 rounds; 4 take 3.9. At K = V = 128 four fit because the tiles
+     * share their places (tm_place_bytes): 53 KB a block */
+    auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
+    size_t launch_bytes = bytes;
+    const auto transform_only = p->K == 64 ? prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 64> : prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>;
+    if (!PRECISE && parts == WRITE_TRANSFORM && p->K == p->V && (p->K == 64 || p->K == 128) && /* those instances know K = V */
+        kernel_blocks_per_sm(transform_only, THREADS, transform_only_bytes) >= TRANSFORM_BLOCKS) {
+        /* the transform block alone (the chains that make Vnew from v): six blocks an SM */
+        prepare_chunks = transform_only;
+        launch_bytes = transform_only_bytes;
+    } else if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
+        /* K = V = 64 or 128, the common sizes, compiled with them known */
+        const bool square = p->K == p->V;
+        prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<false, 4, 64>
+                         : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
+                                                 : prepare_chunks_kernel<false, 4, 0>;
+    }
+    if (w.ready && prepare_chunks != prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>)
+        return gdn_set_error("kernel 1 beside the chain: only its transform-block instance runs by chunk windows");
+    CUDA_LAUNCH_WITH_SHARED_ON(stream, prepare_chunks, blocks, THREADS, launch_bytes, *p, w, k_map, v_map, parts, (unsigned)first_chunk);
+    return 0;
+}
+
+/* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
+ * Tiles (chain_tiles): the most (8, 4, 2, 1; at most 4 with --precise: widest_chain_tiles) that
+ * divide a head's tiles (tiles_per_run) and still leave a block for every SM: wider blocks
+ * share each copy of W and the decayed keys among more columns, but when blocks are few the
+ * chain's latency is the time, and more blocks on more SMs shorten it. 8 tiles (128 columns, a
+ * whole head at K = V = 128) where they leave a block for 95 % of the SMs
+ * (widest_blocks_percent): one a head at 128 heads leaves 4 of 132 SMs idle, and still runs
+ * faster than two 64-column blocks an SM on an NVIDIA H200 (docs/06, "the warp-specialized
+ * chain"); 70 % where those blocks carry output warps, which take kernel 3's pass away. Slots
+ * (chain_shape_of): as many as fit on an SM, up to 4, so that the producer runs up to three
+ * chunks ahead, unless fewer save a wave (below). Staged stores (chunk_states_kernel) where the
+ * blocks fill the GPU, and always in 8-tile blocks (from registers, their 128 columns' stores
+ * make the chain 2.2 times slower on an NVIDIA H200). Stage 07's model of its launches uses all
+ * three, so that it models what runs. */
+typedef struct {
+    int tiles, stages;
+    bool staged, from_values; /* from_values: values slots (chain_from_values) */
+    size_t bytes;
+} chain_shape;
+
+/* The share of the SMs 8-tile blocks must leave a block for. With output warps the 8-tile
+ * block also does kernel 3's work, and fewer SMs busy is worth that: at (1, 8192, 96, 128,
+ * 128), 96 heads on 132 SMs of an NVIDIA H200, 96 blocks with output warps take 1.087 ms, 192
+ * blocks of 64 columns and kernel 3 1.200 (docs/06, "output warps and wgmma"). */
+static int widest_blocks_percent(bool outputs) { return outputs ? 70 : 95; }
+static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, int widest, bool outputs)
+{
+    for (int tiles = widest; tiles > 1; tiles /= 2) {
+        const size_t blocks = one_tile_blocks / tiles;
+        if (tiles_per_run % tiles == 0 &&
+            (tiles == MAX_CHAIN_TILES ? blocks * 100 >= sms * (size_t)widest_blocks_percent(outputs) : blocks >= sms))
+            return tiles;
+    }
+    return 1;
+}
+
+/* the shared memory a block may have on this GPU (an H200's 227 KB where no device answers:
+   a missing device is reported by the launch) */
+static size_t shared_bytes_per_block(void)
+{
+    int per_block = 227 * 1024;
+    if (cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess)
+        cudaGetLastError();
+    return (size_t)per_block;
+}
+
+static chain_shape chain_shape_of(int tiles, size_t K, bool precise, bool staged, bool from_values)
+{
+    const size_t per_block = shared_bytes_per_block();
+    chain_shape shape;
+    shape.tiles = tiles;
+    shape.stages = 2;
+    shape.staged = staged;
+    shape.from_values = from_values;
+    while (shape.stages < 4 && chain_shared_bytes(K, precise, shape.tiles, shape.stages + 1, staged, from_values) <= per_block)
+        shape.stages++;
+    shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages, staged, from_values);
+    return shape;
+}
+/* The same blocks with the shallowest ring, two slots: the most blocks an SM (for
+ * chain_launch_shape, and for stage 07's model of the waves its launches take) */
+static chain_shape two_slot_shape(int tiles, size_t K, bool precise, bool staged, bool from_values)
+{
+    const chain_shape shape = {tiles, 2, staged, from_values, chain_shared_bytes(K, precise, tiles, 2, staged, from_values)};
+    return shape;
+}
+
+/* Kernel 2 as made for a shape: its blocks' tiles (chain_ntiles), staged or not (a fold
+ * never is: it stores nothing for kernel 3; STAGED = !FOLD below, so that the staged fold,
+ * which the kernel refuses by a static_assert, is never instantiated) */
+typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int);
+template <bool PRECISE, bool FOLD>
+static chain_kernel chain_kernel_for(chain_shape shape)
+{
+    if (shape.staged && !FOLD)
+        return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2, !FOLD> : chunk_states_kernel<PRECISE, FOLD, 1, !FOLD>;
+    return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2, false> : chunk_states_kernel<PRECISE, FOLD, 1, false>;
+}
+typedef void (*chain_from_values_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int, const CUtensorMap, const CUtensorMap);
+template <bool FOLD>
+static chain_from_values_kernel from_values_kernel_for(chain_shape shape)
+{
+    if (shape.staged && !FOLD)
+        return chain_ntiles(shape.tiles) == 2 ? chunk_states_from_values_kernel<FOLD, 2, !FOLD> : chunk_states_from_values_kernel<FOLD, 1, !FOLD>;
+    return chain_ntiles(shape.tiles) == 2 ? chunk_states_from_values_kernel<FOLD, 2, false> : chunk_states_from_values_kernel<FOLD, 1, false>;
+}
+
+/* Blocks of a shape an SM holds at once (registers, shared memory, threads: the occupancy
+ * query); 1 where no device answers. */
+template <bool PRECISE, bool FOLD>
+static size_t chain_blocks_per_sm(chain_shape shape)
+{
+    const int threads = chain_block_threads(shape.tiles);
+    const int per_sm = !PRECISE && shape.from_values ? kernel_blocks_per_sm(from_values_kernel_for<FOLD>(shape), threads, shape.bytes)
+                                                     : kernel_blocks_per_sm(chain_kernel_for<PRECISE, FOLD>(shape), threads, shape.bytes);
+    return per_sm < 1 ? 1 : (size_t)per_sm;
+}
+
+/* The launch's shape: chain_tiles' width and the ring's depth: the deepest ring that fits
+ * (chain_shape_of), unless two slots, the most blocks an SM, run the blocks in fewer waves.
+ * A block alone on its SM is latency-bound and the producer's lead hides its copies: on an
+ * NVIDIA H200 at (1, 65536, 8, 128, 128), 64 one-tile blocks, 4 slots take 2.164 ms, 3 slots
+ * 2.213, 2 slots 2.247. Where the blocks outnumber what the GPU holds at once, they must share
+ * SMs, and two slots share best: at (2, 16384, 16, 128, 128), 256 one-tile blocks, four 38 KB
+ * slots allow one an SM (two waves of 256 chunk steps), three allow two and two allow three
+ * (one wave either way), and two slots take 1.240 ms where three take 1.282 (docs/06, "the
+ * warp-specialized chain"). Staged where the
+ * blocks are at least the SMs, or 8 tiles wide (not with FOLD). `outputs`: 8-tile blocks
+ * would carry output warps (chain_tiles). */
+template <bool PRECISE, bool FOLD>
+static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool outputs, bool from_values)
+{
+    const int sms = gdn_sm_count();
+    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms, widest_chain_tiles(PRECISE), outputs);
+    const size_t blocks = one_tile_blocks / tiles;
+    const bool staged = !FOLD && (blocks >= (size_t)sms || tiles == MAX_CHAIN_TILES);
+    const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged, from_values);
+    const chain_shape two_slots = two_slot_shape(tiles, K, PRECISE, staged, from_values);
+    const auto waves = [&](chain_shape shape) {
+        const size_t at_once = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(shape);
+        return (blocks + at_once - 1) / at_once;
+    };
+    return waves(two_slots) < waves(deepest) ? two_slots : deepest;
+}
+
+/* Kernel 3's columns of o a block: 128 where V is a multiple of 128 (no block half empty) and
+ * not --precise (whose low terms would double the block's 98 KB of shared memory at K = 128);
+ * else 64. Its blocks: one per head, chunk and that many columns. */
+template <bool PRECISE>
+static size_t output_columns(const gdn_device_problem *p)
+{
+    return !PRECISE && p->V % 128 == 0 ? 128 : 64;
+}
+static size_t output_blocks(const gdn_device_problem *p, size_t columns)
+{
+    return p->B * p->H * chunks_of(p->T) * ((p->V + columns - 1) / columns);
+}
+
+/* Kernel 3 beside the chain (docs/06, "Vnew from v and the launch rules"): where all of kernel
+ * 3's blocks fit on the GPU at once (a block per head, chunk and 128 or 64 columns of o,
+ * launch_chunk_outputs; at least two an SM at any K <= 128), they are placed while the chain
+ * runs, sum their gates from g and make P there, and wait only for S0^T and Vnew^T. Elsewhere
+ * they come in waves after the chain, and each block copies S0^T and Vnew^T first (the order
+ * beside the chain takes 1 to 3 % longer there on an NVIDIA H200). */
+template <bool PRECISE>
+static bool outputs_beside_chain(const gdn_device_problem *p)
+{
+    return !PRECISE && output_blocks(p, output_columns<PRECISE>(p)) <= 2 * (size_t)gdn_sm_count();
+}
+/* The chain lets kernel 3 start (griddepcontrol.launch_dependents, at its start) where kernel 3
+ * runs beside it and the chain's blocks are all on the GPU at once, so that kernel 3's take
+ * only room they leave: where the chain runs in waves its later blocks would share SMs with
+ * them (early blocks that take room from the last waves of the kernel before measure 1-2 %
+ * slower at the large shapes, 11 % at (2, 1000, 3, 40, 72), on an NVIDIA H200: docs/06, "Vnew
+ * from v and the launch rules"). */
+template <bool PRECISE, bool FOLD>
+static bool outputs_may_start_early(const gdn_device_problem *p, chain_shape shape, unsigned blocks)
+{
+    return !FOLD && outputs_beside_chain<PRECISE>(p) && (size_t)blocks <= (size_t)gdn_sm_count() * chain_blocks_per_sm<PRECISE, FOLD>(shape);
+}
+
+/* Output warps possible for kernel 2 (not a fold): K = V = 128, q and k by tensor maps, the
+ * block's shared memory there; they run where its blocks are then 8 tiles wide */
+template <bool PRECISE, bool FOLD>
+static bool outputs_possible(const gdn_device_problem *p)
+{
+    return !PRECISE && !FOLD && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
+           output_block_bytes() <= shared_bytes_per_block();
+}
+/* the K and v-tile strides the one-n-tile from-values step is compiled for (chain_block) */
+__host__ __device__ constexpr bool one_n_tile_from_values_compiled(size_t K, int values_stride)
+{
+    return (K == 64 || K == MAX_K) && (values_stride == values_tile_stride(16) || values_stride == values_tile_stride(32));
+}
+static_assert(chain_ntiles(1) == 1 && chain_ntiles(2) == 1 && chain_ntiles(4) == 2 &&
+                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(1, MAX_K))) &&
+                  one_n_tile_from_values_compiled(MAX_K, values_tile_stride(values_tile_columns(2, MAX_K))) &&
+                  one_n_tile_from_values_compiled(64, values_tile_stride(values_tile_columns(1, 64))) &&
+                  one_n_tile_from_values_compiled(64, values_tile_stride(values_tile_columns(2, 64))),
+              "the one-n-tile blocks that make Vnew from v (1 or 2 tiles, K = V = 64 or 128) run a step compiled for them");
+/* Whether the chain can make Vnew from v as the one with output warps does (FROM_VALUES: Vnew
+ * = Tm Z, eq. 13 regrouped), so that kernel 1 writes the transform block alone and no W, U or
+ * decayed keys, for every launch: where k and v come by tensor maps (their boxes fit:
+ * tiles_by_tensor_map), not with --precise (whose W, S and Vnew carry low terms), and at K =
+ * V = 64 or 128, the sizes its step and kernel 1's transform-only instance are compiled for
+ * (an instance compiled for K = V = 128 is wrong at V = 48 or 64, sizes the GPU suites run).
+ * Stage 07's model asks this, for the slots. */
+__host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t V, size_t H, size_t T, bool precise)
+{
+    return !precise && K == V && (K == 64 || K == MAX_K) && tiles_by_tensor_map(K, V, H, T);
+}
+/* Whether it pays. The trade: kernel 1's W, U and keys (2 K + V values a token) against a longer
+ * chain step (Z, and Tm's products, four deep). Measured on an NVIDIA H200 (ms, W and U ->
+ * from v; docs/06, "Vnew from v and the launch rules"): at K = V = 128 it wins at every shape
+ * (06 at (2, 16384, 16) 0.830 -> 0.693, stage 07 at (1, 65536, 8) 0.826 -> 0.743). At K = V
+ * = 64 the bytes are fewer and the step shorter, and it wins only where kernel 1's work,
+ * spread over the GPU, outweighs the steps the chain adds on its critical path (wins: 06 at
+ * (2, 16384, 16) 0.421 -> 0.359 and (8, 4096, 16) 0.368 -> 0.307, 07 at (1, 16384, 8) P = 16
+ * 0.1485 -> 0.1403, (1, 131072, 8) 0.960 -> 0.900, (1, 65536, 4) P = 32 0.290 -> 0.272;
+ * losses: 06 at (1, 16384, 8) 0.189 -> 0.203, 07 at (1, 16384, 2) P = 16 0.0700 -> 0.0740).
+ * The first grows as heads x chunks, the second as the chain's depth in steps (chunks with
+ * one segment, a fold's and a replay's chunks / P with P), so from v where heads x chunks >=
+ * VALUES_AT_64_HEADS x depth: 24, inside the measured band (it loses at 8 and 16 equivalent
+ * heads, wins at 32 and above). */
+enum { VALUES_AT_64_HEADS = 24 };
+__host__ __device__ static inline bool chain_from_values_pays(size_t K, size_t heads, size_t chunks, size_t P)
+{
+    const size_t depth = P <= 1 ? chunks : 2 * ((chunks + P - 1) / P);
+    return K == MAX_K || heads * chunks >= (size_t)VALUES_AT_64_HEADS * depth;
+}
+/* The choice, for every launch of a pass over P segments of each head (stage 06: P = 1):
+ * kernel 1's parts and every chain after it must agree. Elsewhere the chain reads W, U and the
+ * decayed keys. */
+template <bool PRECISE>
+static bool chain_from_values(const gdn_device_problem *p, size_t P)
+{
+    return chain_from_values_sizes(p->K, p->V, p->H, p->T, PRECISE) && chain_from_values_pays(p->K, p->B * p->H, chunks_of(p->T), P);
+}
+/* kernel 2's shape for `runs` of the P segments of every head */
+template <bool PRECISE, bool FOLD>
+static chain_shape chain_shape_for(const gdn_device_problem *p, size_t P, size_t runs, bool outputs)
+{
+    const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V);
+    return chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs, chain_from_values<PRECISE>(p, P));
+}
+/* whether kernel 2 over `runs` segments of every head makes o itself (and so reads no keys_t) */
+template <bool PRECISE>
+static bool chain_makes_outputs(const gdn_device_problem *p, size_t runs)
+{
+    return outputs_possible<PRECISE, false>(p) && chain_shape_for<PRECISE, false>(p, runs, runs, true).tiles == MAX_CHAIN_TILES;
+}
+
+/* What kernel 1 writes for the chains that follow it over P segments of each head (folds,
+ * replays, with output warps or not): the transform block where they make Vnew from v
+ * (chain_from_values; the output warps' chain always does), else W, U and the decayed keys */
+template <bool PRECISE>
+static int chunk_parts_for(const gdn_device_problem *p, size_t P)
+{
+    return chain_from_values<PRECISE>(p, P) ? WRITE_TRANSFORM : WRITE_KEYS_T | WRITE_W_AND_U;
+}
+
+/* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). With `r` (not
+ * with FOLD), where the blocks are MAX_CHAIN_TILES wide and hold a whole head of K = V = 128,
+ * the block also makes o (OUTPUTS: chunk_outputs_role), and *outputs_done says so. */
+template <bool PRECISE, bool FOLD>
+static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments, gdn_device_result *r = NULL,
+                               bool *outputs_done = NULL, cudaStream_t stream = 0)
+{
+    const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
+    const size_t output_bytes = output_block_bytes();
+    const bool outputs = r && outputs_done && outputs_possible<PRECISE, FOLD>(p); /* if the blocks are 8 tiles wide */
+    const chain_shape shape = chain_shape_for<PRECISE, FOLD>(p, segments.count, runs, outputs);
+    const size_t block_columns = 16 * (size_t)shape.tiles;
+    unsigned blocks;
+    if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
+        return -1;
+    if (outputs_done)
+        *outputs_done = false;
+    if constexpr (!PRECISE && !FOLD) {
+        if (outputs && shape.tiles == MAX_CHAIN_TILES) {
+            if (!r->o_bf16)
+                return gdn_set_error("the chain's output warps write o in bf16: the runner made no room for it");
+            CUtensorMap o_map, q_map, k_map, v_map;
+            /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' and the chain's wgmma operands,
+               and o, which leaves from the q tile in the same layout */
+            if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, 64, true) ||
+                make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_token_tile_map(&v_map, p->v_bf16, p, p->V, 64, true))
+                return -1;
+            /* two ring slots, passed at run time: with the depth known to the compiler this
+               kernel runs 5 % slower on an NVIDIA H200 (docs/06, "output warps and wgmma") */
+            if (stream) /* beside kernel 1 (kernel1_beside_chain): in a stream of its own, after kernel 1's first launch */
+                CUDA_LAUNCH_WITH_SHARED_ON(stream, chunk_states_outputs_kernel<true>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
+                                           OUTPUT_STAGES, o_map, q_map, k_map, v_map);
+            else
+                CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel<false>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
+                                           OUTPUT_STAGES, o_map, q_map, k_map, v_map);
+            r->o_in_bf16 = 1;
+            *outputs_done = true;
+            return 0;
+        }
+    }
+    if constexpr (!PRECISE)
+        if (shape.from_values) {
+            const int values_stride = values_tile_stride(values_tile_columns(shape.tiles, p->V));
+            /* the one-n-tile blocks' step is compiled for K = 64 and 128 and two v-tile strides only
+               (chain_block): never run it on another (the blocks made are those:
+               one_n_tile_from_values_compiled, above) */
+            if (chain_ntiles(shape.tiles) == 1 && !one_n_tile_from_values_compiled(p->K, values_stride))
+                return gdn_set_error("the chain from v: K = %zu and a v tile of stride %d, where its step is compiled for K = 64 or %d and strides %d or %d",
+                                     p->K, values_stride, (int)MAX_K, values_tile_stride(16), values_tile_stride(32));
+            CUtensorMap k_map, v_map;
+            if (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
+                make_token_tile_map(&v_map, p->v_bf16, p, p->V, values_stride))
+                return -1;
+            const chain_from_values_kernel chunk_states = from_values_kernel_for<FOLD>(shape);
+            segments.outputs_early = outputs_may_start_early<PRECISE, FOLD>(p, shape, blocks);
+            CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages,
+                                       k_map, v_map);
+            return 0;
+        }
+    const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape);
+    segments.outputs_early = outputs_may_start_early<PRECISE, FOLD>(p, shape, blocks);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
+    return 0;
+}
+
+/* Kernel 3 with COLUMNS columns of o a block. */
+template <bool PRECISE, int COLUMNS>
+static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
+{
+    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE, terms = PRECISE ? 2 : 1;
+    const size_t bytes = 128 + M * sizeof(double) + (2 * M * LDK + terms * (COLUMNS * LDK + COLUMNS * LDT + M * LDT)) * sizeof(bf16);
+    unsigned blocks;
+    if (gdn_blocks_for(output_blocks(p, COLUMNS), 1, &blocks))
+        return -1;
+    if (!PRECISE && !r->o_bf16)
+        return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
+    CUtensorMap q_map = {}, k_map = {}; /* unused (zero) where the threads copy q and k */
+    if (keys_by_tensor_map(p->K, p->H, p->T) &&
+        (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K))))
+        return -1;
+    /* K = V = 64 or 128 (one COLUMNS each: 64 columns where V is not a multiple of 128) compiled with them known */
+    constexpr int SIZE = PRECISE ? 0 : COLUMNS;
+    auto chunk_outputs = SIZE && p->K == SIZE && p->V == SIZE ? chunk_outputs_kernel<PRECISE, COLUMNS, SIZE> : chunk_outputs_kernel<PRECISE, COLUMNS, 0>;
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map,
+                               outputs_beside_chain<PRECISE>(p));
+    r->o_in_bf16 = !PRECISE;
+    return 0;
+}
+
+/* Kernel 3 with output_columns a block. */
+template <bool PRECISE>
+static int launch_chunk_outputs(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
+{
+    if constexpr (!PRECISE) /* (no 128-column kernel is compiled for --precise) */
+        if (output_columns<PRECISE>(p) == 128)
+            return launch_chunk_outputs_by<PRECISE, 128>(p, w, r);
+    return launch_chunk_outputs_by<PRECISE, 64>(p, w, r);
+}
+
+static int check_key_width(size_t K)
+{
+    return K > MAX_K ? gdn_set_error("K = %zu: stages 06 and 07 keep K-wide tiles in shared memory, K at most %d", K, MAX_K) : 0;
+}
+

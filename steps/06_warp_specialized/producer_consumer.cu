@@ -1,0 +1,225 @@
+/* 06b_producer_consumer -- 06a's chain fed by a producer warp: a TMA ring on mbarriers.
+ *
+ * The idea (docs/06_warp_specialized.md, "(b) The warp-specialized chain"): in 06a every
+ * thread of the chain's block issues its share of each chunk's cp.async copies and then waits
+ * at a block barrier, so the copies' issue and the ring's bookkeeping sit on the serial chain.
+ * Here the block gets a fifth warp, the producer: one of its lanes brings each chunk's W, decayed
+ * keys, the block's rows of U and the decay into a ring slot with three bulk copies
+ * (cp.async.bulk: the TMA unit moves a contiguous piece in one instruction), and runs ahead as
+ * far as the ring allows. Each slot has two mbarriers (common/bulk_copy.cuh):
+ *   full:  the producer arrives once, saying how many bytes to expect; the phase completes when
+ *          the copies' bytes have landed. The consumers wait on it instead of on cp.async.
+ *   empty: every consumer thread arrives once it has read the slot; the producer waits on it
+ *          before it refills the slot. Each reader arrives itself, so that its reads are ordered
+ *          before the refill by its own release, not by a barrier it shares.
+ * A barrier's phases alternate, and a waiter names the phase by its parity: chunk c uses slot
+ * c % STAGES in its (c / STAGES)-th round, parity (c / STAGES) & 1. The four consumer warps keep
+ * 06a's math and its two exchanges through shared memory (S0^T, Vnew^T), synchronised by a
+ * named barrier of their 128 threads (bar.sync 1), which the producer never joins. Kernels 1 and
+ * 3 (tensor_core_chunks.cuh) are 06a's, unchanged; the outputs are 06a's bit for bit.
+ *
+ * Cost: 06a's flops and bytes; the chain's step loses the copies' issue and one of its three
+ * block barriers. Depth: T / 64 chunk steps of kernel 2, as in 06a.
+ * Limits: K <= 128, chunk 64 (fixed), V and T any.
+ *
+ * Build and run:  make bin/06b_producer_consumer && bin/06b_producer_consumer --T 16384 --H 8 --check-against oracle
+ */
+#include "../../common/bulk_copy.cuh" /* mbarriers and bulk copies (the TMA unit) */
+#include "tensor_core_chunks.cuh"       /* kernels 1 and 3, the products, the workspace: 06a's */
+
+/* ---- kernel 2: one block per (head, 16 columns of S), 4 consumer warps and a producer ----
+ * The consumers' work per chunk is 06a's (eq. 13 and 15, S in the MMA accumulators); what
+ * changes is who fills the ring and how a consumer knows a slot is there. */
+enum { PRODUCER_WARP = CHAIN_THREADS / 32, PRODUCER_CHAIN_THREADS = CHAIN_THREADS + 32 };
+
+/* the 128 consumer threads' own barrier (barrier 0 is __syncthreads', which the producer,
+   gone after its loop, would never reach) */
+static_assert(CHAIN_THREADS == 128, "consumers_sync counts the four consumer warps");
+__device__ __forceinline__ static void consumers_sync(void) { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+
+/* the ring's barriers, after the slots and the two exchange tiles: full[STAGES], empty[STAGES] */
+__host__ __device__ static inline size_t ring_barriers_offset(size_t K)
+{
+    return CHAIN_STAGES * chain_slot_bytes(K) + CHAIN_COLUMNS * (key_stride(K) + TOKEN_STRIDE) * sizeof(bf16);
+}
+
+static __global__ void __launch_bounds__(PRODUCER_CHAIN_THREADS, 1) chunk_states_kernel(gdn_device_problem p, chunk_workspace w, float *ht)
+{
+    extern __shared__ uint4 ring[];
+    const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
+    const size_t V = p.V, chunks = chunks_of(p.T), tiles_per_head = VP / CHAIN_COLUMNS;
+    const size_t head = blockIdx.x / tiles_per_head, column0 = blockIdx.x % tiles_per_head * CHAIN_COLUMNS;
+    const int warp = threadIdx.x / 32, slot_bytes = (int)chain_slot_bytes(p.K);
+    const size_t block_bytes = chain_block_bytes(p.K, V);
+    const unsigned char *blocks = w.chain + head * chunks * block_bytes;
+    unsigned char *slots = (unsigned char *)ring;
+    bf16 *S_t = (bf16 *)(slots + CHAIN_STAGES * slot_bytes), *Vnew_t = S_t + CHAIN_COLUMNS * LDK;
+    uint64_t *full = (uint64_t *)(slots + ring_barriers_offset(p.K)), *empty = full + CHAIN_STAGES;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < CHAIN_STAGES; s++) {
+            barrier_init(&full[s], 1);              /* the producer's arrival, plus the bytes */
+            barrier_init(&empty[s], CHAIN_THREADS); /* every consumer thread */
+        }
+        barrier_init_fence();
+    }
+    __syncthreads(); /* the barriers are set up before anyone uses them; the last block barrier */
+
+    if (warp == PRODUCER_WARP) {
+        if (threadIdx.x % 32 != 0)
+            return;
+        /* a slot: W and keys_t (one piece), the block's 16 rows of U_t, the decay (16 bytes) */
+        const uint32_t first = (uint32_t)chain_u_offset(K), rows = CHAIN_COLUMNS * CHUNK * sizeof(float);
+        for (size_t chunk = 0; chunk < chunks; chunk++) {
+            const int s = (int)(chunk % CHAIN_STAGES);
+            if (chunk >= CHAIN_STAGES) /* the slot's last round has been read by every consumer */
+                barrier_wait(&empty[s], (uint32_t)((chunk / CHAIN_STAGES - 1) & 1));
+            const unsigned char *block = blocks + chunk * block_bytes;
+            unsigned char *slot = slots + s * slot_bytes;
+            barrier_arrive_expecting(&full[s], (uint32_t)slot_bytes);
+            bulk_copy(slot, block, first, &full[s]);
+            bulk_copy(slot + first, block + chain_u_offset(K) + column0 * CHUNK * sizeof(float), rows, &full[s]);
+            bulk_copy(slot + first + rows, block + chain_decay_offset(K, V), 4 * sizeof(float), &full[s]);
+        }
+        return;
+    }
+
+    bf16 *states_t = w.states_t + head * chunks * VP * KP + column0 * KP;
+    bf16 *new_values_t = w.new_values_t + head * chunks * VP * CHUNK + column0 * CHUNK;
+    float S[2][2][4]; /* [m-tile of this warp][n-tile][sum]: S rows 16 (warp + 4 q) .., columns column0 + 8 j .. */
+#pragma unroll
+    for (int q = 0; q < 2; q++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int m = fragment_row(16 * (warp + 4 * q), r);
+                const size_t column = column0 + fragment_column(0, j, r);
+                S[q][j][r] = p.h0 && m < K && column < V ? p.h0[(head * K + m) * V + column] : 0.0f;
+            }
+
+    for (size_t chunk = 0; chunk < chunks; chunk++) {
+        const int s = (int)(chunk % CHAIN_STAGES);
+        const unsigned char *slot = slots + s * slot_bytes;
+        const bf16 *W = (const bf16 *)slot, *keys_t = (const bf16 *)(slot + chain_keys_offset(K));
+        const float *U_t = (const float *)(slot + chain_u_offset(K));
+        /* S0^T in bf16: here for Vnew, in the workspace for kernel 3. S_t was last read by the
+         * previous chunk's Vnew product, before its second consumers_sync */
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            if (16 * (warp + 4 * q) >= KP)
+                continue;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int m = fragment_row(16 * (warp + 4 * q), r), c = fragment_column(0, j, r);
+                    const bf16 value = __float2bfloat16_rn(S[q][j][r]);
+                    S_t[c * LDK + m] = value;
+                    states_t[c * KP + m] = value;
+                }
+        }
+        states_t += VP * KP;
+        barrier_wait(&full[s], (uint32_t)((chunk / CHAIN_STAGES) & 1)); /* the slot has landed */
+        consumers_sync(); /* S_t complete; every warp is done with the last chunk's Vnew_t */
+
+        /* Vnew = U - W S0 (eq. 13): rows 16 warp .. of the chunk */
+        float acc[2][4];
+        clear(acc);
+        warp_product(acc, W, LDK, S_t, LDK, 16 * warp, 0, KP);
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = fragment_row(16 * warp, r), c = fragment_column(0, j, r);
+                const bf16 value = __float2bfloat16_rn(U_t[c * CHUNK + i] - acc[j][r]);
+                Vnew_t[c * TOKEN_STRIDE + i] = value;
+                new_values_t[c * CHUNK + i] = value;
+            }
+        new_values_t += VP * CHUNK;
+        consumers_sync(); /* Vnew_t complete */
+
+        /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15), in the accumulators */
+        const float decay = U_t[CHAIN_COLUMNS * CHUNK];
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            if (16 * (warp + 4 * q) >= KP)
+                continue;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    S[q][j][r] *= decay;
+            warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_t, TOKEN_STRIDE, 16 * (warp + 4 * q), 0, CHUNK);
+        }
+        barrier_arrive(&empty[s]); /* this thread has read the slot: W, U_t, keys_t, the decay */
+    }
+#pragma unroll
+    for (int q = 0; q < 2; q++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int m = fragment_row(16 * (warp + 4 * q), r);
+                const size_t column = column0 + fragment_column(0, j, r);
+                if (m < K && column < V)
+                    ht[(head * K + m) * V + column] = S[q][j][r];
+            }
+}
+
+static int producer_consumer_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
+{
+    (void)s;
+    const size_t K = p->K, V = p->V, heads = p->B * p->H, chunks = chunks_of(p->T), LDK = key_stride(K);
+    if (K > MAX_K)
+        return gdn_set_error("K = %zu: stage 06b keeps K-wide tiles in shared memory, K at most %d", K, MAX_K);
+    chunk_workspace w = workspace_at(r->workspace, p);
+    unsigned prepare_blocks, state_blocks, output_blocks;
+    if (gdn_blocks_for(heads * chunks, 1, &prepare_blocks) ||
+        gdn_blocks_for(heads * (round_up16(V) / CHAIN_COLUMNS), 1, &state_blocks) ||
+        gdn_blocks_for(heads * chunks * ((V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &output_blocks))
+        return -1;
+    const size_t M = CHUNK, LDT = TOKEN_STRIDE;
+    size_t prepare_bytes = M * sizeof(double) + (2 * M + M * (M + 1)) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
+    size_t state_bytes = ring_barriers_offset(K) + 2 * CHAIN_STAGES * sizeof(uint64_t);
+    size_t output_bytes = M * sizeof(double) + (2 * M * LDK + OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT) * sizeof(bf16);
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, THREADS, prepare_bytes, *p, w);
+    CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel, state_blocks, PRODUCER_CHAIN_THREADS, state_bytes, *p, w, r->ht);
+    CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, THREADS, output_bytes, *p, w, r->o);
+    return 0;
+}
+
+static int producer_consumer_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+{
+    (void)s;
+    const size_t heads = p->B * p->H;
+    /* the four parts, each a product that could overflow: checked like every size here */
+    size_t factors_gamma[3] = {heads, p->T, sizeof(double)}, gamma, chain, states, values;
+    size_t factors_chain[3] = {heads, chunks_of(p->T), chain_block_bytes(p->K, p->V)};
+    size_t factors_states[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), (size_t)round_up16(p->K), sizeof(bf16)};
+    size_t factors_values[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), CHUNK, sizeof(bf16)};
+    if (gdn_multiply_sizes(&gamma, 3, factors_gamma) || gdn_multiply_sizes(&chain, 3, factors_chain) ||
+        gdn_multiply_sizes(&states, 4, factors_states) || gdn_multiply_sizes(&values, 4, factors_values))
+        return -1;
+    *bytes = gamma + 16 + chain + states + values; /* + the alignment gap after gamma */
+    return 0;
+}
+
+static void producer_consumer_resolve_options(const gdn_problem *p, gdn_settings *s)
+{
+    (void)p;
+    s->chunk = CHUNK; /* fixed here; stage 05's flop count reads it */
+}
+
+extern "C" const gdn_stage producer_consumer_stage = {
+    .name = "06b_producer_consumer",
+    .idea = "06a with its chain fed by a producer warp: a TMA ring on full and empty mbarriers",
+    .options = 0,
+    .forward = NULL,
+    .counted_flops = wy_chunked_flops,
+    .resolve_options = producer_consumer_resolve_options,
+    .device_forward = producer_consumer_forward,
+    .device_workspace_bytes = producer_consumer_workspace,
+    .runner = &gdn_cuda_runner,
+    .bf16_inputs = 1,
+};
+

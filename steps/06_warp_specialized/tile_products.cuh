@@ -1,0 +1,192 @@
+/* tile_products.cuh -- the sizes every kernel of stage 06 shares, and one warp's tensor-core
+ * products from shared memory.
+ *
+ * A chunk is CHUNK = 64 tokens, fixed (stage 05's solve is built for it). Every matrix product
+ * of eq. 10-15 is a sum of mma.sync.m16n8k16 instructions (common/mma_sync.cuh): a warp
+ * multiplies a 16 x 16 bf16 tile of A by a 16 x 8 one of B into 16 x 8 fp32 sums, its
+ * fragments loaded by ldmatrix, 8 rows of 16 bytes a phase. So tiles in shared memory have
+ * row strides of K + 8 (key_stride) and 64 + 8 (TOKEN_STRIDE) bf16, K a multiple of 16: an
+ * odd number of 16-byte units, which puts those 8 rows in 8 different groups of 4 banks, no
+ * conflict. warp_product takes B transposed (Bt[n][k]: K K^T and Q K^T, the keys as they
+ * lie); warp_product_rows takes B row major through ldmatrix.trans (W = Tm K and U = Tm V: no
+ * transposed copy of K or V). Each A fragment a warp loads serves all its n-tiles.
+ * The causal products (P, M and Tm's strictly lower part are zero above the diagonal, eq. 10,
+ * 12 and 14) skip the n-tiles and the depth that meet only zeros (causal_tiles, causal_depth):
+ * 20 of the 32 n-tiles of a 64 x 64 product remain. copy_tile brings a strided tile in by
+ * cp.async where no tensor map fits; exp2_approx makes a gate factor e^(gamma_i - gamma_l)
+ * with one 2^x (ex2.approx) where expf takes about 18 instructions.
+ *
+ * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ */
+#pragma once
+typedef __nv_bfloat16 bf16;
+/* kernel 2: 1, 2, 4 or MAX_CHAIN_TILES = 8 tiles of 16 state columns per block, a producer
+ * warp and consumer warps of 8 columns, two a tile (of 16 columns, one a tile, in blocks of 4
+ * or 8 tiles: chain_ntiles); a ring of 2 to 4 slots */
+enum { CHUNK = 64, MAX_K = 128, THREADS = 256, MAX_CHAIN_TILES = 8, CONSUMER_WARPS_PER_TILE = 2 };
+static_assert((int)CHUNK == (int)SOLVE_CHUNK, "kernel 1's chunk is the solve's");
+constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
+
+__host__ __device__ static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
+constexpr int KEY_STRIDE_PADDING = 8; /* bf16 past a K-wide tile's row: 16 bytes */
+__host__ __device__ static inline int key_stride(size_t K) { return round_up16(K) + KEY_STRIDE_PADDING; } /* bf16 row stride of K-wide tiles */
+/* Kernel 3 takes q and k by tensor copies (make_token_tile_map) where the box fits: K a
+ * multiple of 16, so that the box's columns past K are padding, never read, and the input's
+ * strides are whole 16 bytes; at least two heads, so that a row of all heads (H K) is at least
+ * one padded tile wide (K + 8); at least one chunk of tokens. Otherwise the threads copy. */
+__host__ __device__ static inline bool keys_by_tensor_map(size_t K, size_t H, size_t T) { return K % 16 == 0 && H >= 2 && T >= 64; }
+/* kernel 1 takes its k and first slice of v the same way where both boxes fit (V a multiple of 16 as well) */
+__host__ __device__ static inline bool tiles_by_tensor_map(size_t K, size_t V, size_t H, size_t T)
+{
+    return keys_by_tensor_map(K, H, T) && V % 16 == 0;
+}
+/* kernel 1 keeps at most VALUE_SLICE columns of v in shared memory (row stride value_stride) */
+constexpr int VALUE_SLICE = 128;
+__host__ __device__ static inline int value_stride(size_t V) { return key_stride(V < VALUE_SLICE ? V : VALUE_SLICE); }
+__host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK - 1) / CHUNK; }
+
+/* ---- one warp's tensor-core products ---- */
+
+
+/* The row this lane gives ldmatrix.x4 for the 16 x 16 block at (row0, col0) of a row-major
+ * tile: matrices 0-3 are its quarters (rows +0, +8, +0, +8; columns +0, +0, +8, +8), which is
+ * the order of an A fragment's registers, and, read with .trans, of two B fragments' (k rows
+ * +0/+8 of n-tile j, then of n-tile j + 1). */
+__device__ __forceinline__ static const bf16 *quarter_row(const bf16 *tile, int ld, int row0, int col0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    return tile + (row0 + lane % 8 + 8 * (quarter % 2)) * ld + col0 + 8 * (quarter / 2);
+}
+
+
+/* acc[j] += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 + 8 j .. + 8), j < tiles (TILES
+ * unless told fewer; the others are left as they are): A row major (stride lda), B given
+ * transposed, Bt[n][k] (stride ldb). depth: a multiple of 16; TILES and tiles even; rows
+ * 16-byte aligned. A's four 8 x 8 quarters (rows +0/+8, columns +0/+8) are its fragment's four
+ * registers; two n-tiles of B^T (rows +0/+8 of Bt, columns +0/+8) are the two registers of
+ * each of two B fragments. */
+template <int TILES>
+__device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], const bf16 *A, int lda, const bf16 *Bt, int ldb,
+                                                    int row0, int col0, int depth, int tiles = TILES)
+{
+    static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
+    if (tiles <= 0)
+        return;
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    const bf16 *a_row = quarter_row(A, lda, row0, 0);
+    /* B^T's rows are n: matrices 0-3 are (n +0, k +0), (n +0, k +8), (n +8, k +0), (n +8, k +8) */
+    const bf16 *b_row = Bt + (col0 + lane % 8 + 8 * (quarter / 2)) * ldb + 8 * (quarter % 2);
+    for (int k0 = 0; k0 < depth; k0 += 16) {
+        uint32_t a[4];
+        load_matrices(a, a_row + k0);
+#pragma unroll
+        for (int j = 0; j < TILES; j += 2) {
+            if (j >= tiles)
+                break;
+            uint32_t b[4];
+            load_matrices(b, b_row + 8 * j * ldb + k0);
+            const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+            mma_bf16_16x8x16(acc[j], a, first);
+            mma_bf16_16x8x16(acc[j + 1], a, second);
+        }
+    }
+}
+
+/* The same product with B row major, B[k][n] (stride ldb), for the n-tiles left of column
+ * `columns` (a multiple of 16): ldmatrix.trans hands each lane the pair (rows 2t, 2t + 1,
+ * column g) of an 8 x 8 matrix stored by rows, which is a B fragment, so B needs no
+ * transposed copy. */
+template <int TILES>
+__device__ __forceinline__ static void warp_product_rows(float (&acc)[TILES][4], const bf16 *A, int lda, const bf16 *B, int ldb,
+                                                         int row0, int col0, int columns, int depth)
+{
+    static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
+    const bf16 *a_row = quarter_row(A, lda, row0, 0), *b_row = quarter_row(B, ldb, 0, col0);
+    for (int k0 = 0; k0 < depth; k0 += 16) {
+        uint32_t a[4];
+        load_matrices(a, a_row + k0);
+#pragma unroll
+        for (int j = 0; j < TILES; j += 2) {
+            if (col0 + 8 * j >= columns)
+                break;
+            uint32_t b[4];
+            load_matrices_transposed(b, b_row + k0 * ldb + 8 * j);
+            const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+            mma_bf16_16x8x16(acc[j], a, first);
+            mma_bf16_16x8x16(acc[j + 1], a, second);
+        }
+    }
+}
+
+/* The causal products (M and P are zero where l > i, Tm's strictly lower part where l >= i:
+ * eq. 10, 12 and 14): a warp's rows row0 .. row0 + 15 hold entries only in columns l < row0 +
+ * 16. So of its n-tiles col0 + 8 j only those left of that column need a product (4, 2 or 0
+ * of the 4 of a 16 x 32 part of 64 x 64: 20 of the 32 n-tiles of the 8 warps), and a product
+ * with such a factor on the left needs depth row0 + 16 only, not the chunk's 64 (the output
+ * warps' products are 64-row wgmma, which has no zero blocks to skip: fused_outputs.cuh) */
+__device__ __forceinline__ static int causal_tiles(int row0, int col0)
+{
+    const int tiles = (row0 + 16 - col0) / 8;
+    return tiles < 0 ? 0 : tiles > 4 ? 4 : tiles;
+}
+__device__ __forceinline__ static int causal_depth(int row0) { return row0 + 16; }
+
+
+/* Where sum r of tile j sits: row row0 + g (+ 8 for r >= 2), column col0 + 8 j + 2 t (+ 1 for odd r). */
+__device__ __forceinline__ static int fragment_row(int row0, int r) { return row0 + (threadIdx.x % 32) / 4 + (r >= 2 ? 8 : 0); }
+__device__ __forceinline__ static int fragment_column(int col0, int j, int r) { return col0 + 8 * j + 2 * (threadIdx.x % 4) + (r & 1); }
+
+template <int TILES>
+__device__ __forceinline__ static void clear(float (&acc)[TILES][4])
+{
+#pragma unroll
+    for (int j = 0; j < TILES; j++)
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+}
+
+/* A tile of tile_rows rows of bf16 into shared memory (row stride ld, in bf16): row i is the
+ * `width` values at first_row + i row_stride, zero for rows i >= rows and for columns width ..
+ * padded. Where width is a multiple of 8 (and so the rows 16-byte aligned), by cp.async:
+ * 16-byte pieces go from global to shared memory without passing through registers, and the
+ * thread goes on at once (staged through registers, every load would be issued before the
+ * first store); the zeros are stored directly. Else 2-byte copies, synchronous.
+ * The caller commits the copies (__pipeline_commit), waits for them (__pipeline_wait_prior)
+ * and then syncs the block. Piece e = i per_row + c of thread e % THREADS: (i, c) advance by
+ * a fixed step, one division at the start, not two per piece. ld, padded: multiples of 8. */
+__device__ static void copy_tile(bf16 *tile, int ld, int tile_rows, int rows, int width, int padded, const bf16 *first_row,
+                                 size_t row_stride)
+{
+    if (width % 8 == 0) {
+        const int per_row = padded / 8, rows_step = THREADS / per_row, pieces_step = THREADS % per_row;
+        for (int i = threadIdx.x / per_row, c = threadIdx.x % per_row; i < tile_rows;) {
+            bf16 *to = tile + i * ld + 8 * c;
+            if (i < rows && 8 * c < width)
+                __pipeline_memcpy_async(to, first_row + i * row_stride + 8 * c, 16);
+            else
+                *(uint4 *)to = make_uint4(0, 0, 0, 0);
+            i += rows_step, c += pieces_step;
+            if (c >= per_row)
+                c -= per_row, i++;
+        }
+    } else {
+        for (int e = threadIdx.x; e < tile_rows * padded; e += THREADS) {
+            const int i = e / padded, c = e % padded;
+            tile[i * ld + c] = i < rows && c < width ? first_row[i * row_stride + c] : __float2bfloat16_rn(0.0f);
+        }
+    }
+}
+
+constexpr double LOG2_E = 1.4426950408889634; /* log2(e): e^x = 2^(x log2 e) */
+/* 2^x by the special-function unit, one instruction (PTX ex2.approx.ftz: relative error about
+   2^-22; a result under 2^-126 is flushed to 0, where exp2f spends four more instructions a call
+   to keep such values, which neither P nor Tm could use) */
+__device__ __forceinline__ static float exp2_approx(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+/* e^x as 2^(x log2 e): a multiply and one 2^x, where expf takes about 18 instructions with its
+   branch. The gates' factors e^(gamma_i - gamma_l) are made so in kernels 1 and 3 (x <= 0, the
+   difference taken in double and rounded to float first, as for expf) */
+__device__ __forceinline__ static float exp_approx(float x) { return exp2_approx(x * (float)LOG2_E); }

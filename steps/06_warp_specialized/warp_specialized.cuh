@@ -1,0 +1,46 @@
+/* warp_specialized.cuh -- stage 06's kernels and launchers, in the order they are read.
+ *
+ * One header holds the whole stage, so that the stages built on it run the very same kernels
+ * and launch rules: stage 06 (warp_specialized.cu: the passes and the stage descriptor), stage
+ * 07 (sequence_parallel.cuh: the same chain kernel folding and replaying segments) and stage 08
+ * (through stage 07's header). It takes the common pieces (the TMA unit's PTX, ldmatrix and
+ * mma.sync, wgmma, the kernels' overlap), stage 05's gate sums, blocked solve and flop count
+ * (the same algebra, unchanged), then the stage's files:
+ *   tile_products.cuh     the constants, a warp's products, copy_tile, exp2_approx
+ *   chunk_workspace.cuh   the workspace between the kernels, the chain block's layout
+ *   prepare_chunks.cuh    kernel 1 (eq. 9-12, 15): gates, K K^T, the solve, W and U or Tm
+ *   chain_ring.cuh        kernel 2's structure: the ring, segments, sizes, fragment helpers
+ *   fused_outputs.cuh     the output warps at K = V = 128 (eq. 14, wgmma), the chain's wgmma role
+ *   chain.cuh             chain_block (eq. 13-15) and the chain kernels
+ *   chunk_outputs.cuh     kernel 3 (eq. 14)
+ *   launch_rules.cuh      host: tensor maps, block shapes, the launch choices
+ * The idea, the precision and the measured time: warp_specialized.cu's opening comment.
+ */
+#pragma once
+#include <cuda_bf16.h>
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled: the driver's tensor map maker, found at run time */
+#include <cuda_pipeline_primitives.h>
+#include <stdint.h>
+#include <type_traits>
+
+#include "../../common/cuda_check.h"
+#include "../../common/device.h"
+#include "../../common/stage.h"
+#include "../../common/bulk_copy.cuh" /* the TMA ring's PTX: mbarriers and bulk copies */
+#include "../../common/mma_sync.cuh"    /* ldmatrix and mma.sync, bf16 and tf32 */
+#include "../../common/wgmma.cuh"      /* the output warps' wgmma, from swizzled tiles */
+#include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel, let_next_kernel_start */
+#include "warp_specialized.h" /* warp_specialized_kernel1_split, warp_specialized_values_pay */
+#include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
+extern "C" { /* stage 05's flop count: the same algebra */
+#include "../05_wy_chunked/wy_chunked.h"
+}
+
+#include "tile_products.cuh"
+#include "chunk_workspace.cuh"
+#include "prepare_chunks.cuh"
+#include "chain_ring.cuh"
+#include "fused_outputs.cuh"
+#include "chain.cuh"
+#include "chunk_outputs.cuh"
+#include "launch_rules.cuh"

@@ -1,0 +1,172 @@
+/* sequence_parallel.cuh -- what stages 07 and 08 share: the flop count of fold, scan and
+ * replay with stage 06's kernels, and the choice of P.
+ *
+ * With few heads stage 06's chain leaves most SMs idle, and its time is chunks times one
+ * step's latency. Here each sequence is cut into P segments of whole chunks, and stage 04's
+ * two-phase scan (docs/04, eq. 6 and 7) is done with chunk steps (sequence_parallel_passes, in
+ * sequence_parallel.cu):
+ * kernel 1 as in stage 06; the chain with FOLD over segments 0 .. P-2, each carrying its map
+ * [A | B] from [I | 0]; the scan of the maps (scan_on_tensor_cores.cuh), start_{s+1} = A_s
+ * start_s + B_s; the chain again over every segment from its true start, which also makes o
+ * where its blocks carry output warps; else kernel 3. P = 1 is exactly stage 06's pass. P
+ * comes from a model of the chain launches' time (modelled_steps), built from stage 06's own
+ * launch rules (chain_tiles, chain_blocks_per_sm), with constants fitted to measured sweeps.
+ *
+ * Cost: stage 06's work, plus the fold, (K + V) / V times the chain's work on segments 0 ..
+ * P-2, plus the scan, 2 K^2 V (P - 1) flops per head (sequence_parallel_flops); workspace:
+ * stage 06's plus P - 1 maps K x (K + V) and P start states K x V per head, fp32
+ * (sequence_parallel_parts, in sequence_parallel.cu). Depth: chunks / P fold steps + P - 1 scan steps + chunks / P
+ * replay steps, against stage 06's chunks.
+ *
+ * Included by sequence_parallel.cu (stage 07) and by stage 08, which runs the same phases
+ * with its segments spread over GPUs.
+ */
+#pragma once
+#include "../06_warp_specialized/warp_specialized.cuh" /* stage 06's kernels and launchers */
+#include "scan_on_tensor_cores.cuh" /* phase 2 */
+#include <stdio.h>
+
+extern "C" {
+#include "sequence_parallel.h"
+}
+
+enum { MAX_AUTOMATIC_SEGMENTS = 128 };
+static_assert(1 << (CHAIN_WIDTHS - 1) == MAX_CHAIN_TILES, "one blocks_per_sm entry for each width chain_tiles picks");
+
+/* Stage 06's flops, plus the fold (the chain's W S0 and update on K + V columns, over the
+ * chunks of segments 0 .. P-2) and the scan. */
+static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *s)
+{
+    const size_t P = s->segments ? s->segments : 1, chunks = chunks_of(p->T);
+    const double K = (double)p->K, V = (double)p->V;
+    const double folded_tokens = (double)(P > 1 ? segment_chunk(P - 1, P, chunks) * CHUNK : 0);
+    return wy_chunked_flops(p, s) + (double)(p->B * p->H) * (folded_tokens * 4 * K * (K + V) + (double)(P - 1) * 2 * K * K * V);
+}
+
+/* The model behind the automatic P, in chunk steps of a one-tile chain block. Each chain
+ * launch is modelled as stage 06 makes it: n one-tile blocks' worth of columns go out as
+ * blocks of chain_tiles(n) tiles, an SM holds blocks_per_sm of them (the occupancy query, by
+ * width), and a launch runs in ceil(blocks / (SMs x blocks_per_sm)) waves, each as long as a
+ * block's chunks, a chunk step of a wider block costing STEP_COST of a one-tile one:
+ *   P = 1:  waves(heads * groups(V)) * chunks
+ *   P > 1:  waves(heads * (P - 1) * groups(K + V)) * ceil(chunks / P)         fold
+ *         + waves(heads * P * groups(V)) * ceil(chunks / P)                   replay
+ *         + SCAN_STEP * (P - 1) + FIXED                                       scan, the rest
+ *   and at K = V = 128 (not --precise), where the replay's blocks are 8 tiles wide, they make
+ *   o too (stage 06's output warps) at STEP_COST_WITH_OUTPUTS a step; where they do not,
+ *   + OUTPUT_STEP * heads * chunks / SMs                                       kernel 3
+ *   (elsewhere kernel 3 runs at every P, the same time, and is left out).
+ * groups(n): 16-column tiles of an n-column state. blocks_per_sm is the count for stage 06's
+ * two-slot ring: chain_launch_shape takes two slots where they save a wave, so a launch runs
+ * in the waves the two-slot ring allows. The constants are fitted to the NVIDIA H200 sweep of
+ * docs/07 ("Choosing P": medians for P = 1 .. 64 at thirteen shapes): STEP_COST 1.8 for
+ * blocks of 2 tiles and 2.6 for blocks of 4 (inside the band that picks a P within 3 % of the
+ * best at every shape and never more segments for more heads: 1.72 .. 1.85 and 2.5 .. 2.7),
+ * 5.3 for blocks of 8 (measured, not fitted: ncu's replay step at (1, 65536, 8, 128, 128), P
+ * = 16, 3.7 us against a one-tile block's 0.69 at P = 1), FOLD_STEP_COST_8 3.0 for the fold's
+ * 8-tile step, which stores nothing a chunk, STEP_COST_WITH_OUTPUTS 4.8 (the replay's 8-tile
+ * step with output warps: 4.4 .. 5.0 fit) and OUTPUT_STEP 5.0 (kernel 3 a chunk of a head
+ * over the SMs, in one-tile steps: 4.5 .. 5.5 fit), SCAN_STEP (a scan step: K FMAs a column,
+ * the next map copied into shared memory meanwhile) and FIXED (the scan's launch and its
+ * first maps, two more launches, a fold's and a replay's pipeline start): 31, fitted to a
+ * sweep of 32 to 128 chunks (docs/07 "Choosing P": 30 .. 33 picks a good P at all of its six
+ * shapes; a FIXED of 14 cuts 64 chunks of 8 and 16 heads into 5 and 3 segments, 11 and 20 %
+ * slower than one; by ncu the scan alone takes 29 us at K = 64, P = 16, at one head or eight:
+ * some 50 one-tile steps), so that the chosen P is one whose measured time is within 3 % of
+ * the best (checked with a new sweep whenever stage 06's chain blocks change: docs/07). Where
+ * the heads' one-tile blocks alone give every SM a block, P = 1 without asking the model: the
+ * chain is then bound by the GPU's throughput, not one block's latency, and a fold mostly
+ * adds work (measured on an NVIDIA H200 at 32 heads of K = V = 128, 256 chunks: 2 segments
+ * 1.23 times one's time, 8 segments 1.08; 4, whose replay is 128 blocks with output warps,
+ * 0.963; P = 1 is kept there all the same, so that where the heads fill the GPU stage 07 runs
+ * exactly stage 06's launches). */
+enum chain_launch_kind { FOLD_LAUNCH, REPLAY_LAUNCH, REPLAY_WITH_OUTPUTS };
+/* one launch's modelled time; with REPLAY_WITH_OUTPUTS, *outputs_in_chain says whether its
+   blocks are the 8-tile ones that make o (stage 06's output warps) */
+static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
+                              double steps, chain_launch_kind kind, bool *outputs_in_chain)
+{
+    static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.8, 0.0, 2.6, 0.0, 0.0, 0.0, 5.3};
+    const double FOLD_STEP_COST_8 = 3.0, STEP_COST_WITH_OUTPUTS = 4.8;
+    const auto width_index = [](int tiles) { return tiles == 1 ? 0 : tiles == 2 ? 1 : tiles == 4 ? 2 : 3; }; /* log2 */
+    int widest = MAX_CHAIN_TILES; /* the widest blocks stage 06 makes (4 tiles with --precise) */
+    while (widest > 1 && blocks_per_sm[width_index(widest)] == 0)
+        widest /= 2;
+    const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms, widest, kind == REPLAY_WITH_OUTPUTS);
+    const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[width_index(tiles)];
+    const size_t slots = sms * (per_sm ? per_sm : 1);
+    const bool wide = tiles == MAX_CHAIN_TILES;
+    if (outputs_in_chain)
+        *outputs_in_chain = kind == REPLAY_WITH_OUTPUTS && wide;
+    /* a step's cost by the blocks' width; 8-tile blocks by what they do as well */
+    double cost = STEP_COST[tiles];
+    if (wide && kind == FOLD_LAUNCH)
+        cost = FOLD_STEP_COST_8;
+    else if (wide && kind == REPLAY_WITH_OUTPUTS)
+        cost = STEP_COST_WITH_OUTPUTS;
+    return (double)((blocks + slots - 1) / slots) * steps * cost;
+}
+
+static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
+                             size_t P)
+{
+    const double SCAN_STEP = 2.0, FIXED = 31.0, OUTPUT_STEP = 5.0;
+    const size_t value_groups = (size_t)round_up16(V) / 16, fold_groups = value_groups + (size_t)round_up16(K) / 16;
+    const double steps = (double)((chunks + P - 1) / P);
+    /* stage 06's output warps: K = V = 128 in 8-tile blocks (none with --precise) */
+    const bool outputs_possible = output_warps_shape(K, V) && blocks_per_sm[CHAIN_WIDTHS - 1] > 0;
+    bool outputs_in_chain = false;
+    const double replay = modelled_launch(heads * P * value_groups, value_groups, sms, blocks_per_sm, steps,
+                                          outputs_possible ? REPLAY_WITH_OUTPUTS : REPLAY_LAUNCH, &outputs_in_chain);
+    /* kernel 3, where P decides whether it runs: its blocks fill the GPU, so its time is its work */
+    const double outputs = outputs_possible && !outputs_in_chain ? OUTPUT_STEP * (double)(heads * chunks) / (double)sms : 0.0;
+    if (P == 1)
+        return replay + outputs;
+    const double fold = modelled_launch(heads * (P - 1) * fold_groups, fold_groups, sms, blocks_per_sm, steps, FOLD_LAUNCH, NULL);
+    return fold + replay + outputs + SCAN_STEP * (double)(P - 1) + FIXED;
+}
+
+extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t sms,
+                                             const size_t blocks_per_sm[CHAIN_WIDTHS])
+{
+    size_t best = 1;
+    if (sms == 0)
+        sms = 1;
+    if (heads * ((size_t)round_up16(V) / 16) >= sms) /* the heads fill the GPU */
+        return 1;
+    for (size_t P = 2; P <= MAX_AUTOMATIC_SEGMENTS && P <= chunks; P++)
+        if (modelled_steps(heads, K, V, chunks, sms, blocks_per_sm, P) < modelled_steps(heads, K, V, chunks, sms, blocks_per_sm, best))
+            best = P;
+    return best;
+}
+
+/* P: --segments, else the model's choice for this GPU (an H200's 132 SMs and one chain block
+ * of each width an SM when no device answers); at most one segment per chunk. */
+static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings *s)
+{
+    s->chunk = CHUNK;
+    const size_t chunks = chunks_of(p->T);
+    if (s->segments == 0) {
+        const int sms = gdn_sm_count();
+        size_t blocks_per_sm[CHAIN_WIDTHS];
+        /* the replay's kernel (no FOLD) in this mode (--precise's has more registers), with
+         * the two-slot ring: chain_launch_shape takes it where it gives fewer waves than the
+         * deepest, and two slots allow the most blocks an SM; staged, as it is where its
+         * blocks outnumber the SMs, the only case in which blocks an SM matter */
+        /* 06's slots for these sizes (at K = V = 64 those of the chain from v, which runs where
+           blocks outnumber SMs, the one case the count matters: chain_from_values_pays) */
+        const bool from_values = chain_from_values_sizes(p->K, p->V, p->H, p->T, s->precise);
+        for (int i = 0; i < CHAIN_WIDTHS; i++) { /* 1, 2, 4 and 8 tiles; 0: a width stage 06 does not make */
+            const chain_shape shallowest = two_slot_shape(1 << i, p->K, s->precise, true, from_values);
+            blocks_per_sm[i] = (1 << i) > widest_chain_tiles(s->precise) ? 0
+                               : s->precise                              ? chain_blocks_per_sm<true, false>(shallowest)
+                                                                         : chain_blocks_per_sm<false, false>(shallowest);
+        }
+        s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
+    }
+    if (s->segments > chunks) {
+        fprintf(stderr, "07_sequence_parallel: note: %zu segments for %zu chunks of %d tokens; clamped to %zu\n", s->segments,
+                chunks, (int)CHUNK, chunks);
+        s->segments = chunks;
+    }
+}
