@@ -65,4 +65,17 @@ __device__ __forceinline__ static void mma_tf32_16x8x8(float (&d)[4], const uint
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* The sums of a warp's products: sum r of n-tile j of a 16-row block at (row0, col0) sits at
+ * row row0 + g (+ 8 for r >= 2), column col0 + 8 j + 2 t (+ 1 for odd r); clear zeroes them. */
+__device__ __forceinline__ static int fragment_row(int row0, int r) { return row0 + (threadIdx.x % 32) / 4 + (r >= 2 ? 8 : 0); }
+__device__ __forceinline__ static int fragment_column(int col0, int j, int r) { return col0 + 8 * j + 2 * (threadIdx.x % 4) + (r & 1); }
+
+template <int TILES>
+__device__ __forceinline__ static void clear(float (&acc)[TILES][4])
+{
+#pragma unroll
+    for (int j = 0; j < TILES; j++)
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+}
+
 #endif

@@ -50,3 +50,4 @@ render context_parallel_gpu.gp context_parallel_gpu.dat
 render sequence_parallel.gp stage07_vs_T.dat
 render roofline.gp roofline_06.dat
 render stage06_steps.gp stage06_steps.dat
+render stage06_series.gp stage06_series.dat

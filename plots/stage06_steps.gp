@@ -5,7 +5,7 @@ load 'common.gp'
 set output out_dir.'/stage06_steps.png'
 file = data('stage06_steps.dat')
 set title sprintf("Stage 06 step by step: every step's code timed in one run, at two shapes\n%s", machine) noenhanced font ',16'
-set xlabel "step (docs/06_warp_specialized.md, \"The steps at a glance\")" noenhanced
+set xlabel "step (a commit of plots/stage06_steps.list)" noenhanced
 set ylabel "median time per forward pass (ms)"
 set logscale y
 set format y "%g"

@@ -188,37 +188,15 @@ static int producer_consumer_forward(const gdn_device_problem *p, const gdn_sett
     return 0;
 }
 
-static int producer_consumer_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
-{
-    (void)s;
-    const size_t heads = p->B * p->H;
-    /* the four parts, each a product that could overflow: checked like every size here */
-    size_t factors_gamma[3] = {heads, p->T, sizeof(double)}, gamma, chain, states, values;
-    size_t factors_chain[3] = {heads, chunks_of(p->T), chain_block_bytes(p->K, p->V)};
-    size_t factors_states[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), (size_t)round_up16(p->K), sizeof(bf16)};
-    size_t factors_values[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), CHUNK, sizeof(bf16)};
-    if (gdn_multiply_sizes(&gamma, 3, factors_gamma) || gdn_multiply_sizes(&chain, 3, factors_chain) ||
-        gdn_multiply_sizes(&states, 4, factors_states) || gdn_multiply_sizes(&values, 4, factors_values))
-        return -1;
-    *bytes = gamma + 16 + chain + states + values; /* + the alignment gap after gamma */
-    return 0;
-}
-
-static void producer_consumer_resolve_options(const gdn_problem *p, gdn_settings *s)
-{
-    (void)p;
-    s->chunk = CHUNK; /* fixed here; stage 05's flop count reads it */
-}
-
 extern "C" const gdn_stage producer_consumer_stage = {
     .name = "06b_producer_consumer",
     .idea = "06a with its chain fed by a producer warp: a TMA ring on full and empty mbarriers",
     .options = 0,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
-    .resolve_options = producer_consumer_resolve_options,
+    .resolve_options = tensor_core_chunks_resolve_options,
     .device_forward = producer_consumer_forward,
-    .device_workspace_bytes = producer_consumer_workspace,
+    .device_workspace_bytes = tensor_core_chunks_workspace,
     .runner = &gdn_cuda_runner,
     .bf16_inputs = 1,
 };

@@ -56,18 +56,6 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
     }
 }
 
-/* Where sum r of tile j sits: row row0 + g (+ 8 for r >= 2), column col0 + 8 j + 2 t (+ 1 for odd r). */
-__device__ __forceinline__ static int fragment_row(int row0, int r) { return row0 + (threadIdx.x % 32) / 4 + (r >= 2 ? 8 : 0); }
-__device__ __forceinline__ static int fragment_column(int col0, int j, int r) { return col0 + 8 * j + 2 * (threadIdx.x % 4) + (r & 1); }
-
-template <int TILES>
-__device__ __forceinline__ static void clear(float (&acc)[TILES][4])
-{
-#pragma unroll
-    for (int j = 0; j < TILES; j++)
-        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-}
-
 /* ---- the workspace ---- */
 
 /* Kernel 2's input block per chunk, laid out as its shared-memory slot (16-byte multiples):
@@ -285,3 +273,25 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
         }
 }
 
+/* the workspace's bytes and the fixed chunk, for the stage descriptors of 06a and 06b */
+static int tensor_core_chunks_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+{
+    (void)s;
+    const size_t heads = p->B * p->H;
+    /* the four parts, each a product that could overflow: checked like every size here */
+    size_t factors_gamma[3] = {heads, p->T, sizeof(double)}, gamma, chain, states, values;
+    size_t factors_chain[3] = {heads, chunks_of(p->T), chain_block_bytes(p->K, p->V)};
+    size_t factors_states[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), (size_t)round_up16(p->K), sizeof(bf16)};
+    size_t factors_values[4] = {heads * chunks_of(p->T), (size_t)round_up16(p->V), CHUNK, sizeof(bf16)};
+    if (gdn_multiply_sizes(&gamma, 3, factors_gamma) || gdn_multiply_sizes(&chain, 3, factors_chain) ||
+        gdn_multiply_sizes(&states, 4, factors_states) || gdn_multiply_sizes(&values, 4, factors_values))
+        return -1;
+    *bytes = gamma + 16 + chain + states + values; /* + the alignment gap after gamma */
+    return 0;
+}
+
+static void tensor_core_chunks_resolve_options(const gdn_problem *p, gdn_settings *s)
+{
+    (void)p;
+    s->chunk = CHUNK; /* fixed here; stage 05's flop count reads it */
+}

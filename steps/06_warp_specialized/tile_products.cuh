@@ -132,18 +132,6 @@ __device__ __forceinline__ static int causal_tiles(int row0, int col0)
 __device__ __forceinline__ static int causal_depth(int row0) { return row0 + 16; }
 
 
-/* Where sum r of tile j sits: row row0 + g (+ 8 for r >= 2), column col0 + 8 j + 2 t (+ 1 for odd r). */
-__device__ __forceinline__ static int fragment_row(int row0, int r) { return row0 + (threadIdx.x % 32) / 4 + (r >= 2 ? 8 : 0); }
-__device__ __forceinline__ static int fragment_column(int col0, int j, int r) { return col0 + 8 * j + 2 * (threadIdx.x % 4) + (r & 1); }
-
-template <int TILES>
-__device__ __forceinline__ static void clear(float (&acc)[TILES][4])
-{
-#pragma unroll
-    for (int j = 0; j < TILES; j++)
-        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-}
-
 /* A tile of tile_rows rows of bf16 into shared memory (row stride ld, in bf16): row i is the
  * `width` values at first_row + i row_stride, zero for rows i >= rows and for columns width ..
  * padded. Where width is a multiple of 8 (and so the rows 16-byte aligned), by cp.async:
