@@ -203,6 +203,99 @@ static __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
 }
 
 
+/* ---- the chain's state in MMA accumulators: what kernel 2 of 06a and of 06b computes ----
+ * A chain block holds 16 columns of one head's S (K x 16): warp w of its 4 owns rows 16 w ..
+ * and 16 (w + 4) .. (two m-tiles at K = 128), both 8-column n-tiles, as S[q][j][r], for the
+ * whole sequence (warp: threadIdx.x / 32, made once by the caller). Per chunk (eq. 13 and 15): S0^T out in bf16 (stage_state), Vnew = U - W S0
+ * (make_new_values), S = exp(gamma_C) S + Kdec^T Vnew (update_state); each step reads what the
+ * one before wrote to shared memory, so the caller puts a barrier between them. */
+__device__ __forceinline__ static void load_state(float (&S)[2][2][4], const gdn_device_problem &p, size_t head, size_t column0, int warp)
+{
+    const int K = (int)p.K;
+#pragma unroll
+    for (int q = 0; q < 2; q++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int m = fragment_row(16 * (warp + 4 * q), r);
+                const size_t column = column0 + fragment_column(0, j, r);
+                S[q][j][r] = p.h0 && m < K && column < p.V ? p.h0[(head * K + m) * p.V + column] : 0.0f;
+            }
+}
+
+/* S0^T in bf16: into S_t (row stride LDK) for Vnew, and into the workspace for kernel 3 */
+__device__ __forceinline__ static void stage_state(const float (&S)[2][2][4], int warp, int KP, int LDK, bf16 *S_t, bf16 *states_t)
+{
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        if (16 * (warp + 4 * q) >= KP)
+            continue;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int m = fragment_row(16 * (warp + 4 * q), r), c = fragment_column(0, j, r);
+                const bf16 value = __float2bfloat16_rn(S[q][j][r]);
+                S_t[c * LDK + m] = value;
+                states_t[c * KP + m] = value;
+            }
+    }
+}
+
+/* Vnew = U - W S0 (eq. 13), rows 16 warp .. of the chunk, in bf16: into Vnew_t for the update
+ * and into the workspace for kernel 3 */
+__device__ __forceinline__ static void make_new_values(int warp, const bf16 *W, const float *U_t, const bf16 *S_t, int LDK, int KP,
+                                                       bf16 *Vnew_t, bf16 *new_values_t)
+{
+    float acc[2][4];
+    clear(acc);
+    warp_product(acc, W, LDK, S_t, LDK, 16 * warp, 0, KP);
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int i = fragment_row(16 * warp, r), c = fragment_column(0, j, r);
+            const bf16 value = __float2bfloat16_rn(U_t[c * CHUNK + i] - acc[j][r]);
+            Vnew_t[c * TOKEN_STRIDE + i] = value;
+            new_values_t[c * CHUNK + i] = value;
+        }
+}
+
+/* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15), in the accumulators */
+__device__ __forceinline__ static void update_state(float (&S)[2][2][4], int warp, float decay, const bf16 *keys_t, const bf16 *Vnew_t, int KP)
+{
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        if (16 * (warp + 4 * q) >= KP)
+            continue;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                S[q][j][r] *= decay;
+        warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_t, TOKEN_STRIDE, 16 * (warp + 4 * q), 0, CHUNK);
+    }
+}
+
+/* the last state into ht */
+__device__ __forceinline__ static void store_state(const float (&S)[2][2][4], const gdn_device_problem &p, size_t head, size_t column0,
+                                                   int warp, float *ht)
+{
+    const int K = (int)p.K;
+#pragma unroll
+    for (int q = 0; q < 2; q++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int m = fragment_row(16 * (warp + 4 * q), r);
+                const size_t column = column0 + fragment_column(0, j, r);
+                if (m < K && column < p.V)
+                    ht[(head * K + m) * p.V + column] = S[q][j][r];
+            }
+}
+
 /* ---- kernel 3: one block per (head, chunk, 64 columns of o), 8 warps as in kernel 1 ----
  *     P = lower(Q K^T exp(gamma_i - gamma_j))                       (eq. 14)
  *     o = scale (exp(gamma) Q S0 + P Vnew)                          (eq. 14)

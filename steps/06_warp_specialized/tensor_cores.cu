@@ -69,17 +69,8 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(g
     bf16 *states_t = w.states_t + head * chunks * VP * KP + column0 * KP;
     bf16 *new_values_t = w.new_values_t + head * chunks * VP * CHUNK + column0 * CHUNK;
 
-    float S[2][2][4]; /* [m-tile of this warp][n-tile][sum]: S rows 16 (warp + 4 q) .., columns column0 + 8 j .. */
-#pragma unroll
-    for (int q = 0; q < 2; q++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * (warp + 4 * q), r);
-                const size_t column = column0 + fragment_column(0, j, r);
-                S[q][j][r] = p.h0 && m < K && column < V ? p.h0[(head * K + m) * V + column] : 0.0f;
-            }
+    float S[2][2][4]; /* [m-tile of this warp][n-tile][sum]: load_state says which */
+    load_state(S, p, head, column0, warp);
     for (int ahead = 0; ahead < CHAIN_STAGES - 1; ahead++) {
         if ((size_t)ahead < chunks)
             fetch_chain_slot(slots + ahead * slot_bytes, blocks + ahead * block_bytes, K, V, column0);
@@ -97,65 +88,19 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) chunk_states_kernel(g
         __pipeline_commit();
 
         /* S0^T in bf16: here for Vnew, in the workspace for kernel 3 */
-#pragma unroll
-        for (int q = 0; q < 2; q++) {
-            if (16 * (warp + 4 * q) >= KP)
-                continue;
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int m = fragment_row(16 * (warp + 4 * q), r), c = fragment_column(0, j, r);
-                    const bf16 value = __float2bfloat16_rn(S[q][j][r]);
-                    S_t[c * LDK + m] = value;
-                    states_t[c * KP + m] = value;
-                }
-        }
+        stage_state(S, warp, KP, LDK, S_t, states_t);
         states_t += VP * KP;
         __pipeline_wait_prior(CHAIN_STAGES - 1);
         __syncthreads();
 
-        /* Vnew = U - W S0 (eq. 13): rows 16 warp .. of the chunk */
-        float acc[2][4];
-        clear(acc);
-        warp_product(acc, W, LDK, S_t, LDK, 16 * warp, 0, KP);
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int i = fragment_row(16 * warp, r), c = fragment_column(0, j, r);
-                const bf16 value = __float2bfloat16_rn(U_t[c * CHUNK + i] - acc[j][r]);
-                Vnew_t[c * TOKEN_STRIDE + i] = value;
-                new_values_t[c * CHUNK + i] = value;
-            }
+        make_new_values(warp, W, U_t, S_t, LDK, KP, Vnew_t, new_values_t); /* eq. 13 */
         new_values_t += VP * CHUNK;
         __syncthreads();
 
-        /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15), in the accumulators */
         const float decay = U_t[CHAIN_COLUMNS * CHUNK]; /* after the wait: it came with the slot */
-#pragma unroll
-        for (int q = 0; q < 2; q++) {
-            if (16 * (warp + 4 * q) >= KP)
-                continue;
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-                    S[q][j][r] *= decay;
-            warp_product(S[q], keys_t, TOKEN_STRIDE, Vnew_t, TOKEN_STRIDE, 16 * (warp + 4 * q), 0, CHUNK);
-        }
+        update_state(S, warp, decay, keys_t, Vnew_t, KP); /* eq. 15 */
     }
-#pragma unroll
-    for (int q = 0; q < 2; q++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * (warp + 4 * q), r);
-                const size_t column = column0 + fragment_column(0, j, r);
-                if (m < K && column < V)
-                    ht[(head * K + m) * V + column] = S[q][j][r];
-            }
+    store_state(S, p, head, column0, warp, ht);
 }
 
 
