@@ -6,7 +6,9 @@
     python3 plots/same_machine_code.py before.cubin after.cubin
 
 Prints, for each kernel of the first cubin, "same" where the second has the same bytes in the
-kernel's .text section, else how many of its 16-byte instructions differ (or "missing"). Same
+kernel's .text section, else how many of its 16-byte instructions differ. A kernel whose name
+the second cubin lacks (its template's parameters renamed) is matched by its bytes: "same as"
+the second's kernel with those bytes, else "missing". Same
 machine code runs at the same speed: a change meant for one kernel can be checked to leave the
 others alone with no GPU at all (docs/06 checks kernel changes so). A cubin is an ELF file; this
 reads its section headers and needs nothing else (no cuobjdump).
@@ -40,7 +42,8 @@ def main():
     for name, code in before.items():
         other = after.get(name)
         if other is None:
-            verdict = "missing"
+            twins = [twin for twin, twin_code in after.items() if twin_code == code]
+            verdict = "same as %s" % twins[0] if twins else "missing"
         elif other == code:
             verdict = "same"
         else:

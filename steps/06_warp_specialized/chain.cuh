@@ -6,12 +6,12 @@
  * kernel 3), Vnew = U - W S0, Vnew to B fragments (and Vnew^T out), S = exp(gamma_C) S +
  * Kdec^T Vnew. Where the chain makes Vnew from v (FROM_VALUES), the same products take the k
  * tile in W's place: Y = K S0, Z = diag(beta) V - diag(beta e^gamma) Y, Vnew = Tm Z, and S =
- * exp(gamma_C) S + K^T (diag(d) Vnew). With OUTPUTS the block hands its warps to the roles of
- * fused_outputs.cuh. With FOLD (stage 07) the state is [A | B] from [I | 0], and the block
- * leaves the segment's map. The step is compiled with its key tiles and strides known where
- * that pays (chunk_step), and the ring's slot and pass are counted, not divided. Three entries,
- * each bound by its widest block: chunk_states_kernel (W and U), chunk_states_from_values_kernel
- * (Vnew from v) and chunk_states_outputs_kernel (output warps).
+ * exp(gamma_C) S + K^T (diag(d) Vnew). The state the block carries is its Columns (state_columns:
+ * S; chain_ring.cuh). The step is compiled with its key tiles and strides known where
+ * that pays (chunk_step), and the ring's slot and pass are counted, not divided. Two entries,
+ * each bound by its widest block: chunk_states_kernel (W and U) and
+ * chunk_states_from_values_kernel (Vnew from v); the third, with output warps, is
+ * fused_outputs.cuh's chunk_states_outputs_kernel.
  *
  * Cost and bound: per chunk and consumer warp, two dependent MMA chains (Vnew's, depth K; the
  * update's, depth 64; from v, Z and Tm's products, four deep, between them) on 8 or 16
@@ -32,174 +32,237 @@
  * 128 columns, 29 KB at 16: values_slot_bytes), 168 registers at two n-tiles a warp, 164 and
  * 144 (staged) at one. With output warps: fused_outputs.cuh.
  *
- * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ * Included by warp_specialized.cuh.
  */
 #pragma once
-template <bool PRECISE, bool FOLD, int NTILES, bool STAGED, bool OUTPUTS, bool BESIDE = false, bool FROM_VALUES = false>
-__device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_workspace w, chain_segments segments,
-                                                   int stages, const CUtensorMap *o_map, const CUtensorMap *q_map, const CUtensorMap *k_map,
-                                                   const CUtensorMap *v_map)
+/* Where a chain block is: its head and segment, its chunks first .. end - 1, and its state
+ * columns block_column0 .. + block_columns - 1 (tiles 16-column tiles; a head's columns in
+ * groups of block_columns, a group per block, the groups of one segment, then the segments of
+ * one head, then the heads) */
+typedef struct {
+    size_t head, segment, first, end;
+    int block_column0, block_columns, tiles;
+} chain_place;
+__device__ __forceinline__ static chain_place place_chain_block(const chain_segments &segments, size_t chunks, int columns,
+                                                                 int block_columns)
 {
-    static_assert(!(FOLD && STAGED), "a fold stores nothing for kernel 3");
-    static_assert(!OUTPUTS || (STAGED && !PRECISE && NTILES == 2), "output warps read the staging tiles of 8-tile blocks, bf16 only");
-    static_assert(!FROM_VALUES || (!PRECISE && !OUTPUTS), "Vnew from v: bf16 only, and the output warps' chain has its own");
-    if constexpr (OUTPUTS && !HAVE_SETMAXNREG) { /* the compute_90 PTX: never run on an H200 */
-        __trap();
-        return;
+    const size_t groups = (columns + block_columns - 1) / block_columns, group = blockIdx.x % groups;
+    chain_place at;
+    at.segment = blockIdx.x / groups % segments.runs, at.head = blockIdx.x / groups / segments.runs;
+    at.first = segment_chunk(at.segment, segments.count, chunks), at.end = segment_chunk(at.segment + 1, segments.count, chunks);
+    at.block_column0 = (int)group * block_columns, at.block_columns = block_columns, at.tiles = block_columns / 16;
+    return at;
+}
+/* The ring: `stages` slots of slot_bytes from `slots`, and each slot's full and empty mbarriers */
+typedef struct {
+    unsigned char *slots;
+    uint64_t *full, *empty;
+    int slot_bytes, stages;
+} chain_ring;
+
+/* The producer's lane: each chunk's operands into the ring, as far ahead as the ring allows.
+ * W and U: W (and W_low), the decayed keys, this block's rows of U_t (its state columns that
+ * have values, from value_column0: the columns before carry none) and the decay. From v
+ * (FROM_VALUES): the k tile, the transform block, the decay and the block's v tile. */
+template <chain_operands OPERANDS>
+__device__ __forceinline__ static void fill_chain_ring(const gdn_device_problem &p, const chunk_workspace &w, const chain_place &at,
+                                                       const chain_ring &ring, int value_column0, const CUtensorMap *k_map,
+                                                       const CUtensorMap *v_map)
+{
+    constexpr bool PRECISE = OPERANDS == SPLIT_W_AND_U, FROM_VALUES = OPERANDS == TRANSFORM_AND_V;
+    const int K = (int)p.K, VP = round_up16(p.V), block_column0 = at.block_column0, block_columns = at.block_columns, tiles = at.tiles;
+    const size_t V = p.V, chunks = chunks_of(p.T), head = at.head, first = at.first, end = at.end;
+    const int u_offset = (int)chain_u_offset(p.K, PRECISE), stages = ring.stages, slot_bytes = ring.slot_bytes;
+    const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
+    const unsigned char *blocks = w.chain + head * chunks * block_bytes;
+    unsigned char *const slots = ring.slots;
+    uint64_t *const full = ring.full, *const empty = ring.empty;
+    /* this block's rows of U_t: its state columns that have values */
+    const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
+    const int u_end = block_column0 + block_columns < value_column0 + VP ? block_column0 + block_columns : value_column0 + VP;
+    const uint32_t u_row = CHUNK * sizeof(chain_u_type<PRECISE>); /* bytes of a row of U_t */
+    const uint32_t u_bytes = u_first < u_end ? (uint32_t)(u_end - u_first) * u_row : 0;
+    const uint32_t decay_to = (uint32_t)(u_offset + block_columns * u_row);
+    for (size_t chunk = first; chunk < end; chunk++) {
+        const size_t j = chunk - first;
+        const int s = (int)(j % stages);
+        if (j >= (size_t)stages) /* the consumers are done with chunk j - stages */
+            barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
+        unsigned char *slot = slots + s * slot_bytes;
+        const unsigned char *block = blocks + chunk * block_bytes;
+        if constexpr (FROM_VALUES) { /* the k tile, the transform block, the decay, the block's v tile */
+            const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
+            const bool has_values = block_column0 + block_columns > value_column0;
+            const int values_first = block_column0 > value_column0 ? block_column0 : value_column0; /* the tile's first column */
+            const uint32_t values_bytes =
+                has_values ? (uint32_t)(CHUNK * values_tile_stride(values_tile_columns(tiles, V)) * sizeof(bf16)) : 0;
+            barrier_arrive_expecting(&full[s], (uint32_t)(chain_w_bytes(K) + TRANSFORM_BYTES + 16) + values_bytes);
+            tensor_copy_3d(slot, k_map, h * K, t0, b, &full[s]);
+            bulk_copy(slot + values_slot_transform_offset(K), w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES,
+                      (uint32_t)TRANSFORM_BYTES, &full[s]);
+            bulk_copy(slot + values_slot_decay_offset(K), block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
+            if (has_values) /* state column c is column c - value_column0 of the head's v */
+                tensor_copy_3d(slot + values_slot_values_offset(K), v_map, h * (int)V + values_first - value_column0, t0, b, &full[s]);
+            continue;
+        }
+        barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);
+        bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
+        if (u_bytes)
+            bulk_copy(slot + u_offset + (u_first - block_column0) * u_row,
+                      block + u_offset + (size_t)(u_first - value_column0) * u_row, u_bytes, &full[s]);
+        bulk_copy(slot + decay_to, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
     }
+}
+
+/* From v (eq. 13 regrouped, as the output warps' chain does: chain_states_role): `values`
+ * holds Y = K S0 for this warp's NTILES n-tiles and leaves as Vnew = U - W S0 = Tm Z, Z =
+ * diag(beta) V - diag(beta e^gamma) Y. Tm (swizzled) and beta, beta e^gamma from the slot's
+ * transform block; this warp's columns of the v tile, rows LDV_STEP bf16 apart (none where
+ * the columns have no values: `identity`). */
+template <int NTILES>
+__device__ __forceinline__ static void new_values_from_transform(float (&values)[NTILES][4][4], const bf16 *Tm, const float *beta,
+                                                                 const float *scaled_beta, const bf16 *values_tile, int LDV_STEP,
+                                                                 bool identity)
+{
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    /* Z in fp32, this lane's pairs of V (token rows g and g + 8 of tile i, columns 2t, 2t + 1) by
+     * 4-byte loads; then as B fragments, the depth of Tm's products */
+    uint32_t z[NTILES][4][2];
+#pragma unroll
+    for (int u = 0; u < NTILES; u++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int token = 16 * i + g + 8 * half;
+                uint32_t pair = 0; /* columns without values: V is zero there */
+                if (!identity)
+                    pair = *(const uint32_t *)&values_tile[token * LDV_STEP + 8 * u + 2 * t];
+                const __nv_bfloat162 two = *(const __nv_bfloat162 *)&pair;
+                const float factor = beta[token], scaled_factor = scaled_beta[token];
+                values[u][i][2 * half] = factor * __low2float(two) - scaled_factor * values[u][i][2 * half];
+                values[u][i][2 * half + 1] = factor * __high2float(two) - scaled_factor * values[u][i][2 * half + 1];
+            }
+            to_b_fragment<false>(z[u][i], values[u][i]);
+        }
+    /* Vnew's token tile i = Z_i + sum over kk <= i of lower(Tm)[i][kk] Z_kk: the sums start
+     * at Z (Tm's diagonal of ones, in fp32); each A fragment of Tm serves every n-tile */
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int kk = 0; kk <= i; kk++) {
+            uint32_t a[4];
+            load_a_fragment_swizzled(a, Tm, 16 * i, 16 * kk);
+#pragma unroll
+            for (int u = 0; u < NTILES; u++)
+                mma_bf16_16x8x16(values[u][i], a, z[u][kk]);
+        }
+}
+
+/* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15) for this warp's NTILES n-tiles: key m-tiles 16 q
+ * .., depth 64; each A fragment of the decayed keys (keys_t, rows TOKEN_STRIDE apart) serves
+ * every n-tile, and `value` holds Vnew's B fragments (value_low their low terms with
+ * SPLIT_W_AND_U). From v (TRANSFORM_AND_V): K^T (diag(d) Vnew), K^T's fragments from the k
+ * tile (`keys`, rows LDK_STEP apart) by ldmatrix.trans, `decayed_value` diag(d) Vnew's.
+ * TILES: the key tiles where the compiler knows them (chain_block's chunk_step), else 0 and KP. */
+template <chain_operands OPERANDS, int NTILES, int TILES, int VALUE_TILES, int LOW_TILES, int DECAYED_TILES>
+__device__ __forceinline__ static void update_state(float (&S)[NTILES][MAX_K / 16][4], float decay, const bf16 *keys_t, const bf16 *keys,
+                                                    int LDK_STEP, int KP, const uint32_t (&value)[VALUE_TILES][4][2],
+                                                    const uint32_t (&value_low)[LOW_TILES][4][2],
+                                                    const uint32_t (&decayed_value)[DECAYED_TILES][4][2])
+{
+    constexpr bool PRECISE = OPERANDS == SPLIT_W_AND_U, FROM_VALUES = OPERANDS == TRANSFORM_AND_V;
+    constexpr int KEY_TILES = MAX_K / 16;
+#pragma unroll
+    for (int q = 0; q < KEY_TILES; q++) {
+        if (TILES ? q >= TILES : 16 * q >= KP)
+            break;
+#pragma unroll
+        for (int u = 0; u < NTILES; u++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                S[u][q][r] *= decay;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t a[4];
+            if constexpr (FROM_VALUES)
+                load_a_fragment_transposed(a, keys, LDK_STEP, 16 * q, 16 * i);
+            else
+                load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
+#pragma unroll
+            for (int u = 0; u < NTILES; u++) {
+                mma_bf16_16x8x16(S[u][q], a, FROM_VALUES ? decayed_value[FROM_VALUES ? u : 0][i] : value[u][i]);
+                if (PRECISE)
+                    mma_bf16_16x8x16(S[u][q], a, value_low[PRECISE ? u : 0][i]);
+            }
+        }
+    }
+}
+
+/* f(u, q, r, m, c) for each of this lane's elements of a warp's state: n-tile u, m-tile q,
+ * accumulator r, at row m and state column c (the warp's columns from column0) */
+template <int NTILES, typename Element>
+__device__ __forceinline__ static void for_each_state_element(int column0, Element f)
+{
+#pragma unroll
+    for (int u = 0; u < NTILES; u++)
+#pragma unroll
+        for (int q = 0; q < MAX_K / 16; q++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                f(u, q, r, fragment_row(16 * q, r), column0 + 8 * u + fragment_column(0, 0, r));
+}
+
+/* The chain block (eq. 13-15). Its compile-time parameters: what it reads (OPERANDS: W and U,
+ * W and U with low terms, or the transform block and v) and how S0^T and Vnew^T leave (STAGED);
+ * its width (NTILES n-tiles a consumer warp) and the state it carries (Columns). */
+template <chain_operands OPERANDS, bool STAGED, class Columns, int NTILES>
+__device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_workspace w, chain_segments segments,
+                                                   int stages, const CUtensorMap *k_map, const CUtensorMap *v_map)
+{
+    constexpr bool PRECISE = OPERANDS == SPLIT_W_AND_U, FROM_VALUES = OPERANDS == TRANSFORM_AND_V;
+    static_assert(Columns::HAS_OUTPUTS || !STAGED, "a chain that feeds no outputs stores nothing for them");
     constexpr int KEY_TILES = MAX_K / 16; /* m-tiles of S a warp may hold */
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, KP = round_up16(p.K), LDK = key_stride(p.K), VP = round_up16(p.V);
-    const int columns = FOLD ? KP + VP : VP, value_column0 = FOLD ? KP : 0; /* state columns; where U's begin */
-    /* consumers: the chain's warps, 0 .. consumers - 1; the producer is warp `consumers`, or
-       with OUTPUTS warp OUTPUT_PRODUCER_WARP (warps 8 .. 15 are the output warps) */
-    const int consumers = OUTPUTS ? MAX_CHAIN_TILES : blockDim.x / 32 - 1, block_columns = 8 * NTILES * consumers, tiles = block_columns / 16;
-    const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = segments.runs;
-    const size_t groups = (columns + block_columns - 1) / block_columns, group = blockIdx.x % groups;
-    const size_t segment = blockIdx.x / groups % runs, head = blockIdx.x / groups / runs;
-    const size_t first = segment_chunk(segment, P, chunks), end = segment_chunk(segment + 1, P, chunks);
+    /* state columns; where U's (and v's) begin: the columns before carry no values */
+    const int columns = Columns::count(KP, VP), value_column0 = Columns::first_value_column(KP);
+    /* consumers: the chain's warps, 0 .. consumers - 1; the producer is warp `consumers` */
+    const int consumers = blockDim.x / 32 - 1;
+    const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count;
+    const chain_place at = place_chain_block(segments, chunks, columns, 8 * NTILES * consumers);
+    const size_t segment = at.segment, head = at.head, first = at.first, end = at.end;
+    const int block_column0 = at.block_column0, block_columns = at.block_columns, tiles = at.tiles;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int block_column0 = (int)group * block_columns;
-    const int slot_bytes = OUTPUTS ? (int)output_slot_bytes() : FROM_VALUES ? (int)values_slot_bytes(p.K, tiles) : (int)chain_slot_bytes(p.K, PRECISE, tiles);
+    const int slot_bytes = FROM_VALUES ? (int)values_slot_bytes(p.K, tiles) : (int)chain_slot_bytes(p.K, PRECISE, tiles);
     const int u_offset = (int)chain_u_offset(p.K, PRECISE);
-    const size_t block_bytes = chain_block_bytes(p.K, V, PRECISE);
-    const unsigned char *blocks = w.chain + head * chunks * block_bytes;
-    /* with OUTPUTS from a 1024-byte boundary, for the swizzled tiles (output_tiles); FROM_VALUES
-       from a 128-byte one, for the tensor copies */
-    unsigned char *slots = OUTPUTS ? SHARED_AT_1024_BYTES(ring) : FROM_VALUES ? SHARED_AT_128_BYTES(ring) : (unsigned char *)ring;
+    /* FROM_VALUES: from a 128-byte boundary, for the tensor copies */
+    unsigned char *slots = FROM_VALUES ? SHARED_AT_128_BYTES(ring) : (unsigned char *)ring;
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
-    /* OUTPUTS: each slot's q, k and v tiles, then the hand-over barriers between the chain's warps
-       and the output warps: staging tiles written (staged_full), S0^T and Vnew^T read (states_free,
-       values_free); before them the tiles' own barriers a slot (tiles_full, tiles_empty):
-       with OUTPUTS a slot's transform block (full, empty) is free once the chain has made Vnew,
-       its q, k and v once the output warps have made o and the chain its update (docs/06,
-       "output warps and wgmma") */
-    bf16 *const output_tiles = OUTPUTS ? (bf16 *)(slots + output_tiles_offset()) : NULL;
-    uint64_t *const tiles_full = OUTPUTS ? output_barriers(output_tiles) : NULL, *const tiles_empty = tiles_full + stages;
-    uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
+    const chain_ring the_ring = {slots, full, empty, slot_bytes, stages};
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; s++) {
             barrier_init(&full[s], 1);
-            barrier_init(&empty[s], 32 * consumers); /* the threads that read a slot's W and U (its transform block) */
-            if (OUTPUTS) {
-                barrier_init(&tiles_full[s], 1);
-                barrier_init(&tiles_empty[s], 32 * (consumers + OUTPUT_WARPS)); /* the threads that read its q or k */
-            }
-        }
-        if (OUTPUTS) {
-            barrier_init(staged_full, 32 * consumers);
-            barrier_init(states_free, 32 * OUTPUT_WARPS);
-            barrier_init(values_free, 32 * OUTPUT_WARPS);
+            barrier_init(&empty[s], 32 * consumers); /* the threads that read a slot */
         }
         barrier_init_fence(); /* visible to the TMA unit */
     }
     __syncthreads(); /* the block's only barrier */
-    wait_for_previous_kernel(); /* kernel 1's W, keys and U (and in stage 07 the scan's starts) */
+    wait_for_previous_kernel(); /* kernel 1's W, keys and U (or the scan's starts) */
     if (segments.outputs_early && threadIdx.x == 0) /* kernel 3's blocks may be placed now */
         let_next_kernel_start();
 
-    /* Each role returns where it ends, so that with OUTPUTS the chain's code below is reached
-       only after its registers grew (ptxas allocates by those regions) */
-    if (OUTPUTS ? warp >= OUTPUT_PRODUCER_WARP : warp == consumers) { /* the producer */
-        if constexpr (OUTPUTS)
-            set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* its whole warpgroup gives registers back */
-        if constexpr (OUTPUTS)
-            if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q, k and v (kernel 3's tensor copies) */
-                const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
-                const int b = (int)(head / p.H), h = (int)(head % p.H);
-                /* and takes o out: the output warps leave chunk c's o in its slot's q tile, in q's
-                   swizzled layout, and the slot is empty (tiles_empty) once they and the chain's
-                   update are done with it; two tensor stores (o's map: q's boxes) write it, rows
-                   past T dropped, and once they have read the tile the slot takes the next q */
-                const auto store_o = [&](size_t c) {
-                    const int s = (int)((c - first) % stages);
-                    barrier_wait(&tiles_empty[s], (uint32_t)(((c - first) / stages) & 1));
-                    for (int panel = 0; panel < 2; panel++)
-                        tensor_store_3d(o_map, h * (int)V + 64 * panel, (int)(c * CHUNK), b, output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE + panel * CHUNK * 64);
-                    bulk_store_commit();
-                    bulk_store_wait_read();
-                };
-                for (size_t chunk = first; chunk < end; chunk++) {
-                    const size_t j = chunk - first;
-                    const int s = (int)(j % stages), t0 = (int)(chunk * CHUNK);
-                    if (j >= (size_t)stages) /* chunk j - stages's o out of the slot */
-                        store_o(chunk - stages);
-                    barrier_arrive_expecting(&tiles_full[s], OUTPUT_TILES_PER_SLOT * key_tile_bytes);
-                    bf16 *const q_tile = output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
-                    for (int panel = 0; panel < 2; panel++) { /* 64 keys (or values) each, swizzled by the maps */
-                        tensor_copy_3d(q_tile + panel * CHUNK * 64, q_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
-                        tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, k_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
-                        tensor_copy_3d(q_tile + 2 * OUTPUT_TILE + panel * CHUNK * 64, v_map, h * (int)V + 64 * panel, t0, b, &tiles_full[s]);
-                    }
-                }
-                for (size_t chunk = end - first > (size_t)stages ? end - stages : first; chunk < end; chunk++) /* the last chunks' o */
-                    store_o(chunk);
-                bulk_store_wait(); /* o written before the block ends */
-            }
-        if (OUTPUTS ? warp == OUTPUT_PRODUCER_WARP && lane == 0 : lane == 0) { /* one lane brings each chunk's W, keys and U (with OUTPUTS its transform block) */
-            /* this block's rows of U_t: its state columns that are U's (not the identity of a fold) */
-            const int u_first = block_column0 > value_column0 ? block_column0 : value_column0;
-            const int u_end = block_column0 + block_columns < value_column0 + VP ? block_column0 + block_columns : value_column0 + VP;
-            const uint32_t u_row = CHUNK * sizeof(chain_u_type<PRECISE>); /* bytes of a row of U_t */
-            const uint32_t u_bytes = u_first < u_end ? (uint32_t)(u_end - u_first) * u_row : 0;
-            const uint32_t decay_to = (uint32_t)(u_offset + block_columns * u_row);
-            for (size_t chunk = first; chunk < end; chunk++) {
-                const size_t j = chunk - first;
-                const int s = (int)(j % stages);
-                if (j >= (size_t)stages) /* the consumers are done with chunk j - stages */
-                    barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
-                unsigned char *slot = slots + s * slot_bytes;
-                const unsigned char *block = blocks + chunk * block_bytes;
-                if constexpr (OUTPUTS) { /* the transform block (already swizzled) and the decay after it */
-                    if constexpr (BESIDE) {
-                        wait_until_prepared(w, head, chunks, chunk);
-                        asm volatile("fence.proxy.async.global;" ::: "memory"); /* kernel 1's stores, ordered by the flag, before the TMA unit's reads */
-                    }
-                    barrier_arrive_expecting(&full[s], (uint32_t)(TRANSFORM_BYTES + 16));
-                    bulk_copy(slot, w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES, (uint32_t)TRANSFORM_BYTES, &full[s]);
-                    bulk_copy(slot + TRANSFORM_BYTES, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
-                    continue;
-                }
-                if constexpr (FROM_VALUES) { /* the k tile, the transform block, the decay, the block's v tile */
-                    const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
-                    const bool has_values = block_column0 + block_columns > value_column0; /* not all identity columns (a fold's) */
-                    const int values_first = block_column0 > value_column0 ? block_column0 : value_column0; /* the tile's first column */
-                    const uint32_t values_bytes =
-                        has_values ? (uint32_t)(CHUNK * values_tile_stride(values_tile_columns(tiles, V)) * sizeof(bf16)) : 0;
-                    barrier_arrive_expecting(&full[s], (uint32_t)(chain_w_bytes(K) + TRANSFORM_BYTES + 16) + values_bytes);
-                    tensor_copy_3d(slot, k_map, h * K, t0, b, &full[s]);
-                    bulk_copy(slot + values_slot_transform_offset(K), w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES,
-                              (uint32_t)TRANSFORM_BYTES, &full[s]);
-                    bulk_copy(slot + values_slot_decay_offset(K), block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
-                    if (has_values) /* state column c is column c - value_column0 of the head's v */
-                        tensor_copy_3d(slot + values_slot_values_offset(K), v_map, h * (int)V + values_first - value_column0, t0, b, &full[s]);
-                    continue;
-                }
-                barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);
-                bulk_copy(slot, block, (uint32_t)u_offset, &full[s]); /* W (W_low), keys_t */
-                if (u_bytes)
-                    bulk_copy(slot + u_offset + (u_first - block_column0) * u_row,
-                              block + u_offset + (size_t)(u_first - value_column0) * u_row, u_bytes, &full[s]);
-                bulk_copy(slot + decay_to, block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
-            }
-        }
-        return;
-    }
-    if constexpr (OUTPUTS) {
-        if (warp >= consumers) { /* the output warps */
-            set_max_registers<OUTPUT_ROLE_REGISTERS>();
-            chunk_outputs_role<BESIDE>(p, w, head, first, end, slots);
-            return;
-        }
-        set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups, by wgmma */
-        chain_states_role(p, segments, head, segment, first, end, slots, stages);
+    if (warp == consumers) { /* the producer */
+        if (lane == 0)
+            fill_chain_ring<OPERANDS>(p, w, at, the_ring, value_column0, k_map, v_map);
         return;
     }
 
     /* a consumer: state columns column0 .. column0 + 8 NTILES - 1, n-tile u: column0 + 8 u .. */
     const int column0 = block_column0 + 8 * NTILES * warp;
-    const bool has_columns = column0 < columns, identity = FOLD && column0 < KP; /* identity: U is zero there */
+    /* a column before value_column0 has no values: U and v are zero there */
+    const bool has_columns = column0 < columns, identity = Columns::first_value_column(KP) != 0 && column0 < value_column0;
     bf16 *states_t = w.states_t + (head * chunks + first) * VP * LDK + column0 * LDK;
     bf16 *new_values_t = w.new_values_t + (head * chunks + first) * VP * TOKEN_STRIDE + column0 * TOKEN_STRIDE;
     const size_t low_offset = PRECISE ? w.states_low_t - w.states_t : 0, new_low_offset = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
@@ -210,20 +273,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     bf16 *stage_states_low = stage_values + ROWS * TOKEN_STRIDE, *stage_values_low = stage_states_low + ROWS * LDK;
 
     float S[NTILES][KEY_TILES][4]; /* n-tile u, m-tile q: rows 16 q + g (+ 8), columns column0 + 8 u + 2t (+ 1) */
-#pragma unroll
-    for (int u = 0; u < NTILES; u++)
-#pragma unroll
-        for (int q = 0; q < KEY_TILES; q++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * q, r), c = column0 + 8 * u + fragment_column(0, 0, r);
-                float start = 0.0f;
-                if (FOLD)
-                    start = m == c && m < K ? 1.0f : 0.0f; /* [I | 0] */
-                else if (segments.starts && m < K && c < (int)V)
-                    start = segments.starts[((head * P + segment) * K + m) * V + c];
-                S[u][q][r] = start;
-            }
+    for_each_state_element<NTILES>(column0, [&](int u, int q, int r, int m, int c) { S[u][q][r] = Columns::start(segments, head, segment, m, c, K, V); });
 
     /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring:
        counted: dividing a 64-bit j puts some 20 dependent instructions before each wait
@@ -285,7 +335,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     to_b_fragment<false>(state[u], S[u][q]);
                     if (PRECISE)
                         to_b_fragment<true>(state_low[PRECISE ? u : 0], S[u][q]);
-                    if (!FOLD)
+                    if (Columns::HAS_OUTPUTS)
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
                             const int at = (8 * u + g) * LDK_STEP + 16 * q + 8 * half + 2 * t;
@@ -312,42 +362,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     }
                 }
             }
-            if constexpr (FROM_VALUES) {
-                /* values holds Y = K S0. Vnew = U - W S0 = Tm Z, Z = diag(beta) V - diag(beta e^gamma) Y
-                 * (eq. 13 regrouped, as the output warps' chain does: chain_states_role). Z in fp32,
-                 * this lane's pairs of V (token rows g and g + 8 of tile i, columns 2t, 2t + 1) by
-                 * 4-byte loads; then as B fragments, the depth of Tm's products */
-                uint32_t z[NTILES][4][2];
-#pragma unroll
-                for (int u = 0; u < NTILES; u++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-#pragma unroll
-                        for (int half = 0; half < 2; half++) {
-                            const int token = 16 * i + g + 8 * half;
-                            uint32_t pair = 0; /* a fold's identity columns: V is zero there */
-                            if (!identity)
-                                pair = *(const uint32_t *)&values_tile[token * LDV_STEP + 8 * u + 2 * t];
-                            const __nv_bfloat162 two = *(const __nv_bfloat162 *)&pair;
-                            const float factor = beta[token], scaled_factor = scaled_beta[token];
-                            values[u][i][2 * half] = factor * __low2float(two) - scaled_factor * values[u][i][2 * half];
-                            values[u][i][2 * half + 1] = factor * __high2float(two) - scaled_factor * values[u][i][2 * half + 1];
-                        }
-                        to_b_fragment<false>(z[u][i], values[u][i]);
-                    }
-                /* Vnew's token tile i = Z_i + sum over kk <= i of lower(Tm)[i][kk] Z_kk: the sums start
-                 * at Z (Tm's diagonal of ones, in fp32); each A fragment of Tm serves every n-tile */
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-#pragma unroll
-                    for (int kk = 0; kk <= i; kk++) {
-                        uint32_t a[4];
-                        load_a_fragment_swizzled(a, Tm, 16 * i, 16 * kk);
-#pragma unroll
-                        for (int u = 0; u < NTILES; u++)
-                            mma_bf16_16x8x16(values[u][i], a, z[u][kk]);
-                    }
-            }
+            if constexpr (FROM_VALUES) /* values holds Y = K S0; Vnew = Tm Z from it */
+                new_values_from_transform<NTILES>(values, Tm, beta, scaled_beta, values_tile, LDV_STEP, identity);
             /* the B fragments of Vnew (the update's, FROM_VALUES: of diag(d) Vnew, the keys being
                as given there) */
             uint32_t value[NTILES][4][2], value_low[PRECISE ? NTILES : 1][4][2], decayed_value[FROM_VALUES ? NTILES : 1][4][2];
@@ -375,7 +391,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     to_b_fragment<false>(value[u][i], values[u][i]);
                     if (PRECISE)
                         to_b_fragment<true>(value_low[PRECISE ? u : 0][i], values[u][i]);
-                    if (!FOLD) /* Vnew^T for kernel 3: column column0 + 8 u + g, tokens 16 i + 2t, 2t + 1 (+ 8) */
+                    if (Columns::HAS_OUTPUTS) /* Vnew^T for kernel 3: column column0 + 8 u + g, tokens 16 i + 2t, 2t + 1 (+ 8) */
 #pragma unroll
                         for (int half = 0; half < 2; half++) {
                             const int at = (8 * u + g) * TOKEN_STRIDE + 16 * i + 8 * half + 2 * t;
@@ -398,43 +414,18 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                 }
                 bulk_store_commit();
             }
-            /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15): key m-tiles 16 q .., depth 64; each A
-             * fragment of the decayed keys serves every n-tile (FROM_VALUES: K^T (diag(d) Vnew),
-             * K^T's fragments from the k tile by ldmatrix.trans) */
+            /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15) */
             const float decay = FROM_VALUES ? *(const float *)(slot + values_slot_decay_offset(K))
                                             : *(const float *)((const chain_u_type<PRECISE> *)(slot + u_offset) + block_columns * CHUNK);
-#pragma unroll
-            for (int q = 0; q < KEY_TILES; q++) {
-                if (TILES ? q >= TILES : 16 * q >= KP)
-                    break;
-#pragma unroll
-                for (int u = 0; u < NTILES; u++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++)
-                        S[u][q][r] *= decay;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    uint32_t a[4];
-                    if constexpr (FROM_VALUES)
-                        load_a_fragment_transposed(a, keys, LDK_STEP, 16 * q, 16 * i);
-                    else
-                        load_a_fragment(a, keys_t, TOKEN_STRIDE, 16 * q, 16 * i);
-#pragma unroll
-                    for (int u = 0; u < NTILES; u++) {
-                        mma_bf16_16x8x16(S[u][q], a, FROM_VALUES ? decayed_value[FROM_VALUES ? u : 0][i] : value[u][i]);
-                        if (PRECISE)
-                            mma_bf16_16x8x16(S[u][q], a, value_low[PRECISE ? u : 0][i]);
-                    }
-                }
-            }
+            update_state<OPERANDS, NTILES, TILES>(S, decay, keys_t, keys, LDK_STEP, KP, value, value_low, decayed_value);
         };
         /* the step with its tiles known where a warp carries one n-tile, default precision: with
          * two n-tiles (the widest blocks) the copies' extra registers cost blocks an SM, and
          * --precise spills */
         constexpr bool SPECIALIZED = !PRECISE && NTILES == 1;
-        /* and where a fold's two-n-tile blocks make Vnew from v (K = V = 64 only); not the
-           other chains' two-n-tile blocks (ptxas spills 20 bytes there) */
-        constexpr bool FOLD_SPECIALIZED = FROM_VALUES && FOLD && NTILES == 2;
+        /* and in two-n-tile blocks making Vnew from v at K = V = 64 where the state's columns
+           ask for it (Columns::WIDE_STEP_KNOWN; ptxas spills 20 bytes in the plain state's) */
+        constexpr bool WIDE_SPECIALIZED = FROM_VALUES && Columns::WIDE_STEP_KNOWN && NTILES == 2;
         using unknown = std::integral_constant<int, 0>;
         if (has_columns) {
             if constexpr (FROM_VALUES && SPECIALIZED) {
@@ -450,11 +441,11 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
                     chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, NARROW>{});
                 else
                     chunk_step(std::integral_constant<int, 8>{}, std::integral_constant<int, WIDE>{});
-            } else if (FOLD_SPECIALIZED && KP == 64 && LDV == values_tile_stride(64)) {
+            } else if (WIDE_SPECIALIZED && KP == 64 && LDV == values_tile_stride(64)) {
                 /* 4 or 8 tiles at K = V = 64: 4 key tiles, the v tile 64 + 8 wide */
                 constexpr int SIXTY_FOUR = values_tile_stride(64);
-                chunk_step(std::integral_constant<int, FOLD_SPECIALIZED ? 4 : 0>{},
-                           std::integral_constant<int, FOLD_SPECIALIZED ? SIXTY_FOUR : 0>{});
+                chunk_step(std::integral_constant<int, WIDE_SPECIALIZED ? 4 : 0>{},
+                           std::integral_constant<int, WIDE_SPECIALIZED ? SIXTY_FOUR : 0>{});
             } else if (SPECIALIZED && KP == 64)
                 chunk_step(std::integral_constant<int, SPECIALIZED ? 4 : 0>{}, unknown{});
             else if (SPECIALIZED && KP == 128)
@@ -472,54 +463,30 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     }
     if (STAGED && has_columns)
         bulk_store_wait(); /* the staging tiles stay until the stores are done */
-    if (!has_columns || (!FOLD && segment + 1 != P))
+    if (!has_columns || !Columns::writes_end(segment, P))
         return;
-#pragma unroll
-    for (int u = 0; u < NTILES; u++)
-#pragma unroll
-        for (int q = 0; q < KEY_TILES; q++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * q, r), c = column0 + 8 * u + fragment_column(0, 0, r);
-                if (m >= K)
-                    continue;
-                if (!FOLD && c < (int)V)
-                    segments.ends[(head * K + m) * V + c] = S[u][q][r];
-                else if (FOLD && (c < K || (c >= KP && c - KP < (int)V))) /* row m of [A | B] */
-                    segments.ends[((head * runs + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = S[u][q][r];
-            }
+    for_each_state_element<NTILES>(column0, [&](int u, int q, int r, int m, int c) {
+        if (m < K)
+            Columns::store_end(segments, head, segment, m, c, K, V, S[u][q][r]);
+    });
 }
 
-/* Kernel 2's two entries. Each is bound by its widest block: 2 tiles of two one-n-tile warps
- * each (5 warps with the producer), widest_chain_tiles tiles of one two-n-tile warp each (9
- * warps, 5 with --precise), and with output warps five warpgroups. ptxas reads the bound even
- * where it caps nothing (docs/06, "the warp-specialized chain"). The output warps' kernel is an
- * entry of its own, with its own parameters, so that it leaves the other blocks' code alone:
- * in one entry with them, one shift moves in the PTX and ptxas schedules the one-tile chain
- * 5 % slower on an NVIDIA H200 (docs/06, "output warps and wgmma"). */
-template <bool PRECISE, bool FOLD, int NTILES, bool STAGED>
+/* Kernel 2's two entries (the third, with output warps: fused_outputs.cuh). Each is bound by
+ * its widest block: 2 tiles of two one-n-tile warps each (5 warps with the producer),
+ * widest_chain_tiles tiles of one two-n-tile warp each (9 warps, 5 with --precise). ptxas
+ * reads the bound even where it caps nothing (docs/06, "the warp-specialized chain"). */
+template <bool PRECISE, bool STAGED, class Columns, int NTILES>
 __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
-    chain_block<PRECISE, FOLD, NTILES, STAGED, false>(p, w, segments, stages, NULL, NULL, NULL, NULL);
+    chain_block<PRECISE ? SPLIT_W_AND_U : W_AND_U, STAGED, Columns, NTILES>(p, w, segments, stages, NULL, NULL);
 }
 /* the same blocks making Vnew from v (chain_from_values): tensor maps of k (boxes of a padded
    row, W's layout) and v (the block's columns and 8 more: values_tile_stride) */
-template <bool FOLD, int NTILES, bool STAGED>
+template <bool STAGED, class Columns, int NTILES>
 __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : MAX_CHAIN_TILES), 1)
     chunk_states_from_values_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
                                     const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
 {
-    chain_block<false, FOLD, NTILES, STAGED, false, false, true>(p, w, segments, stages, NULL, NULL, &k_map, &v_map);
+    chain_block<TRANSFORM_AND_V, STAGED, Columns, NTILES>(p, w, segments, stages, &k_map, &v_map);
 }
-/* the 8-tile block with output warps: tensor maps of o (in bf16), q, k and v. BESIDE: kernel 1
-   runs beside it (kernel1_beside_chain), and it waits for each chunk's flag from w.ready_from */
-template <bool BESIDE>
-static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
-    chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
-                                const __grid_constant__ CUtensorMap o_map, const __grid_constant__ CUtensorMap q_map,
-                                const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
-{
-    chain_block<false, false, 2, true, true, BESIDE>(p, w, segments, stages, &o_map, &q_map, &k_map, &v_map);
-}
-

@@ -9,15 +9,15 @@
  * keeps its columns of S in MMA accumulators for the whole sequence and runs every step of
  * them alone, with no block barrier in the loop. Where the blocks fill the GPU its bytes are
  * the time, and S0^T and Vnew^T leave by bulk stores. This file holds the plan (below), the
- * segments (stage 07 runs the chain on pieces of a sequence), the ring's sizes, the block
+ * segments (a sequence's pieces, each chained from its own start), the ring's sizes, the block
  * widths and the fragment helpers; chain.cuh holds the loop and the kernels, and with them
  * the budget of registers and shared memory.
  *
  * Cost: per chunk and consumer warp, Vnew's product (64 x K by K x 8 or 16 columns) and the
  * update's (K x 64 by 64 x 8 or 16), two dependent MMA chains; per head T / 64 such steps,
- * serial (a segment's chunks with stage 07's segments).
+ * serial (a segment's chunks, where a sequence is cut into segments).
  *
- * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ * Included by warp_specialized.cuh.
  */
 #pragma once
 
@@ -63,21 +63,47 @@
  * shared memory and take two block barriers, a group barrier and a cp.async wait a chunk: 4.3
  * us a step at (8, 4096, 16, 128, 128) on an NVIDIA H200; docs/06, measured and not kept.)
  *
- * Segments: here one per head, chunks 0 .. chunks from h0, writing ht. Stage 07 cuts the
- * sequence into P segments and runs this kernel twice: with FOLD, on the state [A | B] of
- * KP + V columns from [I | 0], with U's columns [0 | U], so that each segment's map comes out
- * (eq. 6 of stage 04, a chunk at a time), and nothing is saved for kernel 3; then without,
- * every segment from its true start state. */
+ * Segments: here one per head, chunks 0 .. chunks from h0, writing ht; the kernel takes P
+ * segments of whole chunks a head (chain_segments), each from its own start state, so that a
+ * sequence can also be cut into pieces that run at once.
+ * The state a block carries is a template parameter, Columns: which columns it has, where
+ * they start and where the segment's end goes. Here it is S (state_columns, below); another
+ * type with the same members gives the same loop another state. */
 typedef struct {
     size_t count;          /* P: segments per head; 1 in this stage */
-    size_t runs;           /* the segments 0 .. runs-1 this launch runs: P, or with FOLD P - 1
-                              (stage 07: the last map is never needed) or P (stage 08: it is) */
+    size_t runs;           /* the segments 0 .. runs-1 this launch runs */
     const float *starts;   /* [head][segment] K x V start states (h0 here); NULL: zero */
-    float *ends;           /* without FOLD: ht, written by the last segment; with FOLD: the maps
-                              [head][segment] K x (K + V), row i = [A_i | B_i], runs per head */
+    float *ends;           /* where the ends go (Columns::store_end): here ht, from the last segment */
     int outputs_early = 0; /* kernel 3 follows and may start beside this launch (its blocks take
                               SMs these leave idle): set by launch_chunk_states */
 } chain_segments;
+
+/* Stage 06's state: S, V columns (VP, padded to whole tiles), each from the segment's start,
+ * every column with values; each chunk's S0 and Vnew feed o (HAS_OUTPUTS: S0^T and Vnew^T
+ * out, or output warps), and the last segment writes ht. WIDE_STEP_KNOWN: whether the two-n-
+ * tile step from v is compiled for its tiles at K = V = 64 (chain_block). */
+struct state_columns {
+    static constexpr bool HAS_OUTPUTS = true, WIDE_STEP_KNOWN = false;
+    __host__ __device__ static int count(int KP, int VP) { return (void)KP, VP; }
+    __host__ __device__ static int first_value_column(int KP) { return (void)KP, 0; }
+    __device__ static float start(const chain_segments &segments, size_t head, size_t segment, int m, int c, int K, size_t V)
+    {
+        return segments.starts && m < K && c < (int)V ? segments.starts[((head * segments.count + segment) * K + m) * V + c] : 0.0f;
+    }
+    __host__ __device__ static bool writes_end(size_t segment, size_t P) { return segment + 1 == P; }
+    __device__ static void store_end(const chain_segments &segments, size_t head, size_t segment, int m, int c, int K,
+                                     size_t V, float value)
+    {
+        (void)segment;
+        if (c < (int)V)
+            segments.ends[(head * K + m) * V + c] = value;
+    }
+};
+
+/* What a chain block reads each chunk: W and U (bf16), W and U with their low terms
+ * (--precise: W_low, U in fp32), or the transform block and the chunk's k and v tiles (Vnew
+ * made from v: chain_from_values) */
+enum chain_operands { W_AND_U, SPLIT_W_AND_U, TRANSFORM_AND_V };
 
 /* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
 __host__ __device__ static inline size_t segment_chunk(size_t s, size_t P, size_t chunks) { return s * chunks / P; }

@@ -19,7 +19,7 @@
  * 2 blocks an SM; 64 columns where V is not a multiple of 128: 46 registers, 40 for K = V =
  * 64.
  *
- * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ * Included by warp_specialized.cuh.
  */
 #pragma once
 /* ---- kernel 3: one block per (head, chunk, COLUMNS columns of o), 8 warps ----

@@ -22,7 +22,7 @@
  * reads them and writes S0^T and Vnew^T (K V + 64 V values a chunk), kernel 3 reads those; sizes:
  * workspace_parts, one function for the runner's allocation and the pointers.
  *
- * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ * Included by warp_specialized.cuh.
  */
 #pragma once
 /* ---- the workspace ---- */
@@ -108,8 +108,8 @@ __host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise
 /* A ring slot of the chain that makes Vnew from v itself (FROM_VALUES: chain_from_values), as
  * the chain with output warps does: the chunk's k tile in W's place and layout (a tensor copy,
  * its row padded by the next 8 keys, never read), the transform block, the decay, and the v
- * tile: the block's columns of v (in a fold's block, those right of the identity's, at most
- * V: values_tile_columns) and the 8 after them, so that a row is an odd multiple of 8 bytes
+ * tile: the block's columns of v (where the first columns have no values, those right of
+ * them, at most V: values_tile_columns) and the 8 after them, so that a row is an odd multiple of 8 bytes
  * and the lanes' 4-byte loads of a fragment's pairs fall in 32 different banks (and the box
  * is never wider than a row of all heads, which H >= 2 gives: a wider box faults). Each part
  * from a 128-byte boundary, as tensor copies want. */

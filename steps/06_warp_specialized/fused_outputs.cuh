@@ -26,7 +26,7 @@
  * tiles; 1 block an SM; registers set by warpgroup with setmaxnreg from 96: the chain 152, the
  * output warps 72, the producer's warpgroup 32.
  *
- * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ * Included by warp_specialized.cuh.
  */
 #pragma once
 /* ---- output warps in the chain's block (OUTPUTS): kernel 3's work where S0^T and Vnew^T are ----
@@ -51,7 +51,7 @@
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
        OUTPUT_PRODUCER_REGISTERS = 32, OUTPUT_STAGES = 2 /* the ring's slots: two fit */ };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
-   K = V = 128 (chunk_outputs_role's SIZE); stage 07's model asks the same */
+   K = V = 128 (chunk_outputs_role's SIZE) */
 __host__ __device__ constexpr bool output_warps_shape(size_t K, size_t V) { return K == 16 * MAX_CHAIN_TILES && V == 16 * MAX_CHAIN_TILES; }
 /* every thread's registers at launch: 65,536 / 640, in whole units of 8 */
 constexpr int OUTPUT_START_REGISTERS = 65536 / OUTPUT_BLOCK_THREADS / 8 * 8;
@@ -456,3 +456,125 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
  * Vnew^T leave by bulk stores. OUTPUTS: they do not leave; output warps in the block take
  * them from the staging tiles and do kernel 3's work (chunk_outputs_role, above), so that
  * kernel 3 does not run. */
+
+/* Kernel 2 with output warps: one block a (head, segment), the whole state of K = V = 128 and
+ * the chunk's o (the roles: above; the warps and the shared memory: "output warps in the
+ * chain's block"). Tensor maps of o (in bf16), q, k and v. BESIDE: kernel 1 runs beside it
+ * (kernel1_beside_chain), and it waits for each chunk's flag from w.ready_from. An entry of
+ * its own, with its own parameters, so that it leaves the other chain kernels' code alone: in
+ * one entry with them, one shift moves in the PTX and ptxas schedules the one-tile chain 5 %
+ * slower on an NVIDIA H200 (docs/06, "output warps and wgmma"). */
+template <bool BESIDE>
+static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
+    chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
+                                const __grid_constant__ CUtensorMap o_map, const __grid_constant__ CUtensorMap q_map,
+                                const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
+{
+    if constexpr (!HAVE_SETMAXNREG) { /* the compute_90 PTX: never run on an H200 */
+        __trap();
+        return;
+    }
+    extern __shared__ uint4 ring[];
+    const int K = (int)p.K, VP = round_up16(p.V);
+    const int consumers = MAX_CHAIN_TILES, block_columns = 16 * MAX_CHAIN_TILES; /* the chain's warps, 0 .. consumers - 1 */
+    const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = segments.runs;
+    const size_t groups = (VP + block_columns - 1) / block_columns;
+    const size_t segment = blockIdx.x / groups % runs, head = blockIdx.x / groups / runs;
+    const size_t first = segment_chunk(segment, P, chunks), end = segment_chunk(segment + 1, P, chunks);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int slot_bytes = (int)output_slot_bytes();
+    const size_t block_bytes = chain_block_bytes(p.K, V, false);
+    const unsigned char *blocks = w.chain + head * chunks * block_bytes;
+    /* from a 1024-byte boundary, for the swizzled tiles (output_tiles) */
+    unsigned char *slots = SHARED_AT_1024_BYTES(ring);
+    uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
+    /* each slot's q, k and v tiles, then the hand-over barriers between the chain's warps and
+       the output warps: staging tiles written (staged_full), S0^T and Vnew^T read
+       (states_free, values_free); before them the tiles' own barriers a slot (tiles_full,
+       tiles_empty): a slot's transform block (full, empty) is free once the chain has made
+       Vnew, its q, k and v once the output warps have made o and the chain its update
+       (docs/06, "output warps and wgmma") */
+    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset());
+    uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + stages;
+    uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; s++) {
+            barrier_init(&full[s], 1);
+            barrier_init(&empty[s], 32 * consumers); /* the threads that read a slot's transform block */
+            barrier_init(&tiles_full[s], 1);
+            barrier_init(&tiles_empty[s], 32 * (consumers + OUTPUT_WARPS)); /* the threads that read its q or k */
+        }
+        barrier_init(staged_full, 32 * consumers);
+        barrier_init(states_free, 32 * OUTPUT_WARPS);
+        barrier_init(values_free, 32 * OUTPUT_WARPS);
+        barrier_init_fence(); /* visible to the TMA unit */
+    }
+    __syncthreads(); /* the block's only barrier */
+    wait_for_previous_kernel(); /* kernel 1's transform blocks */
+    if (segments.outputs_early && threadIdx.x == 0)
+        let_next_kernel_start();
+
+    /* Each role returns where it ends, so that the chain's code below is reached only after
+       its registers grew (ptxas allocates by those regions) */
+    if (warp >= OUTPUT_PRODUCER_WARP) { /* the producer's warpgroup */
+        set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* it gives registers back */
+        if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q, k and v (kernel 3's tensor copies) */
+            const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
+            const int b = (int)(head / p.H), h = (int)(head % p.H);
+            /* and takes o out: the output warps leave chunk c's o in its slot's q tile, in q's
+               swizzled layout, and the slot is empty (tiles_empty) once they and the chain's
+               update are done with it; two tensor stores (o's map: q's boxes) write it, rows
+               past T dropped, and once they have read the tile the slot takes the next q */
+            const auto store_o = [&](size_t c) {
+                const int s = (int)((c - first) % stages);
+                barrier_wait(&tiles_empty[s], (uint32_t)(((c - first) / stages) & 1));
+                for (int panel = 0; panel < 2; panel++)
+                    tensor_store_3d(&o_map, h * (int)V + 64 * panel, (int)(c * CHUNK), b, output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE + panel * CHUNK * 64);
+                bulk_store_commit();
+                bulk_store_wait_read();
+            };
+            for (size_t chunk = first; chunk < end; chunk++) {
+                const size_t j = chunk - first;
+                const int s = (int)(j % stages), t0 = (int)(chunk * CHUNK);
+                if (j >= (size_t)stages) /* chunk j - stages's o out of the slot */
+                    store_o(chunk - stages);
+                barrier_arrive_expecting(&tiles_full[s], OUTPUT_TILES_PER_SLOT * key_tile_bytes);
+                bf16 *const q_tile = output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
+                for (int panel = 0; panel < 2; panel++) { /* 64 keys (or values) each, swizzled by the maps */
+                    tensor_copy_3d(q_tile + panel * CHUNK * 64, &q_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
+                    tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, &k_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
+                    tensor_copy_3d(q_tile + 2 * OUTPUT_TILE + panel * CHUNK * 64, &v_map, h * (int)V + 64 * panel, t0, b, &tiles_full[s]);
+                }
+            }
+            for (size_t chunk = end - first > (size_t)stages ? end - stages : first; chunk < end; chunk++) /* the last chunks' o */
+                store_o(chunk);
+            bulk_store_wait(); /* o written before the block ends */
+        }
+        if (warp == OUTPUT_PRODUCER_WARP && lane == 0) { /* one lane brings each chunk's transform block (already swizzled) and the decay after it */
+            for (size_t chunk = first; chunk < end; chunk++) {
+                const size_t j = chunk - first;
+                const int s = (int)(j % stages);
+                if (j >= (size_t)stages) /* the chain's warps are done with chunk j - stages */
+                    barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
+                unsigned char *slot = slots + s * slot_bytes;
+                const unsigned char *block = blocks + chunk * block_bytes;
+                if constexpr (BESIDE) {
+                    wait_until_prepared(w, head, chunks, chunk);
+                    asm volatile("fence.proxy.async.global;" ::: "memory"); /* kernel 1's stores, ordered by the flag, before the TMA unit's reads */
+                }
+                barrier_arrive_expecting(&full[s], (uint32_t)(TRANSFORM_BYTES + 16));
+                bulk_copy(slot, w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES, (uint32_t)TRANSFORM_BYTES, &full[s]);
+                bulk_copy(slot + TRANSFORM_BYTES, block + chain_decay_offset(K, V, false), 16, &full[s]);
+            }
+        }
+        return;
+    }
+    if (warp >= consumers) { /* the output warps */
+        set_max_registers<OUTPUT_ROLE_REGISTERS>();
+        chunk_outputs_role<BESIDE>(p, w, head, first, end, slots);
+        return;
+    }
+    set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups, by wgmma */
+    chain_states_role(p, segments, head, segment, first, end, slots, stages);
+}

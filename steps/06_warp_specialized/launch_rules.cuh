@@ -2,7 +2,7 @@
  *
  * The kernels are fixed; how the GPU is best filled with them depends on the shape (heads,
  * chunks, K and V) and the GPU (its SMs, and the occupancy query's answer for each kernel).
- * These functions decide, for stage 06's pass and for stage 07's folds and replays alike:
+ * These functions decide, for every pass of the chain over a head's segments:
  *   kernel 1's instance (launch_prepare_chunks): four blocks an SM where V is one slice, K = V
  *     = 64 or 128 compiled known; the transform block alone, six an SM, where the chains make
  *     Vnew from v;
@@ -14,8 +14,7 @@
  *     (chain_makes_outputs);
  *   kernel 3's columns (output_columns), and whether it runs beside the chain
  *     (outputs_beside_chain, outputs_may_start_early).
- * Each rule names the measurements behind it (NVIDIA H200). Stage 07's model of its launches
- * asks the same functions, so that it models what runs. The chain and kernel 3 are launched by
+ * Each rule names the measurements behind it (NVIDIA H200). The chain and kernel 3 are launched by
  * CUDA_LAUNCH_AFTER_PREVIOUS (programmatic dependent launch: common/cuda_check.h; the fused
  * chain beside kernel 1 in a stream of its own instead): the GPU places their blocks as the
  * last blocks of the kernel before them exit, and a block waits (wait_for_previous_kernel)
@@ -23,10 +22,10 @@
  *
  * Cost: host work alone, a few occupancy queries and tensor-map encodings a pass.
  *
- * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ * Included by warp_specialized.cuh.
  */
 #pragma once
-/* ---- the three passes, each launched and checked (stage 07 launches them too) ---- */
+/* ---- the three passes, each launched and checked ---- */
 
 /* q, k (width K) or v (width V), (B, T, H, width) bf16, as a 3-D tensor for the TMA unit:
  * innermost the token's row of all heads (H width values), then T, then B (strides in bytes);
@@ -134,8 +133,7 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
  * (chain_shape_of): as many as fit on an SM, up to 4, so that the producer runs up to three
  * chunks ahead, unless fewer save a wave (below). Staged stores (chunk_states_kernel) where the
  * blocks fill the GPU, and always in 8-tile blocks (from registers, their 128 columns' stores
- * make the chain 2.2 times slower on an NVIDIA H200). Stage 07's model of its launches uses all
- * three, so that it models what runs. */
+ * make the chain 2.2 times slower on an NVIDIA H200). */
 typedef struct {
     int tiles, stages;
     bool staged, from_values; /* from_values: values slots (chain_from_values) */
@@ -181,42 +179,43 @@ static chain_shape chain_shape_of(int tiles, size_t K, bool precise, bool staged
     shape.bytes = chain_shared_bytes(K, precise, shape.tiles, shape.stages, staged, from_values);
     return shape;
 }
-/* The same blocks with the shallowest ring, two slots: the most blocks an SM (for
- * chain_launch_shape, and for stage 07's model of the waves its launches take) */
+/* The same blocks with the shallowest ring, two slots: the most blocks an SM */
 static chain_shape two_slot_shape(int tiles, size_t K, bool precise, bool staged, bool from_values)
 {
     const chain_shape shape = {tiles, 2, staged, from_values, chain_shared_bytes(K, precise, tiles, 2, staged, from_values)};
     return shape;
 }
 
-/* Kernel 2 as made for a shape: its blocks' tiles (chain_ntiles), staged or not (a fold
- * never is: it stores nothing for kernel 3; STAGED = !FOLD below, so that the staged fold,
- * which the kernel refuses by a static_assert, is never instantiated) */
+/* Kernel 2 as made for a shape: its blocks' tiles (chain_ntiles), staged or not (never where
+ * the state feeds no outputs: that chain stores nothing, and its kernel refuses STAGED by a
+ * static_assert, so it is never instantiated) */
 typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int);
-template <bool PRECISE, bool FOLD>
+template <bool PRECISE, class Columns>
 static chain_kernel chain_kernel_for(chain_shape shape)
 {
-    if (shape.staged && !FOLD)
-        return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2, !FOLD> : chunk_states_kernel<PRECISE, FOLD, 1, !FOLD>;
-    return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, FOLD, 2, false> : chunk_states_kernel<PRECISE, FOLD, 1, false>;
+    if constexpr (Columns::HAS_OUTPUTS)
+        if (shape.staged)
+            return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, true, Columns, 2> : chunk_states_kernel<PRECISE, true, Columns, 1>;
+    return chain_ntiles(shape.tiles) == 2 ? chunk_states_kernel<PRECISE, false, Columns, 2> : chunk_states_kernel<PRECISE, false, Columns, 1>;
 }
 typedef void (*chain_from_values_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int, const CUtensorMap, const CUtensorMap);
-template <bool FOLD>
+template <class Columns>
 static chain_from_values_kernel from_values_kernel_for(chain_shape shape)
 {
-    if (shape.staged && !FOLD)
-        return chain_ntiles(shape.tiles) == 2 ? chunk_states_from_values_kernel<FOLD, 2, !FOLD> : chunk_states_from_values_kernel<FOLD, 1, !FOLD>;
-    return chain_ntiles(shape.tiles) == 2 ? chunk_states_from_values_kernel<FOLD, 2, false> : chunk_states_from_values_kernel<FOLD, 1, false>;
+    if constexpr (Columns::HAS_OUTPUTS)
+        if (shape.staged)
+            return chain_ntiles(shape.tiles) == 2 ? chunk_states_from_values_kernel<true, Columns, 2> : chunk_states_from_values_kernel<true, Columns, 1>;
+    return chain_ntiles(shape.tiles) == 2 ? chunk_states_from_values_kernel<false, Columns, 2> : chunk_states_from_values_kernel<false, Columns, 1>;
 }
 
 /* Blocks of a shape an SM holds at once (registers, shared memory, threads: the occupancy
  * query); 1 where no device answers. */
-template <bool PRECISE, bool FOLD>
+template <bool PRECISE, class Columns>
 static size_t chain_blocks_per_sm(chain_shape shape)
 {
     const int threads = chain_block_threads(shape.tiles);
-    const int per_sm = !PRECISE && shape.from_values ? kernel_blocks_per_sm(from_values_kernel_for<FOLD>(shape), threads, shape.bytes)
-                                                     : kernel_blocks_per_sm(chain_kernel_for<PRECISE, FOLD>(shape), threads, shape.bytes);
+    const int per_sm = !PRECISE && shape.from_values ? kernel_blocks_per_sm(from_values_kernel_for<Columns>(shape), threads, shape.bytes)
+                                                     : kernel_blocks_per_sm(chain_kernel_for<PRECISE, Columns>(shape), threads, shape.bytes);
     return per_sm < 1 ? 1 : (size_t)per_sm;
 }
 
@@ -229,19 +228,19 @@ static size_t chain_blocks_per_sm(chain_shape shape)
  * slots allow one an SM (two waves of 256 chunk steps), three allow two and two allow three
  * (one wave either way), and two slots take 1.240 ms where three take 1.282 (docs/06, "the
  * warp-specialized chain"). Staged where the
- * blocks are at least the SMs, or 8 tiles wide (not with FOLD). `outputs`: 8-tile blocks
+ * blocks are at least the SMs, or 8 tiles wide (where the state feeds outputs). `outputs`: 8-tile blocks
  * would carry output warps (chain_tiles). */
-template <bool PRECISE, bool FOLD>
+template <bool PRECISE, class Columns>
 static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool outputs, bool from_values)
 {
     const int sms = gdn_sm_count();
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, (size_t)sms, widest_chain_tiles(PRECISE), outputs);
     const size_t blocks = one_tile_blocks / tiles;
-    const bool staged = !FOLD && (blocks >= (size_t)sms || tiles == MAX_CHAIN_TILES);
+    const bool staged = Columns::HAS_OUTPUTS && (blocks >= (size_t)sms || tiles == MAX_CHAIN_TILES);
     const chain_shape deepest = chain_shape_of(tiles, K, PRECISE, staged, from_values);
     const chain_shape two_slots = two_slot_shape(tiles, K, PRECISE, staged, from_values);
     const auto waves = [&](chain_shape shape) {
-        const size_t at_once = (size_t)sms * chain_blocks_per_sm<PRECISE, FOLD>(shape);
+        const size_t at_once = (size_t)sms * chain_blocks_per_sm<PRECISE, Columns>(shape);
         return (blocks + at_once - 1) / at_once;
     };
     return waves(two_slots) < waves(deepest) ? two_slots : deepest;
@@ -277,18 +276,18 @@ static bool outputs_beside_chain(const gdn_device_problem *p)
  * them (early blocks that take room from the last waves of the kernel before measure 1-2 %
  * slower at the large shapes, 11 % at (2, 1000, 3, 40, 72), on an NVIDIA H200: docs/06, "Vnew
  * from v and the launch rules"). */
-template <bool PRECISE, bool FOLD>
+template <bool PRECISE, class Columns>
 static bool outputs_may_start_early(const gdn_device_problem *p, chain_shape shape, unsigned blocks)
 {
-    return !FOLD && outputs_beside_chain<PRECISE>(p) && (size_t)blocks <= (size_t)gdn_sm_count() * chain_blocks_per_sm<PRECISE, FOLD>(shape);
+    return Columns::HAS_OUTPUTS && outputs_beside_chain<PRECISE>(p) && (size_t)blocks <= (size_t)gdn_sm_count() * chain_blocks_per_sm<PRECISE, Columns>(shape);
 }
 
-/* Output warps possible for kernel 2 (not a fold): K = V = 128, q and k by tensor maps, the
+/* Output warps possible for kernel 2 (its state S itself): K = V = 128, q and k by tensor maps, the
  * block's shared memory there; they run where its blocks are then 8 tiles wide */
-template <bool PRECISE, bool FOLD>
+template <bool PRECISE, class Columns>
 static bool outputs_possible(const gdn_device_problem *p)
 {
-    return !PRECISE && !FOLD && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
+    return !PRECISE && std::is_same_v<Columns, state_columns> && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
            output_block_bytes() <= shared_bytes_per_block();
 }
 /* the K and v-tile strides the one-n-tile from-values step is compiled for (chain_block) */
@@ -307,8 +306,7 @@ static_assert(chain_ntiles(1) == 1 && chain_ntiles(2) == 1 && chain_ntiles(4) ==
  * decayed keys, for every launch: where k and v come by tensor maps (their boxes fit:
  * tiles_by_tensor_map), not with --precise (whose W, S and Vnew carry low terms), and at K =
  * V = 64 or 128, the sizes its step and kernel 1's transform-only instance are compiled for
- * (an instance compiled for K = V = 128 is wrong at V = 48 or 64, sizes the GPU suites run).
- * Stage 07's model asks this, for the slots. */
+ * (an instance compiled for K = V = 128 is wrong at V = 48 or 64, sizes the GPU suites run). */
 __host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t V, size_t H, size_t T, bool precise)
 {
     return !precise && K == V && (K == 64 || K == MAX_K) && tiles_by_tensor_map(K, V, H, T);
@@ -341,21 +339,21 @@ static bool chain_from_values(const gdn_device_problem *p, size_t P)
     return chain_from_values_sizes(p->K, p->V, p->H, p->T, PRECISE) && chain_from_values_pays(p->K, p->B * p->H, chunks_of(p->T), P);
 }
 /* kernel 2's shape for `runs` of the P segments of every head */
-template <bool PRECISE, bool FOLD>
+template <bool PRECISE, class Columns>
 static chain_shape chain_shape_for(const gdn_device_problem *p, size_t P, size_t runs, bool outputs)
 {
-    const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V);
-    return chain_launch_shape<PRECISE, FOLD>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs, chain_from_values<PRECISE>(p, P));
+    const size_t columns = (size_t)Columns::count(round_up16(p->K), round_up16(p->V));
+    return chain_launch_shape<PRECISE, Columns>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs, chain_from_values<PRECISE>(p, P));
 }
 /* whether kernel 2 over `runs` segments of every head makes o itself (and so reads no keys_t) */
 template <bool PRECISE>
 static bool chain_makes_outputs(const gdn_device_problem *p, size_t runs)
 {
-    return outputs_possible<PRECISE, false>(p) && chain_shape_for<PRECISE, false>(p, runs, runs, true).tiles == MAX_CHAIN_TILES;
+    return outputs_possible<PRECISE, state_columns>(p) && chain_shape_for<PRECISE, state_columns>(p, runs, runs, true).tiles == MAX_CHAIN_TILES;
 }
 
-/* What kernel 1 writes for the chains that follow it over P segments of each head (folds,
- * replays, with output warps or not): the transform block where they make Vnew from v
+/* What kernel 1 writes for the chains that follow it over P segments of each head (with
+ * output warps or not): the transform block where they make Vnew from v
  * (chain_from_values; the output warps' chain always does), else W, U and the decayed keys */
 template <bool PRECISE>
 static int chunk_parts_for(const gdn_device_problem *p, size_t P)
@@ -363,24 +361,24 @@ static int chunk_parts_for(const gdn_device_problem *p, size_t P)
     return chain_from_values<PRECISE>(p, P) ? WRITE_TRANSFORM : WRITE_KEYS_T | WRITE_W_AND_U;
 }
 
-/* Kernel 2 over segments 0 .. runs-1 of every head (with FOLD: K + V columns). With `r` (not
- * with FOLD), where the blocks are MAX_CHAIN_TILES wide and hold a whole head of K = V = 128,
- * the block also makes o (OUTPUTS: chunk_outputs_role), and *outputs_done says so. */
-template <bool PRECISE, bool FOLD>
+/* Kernel 2 over segments 0 .. runs-1 of every head, carrying the state Columns. With `r`
+ * (state_columns), where the blocks are MAX_CHAIN_TILES wide and hold a whole head of K = V =
+ * 128, the block also makes o (chunk_states_outputs_kernel), and *outputs_done says so. */
+template <bool PRECISE, class Columns>
 static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments, gdn_device_result *r = NULL,
                                bool *outputs_done = NULL, cudaStream_t stream = 0)
 {
-    const size_t columns = (FOLD ? round_up16(p->K) : 0) + round_up16(p->V), runs = segments.runs;
+    const size_t columns = (size_t)Columns::count(round_up16(p->K), round_up16(p->V)), runs = segments.runs;
     const size_t output_bytes = output_block_bytes();
-    const bool outputs = r && outputs_done && outputs_possible<PRECISE, FOLD>(p); /* if the blocks are 8 tiles wide */
-    const chain_shape shape = chain_shape_for<PRECISE, FOLD>(p, segments.count, runs, outputs);
+    const bool outputs = r && outputs_done && outputs_possible<PRECISE, Columns>(p); /* if the blocks are 8 tiles wide */
+    const chain_shape shape = chain_shape_for<PRECISE, Columns>(p, segments.count, runs, outputs);
     const size_t block_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))
         return -1;
     if (outputs_done)
         *outputs_done = false;
-    if constexpr (!PRECISE && !FOLD) {
+    if constexpr (!PRECISE && std::is_same_v<Columns, state_columns>) {
         if (outputs && shape.tiles == MAX_CHAIN_TILES) {
             if (!r->o_bf16)
                 return gdn_set_error("the chain's output warps write o in bf16: the runner made no room for it");
@@ -416,14 +414,14 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             if (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
                 make_token_tile_map(&v_map, p->v_bf16, p, p->V, values_stride))
                 return -1;
-            const chain_from_values_kernel chunk_states = from_values_kernel_for<FOLD>(shape);
-            segments.outputs_early = outputs_may_start_early<PRECISE, FOLD>(p, shape, blocks);
+            const chain_from_values_kernel chunk_states = from_values_kernel_for<Columns>(shape);
+            segments.outputs_early = outputs_may_start_early<PRECISE, Columns>(p, shape, blocks);
             CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages,
                                        k_map, v_map);
             return 0;
         }
-    const chain_kernel chunk_states = chain_kernel_for<PRECISE, FOLD>(shape);
-    segments.outputs_early = outputs_may_start_early<PRECISE, FOLD>(p, shape, blocks);
+    const chain_kernel chunk_states = chain_kernel_for<PRECISE, Columns>(shape);
+    segments.outputs_early = outputs_may_start_early<PRECISE, Columns>(p, shape, blocks);
     CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states, blocks, chain_block_threads(shape.tiles), shape.bytes, *p, w, segments, shape.stages);
     return 0;
 }
@@ -464,6 +462,6 @@ static int launch_chunk_outputs(const gdn_device_problem *p, chunk_workspace w, 
 
 static int check_key_width(size_t K)
 {
-    return K > MAX_K ? gdn_set_error("K = %zu: stages 06 and 07 keep K-wide tiles in shared memory, K at most %d", K, MAX_K) : 0;
+    return K > MAX_K ? gdn_set_error("K = %zu: the chain keeps K-wide tiles in shared memory, K at most %d", K, MAX_K) : 0;
 }
 

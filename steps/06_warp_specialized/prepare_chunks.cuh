@@ -26,7 +26,7 @@
  * 96 registers and 2 blocks; for the transform block alone (the chain makes Vnew from v) 40
  * registers and 36 KB, 6 blocks (TRANSFORM_BLOCKS).
  *
- * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ * Included by warp_specialized.cuh.
  */
 #pragma once
 
@@ -155,8 +155,8 @@ __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
  * columns 32 (w / 4) of each 64 x 64 product ---- */
 
 /* What kernel 1 writes of a chunk's chain block (its `parts`, chunk_parts_for): the decayed
- * keys (keys_t) and W and U, which every chain but the output warps' reads (and stage 07's
- * fold), and the transform block, which the chains that make Vnew from v read instead
+ * keys (keys_t) and W and U, which every chain but the output warps' reads, and the
+ * transform block, which the chains that make Vnew from v read instead
  * (chain_from_values; the chain with output warps always does) */
 enum { WRITE_KEYS_T = 1, WRITE_W_AND_U = 2, WRITE_TRANSFORM = 4 };
 /* d_j = e^(gamma_C - gamma_j), token j's decay to the chunk's end (eq. 15); 0 past the chunk */

@@ -16,7 +16,7 @@
  * cp.async where no tensor map fits; exp2_approx makes a gate factor e^(gamma_i - gamma_l)
  * with one 2^x (ex2.approx) where expf takes about 18 instructions.
  *
- * Included by warp_specialized.cuh (stage 06; 07 and 08 include it too).
+ * Included by warp_specialized.cuh.
  */
 #pragma once
 typedef __nv_bfloat16 bf16;

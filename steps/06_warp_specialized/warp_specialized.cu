@@ -19,7 +19,7 @@
  *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0   (eq. 13 regrouped)
  * so kernel 1 writes only Tm and its factors (8 KB a chunk, where W and U are 33 KB), and
  * where the fused blocks leave enough SMs idle it runs there, beside the chain. The chain
- * kernel also runs a sequence as segments (one here; stage 07 includes these files and cuts it).
+ * kernel also runs a sequence as segments, each from its own start state (one here).
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32
  * sums): the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A
@@ -144,7 +144,7 @@ static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, 
     /* kernel 1's second launch first: where kernels run one at a time after all (a sanitizer,
        CUDA_LAUNCH_BLOCKING) it then ends before the chain waits for it */
     if (launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM, split, chunks, kernel1_stream) ||
-        launch_chunk_states<false, false>(p, w, whole, r, &outputs_done, chain_stream))
+        launch_chunk_states<false, state_columns>(p, w, whole, r, &outputs_done, chain_stream))
         return -1;
     CUDA_CHECK(cudaEventRecord(chain_done, chain_stream));
     CUDA_CHECK(cudaEventRecord(kernel1_done, kernel1_stream));
@@ -163,7 +163,7 @@ static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace 
         if (const size_t split = kernel1_split_chunk(p))
             return kernel1_beside_chain(p, w, whole, r, split);
     if (launch_prepare_chunks<PRECISE>(p, w, parts) ||
-        launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
+        launch_chunk_states<PRECISE, state_columns>(p, w, whole, r, &outputs_done))
         return -1;
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
 }

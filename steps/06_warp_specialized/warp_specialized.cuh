@@ -1,9 +1,8 @@
 /* warp_specialized.cuh -- stage 06's kernels and launchers, in the order they are read.
  *
- * One header holds the whole stage, so that the stages built on it run the very same kernels
- * and launch rules: stage 06 (warp_specialized.cu: the passes and the stage descriptor), stage
- * 07 (sequence_parallel.cuh: the same chain kernel folding and replaying segments) and stage 08
- * (through stage 07's header). It takes the common pieces (the TMA unit's PTX, ldmatrix and
+ * One header holds the whole stage's kernels and launch rules (warp_specialized.cu holds the
+ * passes and the stage descriptor), so that a stage built on this one runs the very same
+ * kernels. It takes the common pieces (the TMA unit's PTX, ldmatrix and
  * mma.sync, wgmma, the kernels' overlap), stage 05's gate sums, blocked solve and flop count
  * (the same algebra, unchanged), then the stage's files:
  *   tile_products.cuh     the constants, a warp's products, copy_tile, exp2_approx

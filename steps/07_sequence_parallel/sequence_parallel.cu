@@ -68,12 +68,12 @@ static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk
         return -1;
     if (P == 1) { /* stage 06 */
         const chain_segments whole = {1, 1, p->h0, r->ht};
-        if (launch_chunk_states<PRECISE, false>(p, w, whole, r, &outputs_done))
+        if (launch_chunk_states<PRECISE, state_columns>(p, w, whole, r, &outputs_done))
             return -1;
     } else {
         const chain_segments fold = {P, P - 1, NULL, maps}, replay = {P, P, starts, r->ht};
-        if (launch_chunk_states<PRECISE, true>(p, w, fold) || launch_scan_on_tensor_cores(p, P, maps, starts) ||
-            launch_chunk_states<PRECISE, false>(p, w, replay, r, &outputs_done))
+        if (launch_chunk_states<PRECISE, folded_columns>(p, w, fold) || launch_scan_on_tensor_cores(p, P, maps, starts) ||
+            launch_chunk_states<PRECISE, state_columns>(p, w, replay, r, &outputs_done))
             return -1;
     }
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);

@@ -30,6 +30,32 @@ extern "C" {
 #include "sequence_parallel.h"
 }
 
+/* The fold's state (phase 1): [A | B], K x (KP + V) from [I | 0], stage 06's chain loop on
+ * these columns, with U's columns [0 | U] (and v's: the first KP columns have no values), so
+ * that a segment's chunks leave its map (eq. 6 of stage 04, a chunk at a time: S -> (exp(gamma_C)
+ * I - Kdec^T W) S + Kdec^T U). Its S0 and Vnew feed no o: it stores neither (HAS_OUTPUTS
+ * false), and every segment it runs writes its map to segments.ends, [head][segment] K x (K +
+ * V), row m = [A_m | B_m], segments.runs a head. WIDE_STEP_KNOWN: its two-n-tile blocks making
+ * Vnew from v at K = V = 64 run a step compiled for those tiles. */
+struct folded_columns {
+    static constexpr bool HAS_OUTPUTS = false, WIDE_STEP_KNOWN = true;
+    __host__ __device__ static int count(int KP, int VP) { return KP + VP; }
+    __host__ __device__ static int first_value_column(int KP) { return KP; }
+    __device__ static float start(const chain_segments &segments, size_t head, size_t segment, int m, int c, int K, size_t V)
+    {
+        (void)segments, (void)head, (void)segment, (void)V;
+        return m == c && m < K ? 1.0f : 0.0f; /* [I | 0] */
+    }
+    __host__ __device__ static bool writes_end(size_t segment, size_t P) { return (void)segment, (void)P, true; }
+    __device__ static void store_end(const chain_segments &segments, size_t head, size_t segment, int m, int c, int K,
+                                     size_t V, float value)
+    {
+        const int KP = round_up16(K);
+        if (c < K || (c >= KP && c - KP < (int)V)) /* row m of [A | B] */
+            segments.ends[((head * segments.runs + segment) * K + m) * (K + V) + (c < KP ? c : K + c - KP)] = value;
+    }
+};
+
 enum { MAX_AUTOMATIC_SEGMENTS = 128 };
 static_assert(1 << (CHAIN_WIDTHS - 1) == MAX_CHAIN_TILES, "one blocks_per_sm entry for each width chain_tiles picks");
 
@@ -159,8 +185,8 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
         for (int i = 0; i < CHAIN_WIDTHS; i++) { /* 1, 2, 4 and 8 tiles; 0: a width stage 06 does not make */
             const chain_shape shallowest = two_slot_shape(1 << i, p->K, s->precise, true, from_values);
             blocks_per_sm[i] = (1 << i) > widest_chain_tiles(s->precise) ? 0
-                               : s->precise                              ? chain_blocks_per_sm<true, false>(shallowest)
-                                                                         : chain_blocks_per_sm<false, false>(shallowest);
+                               : s->precise                              ? chain_blocks_per_sm<true, state_columns>(shallowest)
+                                                                         : chain_blocks_per_sm<false, state_columns>(shallowest);
         }
         s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
     }

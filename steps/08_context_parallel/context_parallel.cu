@@ -148,7 +148,7 @@ static int rank_passes(const gdn_device_problem *p, chunk_workspace w, const ran
     int status = launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, P));
     const chain_segments fold = {P, runs, NULL, b->maps};
     if (status == 0 && runs > 0)
-        status = launch_chunk_states<PRECISE, true>(p, w, fold);
+        status = launch_chunk_states<PRECISE, folded_columns>(p, w, fold);
     if (status == 0 && !last)
         status = launch_compose_segment_maps(p, P, b->maps, b->summary);
     if (status == 0 && cudaEventRecord(this_rank.folded) != cudaSuccess)
@@ -172,7 +172,7 @@ static int rank_passes(const gdn_device_problem *p, chunk_workspace w, const ran
     CUDA_CHECK(cudaMemcpy2D(b->starts, P * state * sizeof(float), b->scan_starts + before * state,
                             (before + P) * state * sizeof(float), P * state * sizeof(float), heads, cudaMemcpyDeviceToDevice));
     const chain_segments replay = {P, P, b->starts, r->ht};
-    if (launch_chunk_states<PRECISE, false>(p, w, replay) || launch_chunk_outputs<PRECISE>(p, w, r))
+    if (launch_chunk_states<PRECISE, state_columns>(p, w, replay) || launch_chunk_outputs<PRECISE>(p, w, r))
         return -1;
     CUDA_CHECK(cudaEventRecord(this_rank.finished));
     return 0;
