@@ -22,11 +22,8 @@ def kind(name):
         return "chain"
     if "chunk_outputs" in name:
         return "outputs"
-    if "chunk_states" in name:  # 06 and 07: chunk_states_kernel<PRECISE, FOLD, ...>, chunk_states_from_values_kernel<FOLD, ...>; 05: <COLUMNS>
-        arguments = name[name.index("<") + 1:name.index(">")].split(",")
-        fold_argument = 0 if "from_values" in name else 1
-        folds = len(arguments) > fold_argument and arguments[fold_argument].strip() in ("true", "(bool)1", "1")
-        return "fold" if folds else "chain"
+    if "chunk_states" in name:  # 06 and 07: chunk_states_kernel<PRECISE, STAGED, Columns, NTILES>, chunk_states_from_values_kernel<STAGED, Columns, NTILES>; 05: <COLUMNS>
+        return "fold" if "folded_columns" in name else "chain"
     return None
 
 

@@ -317,61 +317,61 @@ __host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t 
  * (06 at (2, 16384, 16) 0.830 -> 0.693, stage 07 at (1, 65536, 8) 0.826 -> 0.743). At K = V
  * = 64 the bytes are fewer and the step shorter, and it wins only where kernel 1's work,
  * spread over the GPU, outweighs the steps the chain adds on its critical path (wins: 06 at
- * (2, 16384, 16) 0.421 -> 0.359 and (8, 4096, 16) 0.368 -> 0.307, 07 at (1, 16384, 8) P = 16
- * 0.1485 -> 0.1403, (1, 131072, 8) 0.960 -> 0.900, (1, 65536, 4) P = 32 0.290 -> 0.272;
- * losses: 06 at (1, 16384, 8) 0.189 -> 0.203, 07 at (1, 16384, 2) P = 16 0.0700 -> 0.0740).
- * The first grows as heads x chunks, the second as the chain's depth in steps (chunks with
- * one segment, a fold's and a replay's chunks / P with P), so from v where heads x chunks >=
- * VALUES_AT_64_HEADS x depth: 24, inside the measured band (it loses at 8 and 16 equivalent
- * heads, wins at 32 and above). */
+ * (2, 16384, 16) 0.421 -> 0.359 and (8, 4096, 16) 0.368 -> 0.307, and passes of 8 heads of 256
+ * and 2048 chunks, 4 of 1024, whose chains are 32, 256 and 64 steps deep: 0.1485 -> 0.1403,
+ * 0.960 -> 0.900, 0.290 -> 0.272; losses: 06 at (1, 16384, 8) 0.189 -> 0.203, and 2 heads of
+ * 256 chunks 32 steps deep, 0.0700 -> 0.0740). The first grows as heads x chunks, the second
+ * as the pass's `depth`, the chain steps on its serial path (a head's chunks, where one chain
+ * runs each head whole), so from v where heads x chunks >= VALUES_AT_64_HEADS x depth: 24,
+ * inside the measured band (it loses at 8 and 16 equivalent heads, wins at 32 and above). */
 enum { VALUES_AT_64_HEADS = 24 };
-__host__ __device__ static inline bool chain_from_values_pays(size_t K, size_t heads, size_t chunks, size_t P)
+__host__ __device__ static inline bool chain_from_values_pays(size_t K, size_t heads, size_t chunks, size_t depth)
 {
-    const size_t depth = P <= 1 ? chunks : 2 * ((chunks + P - 1) / P);
     return K == MAX_K || heads * chunks >= (size_t)VALUES_AT_64_HEADS * depth;
 }
-/* The choice, for every launch of a pass over P segments of each head (stage 06: P = 1):
- * kernel 1's parts and every chain after it must agree. Elsewhere the chain reads W, U and the
- * decayed keys. */
+/* The choice, for every launch of a pass whose chains are `depth` steps deep in all (stage 06:
+ * a head's chunks): kernel 1's parts and every chain after it must agree. Elsewhere the chain
+ * reads W, U and the decayed keys. */
 template <bool PRECISE>
-static bool chain_from_values(const gdn_device_problem *p, size_t P)
+static bool chain_from_values(const gdn_device_problem *p, size_t depth)
 {
-    return chain_from_values_sizes(p->K, p->V, p->H, p->T, PRECISE) && chain_from_values_pays(p->K, p->B * p->H, chunks_of(p->T), P);
+    return chain_from_values_sizes(p->K, p->V, p->H, p->T, PRECISE) && chain_from_values_pays(p->K, p->B * p->H, chunks_of(p->T), depth);
 }
-/* kernel 2's shape for `runs` of the P segments of every head */
+/* kernel 2's shape for `runs` segments of every head, in a pass `depth` steps deep */
 template <bool PRECISE, class Columns>
-static chain_shape chain_shape_for(const gdn_device_problem *p, size_t P, size_t runs, bool outputs)
+static chain_shape chain_shape_for(const gdn_device_problem *p, size_t depth, size_t runs, bool outputs)
 {
     const size_t columns = (size_t)Columns::count(round_up16(p->K), round_up16(p->V));
-    return chain_launch_shape<PRECISE, Columns>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs, chain_from_values<PRECISE>(p, P));
+    return chain_launch_shape<PRECISE, Columns>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs,
+                                                chain_from_values<PRECISE>(p, depth));
 }
-/* whether kernel 2 over `runs` segments of every head makes o itself (and so reads no keys_t) */
+/* whether kernel 2 over one segment of every head makes o itself (and so reads no keys_t) */
 template <bool PRECISE>
-static bool chain_makes_outputs(const gdn_device_problem *p, size_t runs)
+static bool chain_makes_outputs(const gdn_device_problem *p)
 {
-    return outputs_possible<PRECISE, state_columns>(p) && chain_shape_for<PRECISE, state_columns>(p, runs, runs, true).tiles == MAX_CHAIN_TILES;
+    return outputs_possible<PRECISE, state_columns>(p) && chain_shape_for<PRECISE, state_columns>(p, chunks_of(p->T), 1, true).tiles == MAX_CHAIN_TILES;
 }
 
-/* What kernel 1 writes for the chains that follow it over P segments of each head (with
- * output warps or not): the transform block where they make Vnew from v
- * (chain_from_values; the output warps' chain always does), else W, U and the decayed keys */
+/* What kernel 1 writes for the chains that follow it in a pass `depth` steps deep (with output
+ * warps or not): the transform block where they make Vnew from v (chain_from_values; the
+ * output warps' chain always does), else W, U and the decayed keys */
 template <bool PRECISE>
-static int chunk_parts_for(const gdn_device_problem *p, size_t P)
+static int chunk_parts_for(const gdn_device_problem *p, size_t depth)
 {
-    return chain_from_values<PRECISE>(p, P) ? WRITE_TRANSFORM : WRITE_KEYS_T | WRITE_W_AND_U;
+    return chain_from_values<PRECISE>(p, depth) ? WRITE_TRANSFORM : WRITE_KEYS_T | WRITE_W_AND_U;
 }
 
 /* Kernel 2 over segments 0 .. runs-1 of every head, carrying the state Columns. With `r`
  * (state_columns), where the blocks are MAX_CHAIN_TILES wide and hold a whole head of K = V =
  * 128, the block also makes o (chunk_states_outputs_kernel), and *outputs_done says so. */
 template <bool PRECISE, class Columns>
-static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments, gdn_device_result *r = NULL,
+static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments, size_t depth, gdn_device_result *r = NULL,
                                bool *outputs_done = NULL, cudaStream_t stream = 0)
 {
     const size_t columns = (size_t)Columns::count(round_up16(p->K), round_up16(p->V)), runs = segments.runs;
     const size_t output_bytes = output_block_bytes();
     const bool outputs = r && outputs_done && outputs_possible<PRECISE, Columns>(p); /* if the blocks are 8 tiles wide */
-    const chain_shape shape = chain_shape_for<PRECISE, Columns>(p, segments.count, runs, outputs);
+    const chain_shape shape = chain_shape_for<PRECISE, Columns>(p, depth, runs, outputs);
     const size_t block_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))

@@ -107,13 +107,13 @@ extern "C" size_t warp_specialized_kernel1_split(size_t heads, size_t chunks, si
 /* the same for a pass: only where the chain carries output warps */
 static size_t kernel1_split_chunk(const gdn_device_problem *p)
 {
-    return chain_makes_outputs<false>(p, 1) ? warp_specialized_kernel1_split(p->B * p->H, chunks_of(p->T), (size_t)gdn_sm_count()) : 0;
+    return chain_makes_outputs<false>(p) ? warp_specialized_kernel1_split(p->B * p->H, chunks_of(p->T), (size_t)gdn_sm_count()) : 0;
 }
 /* whether the chains of a pass make Vnew from v (warp_specialized.h; tested on its own, as
    host code): chain_from_values_pays */
-extern "C" int warp_specialized_values_pay(size_t K, size_t heads, size_t chunks, size_t P)
+extern "C" int warp_specialized_values_pay(size_t K, size_t heads, size_t chunks, size_t depth)
 {
-    return chain_from_values_pays(K, heads, chunks, P);
+    return chain_from_values_pays(K, heads, chunks, depth);
 }
 static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, chain_segments whole, gdn_device_result *r,
                                 size_t split)
@@ -144,7 +144,7 @@ static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, 
     /* kernel 1's second launch first: where kernels run one at a time after all (a sanitizer,
        CUDA_LAUNCH_BLOCKING) it then ends before the chain waits for it */
     if (launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM, split, chunks, kernel1_stream) ||
-        launch_chunk_states<false, state_columns>(p, w, whole, r, &outputs_done, chain_stream))
+        launch_chunk_states<false, state_columns>(p, w, whole, chunks, r, &outputs_done, chain_stream))
         return -1;
     CUDA_CHECK(cudaEventRecord(chain_done, chain_stream));
     CUDA_CHECK(cudaEventRecord(kernel1_done, kernel1_stream));
@@ -157,13 +157,13 @@ template <bool PRECISE>
 static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
-    const int parts = chunk_parts_for<PRECISE>(p, 1);
+    const int parts = chunk_parts_for<PRECISE>(p, chunks_of(p->T));
     bool outputs_done;
     if constexpr (!PRECISE)
         if (const size_t split = kernel1_split_chunk(p))
             return kernel1_beside_chain(p, w, whole, r, split);
     if (launch_prepare_chunks<PRECISE>(p, w, parts) ||
-        launch_chunk_states<PRECISE, state_columns>(p, w, whole, r, &outputs_done))
+        launch_chunk_states<PRECISE, state_columns>(p, w, whole, chunks_of(p->T), r, &outputs_done))
         return -1;
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
 }

@@ -15,11 +15,11 @@ extern "C" {
  * model. */
 size_t warp_specialized_kernel1_split(size_t heads, size_t chunks, size_t sms);
 
-/* Whether a pass over `heads` sequences of `chunks` chunks, cut into P segments (stage 06: 1),
- * has its chains make Vnew from v at K = V = `K` (64 or 128, where they can), so that kernel 1
+/* Whether a pass over `heads` sequences of `chunks` chunks, whose chains are `depth` steps deep
+ * in all (stage 06: `chunks`), has its chains make Vnew from v at K = V = `K` (64 or 128, where they can), so that kernel 1
  * writes the transform block alone (docs/06, "Vnew from v and the launch rules"). See
  * launch_rules.cuh (chain_from_values_pays) for the rule. */
-int warp_specialized_values_pay(size_t K, size_t heads, size_t chunks, size_t P);
+int warp_specialized_values_pay(size_t K, size_t heads, size_t chunks, size_t depth);
 
 #ifdef __cplusplus
 }

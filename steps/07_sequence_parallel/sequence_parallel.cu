@@ -64,16 +64,17 @@ static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk
                                     gdn_device_result *r)
 {
     bool outputs_done;
-    if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, P)))
+    const size_t depth = sequence_parallel_depth(chunks_of(p->T), P);
+    if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, depth)))
         return -1;
     if (P == 1) { /* stage 06 */
         const chain_segments whole = {1, 1, p->h0, r->ht};
-        if (launch_chunk_states<PRECISE, state_columns>(p, w, whole, r, &outputs_done))
+        if (launch_chunk_states<PRECISE, state_columns>(p, w, whole, depth, r, &outputs_done))
             return -1;
     } else {
         const chain_segments fold = {P, P - 1, NULL, maps}, replay = {P, P, starts, r->ht};
-        if (launch_chunk_states<PRECISE, folded_columns>(p, w, fold) || launch_scan_on_tensor_cores(p, P, maps, starts) ||
-            launch_chunk_states<PRECISE, state_columns>(p, w, replay, r, &outputs_done))
+        if (launch_chunk_states<PRECISE, folded_columns>(p, w, fold, depth) || launch_scan_on_tensor_cores(p, P, maps, starts) ||
+            launch_chunk_states<PRECISE, state_columns>(p, w, replay, depth, r, &outputs_done))
             return -1;
     }
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);

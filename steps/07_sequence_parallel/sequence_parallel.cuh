@@ -56,6 +56,10 @@ struct folded_columns {
     }
 };
 
+/* The chain steps on a pass's serial path, for stage 06's launch rules (chain_from_values_pays):
+ * a head's chunks at P = 1; with P segments a fold's and a replay's, ceil(chunks / P) each */
+static inline size_t sequence_parallel_depth(size_t chunks, size_t P) { return P <= 1 ? chunks : 2 * ((chunks + P - 1) / P); }
+
 enum { MAX_AUTOMATIC_SEGMENTS = 128 };
 static_assert(1 << (CHAIN_WIDTHS - 1) == MAX_CHAIN_TILES, "one blocks_per_sm entry for each width chain_tiles picks");
 

@@ -145,10 +145,11 @@ static int rank_passes(const gdn_device_problem *p, chunk_workspace w, const ran
     const size_t runs = last ? P - 1 : P;
     /* 1. fold: every segment's map (07's fold, one more), composed into the slice's */
     CUDA_CHECK(cudaEventRecord(this_rank.started));
-    int status = launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, P));
+    const size_t depth = sequence_parallel_depth(chunks_of(p->T), P);
+    int status = launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, depth));
     const chain_segments fold = {P, runs, NULL, b->maps};
     if (status == 0 && runs > 0)
-        status = launch_chunk_states<PRECISE, folded_columns>(p, w, fold);
+        status = launch_chunk_states<PRECISE, folded_columns>(p, w, fold, depth);
     if (status == 0 && !last)
         status = launch_compose_segment_maps(p, P, b->maps, b->summary);
     if (status == 0 && cudaEventRecord(this_rank.folded) != cudaSuccess)
@@ -172,7 +173,7 @@ static int rank_passes(const gdn_device_problem *p, chunk_workspace w, const ran
     CUDA_CHECK(cudaMemcpy2D(b->starts, P * state * sizeof(float), b->scan_starts + before * state,
                             (before + P) * state * sizeof(float), P * state * sizeof(float), heads, cudaMemcpyDeviceToDevice));
     const chain_segments replay = {P, P, b->starts, r->ht};
-    if (launch_chunk_states<PRECISE, state_columns>(p, w, replay) || launch_chunk_outputs<PRECISE>(p, w, r))
+    if (launch_chunk_states<PRECISE, state_columns>(p, w, replay, depth) || launch_chunk_outputs<PRECISE>(p, w, r))
         return -1;
     CUDA_CHECK(cudaEventRecord(this_rank.finished));
     return 0;

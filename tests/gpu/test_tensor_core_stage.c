@@ -195,21 +195,22 @@ END_TEST
  * (ms, from W and U -> from v): taken where it measures faster, else left; always at K = 128 */
 START_TEST(values_pay_where_measured)
 {
-    const size_t faster[][3] = {/* heads, chunks, P */
-                                {32, 256, 1},   /* 06 (2, 16384, 16): 0.4223 -> 0.3594 ms */
-                                {128, 64, 1},   /* 06 (8, 4096, 16): 0.3688 -> 0.3087 */
-                                {8, 256, 16},   /* 07 (1, 16384, 8): 0.1479 -> 0.1399 */
-                                {8, 2048, 16},  /* 07 (1, 131072, 8): 0.9661 -> 0.9078 */
-                                {4, 1024, 32}}, /* 07 (1, 65536, 4): 0.2911 -> 0.2729 */
-        slower[][3] = {{8, 256, 1},             /* 06 (1, 16384, 8): 0.1888 -> 0.2033 */
-                       {2, 256, 16}};           /* 07 (1, 16384, 2): 0.0700 -> 0.0740 */
+    /* heads, chunks, the chain steps on the pass's serial path: a head's chunks in stage 06; in
+       stage 07, 2 ceil(chunks / P) (sequence_parallel_depth: a fold's and a replay's) */
+    const size_t faster[][3] = {{32, 256, 256},  /* 06 (2, 16384, 16): 0.4223 -> 0.3594 ms */
+                                {128, 64, 64},   /* 06 (8, 4096, 16): 0.3688 -> 0.3087 */
+                                {8, 256, 32},    /* 07 (1, 16384, 8), P = 16: 0.1479 -> 0.1399 */
+                                {8, 2048, 256},  /* 07 (1, 131072, 8), P = 16: 0.9661 -> 0.9078 */
+                                {4, 1024, 64}},  /* 07 (1, 65536, 4), P = 32: 0.2911 -> 0.2729 */
+        slower[][3] = {{8, 256, 256},            /* 06 (1, 16384, 8): 0.1888 -> 0.2033 */
+                       {2, 256, 32}};            /* 07 (1, 16384, 2), P = 16: 0.0700 -> 0.0740 */
     for (int i = 0; i < 5; i++)
         ck_assert_msg(warp_specialized_values_pay(64, faster[i][0], faster[i][1], faster[i][2]),
-                      "K = 64, %zu heads of %zu chunks, P = %zu: measured faster from v, not taken", faster[i][0], faster[i][1],
+                      "K = 64, %zu heads of %zu chunks, %zu steps deep: measured faster from v, not taken", faster[i][0], faster[i][1],
                       faster[i][2]);
     for (int i = 0; i < 2; i++) {
         ck_assert_msg(!warp_specialized_values_pay(64, slower[i][0], slower[i][1], slower[i][2]),
-                      "K = 64, %zu heads of %zu chunks, P = %zu: measured slower from v, taken", slower[i][0], slower[i][1],
+                      "K = 64, %zu heads of %zu chunks, %zu steps deep: measured slower from v, taken", slower[i][0], slower[i][1],
                       slower[i][2]);
         ck_assert(warp_specialized_values_pay(128, slower[i][0], slower[i][1], slower[i][2]));
     }
