@@ -45,8 +45,8 @@
  *   chunk_workspace.cuh        the workspace between the kernels, the chain block's layout
  *   prepare_chunks.cuh         kernel 1: gates, K K^T, the solve, W and U or the transform block
  *   chain_ring.cuh             kernel 2's structure: the ring, segments, sizes, fragment helpers
- *   fused_outputs.cuh          the output warps at K = V = 128, wgmma, the chain's wgmma role
- *   chain.cuh                  chain_block and the chain kernels
+ *   fused_outputs.cuh          the block with output warps at K = V = 128: its roles (wgmma), its kernel
+ *   chain.cuh                  chain_block, its producer and update, and the two other chain kernels
  *   chunk_outputs.cuh          kernel 3: o where the output warps do not make it
  *   launch_rules.cuh           host: tensor maps, block shapes, the launch choices
  *   warp_specialized.cu        this file: kernel 1 beside the chain, the passes, the stage

@@ -9,8 +9,8 @@
  *   chunk_workspace.cuh   the workspace between the kernels, the chain block's layout
  *   prepare_chunks.cuh    kernel 1 (eq. 9-12, 15): gates, K K^T, the solve, W and U or Tm
  *   chain_ring.cuh        kernel 2's structure: the ring, segments, sizes, fragment helpers
- *   fused_outputs.cuh     the output warps at K = V = 128 (eq. 14, wgmma), the chain's wgmma role
- *   chain.cuh             chain_block (eq. 13-15) and the chain kernels
+ *   fused_outputs.cuh     the block with output warps at K = V = 128 (eq. 13-15 and 14, wgmma)
+ *   chain.cuh             chain_block (eq. 13-15) and the other two chain kernels
  *   chunk_outputs.cuh     kernel 3 (eq. 14)
  *   launch_rules.cuh      host: tensor maps, block shapes, the launch choices
  * The idea, the precision and the measured time: warp_specialized.cu's opening comment.
