@@ -113,23 +113,8 @@ static __global__ void __launch_bounds__(PRODUCER_CHAIN_THREADS, 1) chunk_states
 static int producer_consumer_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     (void)s;
-    const size_t K = p->K, V = p->V, heads = p->B * p->H, chunks = chunks_of(p->T), LDK = key_stride(K);
-    if (K > MAX_K)
-        return gdn_set_error("K = %zu: stage 06b keeps K-wide tiles in shared memory, K at most %d", K, MAX_K);
-    chunk_workspace w = workspace_at(r->workspace, p);
-    unsigned prepare_blocks, state_blocks, output_blocks;
-    if (gdn_blocks_for(heads * chunks, 1, &prepare_blocks) ||
-        gdn_blocks_for(heads * (round_up16(V) / CHAIN_COLUMNS), 1, &state_blocks) ||
-        gdn_blocks_for(heads * chunks * ((V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &output_blocks))
-        return -1;
-    const size_t M = CHUNK, LDT = TOKEN_STRIDE;
-    size_t prepare_bytes = M * sizeof(double) + (2 * M + M * (M + 1)) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
-    size_t state_bytes = ring_barriers_offset(K) + 2 * CHAIN_STAGES * sizeof(uint64_t);
-    size_t output_bytes = M * sizeof(double) + (2 * M * LDK + OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT) * sizeof(bf16);
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, THREADS, prepare_bytes, *p, w);
-    CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel, state_blocks, PRODUCER_CHAIN_THREADS, state_bytes, *p, w, r->ht);
-    CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, THREADS, output_bytes, *p, w, r->o);
-    return 0;
+    const size_t chain_bytes = ring_barriers_offset(p->K) + 2 * CHAIN_STAGES * sizeof(uint64_t);
+    return tensor_core_chunks_pass(p, r, "06b", chunk_states_kernel, PRODUCER_CHAIN_THREADS, chain_bytes);
 }
 
 extern "C" const gdn_stage producer_consumer_stage = {

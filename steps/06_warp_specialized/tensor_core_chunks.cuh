@@ -209,19 +209,24 @@ static __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
  * whole sequence (warp: threadIdx.x / 32, made once by the caller). Per chunk (eq. 13 and 15): S0^T out in bf16 (stage_state), Vnew = U - W S0
  * (make_new_values), S = exp(gamma_C) S + Kdec^T Vnew (update_state); each step reads what the
  * one before wrote to shared memory, so the caller puts a barrier between them. */
-__device__ __forceinline__ static void load_state(float (&S)[2][2][4], const gdn_device_problem &p, size_t head, size_t column0, int warp)
+/* f(q, j, r, m, column) for each of this lane's elements of S[q][j][r], at row m and state column `column` */
+template <typename Element>
+__device__ __forceinline__ static void for_each_state_element(size_t column0, int warp, Element f)
 {
-    const int K = (int)p.K;
 #pragma unroll
     for (int q = 0; q < 2; q++)
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * (warp + 4 * q), r);
-                const size_t column = column0 + fragment_column(0, j, r);
-                S[q][j][r] = p.h0 && m < K && column < p.V ? p.h0[(head * K + m) * p.V + column] : 0.0f;
-            }
+            for (int r = 0; r < 4; r++)
+                f(q, j, r, fragment_row(16 * (warp + 4 * q), r), column0 + fragment_column(0, j, r));
+}
+__device__ __forceinline__ static void load_state(float (&S)[2][2][4], const gdn_device_problem &p, size_t head, size_t column0, int warp)
+{
+    const int K = (int)p.K;
+    for_each_state_element(column0, warp, [&](int q, int j, int r, int m, size_t column) {
+        S[q][j][r] = p.h0 && m < K && column < p.V ? p.h0[(head * K + m) * p.V + column] : 0.0f;
+    });
 }
 
 /* S0^T in bf16: into S_t (row stride LDK) for Vnew, and into the workspace for kernel 3 */
@@ -283,17 +288,10 @@ __device__ __forceinline__ static void store_state(const float (&S)[2][2][4], co
                                                    int warp, float *ht)
 {
     const int K = (int)p.K;
-#pragma unroll
-    for (int q = 0; q < 2; q++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = fragment_row(16 * (warp + 4 * q), r);
-                const size_t column = column0 + fragment_column(0, j, r);
-                if (m < K && column < p.V)
-                    ht[(head * K + m) * p.V + column] = S[q][j][r];
-            }
+    for_each_state_element(column0, warp, [&](int q, int j, int r, int m, size_t column) {
+        if (m < K && column < p.V)
+            ht[(head * K + m) * p.V + column] = S[q][j][r];
+    });
 }
 
 /* ---- kernel 3: one block per (head, chunk, 64 columns of o), 8 warps as in kernel 1 ----
@@ -364,6 +362,30 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
             if (i < n && out < V)
                 o[gdn_device_token(&p, b, t0 + i, h) * V + out] = p.scale * acc[j][r];
         }
+}
+
+/* The pass of 06a and 06b: kernel 1, the sub-stage's chain (chain_kernel: chain_threads threads
+ * and chain_bytes of shared memory a block, one block per 16 columns of a head), kernel 3. */
+typedef void (*tensor_core_chain_kernel)(gdn_device_problem, chunk_workspace, float *);
+static int tensor_core_chunks_pass(const gdn_device_problem *p, gdn_device_result *r, const char *stage,
+                                   tensor_core_chain_kernel chain_kernel, int chain_threads, size_t chain_bytes)
+{
+    const size_t K = p->K, V = p->V, heads = p->B * p->H, chunks = chunks_of(p->T), LDK = key_stride(K);
+    if (K > MAX_K)
+        return gdn_set_error("K = %zu: stage %s keeps K-wide tiles in shared memory, K at most %d", K, stage, MAX_K);
+    chunk_workspace w = workspace_at(r->workspace, p);
+    unsigned prepare_blocks, state_blocks, output_blocks;
+    if (gdn_blocks_for(heads * chunks, 1, &prepare_blocks) ||
+        gdn_blocks_for(heads * (round_up16(V) / CHAIN_COLUMNS), 1, &state_blocks) ||
+        gdn_blocks_for(heads * chunks * ((V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS), 1, &output_blocks))
+        return -1;
+    const size_t M = CHUNK, LDT = TOKEN_STRIDE;
+    size_t prepare_bytes = M * sizeof(double) + (2 * M + M * (M + 1)) * sizeof(float) + (M * LDK + 2 * M * LDT) * sizeof(bf16);
+    size_t output_bytes = M * sizeof(double) + (2 * M * LDK + OUTPUT_COLUMNS * LDK + OUTPUT_COLUMNS * LDT + M * LDT) * sizeof(bf16);
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, THREADS, prepare_bytes, *p, w);
+    CUDA_LAUNCH_WITH_SHARED(chain_kernel, state_blocks, chain_threads, chain_bytes, *p, w, r->ht);
+    CUDA_LAUNCH_WITH_SHARED(chunk_outputs_kernel, output_blocks, THREADS, output_bytes, *p, w, r->o);
+    return 0;
 }
 
 /* the workspace's bytes and the fixed chunk, for the stage descriptors of 06a and 06b */
