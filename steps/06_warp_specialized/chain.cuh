@@ -35,24 +35,6 @@
  * Included by warp_specialized.cuh.
  */
 #pragma once
-/* Where a chain block is: its head and segment, its chunks first .. end - 1, and its state
- * columns block_column0 .. + block_columns - 1 (tiles 16-column tiles; a head's columns in
- * groups of block_columns, a group per block, the groups of one segment, then the segments of
- * one head, then the heads) */
-typedef struct {
-    size_t head, segment, first, end;
-    int block_column0, block_columns, tiles;
-} chain_place;
-__device__ __forceinline__ static chain_place place_chain_block(const chain_segments &segments, size_t chunks, int columns,
-                                                                 int block_columns)
-{
-    const size_t groups = (columns + block_columns - 1) / block_columns, group = blockIdx.x % groups;
-    chain_place at;
-    at.segment = blockIdx.x / groups % segments.runs, at.head = blockIdx.x / groups / segments.runs;
-    at.first = segment_chunk(at.segment, segments.count, chunks), at.end = segment_chunk(at.segment + 1, segments.count, chunks);
-    at.block_column0 = (int)group * block_columns, at.block_columns = block_columns, at.tiles = block_columns / 16;
-    return at;
-}
 /* The ring: `stages` slots of slot_bytes from `slots`, and each slot's full and empty mbarriers */
 typedef struct {
     unsigned char *slots;

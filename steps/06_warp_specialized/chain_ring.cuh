@@ -108,6 +108,25 @@ enum chain_operands { W_AND_U, SPLIT_W_AND_U, TRANSFORM_AND_V };
 /* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
 __host__ __device__ static inline size_t segment_chunk(size_t s, size_t P, size_t chunks) { return s * chunks / P; }
 
+/* Where a chain block is: its head and segment, its chunks first .. end - 1, and its state
+ * columns block_column0 .. + block_columns - 1 (tiles 16-column tiles; a head's columns in
+ * groups of block_columns, a group per block, the groups of one segment, then the segments of
+ * one head, then the heads) */
+typedef struct {
+    size_t head, segment, first, end;
+    int block_column0, block_columns, tiles;
+} chain_place;
+__device__ __forceinline__ static chain_place place_chain_block(const chain_segments &segments, size_t chunks, int columns,
+                                                                 int block_columns)
+{
+    const size_t groups = (columns + block_columns - 1) / block_columns, group = blockIdx.x % groups;
+    chain_place at;
+    at.segment = blockIdx.x / groups % segments.runs, at.head = blockIdx.x / groups / segments.runs;
+    at.first = segment_chunk(at.segment, segments.count, chunks), at.end = segment_chunk(at.segment + 1, segments.count, chunks);
+    at.block_column0 = (int)group * block_columns, at.block_columns = block_columns, at.tiles = block_columns / 16;
+    return at;
+}
+
 /* With STAGED, a consumer warp's staging tiles for its rows of S0^T and Vnew^T (and their
  * low terms with --precise): the workspace's rows, key_stride(K) and TOKEN_STRIDE bf16, in
  * which the lanes' 4-byte writes fall in 32 different banks; 16 rows for each 16-column tile

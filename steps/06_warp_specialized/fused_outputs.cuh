@@ -477,10 +477,9 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     extern __shared__ uint4 ring[];
     const int K = (int)p.K, VP = round_up16(p.V);
     const int consumers = MAX_CHAIN_TILES, block_columns = 16 * MAX_CHAIN_TILES; /* the chain's warps, 0 .. consumers - 1 */
-    const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count, runs = segments.runs;
-    const size_t groups = (VP + block_columns - 1) / block_columns;
-    const size_t segment = blockIdx.x / groups % runs, head = blockIdx.x / groups / runs;
-    const size_t first = segment_chunk(segment, P, chunks), end = segment_chunk(segment + 1, P, chunks);
+    const size_t V = p.V, chunks = chunks_of(p.T);
+    const chain_place at = place_chain_block(segments, chunks, VP, block_columns);
+    const size_t segment = at.segment, head = at.head, first = at.first, end = at.end;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int slot_bytes = (int)output_slot_bytes();
     const size_t block_bytes = chain_block_bytes(p.K, V, false);
