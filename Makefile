@@ -48,6 +48,7 @@ USES_04_two_phase_scan := 01_naive_loop
 USES_05_wy_chunked     :=
 USES_06_warp_specialized := 05_wy_chunked
 USES_07_sequence_parallel := 05_wy_chunked
+USES_10_backward_chunked := 05_wy_chunked
 
 COMMON_SOURCES := $(filter-out common/main.c,$(wildcard common/*.c))
 COMMON_OBJECTS := $(COMMON_SOURCES:%.c=$(BUILD)/%.o)
@@ -159,7 +160,7 @@ $(call stage_object,$(1)): $(call stage_source,$(1)) | require-build
 
 $(BUILD)/main_$(1).o: common/main.c | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage $(if $(findstring _backward_,$(1)),-DBACKWARD_STAGE) -c $$< -o $$@
 
 $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$(1)),$(call stage_object,$(u))) $(COMMON_OBJECTS)
 	@mkdir -p $$(dir $$@)

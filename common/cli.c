@@ -51,6 +51,13 @@ static void print_help(const gdn_stage *stage)
            "  --no-input-check     with --in: skip that check (one pass over the inputs)\n"
            "  --out DIR            write o.npy and ht.npy to DIR (not written when a value is NaN or Inf:\n"
            "                       that is an error naming the first such value)\n");
+    if (stage->options & GDN_OPTION_BACKWARD) {
+        printf("  --in DIR / --B ...   a backward stage reads do.npy and dht.npy too, the loss's gradients\n"
+               "                       with respect to o and ht (both from DIR with --in, else drawn from\n"
+               "                       --seed, N(0, 1)); --out writes dq dk dv dg dbeta [dh0] .npy beside\n"
+               "                       o and ht; --check-against compares all of them (oracle: the fp64\n"
+               "                       backward loop) and names the worst\n");
+    }
     if (distributed)
         printf("  --check-against DIR  compare with DIR/o.npy and DIR/ht.npy, e.g. what stage 05 wrote with\n"
                "                       --out on the same problem (the fp64 oracle would need the whole\n"

@@ -2,12 +2,12 @@
 
 #include <math.h>
 
-gdn_difference gdn_compare(const real_t *x, const double *ref, size_t count)
+static gdn_difference compare(const real_t *x, const double *ref, size_t count, int round_reference)
 {
     gdn_difference d = {0.0, 0.0, 0};
     double difference_squares = 0.0, reference_squares = 0.0;
     for (size_t i = 0; i < count; i++) {
-        double a = (double)x[i], r = ref[i];
+        double a = (double)x[i], r = round_reference ? (double)(real_t)ref[i] : ref[i];
         if (!isfinite(a) || !isfinite(r)) {
             d.non_finite++;
             continue;
@@ -23,6 +23,13 @@ gdn_difference gdn_compare(const real_t *x, const double *ref, size_t count)
     if (d.non_finite)
         d.relative = d.max_absolute = NAN;
     return d;
+}
+
+gdn_difference gdn_compare(const real_t *x, const double *ref, size_t count) { return compare(x, ref, count, 0); }
+
+gdn_difference gdn_compare_representable(const real_t *x, const double *ref, size_t count)
+{
+    return compare(x, ref, count, 1);
 }
 
 gdn_difference gdn_worse(gdn_difference a, gdn_difference b)

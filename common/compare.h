@@ -18,6 +18,10 @@ typedef struct {
 } gdn_difference;
 
 gdn_difference gdn_compare(const real_t *x, const double *ref, size_t count);
+/* The same against ref rounded to the build's precision, the closest a result can be: the
+ * backward stages' comparisons with the fp64 oracle, where a whole gradient may lie below
+ * float's range (dg where alpha = e^-200: 1e-87, which float holds as 0). */
+gdn_difference gdn_compare_representable(const real_t *x, const double *ref, size_t count);
 /* The worse of two comparisons (o and ht are judged together). */
 gdn_difference gdn_worse(gdn_difference a, gdn_difference b);
 /* Passes when everything is finite and relative <= tolerance. */

@@ -62,6 +62,7 @@ previous=""
 for binary in "$bin"/[0-9][0-9]_*; do
     stage=$(basename "$binary")
     [ -x "$binary" ] && [ -f "steps/$stage/${stage#??_}.c" ] || continue
+    case "$stage" in *_backward_*) continue ;; esac # their own table, below
     # stage 08 runs on 3 MPI ranks (so that one of them folds), --oversubscribe so that a machine
     # with fewer cores runs it too; it is checked against the stage before it only (no oracle
     # check: that would need the whole problem in one process)
@@ -73,6 +74,18 @@ for binary in "$bin"/[0-9][0-9]_*; do
     esac
     run "$stage" "$launcher" "$oracle_check" "$previous" && previous=$stage
 done
+
+# The backward stages: the same problem, the loss's gradients do and dht drawn from the seed; each
+# checked against the one before it (all eight tensors: o, ht and the gradients) and the fp64
+# backward oracle. Speedup is against the first of them.
+echo "backward (gradients of the same problem; errors: the worst of o, ht, dq, dk, dv, dg, dbeta, dh0)"
+forward_base_ms=$base_ms base_ms="" previous=""
+for binary in "$bin"/[0-9][0-9]_backward_*; do
+    stage=$(basename "$binary")
+    [ -x "$binary" ] && [ -f "steps/$stage/${stage#??_}.c" ] || continue
+    run "$stage" "" "--check-against oracle" "$previous" && previous=$stage
+done
+base_ms=$forward_base_ms
 
 # The GPU progression, as plots/bench_gpu.sh runs it: the CUDA twins of 01, 03, 04, 05, then
 # 06 and 07, each checked against the row above (01_cuda against stage 01 on the CPU). 06 and 07

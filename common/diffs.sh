@@ -95,9 +95,14 @@ write)
     mkdir -p "$out"
     previous_c=""
     previous_cu=""
+    first_c=""
+    previous_backward=""
     for stage in "$@"; do
         kind=$(kind_of "$stage")
         if [ "$kind" = c ]; then previous=$previous_c; else previous=$previous_cu; fi
+        # a backward stage builds on the backward stage before it; the first on the forward
+        # loop it differentiates (09_backward_loop on 01_naive_loop)
+        case "$stage" in *_backward_*) previous=${previous_backward:-$first_c} ;; esac
         if [ -n "$previous" ]; then
             file="$out/${stage%%_*}_from_${previous%%_*}.diff"
             show "$previous" "$stage" >"$file"
@@ -113,7 +118,9 @@ write)
             echo "wrote $file: +$(grep -c '^+[^+]' "$file") -$(grep -c '^-[^-]' "$file") lines"
         fi
         # the stage a later stage of each kind builds on
+        case "$stage" in *_backward_*) previous_backward=$stage ;; esac
         if [ "$kind" = c ]; then previous_c=$stage; fi
+        [ -n "$first_c" ] || [ "$kind" != c ] || first_c=$stage
         if [ -f "$(source_of "$stage" cu)" ]; then previous_cu=$stage; fi
     done
     ;;

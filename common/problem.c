@@ -227,14 +227,14 @@ done:
     return status;
 }
 
-static int make_dir(const char *dir)
+int gdn_make_dir(const char *dir)
 {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return gdn_set_error("%s: cannot create folder: %s", dir, strerror(errno));
     return 0;
 }
 
-static int save_tensor(const char *dir, const char *name, const real_t *data, size_t ndim, const size_t *shape)
+int gdn_save_tensor(const char *dir, const char *name, const real_t *data, size_t ndim, const size_t *shape)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.npy", dir, name);
@@ -245,9 +245,9 @@ int gdn_problem_save(const gdn_problem *p, const char *dir)
 {
     size_t qk[4] = {p->B, p->T, p->H, p->K}, v[4] = {p->B, p->T, p->H, p->V}, gate[3] = {p->B, p->T, p->H};
     size_t state[4] = {p->B, p->H, p->K, p->V};
-    if (make_dir(dir) || save_tensor(dir, "q", p->q, 4, qk) || save_tensor(dir, "k", p->k, 4, qk) ||
-        save_tensor(dir, "v", p->v, 4, v) || save_tensor(dir, "g", p->g, 3, gate) ||
-        save_tensor(dir, "beta", p->beta, 3, gate) || (p->h0 && save_tensor(dir, "h0", p->h0, 4, state)))
+    if (gdn_make_dir(dir) || gdn_save_tensor(dir, "q", p->q, 4, qk) || gdn_save_tensor(dir, "k", p->k, 4, qk) ||
+        gdn_save_tensor(dir, "v", p->v, 4, v) || gdn_save_tensor(dir, "g", p->g, 3, gate) ||
+        gdn_save_tensor(dir, "beta", p->beta, 3, gate) || (p->h0 && gdn_save_tensor(dir, "h0", p->h0, 4, state)))
         return -1;
     return 0;
 }
@@ -327,9 +327,9 @@ void gdn_result_poison(gdn_result *r, const gdn_problem *p)
 int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir)
 {
     size_t o_shape[4] = {p->B, p->T, p->H, p->V}, state[4] = {p->B, p->H, p->K, p->V};
-    if (make_dir(dir))
+    if (gdn_make_dir(dir))
         return -1;
-    if (save_tensor(dir, "o", r->o, 4, o_shape) || save_tensor(dir, "ht", r->ht, 4, state)) {
+    if (gdn_save_tensor(dir, "o", r->o, 4, o_shape) || gdn_save_tensor(dir, "ht", r->ht, 4, state)) {
         char path[4096]; /* npy_write removed the file it failed on; o.npy may be whole, but alone */
         snprintf(path, sizeof path, "%s/o.npy", dir);
         remove(path);

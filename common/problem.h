@@ -73,6 +73,9 @@ void gdn_result_poison(gdn_result *r, const gdn_problem *p);
 /* Write o.npy and ht.npy into dir (created if missing); on a failed write neither file is
  * left behind, so a folder never holds a partial result that looks whole. */
 int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir);
+/* The folder dir, created when missing; dir/name.npy written from data (npy_write). */
+int gdn_make_dir(const char *dir);
+int gdn_save_tensor(const char *dir, const char *name, const real_t *data, size_t ndim, const size_t *shape);
 
 /* Outputs that are not finite. Every binary checks o and ht after its checked run, before it
  * compares or writes anything: a NaN or Inf there is an error (a state that overflowed, or a

@@ -25,6 +25,8 @@ enum random_stream {
     STREAM_G = 4,
     STREAM_BETA = 5,
     STREAM_H0 = 6,
+    STREAM_DO = 7,  /* the backward stages' cotangents (gradients.h) */
+    STREAM_DHT = 8,
     STREAM_TEST = 100 /* tests draw their own extra values from streams >= 100 */
 };
 

@@ -140,6 +140,27 @@ static int run_checks(const gdn_stage *stage, const gdn_settings *s, const gdn_p
     return failed;
 }
 
+int gdn_stage_setup(int argc, char **argv, const gdn_stage *stage, gdn_settings *s, gdn_problem *p)
+{
+    memset(p, 0, sizeof *p);
+    int parsed = gdn_parse_command_line(argc, argv, stage, s);
+    if (parsed != 0)
+        return parsed > 0 ? 1 : (fail(stage->name), -1);
+    omp_set_num_threads(s->threads);
+    if (s->in_dir ? gdn_problem_load(p, s->in_dir, s->check_inputs)
+                  : gdn_problem_alloc(p, s->B, s->T, s->H, s->K, s->V, s->with_h0))
+        return fail(stage->name), -1;
+    if (!s->in_dir)
+        gdn_problem_generate(p, s->seed);
+    if (s->scale > 0.0)
+        p->scale = s->scale;
+    if (stage->bf16_inputs)
+        gdn_problem_round_to_bf16(p);
+    if (stage->resolve_options)
+        stage->resolve_options(p, s);
+    return 0;
+}
+
 int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
 {
     gdn_settings s;
@@ -149,22 +170,9 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
     void *context = NULL;
     double *times = NULL;
     int status = 1; /* until everything below has worked */
-    int parsed = gdn_parse_command_line(argc, argv, stage, &s);
-    if (parsed != 0)
-        return parsed > 0 ? 0 : fail(stage->name);
-    omp_set_num_threads(s.threads);
-
-    if (s.in_dir ? gdn_problem_load(&p, s.in_dir, s.check_inputs)
-                 : gdn_problem_alloc(&p, s.B, s.T, s.H, s.K, s.V, s.with_h0))
-        goto failed;
-    if (!s.in_dir)
-        gdn_problem_generate(&p, s.seed);
-    if (s.scale > 0.0)
-        p.scale = s.scale;
-    if (stage->bf16_inputs)
-        gdn_problem_round_to_bf16(&p);
-    if (stage->resolve_options)
-        stage->resolve_options(&p, &s);
+    const int setup = gdn_stage_setup(argc, argv, stage, &s, &p);
+    if (setup != 0)
+        return setup > 0 ? 0 : 1;
     if (gdn_result_alloc(&r, &p))
         goto failed;
 

@@ -27,6 +27,9 @@ enum {
      * it): --help says so, and --check-against takes a folder only, since the oracle would need
      * the whole problem in one process. */
     GDN_OPTION_DISTRIBUTED = 1u << 3,
+    /* A backward stage (backward_stage.h, stage 09 on; its driver sets it): --help says that it
+     * reads do.npy and dht.npy too and writes the gradients. */
+    GDN_OPTION_BACKWARD = 1u << 4,
 };
 
 typedef struct {
@@ -98,6 +101,12 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
  * one-line error on stderr and exit status 1. */
 void gdn_tool_options(int argc, char **argv, const char *tool, const char *const *names, size_t *values,
                       size_t limit);
+
+/* What every binary does before its runs: parse argv into s, then read (--in) or draw the
+ * problem into p, with --scale, the bf16 rounding (stage->bf16_inputs) and the stage's
+ * resolve_options applied. Returns 0 to run, 1 when --help was printed, -1 on an error (said
+ * on stderr, one line; p is then empty). */
+int gdn_stage_setup(int argc, char **argv, const gdn_stage *stage, gdn_settings *s, gdn_problem *p);
 
 /* The whole binary: returns the process exit status. */
 int gdn_stage_main(int argc, char **argv, const gdn_stage *stage);

@@ -25,10 +25,14 @@
  * that rounding, far below any algebra mistake (docs/contract.md). */
 #define GDN_TOLERANCE_VS_ORACLE 1e-10
 #define GDN_TOLERANCE_VS_STAGE 1e-10
+#define GDN_TOLERANCE_BACKWARD_VS_ORACLE 1e-10
+#define GDN_TOLERANCE_BACKWARD_VS_STAGE 1e-10
 #else
 /* Float builds: see above. Against the previous stage the two errors can add: 2e-4. */
 #define GDN_TOLERANCE_VS_ORACLE 1e-4
 #define GDN_TOLERANCE_VS_STAGE 2e-4
+#define GDN_TOLERANCE_BACKWARD_VS_ORACLE 1e-4
+#define GDN_TOLERANCE_BACKWARD_VS_STAGE 2e-4
 #endif
 
 /* Stages on bf16 inputs (gdn_stage.bf16_inputs: stage 06 and after) multiply in bf16, 8

@@ -3,7 +3,8 @@
  *     bin/make_problem --B 1 --T 16384 --H 8 --K 64 --V 64 --seed 1 --h0 DIR
  *
  * The inputs are exactly those every stage binary draws for the same sizes and seed
- * (gdn_problem_generate), so a peer timed on DIR runs on our stages' inputs, and its
+ * (gdn_problem_generate; gdn_cotangents_generate for the backward stages' do and dht), so a
+ * peer timed on DIR runs on our stages' inputs, and its
  * outputs can be compared with a stage's --out. --h0 is a flag, as a stage's --h0 is: it adds
  * a random initial state; without it the state starts at zero.
  */
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "../common/error.h"
+#include "../common/gradients.h"
 #include "../common/problem.h"
 #include "../common/stage.h"
 
@@ -23,7 +25,8 @@ static const char usage[] =
     "  --h0                 draw a random initial state h0 as well (default: zero state)\n"
     "  --help               this text\n"
     "\n"
-    "DIR is created if missing; it then holds q.npy k.npy v.npy g.npy beta.npy [h0.npy].\n";
+    "DIR is created if missing; it then holds q.npy k.npy v.npy g.npy beta.npy [h0.npy], and the\n"
+    "cotangents the backward stages draw, do.npy and dht.npy.\n";
 
 int main(int argc, char **argv)
 {
@@ -67,10 +70,17 @@ int main(int argc, char **argv)
         return 1;
     }
     gdn_problem_generate(&p, values[5]);
-    if (gdn_problem_save(&p, dir) != 0) {
+    gdn_cotangents c;
+    if (gdn_cotangents_alloc(&c, &p) != 0) {
         fprintf(stderr, "make_problem: error: %s\n", gdn_last_error());
         return 1;
     }
+    gdn_cotangents_generate(&c, &p, values[5]);
+    if (gdn_problem_save(&p, dir) != 0 || gdn_cotangents_save(&c, &p, dir) != 0) {
+        fprintf(stderr, "make_problem: error: %s\n", gdn_last_error());
+        return 1;
+    }
+    gdn_cotangents_free(&c);
     gdn_problem_free(&p);
     return 0;
 }

@@ -93,6 +93,7 @@ Suite *parallel_scan_suite(void);
 Suite *two_phase_scan_suite(void);
 Suite *wy_chunked_suite(void);
 Suite *binaries_suite(void);
+Suite *backward_suite(void);
 Suite *edge_cases_suite(void);
 Suite *fuzz_corpus_suite(void);
 Suite *context_parallel_suite(void);

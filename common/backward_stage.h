@@ -1,0 +1,38 @@
+/* backward_stage.h -- what every backward stage binary shares (stage 09 on).
+ *
+ * A backward stage file (steps/NN_backward_name/backward_name.c) implements one backward pass
+ * and describes itself with a gdn_backward_stage; common/main.c, compiled with
+ * -DBACKWARD_STAGE, turns it into a binary with the forward stages' command line
+ * (docs/contract.md sections 4 and 5). The driver (backward_driver.c) reads or draws the
+ * cotangents do and dht besides the problem, times the runs, checks o, ht and the six gradients
+ * against the fp64 backward oracle or a folder, and writes them.
+ */
+#ifndef GDN_BACKWARD_STAGE_H
+#define GDN_BACKWARD_STAGE_H
+
+#include "gradients.h"
+#include "stage.h"
+
+typedef struct gdn_backward_stage {
+    const char *name;  /* "09_backward_loop": folder and binary name */
+    const char *idea;  /* one line for --help */
+    unsigned options;  /* GDN_OPTION_* flags it accepts (--chunk) */
+    /* o and ht, and the gradients g of the loss whose gradients with respect to o and ht are
+     * c's. Returns 0, or -1 after gdn_set_error. */
+    int (*backward)(const gdn_problem *p, const gdn_cotangents *c, const gdn_settings *s, gdn_result *r,
+                    gdn_gradients *g);
+    /* Floating-point operations one backward pass performs, counted from its loops. */
+    double (*counted_flops)(const gdn_problem *p, const gdn_settings *s);
+    /* Optional: defaults of its own options once the sizes are known (gdn_stage's). */
+    void (*resolve_options)(const gdn_problem *p, gdn_settings *s);
+} gdn_backward_stage;
+
+/* One run of a backward stage with its outputs poisoned (NaN) first; r and g are allocated
+ * here. For the tests. Returns the stage's status. */
+int gdn_backward_run_once(const gdn_backward_stage *stage, const gdn_problem *p, const gdn_cotangents *c,
+                          const gdn_settings *s, gdn_result *r, gdn_gradients *g);
+
+/* The whole binary: returns the process exit status. */
+int gdn_backward_stage_main(int argc, char **argv, const gdn_backward_stage *stage);
+
+#endif
