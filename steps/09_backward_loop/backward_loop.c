@@ -68,6 +68,7 @@ static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t
         o[j] = 0;
     for (size_t i = 0; i < K; i++) {
         real_t sum = 0;
+#pragma omp simd reduction(+ : sum) /* a sum over j in vector lanes: the compiler may not reorder it unasked */
         for (size_t j = 0; j < V; j++) {
             o[j] += q[i] * S_t[i * V + j];
             sum += S_t[i * V + j] * d_o[j];
@@ -96,6 +97,7 @@ static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t
     real_t dg = 0;
     for (size_t i = 0; i < K; i++) {
         real_t from_write = 0, from_error = 0;
+#pragma omp simd reduction(+ : from_write, from_error, dg)
         for (size_t j = 0; j < V; j++) {
             const real_t decayed = alpha * S_prev[i * V + j], dS_decayed = dS[i * V + j] - beta * k[i] * du[j];
             from_write += dS[i * V + j] * u[j];
