@@ -25,12 +25,23 @@
  * that rounding, far below any algebra mistake (docs/contract.md). */
 #define GDN_TOLERANCE_VS_ORACLE 1e-10
 #define GDN_TOLERANCE_VS_STAGE 1e-10
-#define GDN_TOLERANCE_BACKWARD_VS_ORACLE 1e-10
-#define GDN_TOLERANCE_BACKWARD_VS_STAGE 1e-10
 #else
 /* Float builds: see above. Against the previous stage the two errors can add: 2e-4. */
 #define GDN_TOLERANCE_VS_ORACLE 1e-4
 #define GDN_TOLERANCE_VS_STAGE 2e-4
+#endif
+
+/* The backward stages (09 on) against the fp64 backward oracle, every one of o, ht and the six
+ * gradients: the same bounds, for the same reason. dS runs back through A_t^T = A_t (I - beta
+ * k k^T scaled by alpha: symmetric, norm at most 1), a contraction like the forward's, so its
+ * rounding errors settle instead of growing with T; each gradient of a token is a few sums of
+ * K V products of such values. Measured (plots/data/backward_cpu.dat, T = 4096, K = V = 64
+ * and 128, and the tests' grids): at most 1.2e-6 in float, dg or dbeta the worst; 09 and 10
+ * agree with the oracle to 1e-14 in double. */
+#ifdef GDN_DOUBLE
+#define GDN_TOLERANCE_BACKWARD_VS_ORACLE 1e-10
+#define GDN_TOLERANCE_BACKWARD_VS_STAGE 1e-10
+#else
 #define GDN_TOLERANCE_BACKWARD_VS_ORACLE 1e-4
 #define GDN_TOLERANCE_BACKWARD_VS_STAGE 2e-4
 #endif

@@ -6,7 +6,7 @@
 #                        build/quick/data/, figures drawn from them into build/quick/ with
 #                        "quick" in their titles; nothing committed is touched
 # Without SWEEP names, every sweep of the figures runs (and, in full mode, the docs' other
-# tables: stages_01_04, stages_01_04_05, cpu_goal); with them, those sweeps alone.
+# tables: stages_01_04, stages_01_04_05, cpu_goal, backward); with them, those sweeps alone.
 # Every point runs one stage binary (median of --reps runs after a warm-up, checked against the
 # fp64 oracle) and appends one row to a plain-text data file. Stages too slow or too large for
 # a point are written as a row with "skipped: <why>", never left out silently.
@@ -21,7 +21,7 @@ if [ $# -gt 0 ]; then
     made_by="sh plots/bench.sh BIN $mode $sweeps"
 else
     sweeps="T K threads segments chunk precision peak"
-    [ "$mode" = quick ] || sweeps="$sweeps stages_01_04 stages_01_04_05 cpu_goal"
+    [ "$mode" = quick ] || sweeps="$sweeps stages_01_04 stages_01_04_05 cpu_goal backward"
     made_by="make bench"
     [ "$mode" != quick ] || made_by="make bench QUICK=1"
 fi
@@ -194,6 +194,24 @@ sweep_stages_01_04_05() {
             done
         done
     done
+}
+
+# the backward stages: 09 and 10 at every chunk size from 16, beside stage 01's forward (its
+# speedup_vs_01 is then the forward's time over the backward's), 1 and 2 threads
+sweep_backward() {
+    begin backward_cpu "backward stages 09, 10: B=1 T=4096 H=8 K=V=64 and B=1 T=4096 H=2 K=V=128, 1 and 2 threads; B=1 T=16384 H=8 K=V=64 on all cores"
+    for shape in "8 64" "2 128"; do
+        # shellcheck disable=SC2086 # the shape is two words
+        set -- $shape
+        for threads in 1 2; do
+            run 01_naive_loop 4096 "$1" "$2" "$2" "$threads"
+            run 09_backward_loop 4096 "$1" "$2" "$2" "$threads"
+            for C in 16 32 64 128; do run 10_backward_chunked 4096 "$1" "$2" "$2" "$threads" --chunk "$C"; done
+        done
+    done
+    # the README's shape, all cores
+    run 01_naive_loop 16384 8 64 64 1
+    for stage in 01_naive_loop 09_backward_loop 10_backward_chunked; do run "$stage" 16384 8 64 64 "$cores"; done
 }
 
 # the stage 04 goal on a many-core CPU: B = H = 1, T = 65536, K = V = 64, all cores

@@ -4,9 +4,9 @@
  *     S_t = A_t S_{t-1} + k_t (beta_t v_t)^T,   A_t = (I - beta_t k_t k_t^T) alpha_t,
  * so the gradient of the loss with respect to the state, dS_t = dL/dS_t, runs through the
  * transposed maps the other way (A_t is symmetric):
- *     dS_t     += scale q_t do_t^T                          (read, eq. 16a)
- *     du        = dS_t^T k_t                                 (write, eq. 16b)
- *     dS_{t-1}  = alpha_t (dS_t - beta_t k_t du^T)           (eq. 16c)
+ *     dS_t     += scale q_t do_t^T                          (read, eq. 18a)
+ *     du        = dS_t^T k_t                                 (write, eq. 18b)
+ *     dS_{t-1}  = alpha_t (dS_t - beta_t k_t du^T)           (eq. 18c)
  * and each token's input gradients are read off the same step:
  *     dq_t = scale S_t do_t
  *     dk_t = dS_t u_t - beta_t S'_t du                       (S'_t = alpha_t S_{t-1})
@@ -18,9 +18,12 @@
  * state kept before it, just before the loop back walks it (a checkpoint, memory against time).
  * Heads are independent: OpenMP runs one head per thread.
  *
- * Cost per token and head: the forward twice (7 K V each) and the adjoint step, 7 K V more
- * (dq, dS += q do^T, du, dk's two products, dS_{t-1} with dg): 21 K V flops. Memory: (T /
- * KEPT_EVERY + KEPT_EVERY) K V values a thread. Depth: 2 T serial steps per head.
+ * Cost per token and head, counted from the loops: the forward twice without its read (5 K V
+ * each: decay, S^T k, write) and the step back, 22 K V (o and dq 4, dS += q do^T 2, du 2, S'^T k
+ * 3 again for dbeta, dk's two sums 4, dS' 3, dg 2, alpha dS' and S' 2): 32 K V flops, 4.6 times
+ * the forward's 7 K V. Memory: (T / KEPT_EVERY + KEPT_EVERY) K V values a thread (kept every
+ * 64 tokens, T = 4096: 128 states where keeping them all takes 4096). Depth: 2 T serial steps
+ * per head.
  *
  * Build and run:  make bin/09_backward_loop && bin/09_backward_loop --T 1024 --h0 --check-against oracle
  */
@@ -51,7 +54,7 @@ static void forward_token(real_t *restrict S, size_t K, size_t V, const real_t *
             S[i * V + j] += k[i] * u[j];
 }
 
-/* One token back (eq. 16a-16c): o_t and the token's gradients; dS from dL/dS_t to dL/dS_{t-1}.
+/* One token back (eq. 18a-18c): o_t and the token's gradients; dS from dL/dS_t to dL/dS_{t-1}.
  * S_prev is the state before the token, S_t after it; scratch holds 2 V values. */
 static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t token, const real_t *restrict S_prev,
                            const real_t *restrict S_t, const real_t *restrict u, real_t *restrict dS, gdn_result *r,
@@ -63,7 +66,7 @@ static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t
     const real_t *restrict d_o = c->d_o + token * V;
     real_t *restrict du = scratch, *restrict predicted = scratch + V;
     real_t *restrict o = r->o + token * V, *restrict dq = g->dq + token * K, *restrict dk = g->dk + token * K;
-    /* the read: o_t = scale S_t^T q_t; dq_t = scale S_t do_t; dS_t += scale q_t do_t^T (16a) */
+    /* the read: o_t = scale S_t^T q_t; dq_t = scale S_t do_t; dS_t += scale q_t do_t^T (18a) */
     for (size_t j = 0; j < V; j++)
         o[j] = 0;
     for (size_t i = 0; i < K; i++) {
@@ -78,7 +81,7 @@ static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t
     }
     for (size_t j = 0; j < V; j++)
         o[j] *= scale;
-    /* the write S_t = S'_t + k u^T: du = dS^T k (16b); predicted = S'^T k for dbeta */
+    /* the write S_t = S'_t + k u^T: du = dS^T k (18b); predicted = S'^T k for dbeta */
     for (size_t j = 0; j < V; j++)
         du[j] = predicted[j] = 0;
     for (size_t i = 0; i < K; i++)
@@ -93,7 +96,7 @@ static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t
         dbeta += du[j] * (v[j] - predicted[j]);
     }
     g->dbeta[token] = dbeta;
-    /* dk_t = dS u - beta S' du; then dS' = dS - beta k du^T, dg = <dS', S'>, dS_{t-1} = alpha dS' (16c) */
+    /* dk_t = dS u - beta S' du; then dS' = dS - beta k du^T, dg = <dS', S'>, dS_{t-1} = alpha dS' (18c) */
     real_t dg = 0;
     for (size_t i = 0; i < K; i++) {
         real_t from_write = 0, from_error = 0;
@@ -166,7 +169,7 @@ static int backward_loop_backward(const gdn_problem *p, const gdn_cotangents *c,
 double backward_loop_flops(const gdn_problem *p, const gdn_settings *s)
 {
     (void)s;
-    return (double)gdn_tokens(p) * 21.0 * (double)p->K * (double)p->V;
+    return (double)gdn_tokens(p) * 32.0 * (double)p->K * (double)p->V;
 }
 
 const gdn_backward_stage backward_loop_stage = {

@@ -3,14 +3,14 @@
  *
  * The idea (docs/10_backward_chunked.md): differentiate eq. 9-15 of a chunk instead of eq. 1 of a
  * token. Stage 09's dS runs back through a chunk's C tokens at once as
- *     dVnew = P^T dO + Kdec dS_C                                        (eq. 17a)
- *     dS0   = scale Qg^T dO + exp(gamma_C) dS_C - W^T dVnew             (eq. 17b)
+ *     dVnew = P^T dO + Kdec dS_C                                        (eq. 19a)
+ *     dS0   = scale Qg^T dO + exp(gamma_C) dS_C - W^T dVnew             (eq. 19b)
  * (P_ij = scale (q_i . k_j) exp(gamma_i - gamma_j), i >= j; Kdec_j = exp(gamma_C - gamma_j) k_j;
  * Qg_i = exp(gamma_i) q_i): the transpose of eq. 13-15, a chain over chunks like the forward's.
  * Everything else is local to a chunk once its S0, Vnew and dS_C are known: the gradients of
  * eq. 14 and 15 (dq, and dk and dgamma from P and Kdec), of Vnew = U - W S0 (dU = dVnew, dW =
- * -dVnew S0^T), of the WY products U = Tm (beta V) and W = Tm (beta e^gamma K) (eq. 17c), and of
- * the solve Tm = (I + M)^-1 (eq. 17d):
+ * -dVnew S0^T), of the WY products U = Tm (beta V) and W = Tm (beta e^gamma K) (eq. 19c), and of
+ * the solve Tm = (I + M)^-1 (eq. 19d):
  *     dM = -Tm^T dTm Tm^T,   kept below the diagonal, where M depends on the inputs
  * and dg is dgamma summed from the end of the chunk back (gamma is g's running sum).
  * So the pass is FLA's: (1) in parallel over every chunk, the solve, W, U and P^T dO; (2) the
@@ -23,9 +23,10 @@
  * (triangles included, as stage 05 counts them).
  * Cost per token (backward_chunked_flops): 18 K V (the chains' 10, the local products' 8) plus
  * C (22 K + 14 V) (the products with the chunk's other tokens) plus 4.3 C^2 (Tm^T dTm Tm^T and
- * the solve): at C = K = V = 64, 2.8 times stage 09's 21 K V. On a CPU the products run about
- * three times as fast as the loop's vector loops, so the two take about the same time; what the
- * chunks buy is depth, 2 T / C chain steps where 09 has 2 T, and products for tensor cores.
+ * the solve): at C = K = V = 64, 1.8 times stage 09's 32 K V. On a 2-core AMD EPYC the products
+ * run at about the loop's rate (stage 05's reach 200 GFlop/s on one chunk's tiles in cache), so
+ * 10 takes 1.5-1.9 times 09's time at its best chunk (plots/data/backward_cpu.dat); what the
+ * chunks buy is depth, 2 T / C chain steps where 09 has 2 T, and products that tensor cores run.
  * Memory: the inputs, the gradients and per head T (K + 2 V + 2 C) + 2 (T / C) K V values.
  *
  * Build and run:  make bin/10_backward_chunked && bin/10_backward_chunked --T 1024 --h0 --chunk 64 --check-against oracle
@@ -180,7 +181,7 @@ static void prepare_chunk(const gdn_problem *p, const gdn_cotangents *cot, const
     wy_solve_tril(Tm, t.M, n);
     product(w->minus_W + x.row * K, K, Tm, n, t.Y, K, n, n, K);
     product(w->U + x.row * V, V, Tm, n, t.X, V, n, n, V);
-    product(w->dVnew + x.row * V, V, t.Z_t, n, t.d_o, V, n, n, V); /* P^T dO, eq. 17a's first term */
+    product(w->dVnew + x.row * V, V, t.Z_t, n, t.d_o, V, n, n, V); /* P^T dO, eq. 19a's first term */
 }
 
 /* ---- pass 2: the forward chain of a head: S0 of each chunk, Vnew = U - W S0 (eq. 13), eq. 15 ---- */
@@ -206,7 +207,7 @@ static void forward_chain(const gdn_problem *p, const workspace *w, size_t head,
     }
 }
 
-/* ---- pass 3: the backward chain of a head: dS_C of each chunk, dVnew (eq. 17a), dS0 (eq. 17b) ---- */
+/* ---- pass 3: the backward chain of a head: dS_C of each chunk, dVnew (eq. 19a), dS0 (eq. 19b) ---- */
 static void backward_chain(const gdn_problem *p, const gdn_cotangents *cot, const workspace *w, size_t head,
                            gdn_gradients *g, real_t *dS, chunk_scratch t)
 {
@@ -298,7 +299,7 @@ static void state_gradients(const gdn_problem *p, const workspace *w, chunk_at x
 }
 
 /* Vnew = U - W S0, U = Tm (beta V), W = Tm (beta e^gamma K) (eq. 12-13) and the solve (eq. 11):
- * dv, dbeta, and dk and dgamma from W and from M (eq. 17c, 17d) */
+ * dv, dbeta, and dk and dgamma from W and from M (eq. 19c, 19d) */
 static void wy_gradients(const gdn_problem *p, const workspace *w, chunk_at x, gdn_gradients *g, chunk_scratch t)
 {
     const size_t K = p->K, V = p->V, n = x.n;
@@ -310,7 +311,7 @@ static void wy_gradients(const gdn_problem *p, const workspace *w, chunk_at x, g
         t.dW[i] = -t.dW[i];
     transpose(t.Tm_t, Tm, n, n);
     product(t.dX, V, t.Tm_t, n, dU, V, n, n, V);   /* dX = Tm^T dU: the gradient of X = beta V */
-    product(t.dY, K, t.Tm_t, n, t.dW, K, n, n, K); /* dY = Tm^T dW: of Y = beta e^gamma K (eq. 17c) */
+    product(t.dY, K, t.Tm_t, n, t.dW, K, n, n, K); /* dY = Tm^T dW: of Y = beta e^gamma K (eq. 19c) */
     for (size_t j = 0; j < n; j++) {
         const size_t token = token_of(p, &x, j);
         const real_t beta = p->beta[token], grown = (real_t)exp(gamma[j]), dY_k = dot(t.dY + j * K, t.k + j * K, K);
@@ -322,7 +323,7 @@ static void wy_gradients(const gdn_problem *p, const workspace *w, chunk_at x, g
         t.dgamma[j] += beta * grown * dY_k;
     }
     /* dTm_ij = beta_j (dU_i . v_j + e^gamma_j dW_i . k_j) below the diagonal (the rest of Tm does
-       not depend on M); dM = -Tm^T dTm Tm^T (eq. 17d) */
+       not depend on M); dM = -Tm^T dTm Tm^T (eq. 19d) */
     product(t.QK, n, dU, V, t.v_t, n, n, V, n);      /* dU V^T, in QK's tile */
     product(t.dP, n, t.dW, K, t.k_t, n, n, K, n);    /* dW K^T, in dP's tile */
     for (size_t j = 0; j < n; j++) { /* column by column: beta_j and e^gamma_j once */
