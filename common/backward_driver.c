@@ -5,7 +5,7 @@
  * from --in's folder or drawn from the seed; one warm-up run, --reps timed runs and their
  * median, one more run whose outputs are checked and saved, each checked run's outputs poisoned
  * with NaN first; o, ht and every gradient must be finite before anything is compared or
- * written; --check-against compares all eight tensors (the worst relative error is reported
+ * written; --check-against compares o, ht and every gradient (the worst relative error is reported
  * and judged, and named); --out writes them.
  */
 #include <stdio.h>
@@ -34,7 +34,7 @@ int gdn_backward_run_once(const gdn_backward_stage *stage, const gdn_problem *p,
     return stage->backward(p, c, s, r, g);
 }
 
-/* The worst of the eight comparisons, and which tensor it is. */
+/* The worst of the comparisons (o, ht, each gradient), and which tensor it is. */
 typedef struct {
     gdn_difference d;
     const char *worst;

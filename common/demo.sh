@@ -76,7 +76,7 @@ for binary in "$bin"/[0-9][0-9]_*; do
 done
 
 # The backward stages: the same problem, the loss's gradients do and dht drawn from the seed; each
-# checked against the one before it (all eight tensors: o, ht and the gradients) and the fp64
+# checked against the one before it (o, ht and every gradient) and the fp64
 # backward oracle. Speedup is against the first of them.
 echo "backward (gradients of the same problem; errors: the worst of o, ht, dq, dk, dv, dg, dbeta, dh0)"
 forward_base_ms=$base_ms base_ms="" previous=""

@@ -200,6 +200,8 @@ sweep_stages_01_04_05() {
 # speedup_vs_01 is then the forward's time over the backward's), 1 and 2 threads
 sweep_backward() {
     begin backward_cpu "backward stages 09, 10: B=1 T=4096 H=8 K=V=64 and B=1 T=4096 H=2 K=V=128, 1 and 2 threads; B=1 T=16384 H=8 K=V=64 on all cores"
+    # this machine's FMA peak and matmul_add's rate on one chunk's products, beside the times
+    echo "# $("$bin/fma_peak")" >>"$file"
     for shape in "8 64" "2 128"; do
         # shellcheck disable=SC2086 # the shape is two words
         set -- $shape

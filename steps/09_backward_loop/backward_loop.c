@@ -18,10 +18,11 @@
  * state kept before it, just before the loop back walks it (a checkpoint, memory against time).
  * Heads are independent: OpenMP runs one head per thread.
  *
- * Cost per token and head, counted from the loops: the forward twice without its read (5 K V
- * each: decay, S^T k, write) and the step back, 22 K V (o and dq 4, dS += q do^T 2, du 2, S'^T k
- * 3 again for dbeta, dk's two sums 4, dS' 3, dg 2, alpha dS' and S' 2): 32 K V flops, 4.6 times
- * the forward's 7 K V. Memory: (T / KEPT_EVERY + KEPT_EVERY) K V values a thread (kept every
+ * Cost per token and head, counted from the loops (a factor of a loop's row, scale q_i or
+ * beta k_i, taken once a row): the forward twice without its read (5 K V each: decay, S^T k,
+ * write) and the step back, 20 K V (o and dq 4, dS += q do^T 2, du 2, S'^T k 2 again for
+ * dbeta, dk's two sums 4, dS' 2, dg 2, alpha dS' and S' 2): 30 K V flops, 4.3 times the
+ * forward's 7 K V. Memory: (T / KEPT_EVERY + KEPT_EVERY) K V values a thread (kept every
  * 64 tokens, T = 4096: 128 states where keeping them all takes 4096). Depth: 2 T serial steps
  * per head.
  *
@@ -91,6 +92,7 @@ static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t
         }
     /* the error u = beta (v - S'^T k): dv, dbeta */
     real_t dbeta = 0;
+#pragma omp simd reduction(+ : dbeta)
     for (size_t j = 0; j < V; j++) {
         g->dv[token * V + j] = beta * du[j];
         dbeta += du[j] * (v[j] - predicted[j]);
@@ -169,7 +171,7 @@ static int backward_loop_backward(const gdn_problem *p, const gdn_cotangents *c,
 double backward_loop_flops(const gdn_problem *p, const gdn_settings *s)
 {
     (void)s;
-    return (double)gdn_tokens(p) * 32.0 * (double)p->K * (double)p->V;
+    return (double)gdn_tokens(p) * 30.0 * (double)p->K * (double)p->V;
 }
 
 const gdn_backward_stage backward_loop_stage = {

@@ -6,7 +6,7 @@
 extern const gdn_backward_stage backward_loop_stage;
 
 /* Flops of one backward pass of the loop: the forward twice (once kept, once recomputed) and
- * the step back, 32 K V a token (docs/09_backward_loop.md). */
+ * the step back, 30 K V a token (docs/09_backward_loop.md). */
 double backward_loop_flops(const gdn_problem *p, const gdn_settings *s);
 
 #endif

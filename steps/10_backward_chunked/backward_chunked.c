@@ -4,9 +4,9 @@
  * The idea (docs/10_backward_chunked.md): differentiate eq. 9-15 of a chunk instead of eq. 1 of a
  * token. Stage 09's dS runs back through a chunk's C tokens at once as
  *     dVnew = P^T dO + Kdec dS_C                                        (eq. 19a)
- *     dS0   = scale Qg^T dO + exp(gamma_C) dS_C - W^T dVnew             (eq. 19b)
+ *     dS0   = Qg^T dO + exp(gamma_C) dS_C - W^T dVnew                   (eq. 19b)
  * (P_ij = scale (q_i . k_j) exp(gamma_i - gamma_j), i >= j; Kdec_j = exp(gamma_C - gamma_j) k_j;
- * Qg_i = exp(gamma_i) q_i): the transpose of eq. 13-15, a chain over chunks like the forward's.
+ * Qg_i = scale exp(gamma_i) q_i): the transpose of eq. 13-15, a chain over chunks like the forward's.
  * Everything else is local to a chunk once its S0, Vnew and dS_C are known: the gradients of
  * eq. 14 and 15 (dq, and dk and dgamma from P and Kdec), of Vnew = U - W S0 (dU = dVnew, dW =
  * -dVnew S0^T), of the WY products U = Tm (beta V) and W = Tm (beta e^gamma K) (eq. 19c), and of
@@ -22,11 +22,12 @@
  * Every product runs on contiguous tiles by stage 05's matmul_add: 28 a chunk, full matrices
  * (triangles included, as stage 05 counts them).
  * Cost per token (backward_chunked_flops): 18 K V (the chains' 10, the local products' 8) plus
- * C (22 K + 14 V) (the products with the chunk's other tokens) plus 4.3 C^2 (Tm^T dTm Tm^T and
- * the solve): at C = K = V = 64, 1.8 times stage 09's 32 K V. On a 2-core AMD EPYC the products
- * run at about the loop's rate (stage 05's reach 200 GFlop/s on one chunk's tiles in cache), so
- * 10 takes 1.5-1.9 times 09's time at its best chunk (plots/data/backward_cpu.dat); what the
- * chunks buy is depth, 2 T / C chain steps where 09 has 2 T, and products that tensor cores run.
+ * C (22 K + 12 V) (the products with the chunk's other tokens) plus 4.3 C^2 (Tm^T dTm Tm^T and
+ * the solve): at C = K = V = 64, 1.9 times stage 09's 30 K V. On a 2-core AMD EPYC the products
+ * run at about the loop's rate (matmul_add reaches 31 GFlop/s there on one chunk's products in
+ * cache), so 10 takes 1.1-1.6 times 09's time at its best chunk (plots/data/backward_cpu.dat);
+ * what the chunks buy is depth, 2 T / C chain steps where 09 has 2 T, and products that tensor
+ * cores run.
  * Memory: the inputs, the gradients and per head T (K + 2 V + 2 C) + 2 (T / C) K V values.
  *
  * Build and run:  make bin/10_backward_chunked && bin/10_backward_chunked --T 1024 --h0 --chunk 64 --check-against oracle
@@ -34,6 +35,7 @@
 #include "backward_chunked.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,8 +203,9 @@ static void forward_chain(const gdn_problem *p, const workspace *w, size_t head,
             for (size_t a = 0; a < K; a++)
                 t.decayed_k_t[a * n + j] = decay * k[a];
         }
+        const real_t decay_C = (real_t)exp(gamma_C); /* once: the compiler keeps every call in a loop */
         for (size_t ij = 0; ij < KV; ij++)
-            next[ij] = (real_t)exp(gamma_C) * S[ij];
+            next[ij] = decay_C * S[ij];
         matmul_add(next, V, t.decayed_k_t, n, Vnew, V, K, n, V);
     }
 }
@@ -230,8 +233,9 @@ static void backward_chain(const gdn_problem *p, const gdn_cotangents *cot, cons
             memcpy(t.d_o + i * V, cot->d_o + token_of(p, &x, i) * V, V * sizeof(real_t));
         }
         matmul_add(dVnew, V, t.decayed_k, K, dS, V, n, K, V); /* dVnew = P^T dO + Kdec dS_C */
+        const real_t decay_C = (real_t)exp(gamma_C);
         for (size_t ij = 0; ij < KV; ij++)
-            dS[ij] *= (real_t)exp(gamma_C);
+            dS[ij] *= decay_C;
         matmul_add(dS, V, t.read_q_t, n, t.d_o, V, K, n, V);  /* + scale Qg^T dO */
         matmul_add(dS, V, t.minus_W_t, n, dVnew, V, K, n, V); /* - W^T dVnew */
     }
@@ -378,11 +382,18 @@ static int backward_chunked_backward(const gdn_problem *p, const gdn_cotangents 
 {
     const size_t K = p->K, V = p->V, C = s->chunk ? s->chunk : 64, heads = p->B * p->H;
     workspace w = {C, (p->T + C - 1) / C, p->T, K, V, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    size_t rows, states;
+    size_t rows, states, squares, per_row, reals, bytes;
     if (gdn_multiply_sizes(&rows, 2, (size_t[]){heads, p->T}) ||
-        gdn_multiply_sizes(&states, 4, (size_t[]){heads, w.chunks, K, V}))
+        gdn_multiply_sizes(&states, 4, (size_t[]){heads, w.chunks, K, V}) ||
+        gdn_multiply_sizes(&squares, 4, (size_t[]){2, heads, w.chunks, C * C}) ||
+        gdn_multiply_sizes(&per_row, 2, (size_t[]){rows, K + 2 * V}))
         return -1;
-    const size_t reals = 2 * heads * w.chunks * C * C + rows * (K + 2 * V) + 2 * states;
+    reals = squares + per_row;
+    if (reals < per_row || reals + 2 * states < reals || (reals += 2 * states) > SIZE_MAX / sizeof(real_t) ||
+        (bytes = reals * sizeof(real_t) + rows * sizeof(double)) < reals * sizeof(real_t))
+        return gdn_set_error("the backward's workspace for %zu heads of %zu tokens overflows size_t", heads, p->T);
+    if (gdn_memory_check(bytes, "the backward's workspace"))
+        return -1;
     w.gamma = malloc(rows * sizeof *w.gamma);
     w.Tm = malloc(reals * sizeof *w.Tm);
     if (!w.gamma || !w.Tm) {
@@ -431,10 +442,10 @@ static int backward_chunked_backward(const gdn_problem *p, const gdn_cotangents 
 double backward_chunked_flops(const gdn_problem *p, const gdn_settings *s)
 {
     const double C = (double)(s->chunk ? s->chunk : 64), K = (double)p->K, V = (double)p->V;
-    /* a chunk's products as multiply-adds: 9 C K V (the chains' 5, pass 4's 4), C^2 (11 K + 7 V)
-       (pass 1's 3 K + 2 V, pass 4's 8 K + 5 V) and 2 C^3 (Tm^T dTm Tm^T), the solve C^3 / 6;
+    /* a chunk's products as multiply-adds: 9 C K V (the chains' 5, pass 4's 4), C^2 (11 K + 6 V)
+       (pass 1's 3 K + 2 V, pass 4's 8 K + 4 V) and 2 C^3 (Tm^T dTm Tm^T), the solve C^3 / 6;
        per token, two flops each, over C tokens */
-    return (double)gdn_tokens(p) * (18.0 * K * V + C * (22.0 * K + 14.0 * V) + 13.0 / 3.0 * C * C);
+    return (double)gdn_tokens(p) * (18.0 * K * V + C * (22.0 * K + 12.0 * V) + 13.0 / 3.0 * C * C);
 }
 
 static void backward_chunked_resolve_options(const gdn_problem *p, gdn_settings *s)
