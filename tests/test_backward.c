@@ -109,14 +109,15 @@ static double oracle_loss(const gdn_problem *p, const gdn_cotangents *c, double 
     return loss;
 }
 
-/* The backward oracle is the gradient of that loss: each input nudged by +-1e-6 in turn, the
- * central difference (L+ - L-) / 2e-6 (error: 1e-12 from the third derivative, 1e-10 |L| from
- * rounding) matches it to 1e-6 relative over each tensor. Shapes: a few tokens, and 70 tokens,
- * one past the oracle's stretch of 64 kept states; gates and betas drawn, and h0. */
+/* The backward oracle, and stage 09's double build, are the gradient of that loss: each input
+ * nudged by +-1e-6 in turn, the central difference (L+ - L-) / 2e-6 (error: 1e-12 from the third
+ * derivative, 1e-10 |L| from rounding) matches each to 1e-6 relative over each tensor. Shapes: a
+ * few tokens, and 70 tokens, one past the stretch of 64 kept states; gates and betas drawn, and
+ * h0. _i: the shape, then the oracle (0, 1) or stage 09 (2, 3). */
 START_TEST(backward_oracle_is_the_gradient)
 {
     static const test_shape shapes[] = {{1, 9, 2, 3, 4}, {1, 70, 1, 4, 3}};
-    gdn_problem p = test_problem(shapes[_i], 1, 2000 + _i);
+    gdn_problem p = test_problem(shapes[_i % 2], 1, 2000 + _i);
     gdn_cotangents c = test_cotangents(&p, 2000 + _i);
     const size_t o_count = gdn_tokens(&p) * p.V, ht_count = gdn_state_count(&p);
     double *o = malloc((o_count + ht_count) * sizeof *o);
@@ -125,6 +126,8 @@ START_TEST(backward_oracle_is_the_gradient)
     ck_assert(o && finite);
     ck_assert_int_eq(gdn_gradients_f64_alloc(&g, &p), 0);
     ck_assert_int_eq(gdn_backward_oracle(&p, &c, o, o + o_count, &g), 0);
+    backward_run loop = run_backward(&backward_loop_stage, &p, &c, 0);
+    const char *checked = _i < 2 ? "the oracle's" : "09's";
     real_t *inputs[GDN_GRADIENT_TENSORS] = {p.q, p.k, p.v, p.g, p.beta, p.h0};
     for (int t = 0; t < GDN_GRADIENT_TENSORS; t++) {
         gdn_tensor_shape s = gdn_gradient_shape(&p, t);
@@ -137,10 +140,12 @@ START_TEST(backward_oracle_is_the_gradient)
             inputs[t][i] = x;
             finite[i] = (up - down) / (2 * h);
         }
-        gdn_difference d = gdn_compare(finite, gdn_gradient_f64_tensor(&g, t), s.count);
-        ck_assert_msg(gdn_within(d, 1e-6), "%s: finite differences %.3e from the oracle's gradient", s.name,
-                      d.relative);
+        const double *gradient = _i < 2 ? gdn_gradient_f64_tensor(&g, t) : gdn_gradient_tensor(&loop.g, t);
+        gdn_difference d = gdn_compare(finite, gradient, s.count);
+        ck_assert_msg(gdn_within(d, 1e-6), "%s: finite differences %.3e from %s gradient", s.name, d.relative,
+                      checked);
     }
+    free_run(&loop);
     gdn_gradients_f64_free(&g);
     free(o);
     free(finite);
@@ -331,7 +336,7 @@ Suite *backward_suite(void)
     TCase *oracle = tcase_create("oracle");
     tcase_set_timeout(oracle, 120);
 #ifdef GDN_DOUBLE /* finite differences need the double build's inputs: a float input nudged by 1e-6 rounds */
-    tcase_add_loop_test(oracle, backward_oracle_is_the_gradient, 0, 2);
+    tcase_add_loop_test(oracle, backward_oracle_is_the_gradient, 0, 4);
 #endif
     tcase_add_loop_test(oracle, backward_loop_equals_oracle_over_grid, 0, 2 * test_grid_count);
     suite_add_tcase(suite, oracle);
