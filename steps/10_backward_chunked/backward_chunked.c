@@ -97,10 +97,24 @@ typedef struct {
     double *dgamma;                           /* [C] */
 } chunk_scratch;
 
+/* the tiles' sizes, in chunk_scratch_at's order: one table for the sizes and the pointers */
+enum { TILES = 35 };
+static void tile_sizes(size_t C, size_t K, size_t V, size_t sizes[TILES])
+{
+    const size_t in_order[TILES] = {C * K, C * K, C * V, C * V, K * C, V * C, V * C, V * K, V * K, C * C, C * C,
+                                    C * C, C * C, C * C, C * C, C * C, C * C, C * C, C * C, C * C, C * C,
+                                    C * C, C * K, C * K, C * K, C * K, C * K, C * K, C * V, C * V, C * V,
+                                    C * K, K * C, K * C, K * C};
+    memcpy(sizes, in_order, sizeof in_order);
+}
+
 static size_t chunk_scratch_bytes(size_t C, size_t K, size_t V)
 {
-    return (2 * C * K + 2 * C * V + K * C + 2 * V * C + 2 * V * K + 13 * C * C + 10 * C * K + 3 * C * V) * sizeof(real_t) +
-           C * sizeof(double);
+    size_t sizes[TILES], values = 0;
+    tile_sizes(C, K, V, sizes);
+    for (int i = 0; i < TILES; i++)
+        values += sizes[i];
+    return values * sizeof(real_t) + C * sizeof(double);
 }
 
 static chunk_scratch chunk_scratch_at(void *base, size_t C, size_t K, size_t V)
@@ -108,15 +122,13 @@ static chunk_scratch chunk_scratch_at(void *base, size_t C, size_t K, size_t V)
     chunk_scratch t;
     t.dgamma = base;
     real_t *next = (real_t *)(t.dgamma + C);
-    real_t **const tiles[] = {&t.q, &t.k, &t.v, &t.d_o, &t.k_t, &t.v_t, &t.Vnew_t, &t.S0_t, &t.dS_t, &t.G, &t.M,
-                              &t.QK, &t.P, &t.dP, &t.Z, &t.Z_t, &t.Tm_t, &t.dTm, &t.TmT_dTm, &t.dM_minus, &t.F,
-                              &t.F_t, &t.Y, &t.dq, &t.dk, &t.dS_Vnew, &t.dW, &t.dY, &t.X, &t.o, &t.dX,
-                              &t.decayed_k, &t.decayed_k_t, &t.read_q_t, &t.minus_W_t};
-    const size_t sizes[] = {C * K, C * K, C * V, C * V, K * C, V * C, V * C, V * K, V * K, C * C, C * C,
-                            C * C, C * C, C * C, C * C, C * C, C * C, C * C, C * C, C * C, C * C,
-                            C * C, C * K, C * K, C * K, C * K, C * K, C * K, C * V, C * V, C * V,
-                            C * K, K * C, K * C, K * C};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    real_t **const tiles[TILES] = {&t.q, &t.k, &t.v, &t.d_o, &t.k_t, &t.v_t, &t.Vnew_t, &t.S0_t, &t.dS_t, &t.G, &t.M,
+                                   &t.QK, &t.P, &t.dP, &t.Z, &t.Z_t, &t.Tm_t, &t.dTm, &t.TmT_dTm, &t.dM_minus, &t.F,
+                                   &t.F_t, &t.Y, &t.dq, &t.dk, &t.dS_Vnew, &t.dW, &t.dY, &t.X, &t.o, &t.dX,
+                                   &t.decayed_k, &t.decayed_k_t, &t.read_q_t, &t.minus_W_t};
+    size_t sizes[TILES];
+    tile_sizes(C, K, V, sizes);
+    for (int i = 0; i < TILES; i++) {
         *tiles[i] = next;
         next += sizes[i];
     }
