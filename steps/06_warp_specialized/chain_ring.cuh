@@ -158,14 +158,6 @@ __host__ __device__ constexpr int chain_block_threads(int tiles) { return 32 * (
  * staging tiles hold two terms: 8 staged tiles at K = 128 would take 278 KB of an SM's 227. */
 __host__ __device__ constexpr int widest_chain_tiles(bool precise) { return precise ? MAX_CHAIN_TILES / 2 : MAX_CHAIN_TILES; }
 
-/* the 8 x 8 bf16 matrix whose row g, columns 2t, 2t + 1 this lane holds, transposed: the lane
- * gets row g, columns 2t, 2t + 1 of the transpose, that is column g, rows 2t, 2t + 1 */
-__device__ __forceinline__ static uint32_t transpose8x8(uint32_t pair)
-{
-    uint32_t out;
-    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(out) : "r"(pair));
-    return out;
-}
 /* x - bf16(x), rounded: the low term of the two-term split (--precise) */
 __device__ __forceinline__ static uint32_t pack_bf16_low(float low_column, float high_column)
 {
@@ -182,20 +174,6 @@ __device__ __forceinline__ static void to_b_fragment(uint32_t (&b)[2], const flo
     b[1] = transpose8x8(LOW ? pack_bf16_low(d[2], d[3]) : pack_bf16(d[2], d[3]));
 }
 
-/* A fragment of a row-major bf16 tile at (row0, k0), by ldmatrix */
-__device__ __forceinline__ static void load_a_fragment(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
-{
-    load_matrices(a, quarter_row(tile, ld, row0, k0));
-}
-/* The A fragment at (row0, k0) of the transpose of a row-major bf16 tile B (A[m][k] = B[k][m],
- * stride ld), by ldmatrix.trans: matrix q of the load is B's 8 x 8 block at rows k0 + 8 (q / 2),
- * columns row0 + 8 (q % 2), which transposed is the A quarter at rows + 8 (q % 2), depth + 8 (q
- * / 2): the order of an A fragment's registers */
-__device__ __forceinline__ static void load_a_fragment_transposed(uint32_t (&a)[4], const bf16 *tile, int ld, int row0, int k0)
-{
-    const int lane = threadIdx.x % 32, quarter = lane / 8;
-    load_matrices_transposed(a, tile + (k0 + lane % 8 + 8 * (quarter / 2)) * ld + row0 + 8 * (quarter % 2));
-}
 /* The A fragment at (row0, k0) of a 64-column bf16 tile in wgmma's 128-byte-swizzled layout
  * (swizzled_offset): a quarter's 8 rows have their 16 bytes in 8 different places of their
  * 128-byte lines, so the load has no bank conflict */

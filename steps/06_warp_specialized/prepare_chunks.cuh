@@ -30,21 +30,6 @@
  */
 #pragma once
 
-/* The fragments of one m16n8k8 tf32 product from fp32 tiles in shared memory, row major,
- * each element rounded to tf32 on its way in: A's rows row0 .. row0 + 16 and columns k0 .. k0
- * + 8; B's rows k0 .. k0 + 8 and columns col0 .. col0 + 8. */
-__device__ __forceinline__ static void load_a_tf32(uint32_t (&a)[4], const float *A, int lda, int row0, int k0)
-{
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const float *row = A + (row0 + g) * lda + k0 + t;
-    a[0] = to_tf32(row[0]), a[1] = to_tf32(row[8 * lda]), a[2] = to_tf32(row[4]), a[3] = to_tf32(row[8 * lda + 4]);
-}
-__device__ __forceinline__ static void load_b_tf32(uint32_t (&b)[2], const float *B, int ldb, int k0, int col0)
-{
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const float *column = B + (k0 + t) * ldb + col0 + g;
-    b[0] = to_tf32(column[0]), b[1] = to_tf32(column[4 * ldb]);
-}
 /* a 16 x 8 tile of sums into rows row0 .. row0 + 16, columns col0 .. col0 + 8 of a row-major
    fp32 tile, each by `sign` (two 8-byte stores a lane) */
 __device__ __forceinline__ static void store_tile_fp32(float *D, int ldd, int row0, int col0, const float (&acc)[4], float sign)

@@ -13,8 +13,8 @@
  * The causal products (P, M and Tm's strictly lower part are zero above the diagonal, eq. 10,
  * 12 and 14) skip the n-tiles and the depth that meet only zeros (causal_tiles, causal_depth):
  * 20 of the 32 n-tiles of a 64 x 64 product remain. copy_tile brings a strided tile in by
- * cp.async where no tensor map fits; exp2_approx makes a gate factor e^(gamma_i - gamma_l)
- * with one 2^x (ex2.approx) where expf takes about 18 instructions.
+ * cp.async where no tensor map fits. A gate factor e^(gamma_i - gamma_l) is one 2^x
+ * (exp2_approx, common/fast_exp.cuh: ex2.approx) where expf takes about 18 instructions.
  *
  * Included by warp_specialized.cuh.
  */
@@ -48,15 +48,6 @@ __host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK
 /* ---- one warp's tensor-core products ---- */
 
 
-/* The row this lane gives ldmatrix.x4 for the 16 x 16 block at (row0, col0) of a row-major
- * tile: matrices 0-3 are its quarters (rows +0, +8, +0, +8; columns +0, +0, +8, +8), which is
- * the order of an A fragment's registers, and, read with .trans, of two B fragments' (k rows
- * +0/+8 of n-tile j, then of n-tile j + 1). */
-__device__ __forceinline__ static const bf16 *quarter_row(const bf16 *tile, int ld, int row0, int col0)
-{
-    const int lane = threadIdx.x % 32, quarter = lane / 8;
-    return tile + (row0 + lane % 8 + 8 * (quarter % 2)) * ld + col0 + 8 * (quarter / 2);
-}
 
 
 /* acc[j] += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 + 8 j .. + 8), j < tiles (TILES
@@ -164,17 +155,3 @@ __device__ static void copy_tile(bf16 *tile, int ld, int tile_rows, int rows, in
     }
 }
 
-constexpr double LOG2_E = 1.4426950408889634; /* log2(e): e^x = 2^(x log2 e) */
-/* 2^x by the special-function unit, one instruction (PTX ex2.approx.ftz: relative error about
-   2^-22; a result under 2^-126 is flushed to 0, where exp2f spends four more instructions a call
-   to keep such values, which neither P nor Tm could use) */
-__device__ __forceinline__ static float exp2_approx(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-/* e^x as 2^(x log2 e): a multiply and one 2^x, where expf takes about 18 instructions with its
-   branch. The gates' factors e^(gamma_i - gamma_l) are made so in kernels 1 and 3 (x <= 0, the
-   difference taken in double and rounded to float first, as for expf) */
-__device__ __forceinline__ static float exp_approx(float x) { return exp2_approx(x * (float)LOG2_E); }

@@ -40,8 +40,9 @@
  *
  * Read in this order (warp_specialized.cuh includes them; each kernel's file gives its
  * register and shared-memory budget):
- *   ../../common/mma_sync.cuh  ldmatrix and mma.sync (bf16, tf32): the fragments' layout
- *   tile_products.cuh          the constants, a warp's products, copy_tile, exp2_approx
+ *   ../../common/mma_sync.cuh  ldmatrix, movmatrix and mma.sync (bf16, tf32): the fragments
+ *   ../../common/fast_exp.cuh  exp2_approx, exp_approx: e^x by ex2.approx
+ *   tile_products.cuh          the constants, a warp's products, copy_tile
  *   chunk_workspace.cuh        the workspace between the kernels, the chain block's layout
  *   prepare_chunks.cuh         kernel 1: gates, K K^T, the solve, W and U or the transform block
  *   chain_ring.cuh             kernel 2's structure: the ring, segments, sizes, fragment helpers

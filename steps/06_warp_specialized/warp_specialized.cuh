@@ -5,7 +5,7 @@
  * kernels. It takes the common pieces (the TMA unit's PTX, ldmatrix and
  * mma.sync, wgmma, the kernels' overlap), stage 05's gate sums, blocked solve and flop count
  * (the same algebra, unchanged), then the stage's files:
- *   tile_products.cuh     the constants, a warp's products, copy_tile, exp2_approx
+ *   tile_products.cuh     the constants, a warp's products, copy_tile
  *   chunk_workspace.cuh   the workspace between the kernels, the chain block's layout
  *   prepare_chunks.cuh    kernel 1 (eq. 9-12, 15): gates, K K^T, the solve, W and U or Tm
  *   chain_ring.cuh        kernel 2's structure: the ring, segments, sizes, fragment helpers
@@ -27,6 +27,7 @@
 #include "../../common/stage.h"
 #include "../../common/bulk_copy.cuh" /* the TMA ring's PTX: mbarriers and bulk copies */
 #include "../../common/mma_sync.cuh"    /* ldmatrix and mma.sync, bf16 and tf32 */
+#include "../../common/fast_exp.cuh"    /* exp_approx: e^x by ex2.approx, for the gates' factors */
 #include "../../common/wgmma.cuh"      /* the output warps' wgmma, from swizzled tiles */
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel, let_next_kernel_start */
 #include "warp_specialized.h" /* warp_specialized_kernel1_split, warp_specialized_values_pay */
