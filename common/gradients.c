@@ -81,21 +81,11 @@ int gdn_cotangents_load(gdn_cotangents *c, const gdn_problem *p, const char *dir
         return -1;
     real_t *tensors[2] = {c->d_o, c->dht};
     for (int i = 0; i < 2; i++) {
-        char path[4096], got[128], want[128];
+        char path[4096];
         npy_array a = {0};
         snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
-        if (npy_read(path, &a))
+        if (npy_read_shaped(path, 4, shapes[i], i == 0 ? "o's: [B, T, H, V]" : "ht's: [B, H, K, V]", &a))
             goto failed;
-        int same = a.ndim == 4;
-        for (int d = 0; same && d < 4; d++)
-            same = a.shape[d] == shapes[i][d];
-        if (!same) {
-            gdn_set_error("%s: shape %s does not match the problem's %s %s", path,
-                          npy_shape_text(a.ndim, a.shape, got, sizeof got), npy_shape_text(4, shapes[i], want, sizeof want),
-                          i == 0 ? "(o's: [B, T, H, V])" : "(ht's: [B, H, K, V])");
-            npy_free(&a);
-            goto failed;
-        }
         for (size_t j = 0; j < a.count; j++) {
             if (check_values && !isfinite(a.data[j])) {
                 gdn_set_error("%s: value %g at flat index %zu is not finite", path, a.data[j], j);
@@ -123,59 +113,57 @@ int gdn_cotangents_save(const gdn_cotangents *c, const gdn_problem *p, const cha
 
 /* ---- gradients ---- */
 
-int gdn_gradients_alloc(gdn_gradients *g, const gdn_problem *p)
+/* Each tensor the problem has, zeroed, elements of `element` bytes, into tensors[] in file order
+ * (NULL for dh0 without h0); on failure none is left allocated. */
+static int alloc_tensors(const gdn_problem *p, size_t element, void *tensors[GDN_GRADIENT_TENSORS], const char *whose)
 {
-    real_t **tensors[GDN_GRADIENT_TENSORS] = {&g->dq, &g->dk, &g->dv, &g->dg, &g->dbeta, &g->dh0};
-    memset(g, 0, sizeof *g);
+    for (int i = 0; i < GDN_GRADIENT_TENSORS; i++)
+        tensors[i] = NULL;
     for (int i = 0; i < GDN_GRADIENT_TENSORS; i++) {
         if (!gdn_gradient_present(p, i))
             continue;
         gdn_tensor_shape s = gdn_gradient_shape(p, i);
-        *tensors[i] = calloc(s.count ? s.count : 1, sizeof(real_t));
-        if (!*tensors[i]) {
-            gdn_gradients_free(g);
-            return gdn_set_error("out of memory allocating %s (%zu values)", s.name, s.count);
+        tensors[i] = calloc(s.count ? s.count : 1, element);
+        if (!tensors[i]) {
+            for (int j = 0; j < i; j++)
+                free(tensors[j]);
+            return gdn_set_error("out of memory allocating %s%s (%zu values)", whose, s.name, s.count);
         }
     }
+    return 0;
+}
+
+int gdn_gradients_alloc(gdn_gradients *g, const gdn_problem *p)
+{
+    void *t[GDN_GRADIENT_TENSORS];
+    memset(g, 0, sizeof *g);
+    if (alloc_tensors(p, sizeof(real_t), t, ""))
+        return -1;
+    *g = (gdn_gradients){t[0], t[1], t[2], t[3], t[4], t[5]};
     return 0;
 }
 
 void gdn_gradients_free(gdn_gradients *g)
 {
-    free(g->dq);
-    free(g->dk);
-    free(g->dv);
-    free(g->dg);
-    free(g->dbeta);
-    free(g->dh0);
+    for (int i = 0; i < GDN_GRADIENT_TENSORS; i++)
+        free(gdn_gradient_tensor(g, i));
     memset(g, 0, sizeof *g);
 }
 
 int gdn_gradients_f64_alloc(gdn_gradients_f64 *g, const gdn_problem *p)
 {
-    double **tensors[GDN_GRADIENT_TENSORS] = {&g->dq, &g->dk, &g->dv, &g->dg, &g->dbeta, &g->dh0};
+    void *t[GDN_GRADIENT_TENSORS];
     memset(g, 0, sizeof *g);
-    for (int i = 0; i < GDN_GRADIENT_TENSORS; i++) {
-        if (!gdn_gradient_present(p, i))
-            continue;
-        gdn_tensor_shape s = gdn_gradient_shape(p, i);
-        *tensors[i] = calloc(s.count ? s.count : 1, sizeof(double));
-        if (!*tensors[i]) {
-            gdn_gradients_f64_free(g);
-            return gdn_set_error("out of memory allocating the oracle's %s (%zu values)", s.name, s.count);
-        }
-    }
+    if (alloc_tensors(p, sizeof(double), t, "the oracle's "))
+        return -1;
+    *g = (gdn_gradients_f64){t[0], t[1], t[2], t[3], t[4], t[5]};
     return 0;
 }
 
 void gdn_gradients_f64_free(gdn_gradients_f64 *g)
 {
-    free(g->dq);
-    free(g->dk);
-    free(g->dv);
-    free(g->dg);
-    free(g->dbeta);
-    free(g->dh0);
+    for (int i = 0; i < GDN_GRADIENT_TENSORS; i++)
+        free(gdn_gradient_f64_tensor(g, i));
     memset(g, 0, sizeof *g);
 }
 

@@ -268,3 +268,21 @@ int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *s
     }
     return 0;
 }
+
+int npy_read_shaped(const char *path, size_t ndim, const size_t *shape, const char *meaning, npy_array *out)
+{
+    if (npy_read(path, out))
+        return -1;
+    int same = out->ndim == ndim;
+    for (size_t d = 0; same && d < ndim; d++)
+        same = out->shape[d] == shape[d];
+    if (!same) {
+        char got[128], want[128];
+        gdn_set_error("%s: shape %s does not match the problem's %s (%s)", path,
+                      npy_shape_text(out->ndim, out->shape, got, sizeof got), npy_shape_text(ndim, shape, want, sizeof want),
+                      meaning);
+        npy_free(out);
+        return -1;
+    }
+    return 0;
+}

@@ -33,6 +33,10 @@ int npy_read(const char *path, npy_array *out);
  * The fuzz target (tests/fuzz/) reads from memory this way. */
 int npy_read_stream(FILE *file, const char *path, npy_array *out);
 void npy_free(npy_array *array);
+/* npy_read, then the shape checked against the problem's `shape` (ndim dimensions): a file of
+ * another shape is freed and refused with one line, "PATH: shape (..) does not match the
+ * problem's (..) (MEANING)", MEANING saying which tensor's shape it should have been. */
+int npy_read_shaped(const char *path, size_t ndim, const size_t *shape, const char *meaning, npy_array *out);
 int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape);
 /* The bytes npy_write puts before the data (magic, version, length, padded dict), into
  * bytes[NPY_HEADER_MAX]; returns how many: the data starts at that offset. Stage 08's

@@ -18,22 +18,15 @@
 /* Read o.npy and ht.npy from dir as double references, checking their shapes. */
 static int load_reference(const gdn_problem *p, const char *dir, npy_array *o, npy_array *ht)
 {
-    char path[4096], text[128];
+    char path[4096];
     size_t o_shape[4] = {p->B, p->T, p->H, p->V}, ht_shape[4] = {p->B, p->H, p->K, p->V};
     const size_t *shapes[2] = {o_shape, ht_shape};
     npy_array *arrays[2] = {o, ht};
-    const char *names[2] = {"o", "ht"};
+    const char *names[2] = {"o", "ht"}, *meanings[2] = {"o: [B, T, H, V]", "ht: [B, H, K, V]"};
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
-        if (npy_read(path, arrays[i]))
+        if (npy_read_shaped(path, 4, shapes[i], meanings[i], arrays[i]))
             return -1;
-        int same = arrays[i]->ndim == 4;
-        for (int d = 0; same && d < 4; d++)
-            same = arrays[i]->shape[d] == shapes[i][d];
-        if (!same)
-            return gdn_set_error("%s: shape %s does not match this problem's %s", path,
-                                 npy_shape_text(arrays[i]->ndim, arrays[i]->shape, text, sizeof text),
-                                 i == 0 ? "o [B, T, H, V]" : "ht [B, H, K, V]");
     }
     return 0;
 }
