@@ -320,7 +320,7 @@ GPU_CHECK_SUITES := $(sort $(shell sed -n 's/.*suite_create("\([^"]*\)").*/\1/p'
 NO_GPU_BUILD     := $(if $(GPU_STAGES),,$(if $(HAVE_NVCC),this build ($(BUILD)) has no GPU stages: only the plain float build has,$(NVCC) not found))
 CHECK_SUITE      := $(if $(filter 1,$(words $(SUITE))),$(SUITE))
 ifneq ($(filter $(CHECK_SUITE),$(CHECK_SUITES)),)
-check: require-test $(TEST_RUNNER) $(STAGE_BINARIES) $(MPI_BINARIES)
+check: require-test $(TEST_RUNNER) $(STAGE_BINARIES) $(MPI_BINARIES) $(TOOLS)
 	@echo "== Check suite $(SUITE), $(PRECISION) build =="
 	@$(TEST_RUNNER) $(SUITE)
 else ifneq ($(filter $(CHECK_SUITE),$(GPU_CHECK_SUITES)),)

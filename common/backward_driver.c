@@ -82,10 +82,11 @@ static int against_folder(const gdn_problem *p, const gdn_result *r, const gdn_g
 {
     static const char *const names[2] = {"o", "ht"};
     for (int i = 0; i < 2 + GDN_GRADIENT_TENSORS; i++) {
-        gdn_tensor_shape s = {names[i % 2], 4, {p->B, p->T, p->H, p->V}, gdn_tokens(p) * p->V};
+        gdn_tensor_shape s = {names[i % 2], 4, {p->B, p->T, gdn_value_heads(p), p->V}, gdn_tokens(p) * p->V};
         const real_t *x = r->o;
         if (i == 1)
-            s = (gdn_tensor_shape){"ht", 4, {p->B, p->H, p->K, p->V}, gdn_state_count(p)}, x = r->ht;
+            s = (gdn_tensor_shape){"ht", 4, {gdn_sequences(p), gdn_value_heads(p), p->K, p->V}, gdn_state_count(p)},
+            x = r->ht;
         if (i >= 2) {
             if (!gdn_gradient_present(p, i - 2))
                 continue;

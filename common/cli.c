@@ -16,7 +16,7 @@
 enum {
     OPTION_B = 256, OPTION_T, OPTION_H, OPTION_K, OPTION_V, OPTION_SEED, OPTION_SCALE, OPTION_IN, OPTION_OUT,
     OPTION_CHECK, OPTION_REPS, OPTION_THREADS, OPTION_H0, OPTION_CHUNK, OPTION_SEGMENTS, OPTION_NO_INPUT_CHECK,
-    OPTION_PRECISE, OPTION_HELP
+    OPTION_PRECISE, OPTION_HV, OPTION_LENGTHS, OPTION_HELP
 };
 
 static const struct option long_options[] = {
@@ -28,7 +28,8 @@ static const struct option long_options[] = {
     {"reps", required_argument, NULL, OPTION_REPS},     {"threads", required_argument, NULL, OPTION_THREADS},
     {"h0", no_argument, NULL, OPTION_H0},               {"chunk", required_argument, NULL, OPTION_CHUNK},
     {"segments", required_argument, NULL, OPTION_SEGMENTS},   {"precise", no_argument, NULL, OPTION_PRECISE},
-    {"no-input-check", no_argument, NULL, OPTION_NO_INPUT_CHECK},  {"help", no_argument, NULL, OPTION_HELP},
+    {"no-input-check", no_argument, NULL, OPTION_NO_INPUT_CHECK},  {"HV", required_argument, NULL, OPTION_HV},
+    {"lengths", required_argument, NULL, OPTION_LENGTHS}, {"help", no_argument, NULL, OPTION_HELP},
     {NULL, 0, NULL, 0}};
 
 static void print_help(const gdn_stage *stage)
@@ -46,11 +47,17 @@ static void print_help(const gdn_stage *stage)
            "  --seed N             generator seed (default 1); same seed, same inputs everywhere\n"
            "  --h0                 draw a random initial state h0 (default: zero state)\n"
            "  --scale X            output scale (default 1/sqrt(K))\n"
-           "  --in DIR             read q k v g beta [h0] .npy from DIR instead of generating; every\n"
+           "  --in DIR             read q k v g beta [h0] [cu_seqlens] .npy from DIR instead of generating; every\n"
            "                       value is checked first (finite, g <= 0, 0 <= beta <= 1)\n"
            "  --no-input-check     with --in: skip that check (one pass over the inputs)\n"
            "  --out DIR            write o.npy and ht.npy to DIR (not written when a value is NaN or Inf:\n"
            "                       that is an error naming the first such value)\n");
+    if (stage->options & GDN_OPTION_VALUE_HEADS)
+        printf("  --HV N               value heads, a multiple of H (default H): v, g, beta, o and the states\n"
+               "                       have HV heads, and value head h reads key head h / (HV / H)\n");
+    if (stage->options & GDN_OPTION_PACKED)
+        printf("  --lengths L1,L2,...  a packed batch: sequences of these lengths in one row (B = 1, T their\n"
+               "                       sum), each with its own state; with --in, cu_seqlens.npy says the same\n");
     if (stage->options & GDN_OPTION_BACKWARD) {
         printf("  --in DIR / --B ...   a backward stage reads do.npy and dht.npy too, the loss's gradients\n"
                "                       with respect to o and ht (both from DIR with --in, else drawn from\n"
@@ -129,12 +136,33 @@ void gdn_tool_options(int argc, char **argv, const char *tool, const char *const
     }
 }
 
+int gdn_parse_lengths(const char *text, size_t *lengths, size_t capacity, size_t *count, size_t *sum)
+{
+    *count = 0, *sum = 0;
+    for (const char *at = text;;) {
+        char item[32];
+        size_t width = strcspn(at, ","), value = 0;
+        if (width >= sizeof item)
+            return gdn_set_error("--lengths: '%.*s' is not a length", (int)(width < 40 ? width : 40), at);
+        memcpy(item, at, width);
+        item[width] = '\0';
+        if (parse_count("lengths", item, (size_t)1 << 40, &value))
+            return -1;
+        if (lengths && *count < capacity)
+            lengths[*count] = value;
+        *count += 1, *sum += value;
+        if (at[width] == '\0')
+            return 0;
+        at += width + 1;
+    }
+}
+
 int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_settings *s)
 {
     *s = (gdn_settings){.B = 1, .T = 1024, .H = 4, .K = 64, .V = 64, .seed = 1, .reps = 5,
                         .threads = omp_get_max_threads(), .check_inputs = 1};
     const size_t size_limit = (size_t)1 << 40; /* larger is refused by the memory check anyway */
-    int sizes_given = 0, seed_given = 0;
+    int sizes_given = 0, seed_given = 0, rows_given = 0;
     size_t value;
     opterr = 0; /* we print our own one-line errors */
     optind = 0; /* 0, not 1: glibc then resets all of getopt's state, so parsing twice works */
@@ -151,6 +179,7 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
             size_t *size[] = {&s->B, &s->T, &s->H, &s->K, &s->V};
             *size[option - OPTION_B] = value;
             sizes_given = 1;
+            rows_given |= option == OPTION_B || option == OPTION_T;
             break;
         }
         case OPTION_SEED: {
@@ -216,6 +245,24 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
                 return gdn_set_error("--precise is not an option of %s (see --help)", stage->name);
             s->precise = 1;
             break;
+        case OPTION_HV:
+            if (!(stage->options & GDN_OPTION_VALUE_HEADS))
+                return gdn_set_error("--HV is not an option of %s: it runs HV = H only (see --help)", stage->name);
+            if (parse_count(name, optarg, size_limit, &s->HV))
+                return -1;
+            sizes_given = 1;
+            break;
+        case OPTION_LENGTHS: {
+            size_t count;
+            if (!(stage->options & GDN_OPTION_PACKED))
+                return gdn_set_error("--lengths is not an option of %s: it runs B sequences of T tokens only "
+                                     "(see --help)", stage->name);
+            if (gdn_parse_lengths(optarg, NULL, 0, &count, &value))
+                return -1;
+            s->lengths = optarg;
+            sizes_given = 1;
+            break;
+        }
         case OPTION_HELP: print_help(stage); return 1;
         case ':': return gdn_set_error("%s needs a value", argv[optind - 1]);
         default: return gdn_set_error("unknown option '%s' (see --help)", argv[previous]);
@@ -226,6 +273,11 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
     if (!s->check_inputs && !s->in_dir)
         return gdn_set_error("--no-input-check applies to --in only (generated inputs are valid by construction)");
     if (s->in_dir && (sizes_given || seed_given || s->with_h0))
-        return gdn_set_error("--in takes sizes, seed and h0 from the folder's files; drop --B/--T/--H/--K/--V/--seed/--h0");
+        return gdn_set_error("--in takes sizes, seed and h0 from the folder's files; drop "
+                             "--B/--T/--H/--HV/--K/--V/--lengths/--seed/--h0");
+    if (s->lengths && rows_given)
+        return gdn_set_error("--lengths sets B = 1 and T to their sum; drop --B and --T");
+    if (s->HV && s->HV % s->H != 0)
+        return gdn_set_error("--HV %zu is not a multiple of --H %zu", s->HV, s->H);
     return 0;
 }

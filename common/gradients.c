@@ -14,13 +14,16 @@ static const char *const gradient_names[GDN_GRADIENT_TENSORS] = {"dq", "dk", "dv
 
 gdn_tensor_shape gdn_gradient_shape(const gdn_problem *p, int which)
 {
-    gdn_tensor_shape s = {gradient_names[which], 4, {p->B, p->T, p->H, p->K}, 0};
+    /* shaped as the input each is the gradient of: q, k [B, T, H, K]; v [B, T, HV, V]; g, beta
+     * [B, T, HV]; h0 [N, HV, K, V] */
+    const size_t HV = gdn_value_heads(p);
+    gdn_tensor_shape s = {gradient_names[which], 4, {p->B, p->T, which < 2 ? p->H : HV, p->K}, 0};
     if (which == 2)
         s.shape[3] = p->V;
     if (which == 3 || which == 4)
         s.ndim = 3;
     if (which == 5)
-        s = (gdn_tensor_shape){gradient_names[which], 4, {p->B, p->H, p->K, p->V}, 0};
+        s = (gdn_tensor_shape){gradient_names[which], 4, {gdn_sequences(p), HV, p->K, p->V}, 0};
     s.count = 1;
     for (size_t d = 0; d < s.ndim; d++)
         s.count *= s.shape[d];
@@ -75,7 +78,7 @@ void gdn_cotangents_generate(gdn_cotangents *c, const gdn_problem *p, uint64_t s
 int gdn_cotangents_load(gdn_cotangents *c, const gdn_problem *p, const char *dir, int check_values)
 {
     const char *names[2] = {"do", "dht"};
-    size_t o_shape[4] = {p->B, p->T, p->H, p->V}, ht_shape[4] = {p->B, p->H, p->K, p->V};
+    size_t o_shape[4] = {p->B, p->T, gdn_value_heads(p), p->V}, ht_shape[4] = {gdn_sequences(p), gdn_value_heads(p), p->K, p->V};
     const size_t *shapes[2] = {o_shape, ht_shape};
     if (gdn_cotangents_alloc(c, p))
         return -1;
@@ -84,7 +87,7 @@ int gdn_cotangents_load(gdn_cotangents *c, const gdn_problem *p, const char *dir
         char path[4096];
         npy_array a = {0};
         snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
-        if (npy_read_shaped(path, 4, shapes[i], i == 0 ? "o's: [B, T, H, V]" : "ht's: [B, H, K, V]", &a))
+        if (npy_read_shaped(path, 4, shapes[i], i == 0 ? "o's: [B, T, HV, V]" : "ht's: [N, HV, K, V]", &a))
             goto failed;
         for (size_t j = 0; j < a.count; j++) {
             if (check_values && !isfinite(a.data[j])) {
@@ -104,7 +107,7 @@ failed:
 
 int gdn_cotangents_save(const gdn_cotangents *c, const gdn_problem *p, const char *dir)
 {
-    size_t o_shape[4] = {p->B, p->T, p->H, p->V}, ht_shape[4] = {p->B, p->H, p->K, p->V};
+    size_t o_shape[4] = {p->B, p->T, gdn_value_heads(p), p->V}, ht_shape[4] = {gdn_sequences(p), gdn_value_heads(p), p->K, p->V};
     return gdn_make_dir(dir) || gdn_save_tensor(dir, "do", c->d_o, 4, o_shape) ||
                    gdn_save_tensor(dir, "dht", c->dht, 4, ht_shape)
                ? -1

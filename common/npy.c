@@ -46,8 +46,10 @@ static const char *dict_value(const char *header, const char *key)
     return at;
 }
 
-/* Parse the dict of a .npy header: dtype size (4 or 8), and shape. */
-static int parse_header(const char *path, const char *header, size_t *item_size, npy_array *out)
+/* Parse the dict of a .npy header: dtype size (4 or 8), whether it is an integer type
+ * ('<i4', '<i8': only when integers is set), and shape. */
+static int parse_header(const char *path, const char *header, int integers, size_t *item_size, int *integer,
+                        npy_array *out)
 {
     const char *descr = dict_value(header, "descr");
     const char *order = dict_value(header, "fortran_order");
@@ -55,15 +57,15 @@ static int parse_header(const char *path, const char *header, size_t *item_size,
     if (header[0] != '{' || !descr || !order || !shape)
         return gdn_set_error("%s: malformed header (needs a dict with 'descr', 'fortran_order' and 'shape')", path);
 
-    if (strncmp(descr, "'<f4'", 5) == 0)
-        *item_size = 4;
-    else if (strncmp(descr, "'<f8'", 5) == 0)
-        *item_size = 8;
-    else {
+    const char *wanted = integers ? "'<i" : "'<f";
+    if (strncmp(descr, wanted, 3) == 0 && (descr[3] == '4' || descr[3] == '8') && descr[4] == '\'') {
+        *item_size = descr[3] == '4' ? 4 : 8;
+        *integer = integers;
+    } else {
         char dtype[16] = "";
         sscanf(descr, "'%15[^']'", dtype);
-        return gdn_set_error("%s: dtype '%s' is not supported (want '<f4' float32 or '<f8' float64, little-endian)",
-                             path, dtype);
+        return gdn_set_error("%s: dtype '%s' is not supported (want %s, little-endian)", path, dtype,
+                             integers ? "'<i4' int32 or '<i8' int64" : "'<f4' float32 or '<f8' float64");
     }
 
     if (strncmp(order, "True", 4) == 0)
@@ -116,7 +118,7 @@ int npy_read(const char *path, npy_array *out)
     return status;
 }
 
-int npy_read_stream(FILE *file, const char *path, npy_array *out)
+static int read_stream(FILE *file, const char *path, int integers, npy_array *out)
 {
     memset(out, 0, sizeof *out);
     if (!host_is_little_endian())
@@ -164,7 +166,8 @@ int npy_read_stream(FILE *file, const char *path, npy_array *out)
     data_offset += (long)header_size;
 
     size_t item_size = 0;
-    if (parse_header(path, header, &item_size, out) != 0)
+    int integer = 0;
+    if (parse_header(path, header, integers, &item_size, &integer, out) != 0)
         goto done;
 
     /* The file must hold exactly the data its shape says: no less (truncated), no more. */
@@ -195,7 +198,30 @@ int npy_read_stream(FILE *file, const char *path, npy_array *out)
         gdn_set_error("%s: out of memory (%zu bytes)", path, out->count * sizeof(double));
         goto done;
     }
-    if (item_size == 8) {
+    if (integer) {
+        /* int32 or int64 in blocks, each value kept only where a double holds it exactly */
+        unsigned char block[4096 * 8];
+        for (size_t start = 0; start < out->count; start += 4096) {
+            size_t n = out->count - start < 4096 ? out->count - start : 4096;
+            if (fread(block, item_size, n, file) != n) {
+                gdn_set_error("%s: read error", path);
+                goto done;
+            }
+            for (size_t i = 0; i < n; i++) {
+                int64_t value;
+                int32_t narrow;
+                if (item_size == 8)
+                    memcpy(&value, block + 8 * i, 8);
+                else
+                    memcpy(&narrow, block + 4 * i, 4), value = narrow;
+                if (value > ((int64_t)1 << 53) || value < -((int64_t)1 << 53)) {
+                    gdn_set_error("%s: element %zu (%lld) is too large", path, start + i, (long long)value);
+                    goto done;
+                }
+                out->data[start + i] = (double)value;
+            }
+        }
+    } else if (item_size == 8) {
         if (fread(out->data, 8, out->count, file) != out->count) {
             gdn_set_error("%s: read error", path);
             goto done;
@@ -221,17 +247,29 @@ done:
     return status;
 }
 
+int npy_read_stream(FILE *file, const char *path, npy_array *out) { return read_stream(file, path, 0, out); }
+
+int npy_read_integers(const char *path, npy_array *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *file = fopen(path, "rb");
+    if (!file)
+        return gdn_set_error("%s: cannot open: %s", path, strerror(errno));
+    int status = read_stream(file, path, 1, out);
+    fclose(file);
+    return status;
+}
+
 void npy_free(npy_array *array)
 {
     free(array->data);
     array->data = NULL;
 }
 
-size_t npy_header(unsigned char *bytes, size_t ndim, const size_t *shape)
+static size_t header_of(const char *descr, unsigned char *bytes, size_t ndim, const size_t *shape)
 {
     char shape_text[256];
     npy_shape_text(ndim, shape, shape_text, sizeof shape_text);
-    const char *descr = sizeof(real_t) == 4 ? "<f4" : "<f8";
     char *header = (char *)bytes + 10;
     int length = snprintf(header, NPY_HEADER_MAX - 10, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
                           descr, shape_text);
@@ -247,10 +285,16 @@ size_t npy_header(unsigned char *bytes, size_t ndim, const size_t *shape)
     return padded;
 }
 
-int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape)
+size_t npy_header(unsigned char *bytes, size_t ndim, const size_t *shape)
+{
+    return header_of(sizeof(real_t) == 4 ? "<f4" : "<f8", bytes, ndim, shape);
+}
+
+static int write_file(const char *path, const char *descr, const void *data, size_t item_size, size_t ndim,
+                      const size_t *shape)
 {
     unsigned char header[NPY_HEADER_MAX];
-    size_t header_bytes = npy_header(header, ndim, shape);
+    size_t header_bytes = header_of(descr, header, ndim, shape);
     size_t count = 1;
     for (size_t d = 0; d < ndim; d++)
         count *= shape[d];
@@ -258,7 +302,7 @@ int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *s
     FILE *file = fopen(path, "wb");
     if (!file)
         return gdn_set_error("%s: cannot create: %s", path, strerror(errno));
-    int ok = fwrite(header, 1, header_bytes, file) == header_bytes && fwrite(data, sizeof(real_t), count, file) == count;
+    int ok = fwrite(header, 1, header_bytes, file) == header_bytes && fwrite(data, item_size, count, file) == count;
     if (fclose(file) != 0)
         ok = 0;
     if (!ok) { /* no partial file is left behind to pass for a result */
@@ -267,6 +311,16 @@ int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *s
         return -1;
     }
     return 0;
+}
+
+int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape)
+{
+    return write_file(path, sizeof(real_t) == 4 ? "<f4" : "<f8", data, sizeof(real_t), ndim, shape);
+}
+
+int npy_write_int64(const char *path, const int64_t *data, size_t count)
+{
+    return write_file(path, "<i8", data, sizeof(int64_t), 1, &count);
 }
 
 int npy_read_shaped(const char *path, size_t ndim, const size_t *shape, const char *meaning, npy_array *out)

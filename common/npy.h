@@ -9,12 +9,15 @@
  * the bytes its shape says. Anything else is refused with one line naming the file and
  * the fault (gdn_last_error). Write: the build's precision ('<f4' in float builds,
  * '<f8' in double builds), version 1.0, header padded to 64 bytes as NumPy does.
+ * Integer tensors (a packed batch's offsets, cu_seqlens.npy) have their own pair:
+ * npy_read_integers reads '<i4' or '<i8', npy_write_int64 writes '<i8'.
  * The host must be little-endian (x86-64 and AArch64 are); npy.c checks at run time.
  */
 #ifndef GDN_NPY_H
 #define GDN_NPY_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "real.h"
@@ -38,6 +41,11 @@ void npy_free(npy_array *array);
  * problem's (..) (MEANING)", MEANING saying which tensor's shape it should have been. */
 int npy_read_shaped(const char *path, size_t ndim, const size_t *shape, const char *meaning, npy_array *out);
 int npy_write(const char *path, const real_t *data, size_t ndim, const size_t *shape);
+/* '<i4' or '<i8' only (a float file is refused), each value converted to double: exact, since a
+ * value beyond 2^53 in magnitude is refused. */
+int npy_read_integers(const char *path, npy_array *out);
+/* A one-dimensional '<i8' file of count values. */
+int npy_write_int64(const char *path, const int64_t *data, size_t count);
 /* The bytes npy_write puts before the data (magic, version, length, padded dict), into
  * bytes[NPY_HEADER_MAX]; returns how many: the data starts at that offset. Stage 08's
  * processes write one file together (MPI-IO) at offsets counted from it. */

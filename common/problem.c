@@ -28,23 +28,34 @@ int gdn_multiply_sizes(size_t *product, size_t count, const size_t *factors)
     return 0;
 }
 
+int gdn_layout_bytes(const gdn_layout *l, size_t *bytes)
+{
+    /* values: q, k per key token (2 K); v, o, g and beta per value token (2 V + 2); h0 and ht
+     * per state (2 K V) */
+    const size_t HV = l->HV ? l->HV : l->H, N = l->lengths ? l->sequences : l->B;
+    size_t key_tokens, value_tokens, heads, key_values, value_values, state_values;
+    size_t key_sizes[3] = {l->B, l->T, l->H}, value_sizes[3] = {l->B, l->T, HV}, head_sizes[2] = {N, HV};
+    if (gdn_multiply_sizes(&key_tokens, 3, key_sizes) || gdn_multiply_sizes(&value_tokens, 3, value_sizes) ||
+        gdn_multiply_sizes(&heads, 2, head_sizes))
+        return -1;
+    if (l->K > SIZE_MAX / 8 || l->V > SIZE_MAX / 8)
+        return gdn_set_error("sizes overflow a 64-bit byte count");
+    size_t key_factors[2] = {key_tokens, 2 * l->K}, value_factors[2] = {value_tokens, 2 * l->V + 2};
+    size_t state_factors[4] = {heads, l->K, l->V, l->with_h0 ? 2 : 1};
+    if (gdn_multiply_sizes(&key_values, 2, key_factors) || gdn_multiply_sizes(&value_values, 2, value_factors) ||
+        gdn_multiply_sizes(&state_values, 4, state_factors))
+        return -1;
+    if (key_values > SIZE_MAX / sizeof(real_t) - value_values ||
+        key_values + value_values > SIZE_MAX / sizeof(real_t) - state_values)
+        return gdn_set_error("sizes overflow a 64-bit byte count");
+    *bytes = (key_values + value_values + state_values) * sizeof(real_t);
+    return 0;
+}
+
 int gdn_problem_bytes(size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0, size_t *bytes)
 {
-    /* values: q, k, v, o per token (2 K + 2 V) plus g and beta (2); h0 and ht per head (2 K V) */
-    size_t tokens, heads, token_values, state_values, per_token;
-    size_t token_sizes[3] = {B, T, H}, head_sizes[2] = {B, H};
-    if (gdn_multiply_sizes(&tokens, 3, token_sizes) || gdn_multiply_sizes(&heads, 2, head_sizes))
-        return -1;
-    if (K > SIZE_MAX / 8 || V > SIZE_MAX / 8)
-        return gdn_set_error("sizes overflow a 64-bit byte count");
-    per_token = 2 * K + 2 * V + 2;
-    size_t token_factors[2] = {tokens, per_token}, state_factors[4] = {heads, K, V, with_h0 ? 2 : 1};
-    if (gdn_multiply_sizes(&token_values, 2, token_factors) || gdn_multiply_sizes(&state_values, 4, state_factors))
-        return -1;
-    if (token_values > SIZE_MAX / sizeof(real_t) - state_values)
-        return gdn_set_error("sizes overflow a 64-bit byte count");
-    *bytes = (token_values + state_values) * sizeof(real_t);
-    return 0;
+    const gdn_layout l = {.B = B, .T = T, .H = H, .K = K, .V = V, .with_h0 = with_h0};
+    return gdn_layout_bytes(&l, bytes);
 }
 
 int gdn_memory_check(size_t bytes, const char *what)
@@ -67,28 +78,68 @@ static real_t *alloc_values(size_t count, const char *name)
     return values;
 }
 
-int gdn_problem_alloc(gdn_problem *p, size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0)
+/* What a layout must be: positive sizes, HV a multiple of H, and for a packed batch B = 1,
+ * lengths of at least one token each, summing to T. */
+static int check_layout(const gdn_layout *l)
+{
+    const size_t HV = l->HV ? l->HV : l->H;
+    if (l->B == 0 || l->T == 0 || l->H == 0 || l->K == 0 || l->V == 0)
+        return gdn_set_error("sizes must be positive (B=%zu T=%zu H=%zu K=%zu V=%zu)", l->B, l->T, l->H, l->K, l->V);
+    if (HV % l->H != 0)
+        return gdn_set_error("HV=%zu value heads is not a multiple of H=%zu key heads", HV, l->H);
+    if (!l->lengths)
+        return 0;
+    if (l->B != 1)
+        return gdn_set_error("a packed batch is one row of tokens: B must be 1, got %zu", l->B);
+    size_t sum = 0;
+    for (size_t n = 0; n < l->sequences; n++) {
+        if (l->lengths[n] == 0)
+            return gdn_set_error("sequence %zu has no tokens (every length must be positive)", n);
+        if (l->lengths[n] > SIZE_MAX - sum)
+            return gdn_set_error("the lengths overflow a 64-bit count");
+        sum += l->lengths[n];
+    }
+    if (l->sequences == 0 || sum != l->T)
+        return gdn_set_error("the %zu lengths sum to %zu tokens, not T=%zu", l->sequences, sum, l->T);
+    return 0;
+}
+
+int gdn_problem_alloc_layout(gdn_problem *p, const gdn_layout *l)
 {
     memset(p, 0, sizeof *p);
     size_t bytes;
-    if (B == 0 || T == 0 || H == 0 || K == 0 || V == 0)
-        return gdn_set_error("sizes must be positive (B=%zu T=%zu H=%zu K=%zu V=%zu)", B, T, H, K, V);
-    if (gdn_problem_bytes(B, T, H, K, V, with_h0, &bytes) || gdn_memory_check(bytes, "the problem"))
+    if (check_layout(l) || gdn_layout_bytes(l, &bytes) || gdn_memory_check(bytes, "the problem"))
         return -1;
-    *p = (gdn_problem){.B = B, .T = T, .H = H, .K = K, .V = V, .scale = 1.0 / sqrt((double)K)};
-    size_t tokens = gdn_tokens(p);
-    p->q = alloc_values(tokens * K, "q");
-    p->k = p->q ? alloc_values(tokens * K, "k") : NULL;
-    p->v = p->k ? alloc_values(tokens * V, "v") : NULL;
+    *p = (gdn_problem){.B = l->B, .T = l->T, .H = l->H, .K = l->K, .V = l->V, .HV = l->HV ? l->HV : l->H,
+                       .scale = 1.0 / sqrt((double)l->K)};
+    if (l->lengths) {
+        p->offsets = malloc((l->sequences + 1) * sizeof *p->offsets);
+        if (!p->offsets)
+            return gdn_set_error("out of memory allocating %zu offsets", l->sequences + 1);
+        p->sequences = l->sequences;
+        p->offsets[0] = 0;
+        for (size_t n = 0; n < l->sequences; n++)
+            p->offsets[n + 1] = p->offsets[n] + l->lengths[n];
+    }
+    size_t key_tokens = gdn_key_tokens(p), tokens = gdn_tokens(p);
+    p->q = alloc_values(key_tokens * l->K, "q");
+    p->k = p->q ? alloc_values(key_tokens * l->K, "k") : NULL;
+    p->v = p->k ? alloc_values(tokens * l->V, "v") : NULL;
     p->g = p->v ? alloc_values(tokens, "g") : NULL;
     p->beta = p->g ? alloc_values(tokens, "beta") : NULL;
-    if (p->beta && with_h0)
+    if (p->beta && l->with_h0)
         p->h0 = alloc_values(gdn_state_count(p), "h0");
-    if (!p->beta || (with_h0 && !p->h0)) {
+    if (!p->beta || (l->with_h0 && !p->h0)) {
         gdn_problem_free(p);
         return -1;
     }
     return 0;
+}
+
+int gdn_problem_alloc(gdn_problem *p, size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0)
+{
+    const gdn_layout l = {.B = B, .T = T, .H = H, .K = K, .V = V, .with_h0 = with_h0};
+    return gdn_problem_alloc_layout(p, &l);
 }
 
 void gdn_problem_free(gdn_problem *p)
@@ -99,6 +150,7 @@ void gdn_problem_free(gdn_problem *p)
     free(p->g);
     free(p->beta);
     free(p->h0);
+    free(p->offsets);
     memset(p, 0, sizeof *p);
 }
 
@@ -111,14 +163,14 @@ void gdn_problem_generate_slice(gdn_problem *p, uint64_t seed, size_t T_global, 
 {
     /* Counter-based draws: each element is a function of its global index alone, so the loops
      * can run in any order and in parallel, and a slice gets exactly the values the whole
-     * problem has there. */
-    long long tokens = (long long)gdn_tokens(p);
-    size_t K = p->K, V = p->V;
+     * problem has there. q and k are drawn per key-head token, v, g and beta per value-head
+     * token: with HV = H the two are the same token. A packed batch draws as the one row it is. */
+    const size_t K = p->K, V = p->V, H = p->H, HV = gdn_value_heads(p);
+    long long key_tokens = (long long)gdn_key_tokens(p), tokens = (long long)gdn_tokens(p);
 #pragma omp parallel for schedule(static)
-    for (long long token = 0; token < tokens; token++) {
-        size_t b = (size_t)token / (p->T * p->H), t = (size_t)token / p->H % p->T, h = (size_t)token % p->H;
-        size_t global = (b * T_global + t_offset + t) * p->H + h;
-        size_t first_k = global * K, first_v = global * V, local_k = (size_t)token * K, local_v = (size_t)token * V;
+    for (long long token = 0; token < key_tokens; token++) {
+        size_t b = (size_t)token / (p->T * H), t = (size_t)token / H % p->T, h = (size_t)token % H;
+        size_t first_k = ((b * T_global + t_offset + t) * H + h) * K, local_k = (size_t)token * K;
         /* k: N(0, 1), normalised to unit length per token (in double, then rounded) */
         double squares = 0.0;
         for (size_t i = 0; i < K; i++) {
@@ -130,8 +182,13 @@ void gdn_problem_generate_slice(gdn_problem *p, uint64_t seed, size_t T_global, 
             p->q[local_k + i] = (real_t)random_normal(seed, STREAM_Q, first_k + i);
             p->k[local_k + i] = (real_t)(random_normal(seed, STREAM_K, first_k + i) * inverse_norm);
         }
+    }
+#pragma omp parallel for schedule(static)
+    for (long long token = 0; token < tokens; token++) {
+        size_t b = (size_t)token / (p->T * HV), t = (size_t)token / HV % p->T, h = (size_t)token % HV;
+        size_t global = (b * T_global + t_offset + t) * HV + h, local_v = (size_t)token * V;
         for (size_t i = 0; i < V; i++)
-            p->v[local_v + i] = (real_t)random_normal(seed, STREAM_V, first_v + i);
+            p->v[local_v + i] = (real_t)random_normal(seed, STREAM_V, global * V + i);
         p->g[token] = (real_t)log_sigmoid(random_normal(seed, STREAM_G, global));
         p->beta[token] = (real_t)(1.0 / (1.0 + exp(-random_normal(seed, STREAM_BETA, global))));
     }
@@ -143,7 +200,7 @@ void gdn_problem_generate_slice(gdn_problem *p, uint64_t seed, size_t T_global, 
 void gdn_problem_round_to_bf16(gdn_problem *p)
 {
     real_t *tensors[3] = {p->q, p->k, p->v};
-    size_t counts[3] = {gdn_tokens(p) * p->K, gdn_tokens(p) * p->K, gdn_tokens(p) * p->V};
+    size_t counts[3] = {gdn_key_tokens(p) * p->K, gdn_key_tokens(p) * p->K, gdn_tokens(p) * p->V};
     for (int i = 0; i < 3; i++)
         for (size_t j = 0; j < counts[i]; j++)
             tensors[i][j] = (real_t)bf16_to_float(float_to_bf16((float)tensors[i][j]));
@@ -173,54 +230,99 @@ static int expect_shape(const char *path, const npy_array *a, size_t ndim, const
     return 0;
 }
 
+/* cu_seqlens.npy's offsets, as sizes: 0 first, increasing (every sequence at least one token),
+ * T last. */
+static int take_offsets(const char *path, const npy_array *a, size_t T, size_t **offsets)
+{
+    if (a->ndim != 1 || a->count < 2) {
+        char text[128];
+        return gdn_set_error("%s: shape %s should be (N + 1,): the offsets of N >= 1 sequences", path,
+                             npy_shape_text(a->ndim, a->shape, text, sizeof text));
+    }
+    if (a->data[0] != 0)
+        return gdn_set_error("%s: the first offset is %.0f, not 0", path, a->data[0]);
+    for (size_t i = 1; i < a->count; i++)
+        if (!(a->data[i] > a->data[i - 1]))
+            return gdn_set_error("%s: offsets not increasing: element %zu (%.0f) after %.0f (every sequence needs "
+                                 "a token)", path, i, a->data[i], a->data[i - 1]);
+    if (a->data[a->count - 1] != (double)T)
+        return gdn_set_error("%s: the last offset is %.0f, not T=%zu (q's tokens)", path, a->data[a->count - 1], T);
+    *offsets = malloc(a->count * sizeof **offsets);
+    if (!*offsets)
+        return gdn_set_error("%s: out of memory", path);
+    for (size_t i = 0; i < a->count; i++)
+        (*offsets)[i] = (size_t)a->data[i];
+    return 0;
+}
+
 int gdn_problem_load(gdn_problem *p, const char *dir, int check_values)
 {
-    static const char *names[6] = {"q", "k", "v", "g", "beta", "h0"};
-    npy_array arrays[6] = {{0}};
-    char paths[6][4096];
+    static const char *names[7] = {"q", "k", "v", "g", "beta", "h0", "cu_seqlens"};
+    enum { Q, KEYS, VALUES, G, BETA, H0, OFFSETS };
+    npy_array arrays[7] = {{0}};
+    char paths[7][4096];
     int status = -1;
     memset(p, 0, sizeof *p);
 
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         snprintf(paths[i], sizeof paths[i], "%s/%s.npy", dir, names[i]);
-        if (i == 5 && access(paths[i], F_OK) != 0)
-            break; /* h0 is optional */
-        if (npy_read(paths[i], &arrays[i]) != 0)
+        if (i >= H0 && access(paths[i], F_OK) != 0)
+            continue; /* h0 and cu_seqlens are optional */
+        if ((i == OFFSETS ? npy_read_integers(paths[i], &arrays[i]) : npy_read(paths[i], &arrays[i])) != 0)
             goto done;
     }
-    /* q fixes B, T, H, K; v fixes V; every other tensor must agree. */
-    if (arrays[0].ndim != 4) {
+    /* q fixes B, T, H, K; v fixes HV and V; cu_seqlens N; every other tensor must agree. */
+    if (arrays[Q].ndim != 4) {
         char text[128];
-        gdn_set_error("%s: shape %s should be [B, T, H, K]", paths[0],
-                      npy_shape_text(arrays[0].ndim, arrays[0].shape, text, sizeof text));
+        gdn_set_error("%s: shape %s should be [B, T, H, K]", paths[Q],
+                      npy_shape_text(arrays[Q].ndim, arrays[Q].shape, text, sizeof text));
         goto done;
     }
-    size_t B = arrays[0].shape[0], T = arrays[0].shape[1], H = arrays[0].shape[2], K = arrays[0].shape[3];
-    size_t V = arrays[2].ndim == 4 ? arrays[2].shape[3] : 0;
-    size_t qk_shape[4] = {B, T, H, K}, v_shape[4] = {B, T, H, V}, gate_shape[3] = {B, T, H}, h0_shape[4] = {B, H, K, V};
-    if (expect_shape(paths[1], &arrays[1], 4, qk_shape, "as q: [B, T, H, K]") ||
-        expect_shape(paths[2], &arrays[2], 4, v_shape, "[B, T, H, V] with B, T, H from q") ||
-        expect_shape(paths[3], &arrays[3], 3, gate_shape, "[B, T, H] from q") ||
-        expect_shape(paths[4], &arrays[4], 3, gate_shape, "[B, T, H] from q") ||
-        (arrays[5].data && expect_shape(paths[5], &arrays[5], 4, h0_shape, "[B, H, K, V] from q and v")))
+    size_t B = arrays[Q].shape[0], T = arrays[Q].shape[1], H = arrays[Q].shape[2], K = arrays[Q].shape[3];
+    size_t HV = arrays[VALUES].ndim == 4 ? arrays[VALUES].shape[2] : 0;
+    size_t V = arrays[VALUES].ndim == 4 ? arrays[VALUES].shape[3] : 0;
+    size_t qk_shape[4] = {B, T, H, K}, v_shape[4] = {B, T, HV, V}, gate_shape[3] = {B, T, HV};
+    if (expect_shape(paths[KEYS], &arrays[KEYS], 4, qk_shape, "as q: [B, T, H, K]") ||
+        expect_shape(paths[VALUES], &arrays[VALUES], 4, v_shape, "[B, T, HV, V] with B, T from q"))
         goto done;
-    if (B == 0 || T == 0 || H == 0 || K == 0 || V == 0) {
-        gdn_set_error("%s: sizes must be positive (B=%zu T=%zu H=%zu K=%zu V=%zu)", dir, B, T, H, K, V);
+    if (B == 0 || T == 0 || H == 0 || K == 0 || V == 0 || HV == 0) {
+        gdn_set_error("%s: sizes must be positive (B=%zu T=%zu H=%zu HV=%zu K=%zu V=%zu)", dir, B, T, H, HV, K, V);
         goto done;
     }
-    *p = (gdn_problem){.B = B, .T = T, .H = H, .K = K, .V = V, .scale = 1.0 / sqrt((double)K)};
-    p->q = take_values(&arrays[0], "q");
-    p->k = take_values(&arrays[1], "k");
-    p->v = take_values(&arrays[2], "v");
-    p->g = take_values(&arrays[3], "g");
-    p->beta = take_values(&arrays[4], "beta");
-    if (arrays[5].data)
-        p->h0 = take_values(&arrays[5], "h0");
-    if (!p->q || !p->k || !p->v || !p->g || !p->beta || (arrays[5].data && !p->h0))
+    if (HV % H != 0) {
+        gdn_set_error("%s: HV=%zu value heads is not a multiple of q's H=%zu key heads", paths[VALUES], HV, H);
+        goto done;
+    }
+    if (expect_shape(paths[G], &arrays[G], 3, gate_shape, "[B, T, HV] from q and v") ||
+        expect_shape(paths[BETA], &arrays[BETA], 3, gate_shape, "[B, T, HV] from q and v"))
+        goto done;
+    *p = (gdn_problem){.B = B, .T = T, .H = H, .K = K, .V = V, .HV = HV, .scale = 1.0 / sqrt((double)K)};
+    if (arrays[OFFSETS].data) {
+        if (B != 1) {
+            gdn_set_error("%s: a packed batch is one row of tokens, but q has B=%zu rows", paths[OFFSETS], B);
+            goto done;
+        }
+        if (take_offsets(paths[OFFSETS], &arrays[OFFSETS], T, &p->offsets))
+            goto done;
+        p->sequences = arrays[OFFSETS].count - 1;
+    }
+    size_t h0_shape[4] = {gdn_sequences(p), HV, K, V};
+    if (arrays[H0].data && expect_shape(paths[H0], &arrays[H0], 4, h0_shape,
+                                        p->offsets ? "[N, HV, K, V]: N sequences from cu_seqlens"
+                                                   : "[B, HV, K, V] from q and v"))
+        goto done;
+    p->q = take_values(&arrays[Q], "q");
+    p->k = take_values(&arrays[KEYS], "k");
+    p->v = take_values(&arrays[VALUES], "v");
+    p->g = take_values(&arrays[G], "g");
+    p->beta = take_values(&arrays[BETA], "beta");
+    if (arrays[H0].data)
+        p->h0 = take_values(&arrays[H0], "h0");
+    if (!p->q || !p->k || !p->v || !p->g || !p->beta || (arrays[H0].data && !p->h0))
         goto done;
     status = check_values ? gdn_problem_validate(p, dir) : 0;
 done:
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         npy_free(&arrays[i]);
     if (status != 0)
         gdn_problem_free(p);
@@ -243,19 +345,32 @@ int gdn_save_tensor(const char *dir, const char *name, const real_t *data, size_
 
 int gdn_problem_save(const gdn_problem *p, const char *dir)
 {
-    size_t qk[4] = {p->B, p->T, p->H, p->K}, v[4] = {p->B, p->T, p->H, p->V}, gate[3] = {p->B, p->T, p->H};
-    size_t state[4] = {p->B, p->H, p->K, p->V};
+    const size_t HV = gdn_value_heads(p);
+    size_t qk[4] = {p->B, p->T, p->H, p->K}, v[4] = {p->B, p->T, HV, p->V}, gate[3] = {p->B, p->T, HV};
+    size_t state[4] = {gdn_sequences(p), HV, p->K, p->V};
     if (gdn_make_dir(dir) || gdn_save_tensor(dir, "q", p->q, 4, qk) || gdn_save_tensor(dir, "k", p->k, 4, qk) ||
         gdn_save_tensor(dir, "v", p->v, 4, v) || gdn_save_tensor(dir, "g", p->g, 3, gate) ||
         gdn_save_tensor(dir, "beta", p->beta, 3, gate) || (p->h0 && gdn_save_tensor(dir, "h0", p->h0, 4, state)))
         return -1;
+    if (p->offsets) {
+        int64_t *offsets = malloc((p->sequences + 1) * sizeof *offsets);
+        char path[4096];
+        if (!offsets)
+            return gdn_set_error("out of memory");
+        for (size_t n = 0; n <= p->sequences; n++)
+            offsets[n] = (int64_t)p->offsets[n];
+        snprintf(path, sizeof path, "%s/cu_seqlens.npy", dir);
+        int status = npy_write_int64(path, offsets, p->sequences + 1);
+        free(offsets);
+        return status;
+    }
     return 0;
 }
 
 /* Values of one tensor must be finite and within [low, high]; a bad one is named by its file,
  * its flat index and, for per-token tensors, its (b, t, h). */
 static int check_values(const gdn_problem *p, const char *dir, const char *name, const real_t *values, size_t count,
-                        size_t per_token, double low, double high)
+                        size_t per_token, size_t heads, double low, double high)
 {
     for (size_t i = 0; i < count; i++) {
         double x = values[i];
@@ -264,8 +379,8 @@ static int check_values(const gdn_problem *p, const char *dir, const char *name,
         char where[96] = "";
         if (per_token) {
             size_t token = i / per_token;
-            snprintf(where, sizeof where, " (b=%zu, t=%zu, h=%zu)", token / (p->T * p->H), token / p->H % p->T,
-                     token % p->H);
+            snprintf(where, sizeof where, " (b=%zu, t=%zu, h=%zu)", token / (p->T * heads), token / heads % p->T,
+                     token % heads);
         }
         if (!isfinite(x))
             return gdn_set_error("%s%s%s.npy: element %zu%s is %g; inputs must be finite", dir ? dir : "",
@@ -278,13 +393,13 @@ static int check_values(const gdn_problem *p, const char *dir, const char *name,
 
 int gdn_problem_validate(const gdn_problem *p, const char *dir)
 {
-    size_t tokens = gdn_tokens(p);
-    if (check_values(p, dir, "q", p->q, tokens * p->K, p->K, -INFINITY, INFINITY) ||
-        check_values(p, dir, "k", p->k, tokens * p->K, p->K, -INFINITY, INFINITY) ||
-        check_values(p, dir, "v", p->v, tokens * p->V, p->V, -INFINITY, INFINITY) ||
-        check_values(p, dir, "g", p->g, tokens, 1, -INFINITY, 0.0) ||
-        check_values(p, dir, "beta", p->beta, tokens, 1, 0.0, 1.0) ||
-        (p->h0 && check_values(p, dir, "h0", p->h0, gdn_state_count(p), 0, -INFINITY, INFINITY)))
+    const size_t key_tokens = gdn_key_tokens(p), tokens = gdn_tokens(p), H = p->H, HV = gdn_value_heads(p);
+    if (check_values(p, dir, "q", p->q, key_tokens * p->K, p->K, H, -INFINITY, INFINITY) ||
+        check_values(p, dir, "k", p->k, key_tokens * p->K, p->K, H, -INFINITY, INFINITY) ||
+        check_values(p, dir, "v", p->v, tokens * p->V, p->V, HV, -INFINITY, INFINITY) ||
+        check_values(p, dir, "g", p->g, tokens, 1, HV, -INFINITY, 0.0) ||
+        check_values(p, dir, "beta", p->beta, tokens, 1, HV, 0.0, 1.0) ||
+        (p->h0 && check_values(p, dir, "h0", p->h0, gdn_state_count(p), 0, 0, -INFINITY, INFINITY)))
         return -1;
     return 0;
 }
@@ -326,7 +441,8 @@ void gdn_result_poison(gdn_result *r, const gdn_problem *p)
 
 int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir)
 {
-    size_t o_shape[4] = {p->B, p->T, p->H, p->V}, state[4] = {p->B, p->H, p->K, p->V};
+    const size_t HV = gdn_value_heads(p);
+    size_t o_shape[4] = {p->B, p->T, HV, p->V}, state[4] = {gdn_sequences(p), HV, p->K, p->V};
     if (gdn_make_dir(dir))
         return -1;
     if (gdn_save_tensor(dir, "o", r->o, 4, o_shape) || gdn_save_tensor(dir, "ht", r->ht, 4, state)) {
@@ -342,7 +458,8 @@ gdn_input_extremes gdn_problem_extremes(const gdn_problem *p)
 {
     gdn_input_extremes e = {0, 0, 0};
     const real_t *tensors[4] = {p->q, p->k, p->v, p->h0};
-    size_t counts[4] = {gdn_tokens(p) * p->K, gdn_tokens(p) * p->K, gdn_tokens(p) * p->V, p->h0 ? gdn_state_count(p) : 0};
+    size_t counts[4] = {gdn_key_tokens(p) * p->K, gdn_key_tokens(p) * p->K, gdn_tokens(p) * p->V,
+                        p->h0 ? gdn_state_count(p) : 0};
     for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < counts[t]; i++) {
             double x = fabs((double)tensors[t][i]);
@@ -354,9 +471,10 @@ gdn_input_extremes gdn_problem_extremes(const gdn_problem *p)
     for (size_t token = 0; token < gdn_tokens(p); token++) {
         if (isnan(p->g[token]) || p->g[token] == INFINITY || !isfinite(p->beta[token])) /* g = -inf: alpha = 0 */
             e.non_finite = 1;
+        const real_t *k = p->k + gdn_key_token(p, token / gdn_value_heads(p), token % gdn_value_heads(p)) * p->K;
         double norm = 0; /* |k|^2 in double: a float key of 1e20 squares past float's range */
         for (size_t c = 0; c < p->K; c++)
-            norm += (double)p->k[token * p->K + c] * p->k[token * p->K + c];
+            norm += (double)k[c] * k[c];
         double gain = (double)p->beta[token] * norm;
         if (gain > e.key_gain) /* NaN never is; Inf, from finite double keys past 1e154, is */
             e.key_gain = gain;
@@ -367,35 +485,36 @@ gdn_input_extremes gdn_problem_extremes(const gdn_problem *p)
 uint64_t gdn_result_first_non_finite(const gdn_problem *p, const gdn_result *r, size_t first_token, size_t T_whole,
                                      int with_ht)
 {
-    const size_t o_count = gdn_tokens(p) * p->V, states = gdn_state_count(p);
+    const size_t o_count = gdn_tokens(p) * p->V, states = gdn_state_count(p), HV = gdn_value_heads(p);
     for (size_t i = 0; i < o_count; i++)
         if (!isfinite(r->o[i])) {
-            size_t token = i / p->V, b = token / (p->T * p->H), t = token / p->H % p->T, h = token % p->H;
-            return (((uint64_t)b * T_whole + first_token + t) * p->H + h) * p->V + i % p->V;
+            size_t token = i / p->V, b = token / (p->T * HV), t = token / HV % p->T, h = token % HV;
+            return (((uint64_t)b * T_whole + first_token + t) * HV + h) * p->V + i % p->V;
         }
     for (size_t i = 0; with_ht && i < states; i++)
         if (!isfinite(r->ht[i]))
-            return (uint64_t)p->B * T_whole * p->H * p->V + i;
+            return (uint64_t)p->B * T_whole * HV * p->V + i;
     return GDN_ALL_FINITE;
 }
 
 int gdn_non_finite_error(const gdn_problem *p, const gdn_result *r, size_t first_token, size_t T_whole,
                          uint64_t position, gdn_input_extremes e)
 {
-    const uint64_t o_whole = (uint64_t)p->B * T_whole * p->H * p->V;
+    const uint64_t HV = gdn_value_heads(p), o_whole = (uint64_t)p->B * T_whole * HV * p->V;
     char where[128], cause[256];
     double value;
     if (position < o_whole) {
-        uint64_t token = position / p->V, column = position % p->V, h = token % p->H, t = token / p->H % T_whole,
-                 b = token / p->H / T_whole;
-        value = r->o[((b * p->T + (t - first_token)) * p->H + h) * p->V + column];
+        uint64_t token = position / p->V, column = position % p->V, h = token % HV, t = token / HV % T_whole,
+                 b = token / HV / T_whole;
+        value = r->o[((b * p->T + (t - first_token)) * HV + h) * p->V + column];
         snprintf(where, sizeof where, "o at (b=%llu, t=%llu, h=%llu, column %llu)", (unsigned long long)b,
                  (unsigned long long)t, (unsigned long long)h, (unsigned long long)column);
     } else {
         uint64_t i = position - o_whole, column = i % p->V, row = i / p->V % p->K, head = i / p->V / p->K;
         value = r->ht[i];
-        snprintf(where, sizeof where, "ht at (b=%llu, h=%llu, row %llu, column %llu)", (unsigned long long)(head / p->H),
-                 (unsigned long long)(head % p->H), (unsigned long long)row, (unsigned long long)column);
+        snprintf(where, sizeof where, "ht at (%s=%llu, h=%llu, row %llu, column %llu)", p->offsets ? "n" : "b",
+                 (unsigned long long)(head / HV), (unsigned long long)(head % HV), (unsigned long long)row,
+                 (unsigned long long)column);
     }
     /* The causes, most certain first. Where every beta |k|^2 <= 2, each I - beta k k^T has its
      * eigenvalues in [-1, 1] and alpha <= 1: the state grows by at most beta |k| |v| <= sqrt(2) |v|

@@ -1,10 +1,16 @@
 /* problem.h -- one Gated DeltaNet forward problem: sizes, inputs, results.
  *
  * Layout is FLA's (docs/contract.md section 1), row-major:
- *   q, k [B, T, H, K]   v, o [B, T, H, V]   g, beta [B, T, H]   h0, ht [B, H, K, V]
- * Token (b, t, h) has index gdn_token(); its q row starts at q + gdn_token() * K.
- * Consecutive tokens of one head are H rows apart. Head (b, h) has index gdn_head();
- * its state starts at h0 + gdn_head() * K * V and is a K x V row-major matrix.
+ *   q, k [B, T, H, K]   v, o [B, T, HV, V]   g, beta [B, T, HV]   h0, ht [N, HV, K, V]
+ * HV value heads (HV = H unless grouped, a multiple of H): value head h reads key head
+ * h / (HV / H), so HV / H neighbouring value heads share one key head (grouped value heads).
+ * N sequences: the B rows, each T tokens long; or, for a packed batch (B = 1), the spans
+ * offsets[n] .. offsets[n + 1] - 1 of the one row (FLA's cu_seqlens), each with its own
+ * state. A position is b T + t, a token's place along all B T of them.
+ * The value-head token (position, h) has index gdn_value_token(); its v row starts at
+ * v + index * V, its gate at g + index. Its keys are at k + gdn_key_token() * K. The state
+ * of sequence n and value head h starts at h0 + gdn_head(p, n, h) * K * V: a K x V
+ * row-major matrix.
  */
 #ifndef GDN_PROBLEM_H
 #define GDN_PROBLEM_H
@@ -20,31 +26,74 @@ extern "C" {
 
 typedef struct {
     size_t B, T, H, K, V;
+    size_t HV;        /* value heads; 0 reads as H (gdn_value_heads), so a problem built field by field is ungrouped */
     double scale;     /* output scale, 1/sqrt(K) unless set */
     real_t *q, *k, *v, *g, *beta;
     real_t *h0;       /* NULL means a zero initial state */
+    size_t *offsets;  /* NULL, or a packed batch's sequences + 1 token offsets: 0, ..., T (B = 1) */
+    size_t sequences; /* with offsets: how many sequences */
 } gdn_problem;
 
 typedef struct {
-    real_t *o;        /* [B, T, H, V] */
-    real_t *ht;       /* [B, H, K, V] */
+    real_t *o;        /* [B, T, HV, V] */
+    real_t *ht;       /* [N, HV, K, V] */
 } gdn_result;
 
-static inline size_t gdn_token(const gdn_problem *p, size_t b, size_t t, size_t h) { return (b * p->T + t) * p->H + h; }
-static inline size_t gdn_head(const gdn_problem *p, size_t b, size_t h) { return b * p->H + h; }
-static inline size_t gdn_tokens(const gdn_problem *p) { return p->B * p->T * p->H; }
-static inline size_t gdn_state_count(const gdn_problem *p) { return p->B * p->H * p->K * p->V; }
+static inline size_t gdn_value_heads(const gdn_problem *p) { return p->HV ? p->HV : p->H; }
+static inline size_t gdn_sequences(const gdn_problem *p) { return p->offsets ? p->sequences : p->B; }
+/* Sequence n's first position and its length. */
+static inline size_t gdn_sequence_start(const gdn_problem *p, size_t n) { return p->offsets ? p->offsets[n] : n * p->T; }
+static inline size_t gdn_sequence_length(const gdn_problem *p, size_t n)
+{
+    return p->offsets ? p->offsets[n + 1] - p->offsets[n] : p->T;
+}
+/* The value-head token at a position, and the row of its keys (key head h / (HV / H)). */
+static inline size_t gdn_value_token(const gdn_problem *p, size_t position, size_t h)
+{
+    return position * gdn_value_heads(p) + h;
+}
+static inline size_t gdn_key_token(const gdn_problem *p, size_t position, size_t h)
+{
+    return position * p->H + h / (gdn_value_heads(p) / p->H);
+}
+/* Token (b, t, h) of an unpacked problem: gdn_value_token at position b T + t. */
+static inline size_t gdn_token(const gdn_problem *p, size_t b, size_t t, size_t h)
+{
+    return gdn_value_token(p, b * p->T + t, h);
+}
+/* The state of sequence n (row b when not packed), value head h. */
+static inline size_t gdn_head(const gdn_problem *p, size_t n, size_t h) { return n * gdn_value_heads(p) + h; }
+/* Value-head tokens (rows of v, o, g, beta) and key-head tokens (rows of q, k). */
+static inline size_t gdn_tokens(const gdn_problem *p) { return p->B * p->T * gdn_value_heads(p); }
+static inline size_t gdn_key_tokens(const gdn_problem *p) { return p->B * p->T * p->H; }
+static inline size_t gdn_state_count(const gdn_problem *p)
+{
+    return gdn_sequences(p) * gdn_value_heads(p) * p->K * p->V;
+}
+
+/* A problem's sizes: grouped value heads (HV) and a packed batch (lengths) are optional. */
+typedef struct {
+    size_t B, T, H, K, V;
+    size_t HV;              /* 0: H */
+    const size_t *lengths;  /* NULL, or each packed sequence's tokens: then B is 1 and T their sum */
+    size_t sequences;       /* how many lengths */
+    int with_h0;
+} gdn_layout;
 
 /* a * b * c ..., refusing size_t overflow: returns 0 and sets the error on overflow. */
 int gdn_multiply_sizes(size_t *product, size_t count, const size_t *factors);
 
 /* Bytes of inputs plus results for these sizes (overflow-checked). */
 int gdn_problem_bytes(size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0, size_t *bytes);
+int gdn_layout_bytes(const gdn_layout *l, size_t *bytes);
 /* Refuse, with the number of bytes, a request larger than this machine's memory. */
 int gdn_memory_check(size_t bytes, const char *what);
 
-/* Allocate (zeroed) inputs for these sizes; scale is set to 1/sqrt(K). */
+/* Allocate (zeroed) inputs for these sizes; scale is set to 1/sqrt(K). A layout that is not
+ * one (HV not a multiple of H, a length of 0, B > 1 or a T other than their sum with lengths)
+ * is refused with one line. */
 int gdn_problem_alloc(gdn_problem *p, size_t B, size_t T, size_t H, size_t K, size_t V, int with_h0);
+int gdn_problem_alloc_layout(gdn_problem *p, const gdn_layout *l);
 void gdn_problem_free(gdn_problem *p);
 /* Draw the inputs from the seeded generator exactly as docs/contract.md section 3 says. */
 void gdn_problem_generate(gdn_problem *p, uint64_t seed);
@@ -54,7 +103,8 @@ void gdn_problem_round_to_bf16(gdn_problem *p);
 /* The same draws for tokens t_offset .. t_offset + p->T - 1 of a problem T_global long
  * (stage 08: each process draws only its slice of the sequence). */
 void gdn_problem_generate_slice(gdn_problem *p, uint64_t seed, size_t T_global, size_t t_offset);
-/* Read q k v g beta [h0] .npy from a folder; sizes come from the files. With check_values,
+/* Read q k v g beta [h0] [cu_seqlens] .npy from a folder; sizes come from the files (HV from
+ * v, a packed batch's offsets from cu_seqlens.npy, int32 or int64). With check_values,
  * every value is then validated (gdn_problem_validate): one pass, refused with the tensor
  * and the first bad element named. */
 int gdn_problem_load(gdn_problem *p, const char *dir, int check_values);
@@ -63,7 +113,7 @@ int gdn_problem_save(const gdn_problem *p, const char *dir);
  * dir (or NULL) prefixes the file names in the message. */
 int gdn_problem_validate(const gdn_problem *p, const char *dir);
 
-/* The state head (b, h) starts from: a copy of its h0, or zeros when there is no h0. */
+/* The state head (n, h) starts from (gdn_head): a copy of its h0, or zeros when there is no h0. */
 void gdn_initial_state(const gdn_problem *p, size_t head, real_t *S);
 
 int gdn_result_alloc(gdn_result *r, const gdn_problem *p);

@@ -19,10 +19,11 @@
 static int load_reference(const gdn_problem *p, const char *dir, npy_array *o, npy_array *ht)
 {
     char path[4096];
-    size_t o_shape[4] = {p->B, p->T, p->H, p->V}, ht_shape[4] = {p->B, p->H, p->K, p->V};
+    const size_t HV = gdn_value_heads(p);
+    size_t o_shape[4] = {p->B, p->T, HV, p->V}, ht_shape[4] = {gdn_sequences(p), HV, p->K, p->V};
     const size_t *shapes[2] = {o_shape, ht_shape};
     npy_array *arrays[2] = {o, ht};
-    const char *names[2] = {"o", "ht"}, *meanings[2] = {"o: [B, T, H, V]", "ht: [B, H, K, V]"};
+    const char *names[2] = {"o", "ht"}, *meanings[2] = {"o: [B, T, HV, V]", "ht: [N, HV, K, V]"};
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
         if (npy_read_shaped(path, 4, shapes[i], meanings[i], arrays[i]))
@@ -133,6 +134,35 @@ static int run_checks(const gdn_stage *stage, const gdn_settings *s, const gdn_p
     return failed;
 }
 
+int gdn_check_layout(const gdn_stage *stage, const gdn_problem *p)
+{
+    if (gdn_value_heads(p) != p->H && !(stage->options & GDN_OPTION_VALUE_HEADS))
+        return gdn_set_error("%s runs HV = H only; these inputs have grouped value heads (HV=%zu over H=%zu)",
+                             stage->name, gdn_value_heads(p), p->H);
+    if (p->offsets && !(stage->options & GDN_OPTION_PACKED))
+        return gdn_set_error("%s runs B sequences of T tokens only; these inputs are a packed batch of %zu "
+                             "sequences (cu_seqlens)", stage->name, p->sequences);
+    return 0;
+}
+
+/* The problem --B ... --HV --lengths describe, allocated (zeroed). */
+static int alloc_drawn(const gdn_settings *s, gdn_problem *p)
+{
+    gdn_layout l = {.B = s->B, .T = s->T, .H = s->H, .K = s->K, .V = s->V, .HV = s->HV, .with_h0 = s->with_h0};
+    size_t *lengths = NULL, count = 0, sum = 0;
+    if (s->lengths) {
+        if (gdn_parse_lengths(s->lengths, NULL, 0, &count, &sum))
+            return -1;
+        if (!(lengths = malloc(count * sizeof *lengths)))
+            return gdn_set_error("out of memory for %zu lengths", count);
+        gdn_parse_lengths(s->lengths, lengths, count, &count, &sum);
+        l.B = 1, l.T = sum, l.lengths = lengths, l.sequences = count;
+    }
+    int status = gdn_problem_alloc_layout(p, &l);
+    free(lengths);
+    return status;
+}
+
 int gdn_stage_setup(int argc, char **argv, const gdn_stage *stage, gdn_settings *s, gdn_problem *p)
 {
     memset(p, 0, sizeof *p);
@@ -140,9 +170,12 @@ int gdn_stage_setup(int argc, char **argv, const gdn_stage *stage, gdn_settings 
     if (parsed != 0)
         return parsed > 0 ? 1 : (fail(stage->name), -1);
     omp_set_num_threads(s->threads);
-    if (s->in_dir ? gdn_problem_load(p, s->in_dir, s->check_inputs)
-                  : gdn_problem_alloc(p, s->B, s->T, s->H, s->K, s->V, s->with_h0))
+    if (s->in_dir ? gdn_problem_load(p, s->in_dir, s->check_inputs) : alloc_drawn(s, p))
         return fail(stage->name), -1;
+    if (gdn_check_layout(stage, p)) {
+        gdn_problem_free(p);
+        return fail(stage->name), -1;
+    }
     if (!s->in_dir)
         gdn_problem_generate(p, s->seed);
     if (s->scale > 0.0)
@@ -209,10 +242,15 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
         snprintf(options + strlen(options), sizeof options - strlen(options), " segments=%zu", s.segments);
     if (stage->options & GDN_OPTION_PRECISE)
         snprintf(options + strlen(options), sizeof options - strlen(options), " precise=%d", s.precise);
+    char layout[64] = ""; /* only where the layout is more than B rows of T tokens, H heads */
+    if (gdn_value_heads(&p) != p.H)
+        snprintf(layout, sizeof layout, " HV=%zu", gdn_value_heads(&p));
+    if (p.offsets)
+        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), " sequences=%zu", p.sequences);
     double flops = stage->counted_flops(&p, &s);
-    printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d threads=%d%s reps=%d "
+    printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu%s h0=%d threads=%d%s reps=%d "
            "median_ms=%.4f gflops=%.3f%s\n",
-           stage->name, REAL_NAME, p.B, p.T, p.H, p.K, p.V, p.h0 != NULL, s.threads, options, s.reps,
+           stage->name, REAL_NAME, p.B, p.T, p.H, p.K, p.V, layout, p.h0 != NULL, s.threads, options, s.reps,
            1e3 * median_seconds, flops / median_seconds * 1e-9, checks);
     status = check; /* 0, or 1 when a check failed (said on stderr above) */
     goto finish;

@@ -30,10 +30,15 @@ enum {
     /* A backward stage (backward_stage.h, stage 09 on; its driver sets it): --help says that it
      * reads do.npy and dht.npy too and writes the gradients. */
     GDN_OPTION_BACKWARD = 1u << 4,
+    /* The layouts of docs/contract.md section 1 beyond HV = H and B equal sequences: */
+    GDN_OPTION_VALUE_HEADS = 1u << 5, /* --HV: grouped value heads (HV a multiple of H) */
+    GDN_OPTION_PACKED = 1u << 6,      /* --lengths or cu_seqlens.npy: sequences of different lengths in one row */
 };
 
 typedef struct {
     size_t B, T, H, K, V;          /* problem sizes when generated */
+    size_t HV;                     /* --HV, 0 when not given (HV = H) */
+    const char *lengths;           /* --lengths L1,L2,...: a packed batch (B = 1, T their sum); NULL when not given */
     uint64_t seed;
     double scale;                  /* 0: the default 1/sqrt(K) */
     int with_h0;                   /* draw a random initial state */
@@ -94,6 +99,15 @@ int gdn_stage_run_once(const gdn_stage *stage, const gdn_problem *p, const gdn_s
 /* Parse argv into settings. Returns 0 to run, 1 when --help was printed, -1 on a bad
  * option (after gdn_set_error with a one-line reason). */
 int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_settings *s);
+
+/* --lengths' text, "28672,4096": positive counts separated by commas. Stores up to capacity of
+ * them in lengths (may be NULL to count only), their number in *count and their sum in *sum;
+ * -1 and a one-line error on anything else. */
+int gdn_parse_lengths(const char *text, size_t *lengths, size_t capacity, size_t *count, size_t *sum);
+
+/* 0 when the stage takes p's layout; else -1 and one line naming what it does not take
+ * (grouped value heads without GDN_OPTION_VALUE_HEADS, a packed batch without GDN_OPTION_PACKED). */
+int gdn_check_layout(const gdn_stage *stage, const gdn_problem *p);
 
 /* Options of the small tools under plots/ (not the stages' options): argv holds pairs
  * `--name value`, each name one of names[] (NULL-terminated), each value a positive integer

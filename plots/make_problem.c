@@ -21,21 +21,23 @@ static const char usage[] =
     "\n"
     "usage: bin/make_problem [options] DIR\n"
     "  --B N --T N --H N --K N --V N  problem sizes (default B=1 T=1024 H=4 K=64 V=64)\n"
+    "  --HV N               value heads, a multiple of H (default H): grouped value heads\n"
+    "  --lengths L1,L2,...  a packed batch (B = 1, T their sum): writes cu_seqlens.npy too\n"
     "  --seed N             generator seed (default 1); the same seed draws a stage's inputs\n"
     "  --h0                 draw a random initial state h0 as well (default: zero state)\n"
     "  --help               this text\n"
     "\n"
-    "DIR is created if missing; it then holds q.npy k.npy v.npy g.npy beta.npy [h0.npy], and the\n"
-    "cotangents the backward stages draw, do.npy and dht.npy.\n";
+    "DIR is created if missing; it then holds q.npy k.npy v.npy g.npy beta.npy [h0.npy]\n"
+    "[cu_seqlens.npy], and the cotangents the backward stages draw, do.npy and dht.npy.\n";
 
 int main(int argc, char **argv)
 {
-    static const char *const names[] = {"B", "T", "H", "K", "V", "seed", NULL};
-    size_t values[6] = {1, 1024, 4, 64, 64, 1};
-    /* --help and the flag --h0 are taken here; the valued options go on to gdn_tool_options */
+    static const char *const names[] = {"B", "T", "H", "K", "V", "seed", "HV", NULL};
+    size_t values[7] = {1, 1024, 4, 64, 64, 1, 0};
+    /* --help, the flag --h0 and --lengths are taken here; the valued options go on to gdn_tool_options */
     char *valued[64] = {argv[0]};
     int valued_count = 1, with_h0 = 0;
-    const char *dir = NULL;
+    const char *dir = NULL, *lengths_text = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(usage, stdout);
@@ -43,6 +45,8 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[i], "--h0") == 0) {
             with_h0 = 1;
+        } else if (strcmp(argv[i], "--lengths") == 0 && i + 1 < argc) {
+            lengths_text = argv[++i];
         } else if (strncmp(argv[i], "--", 2) == 0) {
             if (valued_count + 2 > (int)(sizeof valued / sizeof valued[0])) {
                 fprintf(stderr, "make_problem: error: too many options\n");
@@ -64,8 +68,23 @@ int main(int argc, char **argv)
         return 1;
     }
     gdn_tool_options(valued_count, valued, "make_problem", names, values, (size_t)1 << 40);
+    gdn_layout layout = {.B = values[0], .T = values[1], .H = values[2], .K = values[3], .V = values[4],
+                         .HV = values[6], .with_h0 = with_h0};
+    size_t lengths[4096], sum;
+    if (lengths_text && (gdn_parse_lengths(lengths_text, lengths, 4096, &layout.sequences, &sum) ||
+                         (layout.sequences > 4096 && gdn_set_error("--lengths: at most 4096 sequences here")))) {
+        fprintf(stderr, "make_problem: error: %s\n", gdn_last_error());
+        return 1;
+    }
+    for (int i = 1; lengths_text && i < valued_count; i += 2)
+        if (strcmp(valued[i], "--B") == 0 || strcmp(valued[i], "--T") == 0) {
+            fprintf(stderr, "make_problem: error: --lengths sets B = 1 and T to their sum; drop --B and --T\n");
+            return 1;
+        }
+    if (lengths_text)
+        layout.lengths = lengths, layout.T = sum;
     gdn_problem p;
-    if (gdn_problem_alloc(&p, values[0], values[1], values[2], values[3], values[4], with_h0) != 0) {
+    if (gdn_problem_alloc_layout(&p, &layout) != 0) {
         fprintf(stderr, "make_problem: error: %s\n", gdn_last_error());
         return 1;
     }

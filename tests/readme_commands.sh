@@ -8,10 +8,11 @@
 # command and its output and exits 1. On success it prints one line. Blocks that need a GPU are
 # left unmarked in the README and are not run here.
 #
-# Before the first command, problem/, result/ and grads/ (the folders the examples write, ignored by
-# git) are removed, so each run starts as a fresh clone does after `make`. A command that
-# starts with mpirun is skipped, with a note in the summary line, where mpirun is not
-# installed; as root, Open MPI's consent variables are set so that mpirun agrees to start.
+# Before the first command, problem/, result/, grads/, packed/ and packed_result/ (the folders
+# the examples write, ignored by git) are removed, so each run starts as a fresh clone does
+# after `make`. A command that starts with mpirun is skipped, with a note in the summary line,
+# where mpirun is not installed; as root, Open MPI's consent variables are set so that mpirun
+# agrees to start.
 #
 #     make && sh tests/readme_commands.sh
 set -u
@@ -35,7 +36,7 @@ fi
 have_mpirun=0
 command -v mpirun >/dev/null 2>&1 && have_mpirun=1
 
-rm -rf problem result grads
+rm -rf problem result grads packed packed_result
 output=$(mktemp)
 trap 'rm -f "$output"' EXIT INT TERM
 ran=0 skipped=0

@@ -29,6 +29,7 @@ int main(int argc, char **argv)
     srunner_add_suite(runner, context_parallel_suite());
     srunner_add_suite(runner, binaries_suite());
     srunner_add_suite(runner, backward_suite());
+    srunner_add_suite(runner, layouts_suite());
     srunner_set_fork_status(runner, CK_FORK);
     srunner_run(runner, argc > 1 ? argv[1] : NULL, NULL, CK_SILENT);
     int ran = srunner_ntests_run(runner), failed = srunner_ntests_failed(runner);

@@ -33,9 +33,14 @@ static uint64_t base_seed(void)
 
 gdn_problem test_problem(test_shape shape, int with_h0, int case_number)
 {
+    gdn_layout l = {.B = shape.B, .T = shape.T, .H = shape.H, .K = shape.K, .V = shape.V, .with_h0 = with_h0};
+    return test_layout_problem(&l, case_number);
+}
+
+gdn_problem test_layout_problem(const gdn_layout *l, int case_number)
+{
     gdn_problem p;
-    ck_assert_msg(gdn_problem_alloc(&p, shape.B, shape.T, shape.H, shape.K, shape.V, with_h0) == 0, "%s",
-                  gdn_last_error());
+    ck_assert_msg(gdn_problem_alloc_layout(&p, l) == 0, "%s", gdn_last_error());
     gdn_problem_generate(&p, base_seed() * 1000003u + (uint64_t)case_number);
     return p;
 }

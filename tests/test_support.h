@@ -21,6 +21,8 @@ extern const int test_grid_count;
 /* A fresh problem for this case: the seed is derived from the case number, so every
  * case draws different inputs and a failure can be reproduced. */
 gdn_problem test_problem(test_shape shape, int with_h0, int case_number);
+/* The same for any layout (grouped value heads, a packed batch). */
+gdn_problem test_layout_problem(const gdn_layout *l, int case_number);
 /* Overwrite g with values spread log-uniformly over [low, high] (both < 0). */
 void test_set_gates(gdn_problem *p, double low, double high, int case_number);
 
@@ -94,6 +96,7 @@ Suite *two_phase_scan_suite(void);
 Suite *wy_chunked_suite(void);
 Suite *binaries_suite(void);
 Suite *backward_suite(void);
+Suite *layouts_suite(void);
 Suite *edge_cases_suite(void);
 Suite *fuzz_corpus_suite(void);
 Suite *context_parallel_suite(void);

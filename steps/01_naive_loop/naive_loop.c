@@ -6,11 +6,13 @@
  *     S   <- S + k_t u^T                     rank-1 write    (eq. 1c)
  *     o_t =  scale S^T q_t                   read            (eq. 1d)
  * Token t needs the state left by token t - 1: the loop is serial along the sequence.
- * Heads and batches are independent, so OpenMP runs one head per thread.
+ * Sequences and value heads are independent, so OpenMP runs one (sequence, value head) per
+ * thread; with grouped value heads (HV > H) several of them read the same key head, and a
+ * packed batch's sequences are spans of the one row (problem.h).
  *
  * Cost per token and head: K V (decay) + 2 K V (S^T k) + 2 K V (write) + 2 K V (read)
- * = 7 K V flops (plus 3 V). Work 7 B T H K V; memory: the inputs plus one K x V state
- * per thread; parallel depth T (only B H heads run at once).
+ * = 7 K V flops (plus 3 V). Work 7 B T HV K V; memory: the inputs plus one K x V state
+ * per thread; parallel depth T, the longest sequence (only N HV heads run at once).
  *
  * The two passes over S below each touch a row S[i, :] with a loop over j that has
  * no dependence between iterations, so -O3 compiles them to vector FMAs over V.
@@ -66,21 +68,21 @@ void naive_loop_token_step(real_t *restrict S, size_t K, size_t V, const real_t 
 static int naive_loop_forward(const gdn_problem *p, const gdn_settings *s, gdn_result *r)
 {
     (void)s;
-    const size_t K = p->K, V = p->V, state_size = K * V;
+    const size_t K = p->K, V = p->V, state_size = K * V, HV = gdn_value_heads(p), N = gdn_sequences(p);
     gdn_scratch scratch;
     if (gdn_scratch_alloc(&scratch, (state_size + 2 * V) * sizeof(real_t)))
         return -1;
 #pragma omp parallel
     {
         real_t *S = gdn_scratch_mine(&scratch), *step_scratch = S + state_size;
-#pragma omp for collapse(2) schedule(static)
-        for (size_t b = 0; b < p->B; b++)
-            for (size_t h = 0; h < p->H; h++) {
-                size_t head = gdn_head(p, b, h);
+#pragma omp for collapse(2) schedule(dynamic) /* sequences may differ in length */
+        for (size_t n = 0; n < N; n++)
+            for (size_t h = 0; h < HV; h++) {
+                size_t head = gdn_head(p, n, h), start = gdn_sequence_start(p, n);
                 gdn_initial_state(p, head, S);
-                for (size_t t = 0; t < p->T; t++) {
-                    size_t token = gdn_token(p, b, t, h);
-                    naive_loop_token_step(S, K, V, p->q + token * K, p->k + token * K, p->v + token * V,
+                for (size_t t = start; t < start + gdn_sequence_length(p, n); t++) {
+                    size_t token = gdn_value_token(p, t, h), keys = gdn_key_token(p, t, h);
+                    naive_loop_token_step(S, K, V, p->q + keys * K, p->k + keys * K, p->v + token * V,
                                           (real_t)exp(p->g[token]), p->beta[token], (real_t)p->scale,
                                           r->o + token * V, step_scratch);
                 }
@@ -101,7 +103,7 @@ double naive_loop_flops(const gdn_problem *p, const gdn_settings *s)
 const gdn_stage naive_loop_stage = {
     .name = "01_naive_loop",
     .idea = "the per-token recurrence: decay, delta-rule error, rank-1 write, read",
-    .options = 0,
+    .options = GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED,
     .forward = naive_loop_forward,
     .counted_flops = naive_loop_flops,
 };

@@ -99,7 +99,7 @@ const real_t *affine_read_output(affine_map prefix, const real_t *h0, const real
 static int affine_forward(const gdn_problem *p, const gdn_settings *s, gdn_result *r)
 {
     (void)s;
-    const size_t K = p->K, V = p->V, map_size = K * (K + V);
+    const size_t K = p->K, V = p->V, map_size = K * (K + V), HV = gdn_value_heads(p), N = gdn_sequences(p);
     gdn_scratch scratch;
     /* per thread: the token map, two prefixes (current and next), and the state S_t */
     if (gdn_scratch_alloc(&scratch, (3 * map_size + K * V) * sizeof(real_t)))
@@ -109,23 +109,24 @@ static int affine_forward(const gdn_problem *p, const gdn_settings *s, gdn_resul
         real_t *maps = gdn_scratch_mine(&scratch), *S = maps + 3 * map_size;
         affine_map token_map = affine_map_at(maps, 0, K, V);
         affine_map prefix = affine_map_at(maps, 1, K, V), next = affine_map_at(maps, 2, K, V);
-#pragma omp for collapse(2) schedule(static)
-        for (size_t b = 0; b < p->B; b++)
-            for (size_t h = 0; h < p->H; h++) {
-                const real_t *h0 = p->h0 ? p->h0 + gdn_head(p, b, h) * K * V : NULL;
+#pragma omp for collapse(2) schedule(dynamic) /* sequences may differ in length */
+        for (size_t n = 0; n < N; n++)
+            for (size_t h = 0; h < HV; h++) {
+                const real_t *h0 = p->h0 ? p->h0 + gdn_head(p, n, h) * K * V : NULL;
+                size_t start = gdn_sequence_start(p, n), end = start + gdn_sequence_length(p, n);
                 affine_identity(prefix, K, V);
-                for (size_t t = 0; t < p->T; t++) {
-                    size_t token = gdn_token(p, b, t, h);
-                    affine_token_map(token_map, K, V, p->k + token * K, p->v + token * V,
+                for (size_t t = start; t < end; t++) {
+                    size_t token = gdn_value_token(p, t, h), keys = gdn_key_token(p, t, h);
+                    affine_token_map(token_map, K, V, p->k + keys * K, p->v + token * V,
                                      (real_t)exp(p->g[token]), p->beta[token]);
                     compose_affine(next, token_map, prefix, K, V); /* P_t = (A_t, B_t) o P_{t-1} */
                     affine_map swap = prefix;
                     prefix = next;
                     next = swap;
-                    const real_t *state = affine_read_output(prefix, h0, p->q + token * K, (real_t)p->scale,
+                    const real_t *state = affine_read_output(prefix, h0, p->q + keys * K, (real_t)p->scale,
                                                              r->o + token * V, S, K, V);
-                    if (t + 1 == p->T)
-                        memcpy(r->ht + gdn_head(p, b, h) * K * V, state, K * V * sizeof(real_t));
+                    if (t + 1 == end)
+                        memcpy(r->ht + gdn_head(p, n, h) * K * V, state, K * V * sizeof(real_t));
                 }
             }
     }
@@ -144,7 +145,7 @@ static double affine_flops(const gdn_problem *p, const gdn_settings *s)
 const gdn_stage affine_stage = {
     .name = "02_affine",
     .idea = "each token an affine map (A_t, B_t); the maps composed in order, S_t = P_t(h0)",
-    .options = 0,
+    .options = GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED,
     .forward = affine_forward,
     .counted_flops = affine_flops,
 };

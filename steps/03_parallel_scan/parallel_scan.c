@@ -20,8 +20,8 @@
  * 2 K^2 (K + V) flops (the K^3 wall: stage 01 does 7 K V per token); T applications to
  * h0 (2 K^2 V, skipped when h0 is zero) and T reads (2 K V). Memory: T maps of
  * K (K + V) values per head at once (refused up front when larger than this machine's
- * memory). Depth: 2 log2 T compositions. Heads run one after another, each parallel
- * along its sequence.
+ * memory). Depth: 2 log2 T compositions. Heads (a sequence and a value head each) run one
+ * after another, each parallel along its sequence; the maps buffer fits the longest.
  *
  * Build and run:  make bin/03_parallel_scan && bin/03_parallel_scan --T 4096 --K 32 --V 32 --check-against oracle
  */
@@ -55,8 +55,11 @@ static void combine_level(real_t *maps, size_t T, size_t K, size_t V, size_t fir
 static int parallel_scan_forward(const gdn_problem *p, const gdn_settings *s, gdn_result *r)
 {
     (void)s;
-    const size_t T = p->T, K = p->K, V = p->V, map_size = K * (K + V);
-    size_t bytes, factors[3] = {T, map_size, sizeof(real_t)};
+    const size_t K = p->K, V = p->V, map_size = K * (K + V), HV = gdn_value_heads(p), N = gdn_sequences(p);
+    size_t longest = 0;
+    for (size_t n = 0; n < N; n++)
+        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
+    size_t bytes, factors[3] = {longest, map_size, sizeof(real_t)};
     if (gdn_multiply_sizes(&bytes, 3, factors) || gdn_memory_check(bytes, "stage 03's T maps of one head"))
         return -1;
     real_t *maps = malloc(bytes);
@@ -67,21 +70,22 @@ static int parallel_scan_forward(const gdn_problem *p, const gdn_settings *s, gd
         free(maps);
         return -1;
     }
-    size_t top_stride = 1;
-    while (2 * top_stride < T)
-        top_stride *= 2;
 
-    for (size_t b = 0; b < p->B; b++)
-        for (size_t h = 0; h < p->H; h++) {
-            const real_t *h0 = p->h0 ? p->h0 + gdn_head(p, b, h) * K * V : NULL;
+    for (size_t n = 0; n < N; n++)
+        for (size_t h = 0; h < HV; h++) {
+            const real_t *h0 = p->h0 ? p->h0 + gdn_head(p, n, h) * K * V : NULL;
+            const size_t start = gdn_sequence_start(p, n), T = gdn_sequence_length(p, n);
+            size_t top_stride = 1;
+            while (2 * top_stride < T)
+                top_stride *= 2;
 #pragma omp parallel
             {
                 real_t *mine = gdn_scratch_mine(&scratch);
                 /* 1. every token as a map (eq. 2 of docs/02_affine.md) */
 #pragma omp for schedule(static)
                 for (size_t t = 0; t < T; t++) {
-                    size_t token = gdn_token(p, b, t, h);
-                    affine_token_map(affine_map_at(maps, t, K, V), K, V, p->k + token * K, p->v + token * V,
+                    size_t token = gdn_value_token(p, start + t, h), keys = gdn_key_token(p, start + t, h);
+                    affine_token_map(affine_map_at(maps, t, K, V), K, V, p->k + keys * K, p->v + token * V,
                                      (real_t)exp(p->g[token]), p->beta[token]);
                 }
                 /* 2. inclusive scan: up-sweep, then down-sweep (eq. 4 and 5) */
@@ -92,11 +96,11 @@ static int parallel_scan_forward(const gdn_problem *p, const gdn_settings *s, gd
                 /* 3. S_t = P_t(h0), then o_t = scale S_t^T q_t */
 #pragma omp for schedule(static)
                 for (size_t t = 0; t < T; t++) {
-                    size_t token = gdn_token(p, b, t, h);
-                    const real_t *state = affine_read_output(affine_map_at(maps, t, K, V), h0, p->q + token * K,
+                    size_t token = gdn_value_token(p, start + t, h), keys = gdn_key_token(p, start + t, h);
+                    const real_t *state = affine_read_output(affine_map_at(maps, t, K, V), h0, p->q + keys * K,
                                                              (real_t)p->scale, r->o + token * V, mine, K, V);
                     if (t + 1 == T)
-                        memcpy(r->ht + gdn_head(p, b, h) * K * V, state, K * V * sizeof(real_t));
+                        memcpy(r->ht + gdn_head(p, n, h) * K * V, state, K * V * sizeof(real_t));
                 }
             }
         }
@@ -124,15 +128,19 @@ static double scan_compositions(size_t T)
 double parallel_scan_flops(const gdn_problem *p, const gdn_settings *s)
 {
     (void)s;
-    double K = (double)p->K, V = (double)p->V, T = (double)p->T, heads = (double)(p->B * p->H);
+    double K = (double)p->K, V = (double)p->V, total = 0;
     double per_token = 3 * K * K + 2 * K * V + (p->h0 ? 2 * K * K * V : 0) + 2 * K * V + V;
-    return heads * (T * per_token + scan_compositions(p->T) * 2 * K * K * (K + V));
+    for (size_t n = 0; n < gdn_sequences(p); n++) {
+        size_t T = gdn_sequence_length(p, n);
+        total += (double)T * per_token + scan_compositions(T) * 2 * K * K * (K + V);
+    }
+    return (double)gdn_value_heads(p) * total;
 }
 
 const gdn_stage parallel_scan_stage = {
     .name = "03_parallel_scan",
     .idea = "prefix scan of the token maps along the sequence (up-sweep/down-sweep), OpenMP",
-    .options = 0,
+    .options = GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED,
     .forward = parallel_scan_forward,
     .counted_flops = parallel_scan_flops,
 };

@@ -27,6 +27,8 @@
  * P = threads + 1 for one head, so that every thread is busy in both phases: with N threads,
  * 7 (N + 10/7) / 17 = (7 N + 10) / 17, 7.2 at N = 16 (0.9 x N/2), 1.4 at N = 2.
  * Memory: P maps and P states per head. Depth: 2 T / P + P.
+ * A head here is a (sequence, value head) pair; a sequence shorter than P tokens (in a packed
+ * batch) is cut into as many segments as it has tokens.
  *
  * Build and run:  make bin/04_two_phase_scan && bin/04_two_phase_scan --T 65536 --H 1 --threads 2 --segments 3 --check-against oracle
  */
@@ -58,21 +60,21 @@ size_t segment_start(size_t p, size_t P, size_t T, double first_weight)
     return start;
 }
 
-/* Replay tokens [first, last) of head (b, h) on state S with stage 01's step, writing o. */
-static void replay_segment(const gdn_problem *p, gdn_result *r, size_t b, size_t h, size_t first, size_t last,
-                           real_t *S, real_t *step_scratch)
+/* Replay positions [first, last) of value head h on state S with stage 01's step, writing o. */
+static void replay_segment(const gdn_problem *p, gdn_result *r, size_t h, size_t first, size_t last, real_t *S,
+                           real_t *step_scratch)
 {
     for (size_t t = first; t < last; t++) {
-        size_t token = gdn_token(p, b, t, h);
-        naive_loop_token_step(S, p->K, p->V, p->q + token * p->K, p->k + token * p->K, p->v + token * p->V,
+        size_t token = gdn_value_token(p, t, h), keys = gdn_key_token(p, t, h);
+        naive_loop_token_step(S, p->K, p->V, p->q + keys * p->K, p->k + keys * p->K, p->v + token * p->V,
                               (real_t)exp(p->g[token]), p->beta[token], (real_t)p->scale, r->o + token * p->V,
                               step_scratch);
     }
 }
 
-/* Fold tokens [first, last) into X = [A | B] (K x (K + V)): the loop on the augmented state (eq. 6). */
-static void fold_segment(const gdn_problem *p, size_t b, size_t h, size_t first, size_t last, real_t *X,
-                         real_t *augmented_v, real_t *step_scratch)
+/* Fold positions [first, last) into X = [A | B] (K x (K + V)): the loop on the augmented state (eq. 6). */
+static void fold_segment(const gdn_problem *p, size_t h, size_t first, size_t last, real_t *X, real_t *augmented_v,
+                         real_t *step_scratch)
 {
     const size_t K = p->K, V = p->V, W = K + V;
     memset(X, 0, K * W * sizeof(real_t));
@@ -80,9 +82,9 @@ static void fold_segment(const gdn_problem *p, size_t b, size_t h, size_t first,
         X[i * W + i] = 1;
     memset(augmented_v, 0, K * sizeof(real_t));
     for (size_t t = first; t < last; t++) {
-        size_t token = gdn_token(p, b, t, h);
+        size_t token = gdn_value_token(p, t, h);
         memcpy(augmented_v + K, p->v + token * V, V * sizeof(real_t));
-        naive_loop_token_step(X, K, W, NULL, p->k + token * K, augmented_v, (real_t)exp(p->g[token]),
+        naive_loop_token_step(X, K, W, NULL, p->k + gdn_key_token(p, t, h) * K, augmented_v, (real_t)exp(p->g[token]),
                               p->beta[token], 0, NULL, step_scratch);
     }
 }
@@ -94,14 +96,35 @@ static double first_segment_weight(size_t K, size_t V)
     return (5.0 * (double)K * W + 2 * W) / (7.0 * (double)K * (double)V + 3.0 * (double)V);
 }
 
+/* The longest sequence: the most segments any head can be cut into. */
+static size_t longest_sequence(const gdn_problem *p)
+{
+    size_t longest = 0;
+    for (size_t n = 0; n < gdn_sequences(p); n++)
+        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
+    return longest;
+}
+
+/* Head `head` (sequence head / HV, value head head % HV): its first position, its length, and
+ * its segment count, P or fewer where the sequence has fewer tokens. */
+typedef struct {
+    size_t start, length, segments;
+} head_span;
+static head_span span_of(const gdn_problem *p, size_t head, size_t P)
+{
+    size_t n = head / gdn_value_heads(p), length = gdn_sequence_length(p, n);
+    return (head_span){gdn_sequence_start(p, n), length, P < length ? P : length};
+}
+
 static int two_phase_scan_forward(const gdn_problem *p, const gdn_settings *s, gdn_result *r)
 {
-    const size_t K = p->K, V = p->V, W = K + V, P = s->segments, heads = p->B * p->H;
+    const size_t K = p->K, V = p->V, W = K + V, P = s->segments, HV = gdn_value_heads(p);
+    const size_t heads = gdn_sequences(p) * HV;
     const double weight = first_segment_weight(K, V);
     /* per head: P folded maps [A | B] (slots 0 and P - 1 unused) and P start states */
     size_t per_head = P * (K * W + K * V), bytes, factors[3] = {heads, per_head, sizeof(real_t)};
-    if (P == 0 || P > p->T)
-        return gdn_set_error("04_two_phase_scan needs 1 <= segments <= T, got %zu for T=%zu", P, p->T);
+    if (P == 0 || P > longest_sequence(p))
+        return gdn_set_error("04_two_phase_scan needs 1 <= segments <= T, got %zu for T=%zu", P, longest_sequence(p));
     if (gdn_multiply_sizes(&bytes, 3, factors) || gdn_memory_check(bytes, "stage 04's summaries"))
         return -1;
     real_t *summaries = malloc(bytes);
@@ -123,20 +146,24 @@ static int two_phase_scan_forward(const gdn_problem *p, const gdn_settings *s, g
 #pragma omp for schedule(static)
         for (long long task = 0; task < phase1_tasks; task++) {
             size_t head = (size_t)task / (P > 1 ? P - 1 : 1), seg = (size_t)task % (P > 1 ? P - 1 : 1);
-            size_t b = head / p->H, h = head % p->H;
-            size_t first = segment_start(seg, P, p->T, weight), last = segment_start(seg + 1, P, p->T, weight);
+            head_span span = span_of(p, head, P);
+            const size_t Ph = span.segments, h = head % HV;
+            if (seg >= (Ph > 1 ? Ph - 1 : 1))
+                continue; /* a short sequence: fewer segments */
+            size_t first = span.start + segment_start(seg, Ph, span.length, weight),
+                   last = span.start + segment_start(seg + 1, Ph, span.length, weight);
             if (seg == 0) {
                 gdn_initial_state(p, head, S);
-                replay_segment(p, r, b, h, first, last, S, step_scratch);
-                memcpy(P > 1 ? START(head, 1) : r->ht + head * K * V, S, K * V * sizeof(real_t));
+                replay_segment(p, r, h, first, last, S, step_scratch);
+                memcpy(Ph > 1 ? START(head, 1) : r->ht + head * K * V, S, K * V * sizeof(real_t));
             } else {
-                fold_segment(p, b, h, first, last, FOLD(head, seg), augmented_v, step_scratch);
+                fold_segment(p, h, first, last, FOLD(head, seg), augmented_v, step_scratch);
             }
         }
         /* phase 2: start_{p+1} = A_p start_p + B_p, in order (eq. 7) */
 #pragma omp for schedule(static)
         for (size_t head = 0; head < heads; head++)
-            for (size_t seg = 1; seg + 1 < P; seg++) {
+            for (size_t seg = 1; seg + 1 < span_of(p, head, P).segments; seg++) {
                 const real_t *X = FOLD(head, seg), *start = START(head, seg);
                 real_t *next = START(head, seg + 1);
                 for (size_t i = 0; i < K; i++) {
@@ -151,10 +178,13 @@ static int two_phase_scan_forward(const gdn_problem *p, const gdn_settings *s, g
 #pragma omp for schedule(static)
         for (long long task = 0; task < phase3_tasks; task++) {
             size_t head = (size_t)task / (P - 1), seg = 1 + (size_t)task % (P - 1);
+            head_span span = span_of(p, head, P);
+            if (seg >= span.segments)
+                continue;
             memcpy(S, START(head, seg), K * V * sizeof(real_t));
-            replay_segment(p, r, head / p->H, head % p->H, segment_start(seg, P, p->T, weight),
-                           segment_start(seg + 1, P, p->T, weight), S, step_scratch);
-            if (seg == P - 1)
+            replay_segment(p, r, head % HV, span.start + segment_start(seg, span.segments, span.length, weight),
+                           span.start + segment_start(seg + 1, span.segments, span.length, weight), S, step_scratch);
+            if (seg == span.segments - 1)
                 memcpy(r->ht + head * K * V, S, K * V * sizeof(real_t));
         }
     }
@@ -167,15 +197,19 @@ static int two_phase_scan_forward(const gdn_problem *p, const gdn_settings *s, g
 
 static double two_phase_scan_flops(const gdn_problem *p, const gdn_settings *s)
 {
-    const size_t P = s->segments;
-    double K = (double)p->K, V = (double)p->V, W = K + V, heads = (double)(p->B * p->H);
+    double K = (double)p->K, V = (double)p->V, W = K + V, total = 0;
     double weight = first_segment_weight(p->K, p->V);
-    double folded = 0; /* tokens in segments 1 .. P-2 */
-    for (size_t seg = 1; seg + 1 < P; seg++)
-        folded += (double)(segment_start(seg + 1, P, p->T, weight) - segment_start(seg, P, p->T, weight));
-    double replay = (double)p->T * (7 * K * V + 3 * V), fold = folded * (5 * K * W + 2 * W);
-    double scan = (P > 2 ? (double)(P - 2) : 0) * 2 * K * K * V;
-    return heads * (replay + fold + scan);
+    for (size_t n = 0; n < gdn_sequences(p); n++) {
+        head_span span = span_of(p, n * gdn_value_heads(p), s->segments);
+        const size_t P = span.segments;
+        double folded = 0; /* tokens in segments 1 .. P-2 */
+        for (size_t seg = 1; seg + 1 < P; seg++)
+            folded += (double)(segment_start(seg + 1, P, span.length, weight) - segment_start(seg, P, span.length, weight));
+        double replay = (double)span.length * (7 * K * V + 3 * V), fold = folded * (5 * K * W + 2 * W);
+        double scan = (P > 2 ? (double)(P - 2) : 0) * 2 * K * K * V;
+        total += replay + fold + scan;
+    }
+    return (double)gdn_value_heads(p) * total;
 }
 
 /* Default: enough segments that each phase has one task per thread. Phase 1 and phase 3 each
@@ -183,23 +217,23 @@ static double two_phase_scan_flops(const gdn_problem *p, const gdn_settings *s)
  * (P = threads would leave one thread idle in each phase, and at 2 threads give no speedup.) */
 static void two_phase_scan_resolve_options(const gdn_problem *p, gdn_settings *s)
 {
-    size_t heads = p->B * p->H, threads = (size_t)s->threads;
+    size_t heads = gdn_sequences(p) * gdn_value_heads(p), threads = (size_t)s->threads, T = longest_sequence(p);
     if (s->segments == 0) {
         s->segments = 1 + (threads + heads - 1) / heads;
-        if (s->segments > p->T) /* a default needs no note: at most one segment per token */
-            s->segments = p->T;
+        if (s->segments > T) /* a default needs no note: at most one segment per token */
+            s->segments = T;
     }
-    if (s->segments > p->T) {
+    if (s->segments > T) {
         fprintf(stderr, "04_two_phase_scan: note: %zu segments for T=%zu tokens; clamped to %zu (one token each)\n",
-                s->segments, p->T, p->T);
-        s->segments = p->T;
+                s->segments, T, T);
+        s->segments = T;
     }
 }
 
 const gdn_stage two_phase_scan_stage = {
     .name = "04_two_phase_scan",
     .idea = "fold segments into one map each, scan the summaries in order, replay the segments",
-    .options = GDN_OPTION_SEGMENTS,
+    .options = GDN_OPTION_SEGMENTS | GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED,
     .forward = two_phase_scan_forward,
     .counted_flops = two_phase_scan_flops,
     .resolve_options = two_phase_scan_resolve_options,

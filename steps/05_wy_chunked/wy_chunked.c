@@ -22,7 +22,8 @@
  * token updates); at K = V = 64 and C = 64 the work is 2.3 times stage 01's, and is repaid
  * because products run near the FMA peak while the loop does not. Memory: the inputs plus
  * about 4 C (K + V) + 3 C^2 + K V values per thread. Depth: T / C chunk steps. OpenMP runs
- * one head per thread.
+ * one (sequence, value head) per thread. Each sequence's chunks start at its first token, so
+ * in a packed batch no chunk spans two sequences and a sequence's last chunk may be short.
  *
  * matmul_add computes an 8 x TILE_COLUMNS tile of C at a time, keeping it in 16 vector
  * registers across the whole k loop; with -O3 -march=native on AVX-512 machines GCC 12
@@ -126,12 +127,12 @@ static chunk_space chunk_space_at(real_t *base, size_t C, size_t K, size_t V)
     return w;
 }
 
-/* One chunk of n tokens starting at t0 of head (b, h): reads w.S = S0, leaves S_C there. */
-static void wy_chunk(const gdn_problem *p, gdn_result *r, size_t b, size_t h, size_t t0, size_t n, chunk_space w)
+/* One chunk of n tokens from position t0 on, of value head h: reads w.S = S0, leaves S_C there. */
+static void wy_chunk(const gdn_problem *p, gdn_result *r, size_t h, size_t t0, size_t n, chunk_space w)
 {
-    const size_t K = p->K, V = p->V, W = K + V, row_stride = p->H * K; /* tokens of a head are H rows apart */
+    const size_t K = p->K, V = p->V, W = K + V, row_stride = p->H * K; /* a key head's tokens are H rows apart */
     const real_t *restrict beta = p->beta;
-    const real_t *keys = p->k + gdn_token(p, b, t0, h) * K, *queries = p->q + gdn_token(p, b, t0, h) * K;
+    const real_t *keys = p->k + gdn_key_token(p, t0, h) * K, *queries = p->q + gdn_key_token(p, t0, h) * K;
 
     /* gamma = cumulative log-gate (eq. 9); K^T and [beta exp(gamma) K | beta V] gathered;
      * the products read the chunk's q and k rows where they are, H rows apart.
@@ -139,13 +140,14 @@ static void wy_chunk(const gdn_problem *p, gdn_result *r, size_t b, size_t h, si
      * 1e-3, and the small differences gamma_i - gamma_j that follow would lose 3 digits. */
     double gamma = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t token = gdn_token(p, b, t0 + i, h);
+        size_t token = gdn_value_token(p, t0 + i, h);
+        const real_t *k = keys + i * row_stride;
         gamma += p->g[token];
         w.gamma[i] = gamma;
         w.decay[i] = real_exp((real_t)gamma);
         for (size_t c = 0; c < K; c++) {
-            w.keys_t[c * n + i] = p->k[token * K + c];
-            w.right[i * W + c] = beta[token] * w.decay[i] * p->k[token * K + c];
+            w.keys_t[c * n + i] = k[c];
+            w.right[i * W + c] = beta[token] * w.decay[i] * k[c];
         }
         for (size_t c = 0; c < V; c++)
             w.right[i * W + K + c] = beta[token] * p->v[token * V + c];
@@ -161,7 +163,7 @@ static void wy_chunk(const gdn_problem *p, gdn_result *r, size_t b, size_t h, si
     memset(w.scores, 0, n * n * sizeof(real_t));
     matmul_add(w.scores, n, keys, row_stride, w.keys_t, n, n, K, n);
     for (size_t i = 0; i < n; i++) {
-        real_t beta_i = beta[gdn_token(p, b, t0 + i, h)];
+        real_t beta_i = beta[gdn_value_token(p, t0 + i, h)];
         for (size_t j = 0; j < n; j++)
             w.scores[i * n + j] = j < i ? beta_i * w.scores[i * n + j] * w.gaps[i * n + j] : 0;
     }
@@ -189,7 +191,7 @@ static void wy_chunk(const gdn_problem *p, gdn_result *r, size_t b, size_t h, si
             w.out[i * V + c] *= w.decay[i];
     matmul_add(w.out, V, w.scores, n, w.new_values, V, n, n, V);
     for (size_t i = 0; i < n; i++) {
-        real_t *o = r->o + gdn_token(p, b, t0 + i, h) * V;
+        real_t *o = r->o + gdn_value_token(p, t0 + i, h) * V;
         for (size_t c = 0; c < V; c++)
             o[c] = (real_t)p->scale * w.out[i * V + c];
     }
@@ -206,20 +208,21 @@ static void wy_chunk(const gdn_problem *p, gdn_result *r, size_t b, size_t h, si
 
 static int wy_chunked_forward(const gdn_problem *p, const gdn_settings *s, gdn_result *r)
 {
-    const size_t K = p->K, V = p->V, C = s->chunk ? s->chunk : 64;
+    const size_t K = p->K, V = p->V, C = s->chunk ? s->chunk : 64, HV = gdn_value_heads(p), N = gdn_sequences(p);
     gdn_scratch scratch;
     if (gdn_scratch_alloc(&scratch, chunk_space_values(C, K, V) * sizeof(real_t)))
         return -1;
 #pragma omp parallel
     {
         chunk_space w = chunk_space_at(gdn_scratch_mine(&scratch), C, K, V);
-#pragma omp for collapse(2) schedule(static)
-        for (size_t b = 0; b < p->B; b++)
-            for (size_t h = 0; h < p->H; h++) {
-                size_t head = gdn_head(p, b, h);
+#pragma omp for collapse(2) schedule(dynamic) /* sequences may differ in length */
+        for (size_t n = 0; n < N; n++)
+            for (size_t h = 0; h < HV; h++) {
+                /* chunks start at the sequence's first token: none spans two sequences */
+                size_t head = gdn_head(p, n, h), start = gdn_sequence_start(p, n), end = start + gdn_sequence_length(p, n);
                 gdn_initial_state(p, head, w.S);
-                for (size_t t0 = 0; t0 < p->T; t0 += C)
-                    wy_chunk(p, r, b, h, t0, p->T - t0 < C ? p->T - t0 : C, w);
+                for (size_t t0 = start; t0 < end; t0 += C)
+                    wy_chunk(p, r, h, t0, end - t0 < C ? end - t0 : C, w);
                 memcpy(r->ht + head * K * V, w.S, K * V * sizeof(real_t));
             }
     }
@@ -231,18 +234,19 @@ double wy_chunked_flops(const gdn_problem *p, const gdn_settings *s)
 {
     const size_t C = s->chunk ? s->chunk : 64;
     double K = (double)p->K, V = (double)p->V, total = 0;
-    for (size_t t0 = 0; t0 < p->T; t0 += C) {
-        double n = (double)(p->T - t0 < C ? p->T - t0 : C);
-        total += 2 * n * n * K             /* K K^T */
-                 + n * (n - 1) * (n + 1) / 3 /* the solve: sum over i of sum_{l<i} 2 (l + 1) */
-                 + 2 * n * n * (K + V)     /* Tm [..] */
-                 + 2 * n * K * V + n * V   /* W S0, Vnew */
-                 + 2 * n * n * K           /* Q K^T */
-                 + 2 * n * K * V           /* Q S0 */
-                 + 2 * n * n * V + n * V   /* P Vnew, scale */
-                 + K * V + 2 * n * K * V;  /* state update */
-    }
-    return (double)(p->B * p->H) * total;
+    for (size_t sequence = 0; sequence < gdn_sequences(p); sequence++)
+        for (size_t t0 = 0, length = gdn_sequence_length(p, sequence); t0 < length; t0 += C) {
+            double n = (double)(length - t0 < C ? length - t0 : C);
+            total += 2 * n * n * K             /* K K^T */
+                     + n * (n - 1) * (n + 1) / 3 /* the solve: sum over i of sum_{l<i} 2 (l + 1) */
+                     + 2 * n * n * (K + V)     /* Tm [..] */
+                     + 2 * n * K * V + n * V   /* W S0, Vnew */
+                     + 2 * n * n * K           /* Q K^T */
+                     + 2 * n * K * V           /* Q S0 */
+                     + 2 * n * n * V + n * V   /* P Vnew, scale */
+                     + K * V + 2 * n * K * V;  /* state update */
+        }
+    return (double)gdn_value_heads(p) * total;
 }
 
 static void wy_chunked_resolve_options(const gdn_problem *p, gdn_settings *s)
@@ -255,7 +259,7 @@ static void wy_chunked_resolve_options(const gdn_problem *p, gdn_settings *s)
 const gdn_stage wy_chunked_stage = {
     .name = "05_wy_chunked",
     .idea = "chunked WY form: per chunk a triangular solve and matrix products; chunks in sequence",
-    .options = GDN_OPTION_CHUNK,
+    .options = GDN_OPTION_CHUNK | GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED,
     .forward = wy_chunked_forward,
     .counted_flops = wy_chunked_flops,
     .resolve_options = wy_chunked_resolve_options,

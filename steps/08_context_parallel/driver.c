@@ -102,8 +102,10 @@ static int load_slice(const gdn_settings *s, gdn_problem *slice, size_t sizes[5]
     gdn_problem whole = {0};
     size_t end;
     if (s->in_dir) {
-        if (gdn_problem_load(&whole, s->in_dir, s->check_inputs))
+        if (gdn_problem_load(&whole, s->in_dir, s->check_inputs) || gdn_check_layout(backend->stage, &whole)) {
+            gdn_problem_free(&whole);
             return -1;
+        }
         sizes[0] = whole.B, sizes[1] = whole.T, sizes[2] = whole.H, sizes[3] = whole.K, sizes[4] = whole.V;
     } else {
         sizes[0] = s->B, sizes[1] = s->T, sizes[2] = s->H, sizes[3] = s->K, sizes[4] = s->V;
