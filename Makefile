@@ -104,7 +104,7 @@ GPU_TEST_SOURCES := $(wildcard tests/gpu/*.c)
 GPU_TEST_KERNELS := $(wildcard tests/gpu/*.cu) # kernels of their own that a GPU suite runs (wgmma_layout.cu)
 GPU_TEST_RUNNER  := $(if $(GPU_STAGES),$(BUILD)/run_gpu_tests)
 
-.PHONY: all demo demo-binaries demo-gpu-binaries test test-one check test-large bench plots diffs step-diffs docs clean help require-build require-test fuzz valgrind
+.PHONY: all demo demo-binaries demo-gpu-binaries test test-one test-python check test-large bench plots diffs step-diffs docs clean help require-build require-test fuzz valgrind lib
 .DEFAULT_GOAL := all
 
 all: $(STAGE_BINARIES) $(MPI_BINARIES) $(MPI_GPU_BINARIES) $(GPU_BINARIES) $(GPU_ONLY_BINARIES) $(TOOLS)
@@ -132,6 +132,8 @@ help:
 	@echo "  make fuzz SECONDS=60   libFuzzer (clang) on the .npy reader and the command line"
 	@echo "  make valgrind     valgrind memcheck on one run of every CPU binary; fails on any error"
 	@echo "  make test-large   stage 01 on a problem whose q holds 2^31 + 128 values (17 GB, minutes)"
+	@echo "  make lib          the Python package's native libraries (python/gdn_steps/; pip install . runs it)"
+	@echo "  make test-python  pip install . into build/python/, then its pytest suite (CPU; part of make test)"
 	@echo "  make clean        remove bin/ and build/"
 	@echo "Set-up: demo and test install what is missing (apt-get) or print the command to run."
 
@@ -299,6 +301,7 @@ test:
 	@$(MAKE) --no-print-directory test-one PRECISION=float
 	@$(MAKE) --no-print-directory test-one PRECISION=double
 ifeq ($(SANITIZE)$(VALGRIND_BUILD),)
+	@sh tests/python/run.sh
 	@sh tests/readme_commands.sh
 endif
 	@sh tests/voice_check.sh
@@ -363,6 +366,24 @@ bench: all
 plots:
 	@sh common/require.sh plots
 	@sh plots/render.sh
+
+# ---- the Python package (python/gdn_steps, docs/python.md) ----
+# Its native library is the CPU stages (forward 01-05, backward 09 and 10) and python/library.c,
+# built from the same sources as the binaries, once per precision: float64 tensors run the
+# double build. `pip install .` runs `make lib` (setup.py).
+LIBRARY_STAGES  := 01_naive_loop 02_affine 03_parallel_scan 04_two_phase_scan 05_wy_chunked 09_backward_loop \
+                   10_backward_chunked
+LIBRARY_SOURCES := $(COMMON_SOURCES) $(foreach s,$(LIBRARY_STAGES),$(call stage_source,$(s))) python/library.c
+LIBRARY_CFLAGS  ?= -O3 -march=native
+LIBRARIES       := python/gdn_steps/libgdn_steps_float.so python/gdn_steps/libgdn_steps_double.so
+lib: $(LIBRARIES)
+python/gdn_steps/libgdn_steps_%.so: $(LIBRARY_SOURCES) $(wildcard common/*.h steps/*/*.h) | require-build
+	$(call quiet,CC)$(CC) $(LIBRARY_CFLAGS) -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L \
+	    $(if $(filter double,$*),-DGDN_DOUBLE) -fPIC -shared $(LIBRARY_SOURCES) -o $@ -lm
+# The pytest suite (tests/python/) on the package as `pip install .` installs it; skipped, with
+# the command that installs them, where python3 has no torch or pytest.
+test-python:
+	@sh tests/python/run.sh
 
 # ---- robustness: fuzzing (clang's libFuzzer) and valgrind ----
 FUZZ_CC    ?= clang
@@ -429,4 +450,4 @@ step-diffs:
 docs: diffs
 
 clean:
-	rm -rf bin build
+	rm -rf bin build $(LIBRARIES)

@@ -230,29 +230,48 @@ static int expect_shape(const char *path, const npy_array *a, size_t ndim, const
     return 0;
 }
 
-/* cu_seqlens.npy's offsets, as sizes: 0 first, increasing (every sequence at least one token),
- * T last. */
-static int take_offsets(const char *path, const npy_array *a, size_t T, size_t **offsets)
+int gdn_problem_set_offsets(gdn_problem *p, const int64_t *offsets, size_t count, const char *what)
 {
-    if (a->ndim != 1 || a->count < 2) {
+    if (p->B != 1)
+        return gdn_set_error("%s: a packed batch is one row of tokens, but q has B=%zu rows", what, p->B);
+    if (count < 2)
+        return gdn_set_error("%s: %zu offsets; N >= 1 sequences need N + 1", what, count);
+    if (offsets[0] != 0)
+        return gdn_set_error("%s: the first offset is %lld, not 0", what, (long long)offsets[0]);
+    for (size_t i = 1; i < count; i++)
+        if (offsets[i] <= offsets[i - 1])
+            return gdn_set_error("%s: offsets not increasing: element %zu (%lld) after %lld (every sequence needs "
+                                 "a token)", what, i, (long long)offsets[i], (long long)offsets[i - 1]);
+    if (offsets[count - 1] != (int64_t)p->T)
+        return gdn_set_error("%s: the last offset is %lld, not T=%zu (q's tokens)", what,
+                             (long long)offsets[count - 1], p->T);
+    size_t *copy = malloc(count * sizeof *copy);
+    if (!copy)
+        return gdn_set_error("%s: out of memory", what);
+    for (size_t i = 0; i < count; i++)
+        copy[i] = (size_t)offsets[i];
+    free(p->offsets);
+    p->offsets = copy, p->sequences = count - 1;
+    return 0;
+}
+
+/* cu_seqlens.npy: one dimension, integers (npy_read_integers keeps them exact), then the checks
+ * of gdn_problem_set_offsets. */
+static int take_offsets(const char *path, const npy_array *a, gdn_problem *p)
+{
+    if (a->ndim != 1) {
         char text[128];
         return gdn_set_error("%s: shape %s should be (N + 1,): the offsets of N >= 1 sequences", path,
                              npy_shape_text(a->ndim, a->shape, text, sizeof text));
     }
-    if (a->data[0] != 0)
-        return gdn_set_error("%s: the first offset is %.0f, not 0", path, a->data[0]);
-    for (size_t i = 1; i < a->count; i++)
-        if (!(a->data[i] > a->data[i - 1]))
-            return gdn_set_error("%s: offsets not increasing: element %zu (%.0f) after %.0f (every sequence needs "
-                                 "a token)", path, i, a->data[i], a->data[i - 1]);
-    if (a->data[a->count - 1] != (double)T)
-        return gdn_set_error("%s: the last offset is %.0f, not T=%zu (q's tokens)", path, a->data[a->count - 1], T);
-    *offsets = malloc(a->count * sizeof **offsets);
-    if (!*offsets)
+    int64_t *offsets = malloc((a->count ? a->count : 1) * sizeof *offsets);
+    if (!offsets)
         return gdn_set_error("%s: out of memory", path);
     for (size_t i = 0; i < a->count; i++)
-        (*offsets)[i] = (size_t)a->data[i];
-    return 0;
+        offsets[i] = (int64_t)a->data[i];
+    int status = gdn_problem_set_offsets(p, offsets, a->count, path);
+    free(offsets);
+    return status;
 }
 
 int gdn_problem_load(gdn_problem *p, const char *dir, int check_values)
@@ -297,15 +316,8 @@ int gdn_problem_load(gdn_problem *p, const char *dir, int check_values)
         expect_shape(paths[BETA], &arrays[BETA], 3, gate_shape, "[B, T, HV] from q and v"))
         goto done;
     *p = (gdn_problem){.B = B, .T = T, .H = H, .K = K, .V = V, .HV = HV, .scale = 1.0 / sqrt((double)K)};
-    if (arrays[OFFSETS].data) {
-        if (B != 1) {
-            gdn_set_error("%s: a packed batch is one row of tokens, but q has B=%zu rows", paths[OFFSETS], B);
-            goto done;
-        }
-        if (take_offsets(paths[OFFSETS], &arrays[OFFSETS], T, &p->offsets))
-            goto done;
-        p->sequences = arrays[OFFSETS].count - 1;
-    }
+    if (arrays[OFFSETS].data && take_offsets(paths[OFFSETS], &arrays[OFFSETS], p))
+        goto done;
     size_t h0_shape[4] = {gdn_sequences(p), HV, K, V};
     if (arrays[H0].data && expect_shape(paths[H0], &arrays[H0], 4, h0_shape,
                                         p->offsets ? "[N, HV, K, V]: N sequences from cu_seqlens"

@@ -108,6 +108,10 @@ void gdn_problem_generate_slice(gdn_problem *p, uint64_t seed, size_t T_global, 
  * every value is then validated (gdn_problem_validate): one pass, refused with the tensor
  * and the first bad element named. */
 int gdn_problem_load(gdn_problem *p, const char *dir, int check_values);
+/* Make p (B = 1, T set) a packed batch with these count offsets (FLA's cu_seqlens): 0 first,
+ * each above the one before, T last; a copy is kept. -1 and one line starting with `what`
+ * (the file or argument they came from) where they are not. */
+int gdn_problem_set_offsets(gdn_problem *p, const int64_t *offsets, size_t count, const char *what);
 int gdn_problem_save(const gdn_problem *p, const char *dir);
 /* Check what the contract requires of the values: finite, g <= 0, 0 <= beta <= 1.
  * dir (or NULL) prefixes the file names in the message. */

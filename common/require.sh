@@ -20,6 +20,13 @@ test)
     pkg-config --exists check 2>/dev/null || need_package check
     # stage 08 and its tests run under Open MPI (skipped with a line where it is missing)
     { have_command mpicc && have_command mpirun; } || { need_package libopenmpi-dev; need_package openmpi-bin; }
+    # the Python package's suite (tests/python/run.sh): PyTorch, pytest, and pip to install the package
+    for python in python3 /usr/bin/python3; do
+        have_command "$python" && "$python" -c 'import torch, pytest, setuptools, pip' >/dev/null 2>&1 && break
+        python=""
+    done
+    [ -n "$python" ] || { need_package python3-torch; need_package python3-pytest; need_package python3-setuptools
+                          need_package python3-pip; }
     ;;
 plots) have_command gnuplot || need_package gnuplot-nox ;;
 valgrind) have_command valgrind || need_package valgrind ;;

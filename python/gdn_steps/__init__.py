@@ -1,0 +1,225 @@
+"""gdn_steps: the stages of gdn-steps called from PyTorch, with FLA's signature.
+
+    o, final_state = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0,
+                                                      output_final_state=True)
+
+is flash-linear-attention's chunk_gated_delta_rule: the same arguments, shapes and outputs
+(docs/python.md). q, k [B, T, H, K]; v [B, T, HV, V]; g (log decay, <= 0) and beta [B, T, HV];
+initial_state [N, HV, K, V]; cu_seqlens (int32 or int64, N + 1 offsets, B = 1) for a packed
+batch. Value head h reads key head h / (HV / H).
+
+CPU tensors run a CPU stage of the course through the native library (python/library.c):
+stage "05" (the chunked WY form) unless stage= names another of 01-05. float64 tensors run
+the double build; other floating dtypes are computed in float32 and o is returned in v's dtype.
+loss.backward() runs the backward stage 10 (or 09, backward_stage="09"). Every argument is
+checked before anything runs: a wrong dtype, shape, device or layout raises, naming it.
+"""
+import ctypes
+import math
+import os
+
+import torch
+
+__all__ = ["chunk_gated_delta_rule", "FORWARD_STAGES", "BACKWARD_STAGES"]
+
+FORWARD_STAGES = ("01_naive_loop", "02_affine", "03_parallel_scan", "04_two_phase_scan", "05_wy_chunked")
+BACKWARD_STAGES = ("09_backward_loop", "10_backward_chunked")
+
+
+class _Call(ctypes.Structure):
+    """gdn_library_call of python/library.c, field by field."""
+    _fields_ = [(name, ctypes.c_int64) for name in ("B", "T", "H", "HV", "K", "V")] + \
+               [("scale", ctypes.c_double)] + \
+               [(name, ctypes.c_void_p) for name in ("q", "k", "v", "g", "beta", "h0", "offsets")] + \
+               [(name, ctypes.c_int64) for name in ("sequences", "chunk", "segments", "threads")]
+
+
+_libraries = {}
+
+
+def _library(dtype):
+    """The native library for this compute dtype: the double build for float64."""
+    precision = "double" if dtype == torch.float64 else "float"
+    if precision not in _libraries:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgdn_steps_%s.so" % precision)
+        if not os.path.exists(path):
+            raise ImportError("gdn_steps: %s is missing; install the package with `pip install .` at the "
+                              "repository root (or run `make lib`)" % path)
+        library = ctypes.CDLL(path)
+        library.gdn_library_error.restype = ctypes.c_char_p
+        library.gdn_library_forward.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Call)] + [ctypes.c_void_p] * 2
+        library.gdn_library_backward.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Call)] + [ctypes.c_void_p] * 10
+        size = library.gdn_library_real_size()
+        if size != (8 if precision == "double" else 4):
+            raise ImportError("gdn_steps: %s computes in %d-byte reals" % (path, size))
+        _libraries[precision] = library
+    return _libraries[precision]
+
+
+def _stage_name(stage, names, what):
+    for name in names:
+        if stage == name or stage == name[:2]:
+            return name
+    raise ValueError("%s=%r: not one of %s (or their numbers)" % (what, stage, ", ".join(names)))
+
+
+def _pointer(tensor):
+    return None if tensor is None else tensor.data_ptr()
+
+
+def _check(name, tensor, shape, floating=True):
+    """One argument: a tensor on the CPU, contiguous, of this shape (None: any size there)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(tensor).__name__))
+    if tensor.device.type != "cpu":
+        raise ValueError("%s is on %s; this build of gdn_steps runs CPU tensors only" % (name, tensor.device))
+    if floating and not tensor.dtype.is_floating_point:
+        raise TypeError("%s must be a floating-point tensor, got %s" % (name, tensor.dtype))
+    if tensor.dim() != len(shape) or any(want is not None and got != want for got, want in zip(tensor.shape, shape)):
+        described = ", ".join("?" if want is None else str(want) for want in shape)
+        raise ValueError("%s has shape %s; expected [%s]" % (name, list(tensor.shape), described))
+    if not tensor.is_contiguous():
+        raise ValueError("%s is not contiguous (row-major); pass %s.contiguous()" % (name, name))
+
+
+def _check_values(q, k, v, g, beta, h0):
+    """What the stages assume of the values: finite, g <= 0, 0 <= beta <= 1 (docs/contract.md)."""
+    for name, tensor in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("initial_state", h0)):
+        if tensor is not None and not bool(torch.isfinite(tensor).all()):
+            raise ValueError("%s holds NaN or Inf" % name)
+    if bool((g > 0).any()):
+        raise ValueError("g must be <= 0 (a log decay); its largest value is %g" % float(g.max()))
+    if bool((beta < 0).any()) or bool((beta > 1).any()):
+        raise ValueError("beta must lie in [0, 1]; it spans [%g, %g]" % (float(beta.min()), float(beta.max())))
+
+
+def _call(q, k, v, g, beta, h0, scale, offsets, chunk, segments):
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    call = _Call(B=B, T=T, H=H, HV=HV, K=K, V=V, scale=scale, q=_pointer(q), k=_pointer(k), v=_pointer(v),
+                 g=_pointer(g), beta=_pointer(beta), h0=_pointer(h0), offsets=_pointer(offsets),
+                 sequences=0 if offsets is None else offsets.numel() - 1, chunk=chunk or 0, segments=segments or 0,
+                 threads=torch.get_num_threads())
+    return call
+
+
+def _forward(stage, q, k, v, g, beta, h0, scale, offsets, chunk, segments):
+    """o and ht from the native forward stage; every tensor already of the compute dtype."""
+    N = q.shape[0] if offsets is None else offsets.numel() - 1
+    o = torch.empty(v.shape, dtype=q.dtype)
+    ht = torch.empty((N, v.shape[2], q.shape[3], v.shape[3]), dtype=q.dtype)
+    call = _call(q, k, v, g, beta, h0, scale, offsets, chunk, segments)
+    library = _library(q.dtype)
+    if library.gdn_library_forward(stage.encode(), ctypes.byref(call), o.data_ptr(), ht.data_ptr()) != 0:
+        raise RuntimeError("gdn_steps: %s" % library.gdn_library_error().decode())
+    return o, ht
+
+
+class _GatedDeltaRule(torch.autograd.Function):
+    """o, ht of one plain-layout problem (HV = H, B rows); backward through a backward stage."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, h0, scale, stage, backward_stage, chunk, segments):
+        o, ht = _forward(stage, q, k, v, g, beta, h0, scale, None, chunk, segments)
+        ctx.save_for_backward(q, k, v, g, beta, h0)
+        ctx.settings = (scale, backward_stage, chunk)
+        return o, ht
+
+    @staticmethod
+    def backward(ctx, d_o, dht):
+        q, k, v, g, beta, h0 = ctx.saved_tensors
+        scale, backward_stage, chunk = ctx.settings
+        d_o = torch.zeros_like(v) if d_o is None else d_o.contiguous()
+        dht = torch.zeros((q.shape[0], v.shape[2], q.shape[3], v.shape[3]), dtype=q.dtype) if dht is None \
+            else dht.contiguous()
+        outputs = [torch.empty_like(x) for x in (v, q, q, v, g, beta)]  # o, dq, dk, dv, dg, dbeta
+        o, dq, dk, dv, dg, dbeta = outputs
+        ht = torch.empty_like(dht)
+        dh0 = None if h0 is None else torch.empty_like(h0)
+        call = _call(q, k, v, g, beta, h0, scale, None, chunk, None)
+        library = _library(q.dtype)
+        status = library.gdn_library_backward(backward_stage.encode(), ctypes.byref(call), d_o.data_ptr(),
+                                              dht.data_ptr(), o.data_ptr(), ht.data_ptr(), dq.data_ptr(),
+                                              dk.data_ptr(), dv.data_ptr(), dg.data_ptr(), dbeta.data_ptr(),
+                                              _pointer(dh0))
+        if status != 0:
+            raise RuntimeError("gdn_steps: %s" % library.gdn_library_error().decode())
+        return dq, dk, dv, dg, dbeta, dh0, None, None, None, None, None
+
+
+def _l2norm(x):
+    """FLA's l2norm: x / sqrt(sum x^2 + 1e-6) over the last dimension."""
+    return x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, *, stage="05",
+                           backward_stage="10", chunk=None, segments=None):
+    """(o, final_state) as FLA's chunk_gated_delta_rule returns them (final_state None unless
+    output_final_state). stage picks the forward stage (01-05), backward_stage the one
+    loss.backward() runs (09 or 10), chunk the tokens per chunk (05, 1-128), segments stage 04's."""
+    forward_name = _stage_name(stage, FORWARD_STAGES, "stage")
+    backward_name = _stage_name(backward_stage, BACKWARD_STAGES, "backward_stage")
+    _check("q", q, (None, None, None, None))
+    B, T, H, K = q.shape
+    _check("k", k, (B, T, H, K))
+    _check("v", v, (B, T, None, None))
+    HV, V = v.shape[2], v.shape[3]
+    if min(B, T, H, K, HV, V) == 0:
+        raise ValueError("every size must be positive: q %s, v %s" % (list(q.shape), list(v.shape)))
+    if HV % H != 0:
+        raise ValueError("v has %d heads, not a multiple of q's %d (value head h reads key head h / (HV / H))"
+                         % (HV, H))
+    _check("g", g, (B, T, HV))
+    _check("beta", beta, (B, T, HV))
+    offsets = None
+    if cu_seqlens is not None:
+        _check("cu_seqlens", cu_seqlens, (None,), floating=False)
+        if cu_seqlens.dtype not in (torch.int32, torch.int64):
+            raise TypeError("cu_seqlens must be int32 or int64, got %s" % cu_seqlens.dtype)
+        if B != 1:
+            raise ValueError("with cu_seqlens the sequences are packed into one row: q's B must be 1, got %d" % B)
+        offsets = cu_seqlens.to(torch.int64).contiguous()
+        if offsets.numel() < 2 or int(offsets[0]) != 0 or int(offsets[-1]) != T or \
+                bool((offsets[1:] <= offsets[:-1]).any()):
+            raise ValueError("cu_seqlens must rise from 0 to T=%d, every sequence at least one token: got %s"
+                             % (T, offsets.tolist()))
+    N = B if offsets is None else offsets.numel() - 1
+    if initial_state is not None:
+        _check("initial_state", initial_state, (N, HV, K, V))
+    if chunk is not None and not (isinstance(chunk, int) and 1 <= chunk <= 128):
+        raise ValueError("chunk must be an integer from 1 to 128, got %r" % (chunk,))
+    if segments is not None and not (isinstance(segments, int) and segments >= 1):
+        raise ValueError("segments must be a positive integer, got %r" % (segments,))
+    scale = 1.0 / math.sqrt(K) if scale is None else float(scale)
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError("scale must be positive and finite, got %r" % scale)
+
+    # the compute dtype: float64 runs the double build, anything else float32
+    dtype, out_dtype = (torch.float64 if q.dtype == torch.float64 else torch.float32), v.dtype
+    q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
+    h0 = None if initial_state is None else initial_state.to(dtype)
+    if use_qk_l2norm_in_kernel:
+        q, k = _l2norm(q), _l2norm(k)
+    with torch.no_grad():
+        _check_values(q, k, v, g, beta, h0)
+
+    needs_grad = torch.is_grad_enabled() and any(
+        x is not None and x.requires_grad for x in (q, k, v, g, beta, h0))
+    if not needs_grad:
+        o, ht = _forward(forward_name, q.contiguous(), k.contiguous(), v, g, beta, h0, scale, offsets, chunk, segments)
+    else:
+        # The backward stages take HV = H and B rows: grouped keys are repeated for each value
+        # head (autograd sums their gradients back), and a packed batch runs one sequence at a time.
+        if HV != H:
+            q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
+        q, k = q.contiguous(), k.contiguous()
+        spans = [(0, T)] if offsets is None else list(zip(offsets[:-1].tolist(), offsets[1:].tolist()))
+        pieces = []
+        for n, (start, end) in enumerate(spans):
+            sliced = [x[:, start:end].contiguous() for x in (q, k, v, g, beta)]
+            state = None if h0 is None else (h0 if offsets is None else h0[n:n + 1].contiguous())
+            pieces.append(_GatedDeltaRule.apply(*sliced, state, scale, forward_name, backward_name, chunk, segments))
+        o = torch.cat([piece[0] for piece in pieces], dim=1)
+        ht = torch.cat([piece[1] for piece in pieces], dim=0)
+    return o.to(out_dtype), (ht if output_final_state else None)
