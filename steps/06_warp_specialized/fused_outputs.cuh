@@ -78,9 +78,9 @@ constexpr bool HAVE_SETMAXNREG = false;
 template <int REGISTERS> __device__ __forceinline__ static void set_max_registers(void)
 {
     if constexpr (HAVE_SETMAXNREG && REGISTERS > OUTPUT_START_REGISTERS)
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGISTERS));
+        increase_registers<REGISTERS>();
     else if constexpr (HAVE_SETMAXNREG && REGISTERS < OUTPUT_START_REGISTERS)
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));
+        decrease_registers<REGISTERS>();
 }
 /* Where kernel 1 runs beside the chain (kernel1_beside_chain), its chunks from w.ready_from on
    may not be written yet when the chain reaches them: wait for the chunk's flag (an acquire at
@@ -91,15 +91,11 @@ __device__ __forceinline__ static void wait_until_prepared(const chunk_workspace
     if (!w.ready || chunk < w.ready_from)
         return;
     const unsigned *flag = w.ready + head * chunks + chunk;
-    for (unsigned value = 0;;) {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
-        if (value)
-            return;
+    while (!load_acquire_gpu(flag))
         __nanosleep(64);
-    }
 }
 /* the output warps' own barrier (barrier 1; __syncthreads is barrier 0) */
-__device__ __forceinline__ static void output_warps_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(32 * OUTPUT_WARPS) : "memory"); }
+__device__ __forceinline__ static void output_warps_sync(void) { named_barrier_sync<1, 32 * OUTPUT_WARPS>(); }
 
 /* ---- the output warps' wgmma: common/wgmma.cuh (the swizzle, the descriptors, the instructions) ---- */
 constexpr int OUTPUT_TILE = CHUNK * 16 * MAX_CHAIN_TILES; /* bf16 of a q or k tile, 64 tokens x 128 keys */
@@ -287,10 +283,10 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
 /* a chain warpgroup's own barrier (barriers 2 and 3; 1 is the output warps') */
 __device__ __forceinline__ static void chain_warpgroup_sync(int warpgroup)
 {
-    if (warpgroup == 0) /* the barrier's number as a constant: as a register, ptxas reserves all 16 */
-        asm volatile("bar.sync 2, 128;" ::: "memory");
+    if (warpgroup == 0) /* the barrier's number as a constant (sync.cuh) */
+        named_barrier_sync<2, 128>();
     else
-        asm volatile("bar.sync 3, 128;" ::: "memory");
+        named_barrier_sync<3, 128>();
 }
 
 /* The chain's two warpgroups with output warps (K = V = 128), by wgmma. The state is kept
@@ -560,7 +556,7 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
                 const unsigned char *block = blocks + chunk * block_bytes;
                 if constexpr (BESIDE) {
                     wait_until_prepared(w, head, chunks, chunk);
-                    asm volatile("fence.proxy.async.global;" ::: "memory"); /* kernel 1's stores, ordered by the flag, before the TMA unit's reads */
+                    fence_global_for_async_proxy(); /* kernel 1's stores, ordered by the flag, before the TMA unit's reads */
                 }
                 barrier_arrive_expecting(&full[s], (uint32_t)(TRANSFORM_BYTES + 16));
                 bulk_copy(slot, w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES, (uint32_t)TRANSFORM_BYTES, &full[s]);

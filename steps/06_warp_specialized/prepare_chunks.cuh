@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
             __syncthreads();
             if (threadIdx.x == 0) {
                 __threadfence(); /* the block's writes (seen through the barrier) before the flag, at GPU scope */
-                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(w.ready + (size_t)head * chunks + chunk), "r"(1u) : "memory");
+                store_release_gpu(w.ready + (size_t)head * chunks + chunk, 1u);
             }
         }
         if (TRANSFORM_ONLY || !(parts & WRITE_W_AND_U)) /* that chain makes Vnew from v itself */

@@ -25,6 +25,7 @@
  * Build and run:  make bin/06b_producer_consumer && bin/06b_producer_consumer --T 16384 --H 8 --check-against oracle
  */
 #include "../../common/bulk_copy.cuh" /* mbarriers and bulk copies (the TMA unit) */
+#include "../../common/sync.cuh"      /* named_barrier_sync: the consumers' own barrier */
 #include "tensor_core_chunks.cuh"       /* kernels 1 and 3, the products, the workspace: 06a's */
 
 /* ---- kernel 2: one block per (head, 16 columns of S), 4 consumer warps and a producer ----
@@ -35,7 +36,7 @@ enum { PRODUCER_WARP = CHAIN_THREADS / 32, PRODUCER_CHAIN_THREADS = CHAIN_THREAD
 /* the 128 consumer threads' own barrier (barrier 0 is __syncthreads', which the producer,
    gone after its loop, would never reach) */
 static_assert(CHAIN_THREADS == 128, "consumers_sync counts the four consumer warps");
-__device__ __forceinline__ static void consumers_sync(void) { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+__device__ __forceinline__ static void consumers_sync(void) { named_barrier_sync<1, CHAIN_THREADS>(); }
 
 /* the ring's barriers, after the slots and the two exchange tiles: full[STAGES], empty[STAGES] */
 __host__ __device__ static inline size_t ring_barriers_offset(size_t K)
