@@ -45,8 +45,8 @@ int gdn_layout_bytes(const gdn_layout *l, size_t *bytes)
     if (gdn_multiply_sizes(&key_values, 2, key_factors) || gdn_multiply_sizes(&value_values, 2, value_factors) ||
         gdn_multiply_sizes(&state_values, 4, state_factors))
         return -1;
-    if (key_values > SIZE_MAX / sizeof(real_t) - value_values ||
-        key_values + value_values > SIZE_MAX / sizeof(real_t) - state_values)
+    const size_t limit = SIZE_MAX / sizeof(real_t); /* each sum checked before it is formed */
+    if (key_values > limit || value_values > limit - key_values || state_values > limit - key_values - value_values)
         return gdn_set_error("sizes overflow a 64-bit byte count");
     *bytes = (key_values + value_values + state_values) * sizeof(real_t);
     return 0;

@@ -81,6 +81,18 @@ static int problem_of(const gdn_library_call *c, gdn_problem *p, gdn_settings *s
                              (long long)c->H);
     if (!c->q || !c->k || !c->v || !c->g || !c->beta)
         return gdn_set_error("q, k, v, g and beta are all needed");
+    if (c->offsets && (c->sequences < 1 || c->sequences > c->T))
+        return gdn_set_error("cu_seqlens: %lld sequences for T=%lld tokens (1 to T)", (long long)c->sequences,
+                             (long long)c->T);
+    if (c->threads > 4096 || c->chunk < 0 || c->chunk > 128 || c->segments < 0)
+        return gdn_set_error("threads (at most 4096), chunk (0 to 128) or segments (0 or more) out of range: %lld, %lld, "
+                             "%lld", (long long)c->threads, (long long)c->chunk, (long long)c->segments);
+    /* the sizes' products must fit in a byte count, as for a binary's problem */
+    size_t bytes;
+    const gdn_layout layout = {.B = (size_t)c->B, .T = (size_t)c->T, .H = (size_t)c->H, .K = (size_t)c->K,
+                               .V = (size_t)c->V, .HV = (size_t)c->HV};
+    if (gdn_layout_bytes(&layout, &bytes))
+        return -1;
     *p = (gdn_problem){.B = (size_t)c->B, .T = (size_t)c->T, .H = (size_t)c->H, .K = (size_t)c->K,
                        .V = (size_t)c->V, .HV = (size_t)c->HV, .scale = c->scale,
                        .q = (real_t *)c->q, .k = (real_t *)c->k, .v = (real_t *)c->v, .g = (real_t *)c->g,
@@ -91,10 +103,19 @@ static int problem_of(const gdn_library_call *c, gdn_problem *p, gdn_settings *s
                         .threads = c->threads > 0 ? (int)c->threads : omp_get_max_threads(),
                         .chunk = (size_t)(c->chunk > 0 ? c->chunk : 0),
                         .segments = (size_t)(c->segments > 0 ? c->segments : 0)};
-    if (c->chunk > 128)
-        return gdn_set_error("chunk must be between 1 and 128, got %lld", (long long)c->chunk);
     omp_set_num_threads(s->threads);
     return 0;
+}
+
+/* Stage 04's segments, at most the longest sequence's tokens: the binary clamps them saying so
+ * on stderr, which a library must not write to. */
+static void quiet_segments(const gdn_problem *p, gdn_settings *s)
+{
+    size_t longest = 0;
+    for (size_t n = 0; n < gdn_sequences(p); n++)
+        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
+    if (s->segments > longest)
+        s->segments = longest;
 }
 
 /* Only the problem's offsets were allocated here; the tensors are the caller's. */
@@ -112,11 +133,14 @@ int gdn_library_forward(const char *stage_name, const gdn_library_call *c, real_
             stage = forward_stages[i];
     if (!stage)
         return gdn_set_error("no forward stage '%s' in this library (it has %s)", stage_name, gdn_library_stages());
+    if (!o || !ht)
+        return gdn_set_error("o and ht are both needed");
     gdn_problem p;
     gdn_settings s;
     gdn_result r = {o, ht};
     int status = problem_of(c, &p, &s) || gdn_check_layout(stage, &p) ? -1 : 0;
     if (status == 0) {
+        quiet_segments(&p, &s);
         if (stage->resolve_options)
             stage->resolve_options(&p, &s);
         status = gdn_stage_run_once(stage, &p, &s, &r) || gdn_result_check_finite(&p, &r) ? -1 : 0;
@@ -129,6 +153,8 @@ int gdn_library_backward(const char *stage_name, const gdn_library_call *c, cons
                          real_t *o, real_t *ht, real_t *dq, real_t *dk, real_t *dv, real_t *dg, real_t *dbeta,
                          real_t *dh0)
 {
+    if (!d_o || !dht || !o || !ht || !dq || !dk || !dv || !dg || !dbeta || (c->h0 && !dh0))
+        return gdn_set_error("do, dht, o, ht and every gradient (dh0 with h0) are needed");
     const gdn_backward_stage *stage = NULL;
     for (int i = 0; i < BACKWARD_STAGES; i++)
         if (names(stage_name, backward_stages[i]->name))

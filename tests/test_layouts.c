@@ -56,11 +56,11 @@ static void oracle_of(const gdn_problem *p, double **o, double **ht)
 }
 
 /* Grouped value heads read their key head: the oracle gives, bit for bit, what it gives on the
- * plain problem whose q and k are repeated for every value head. _i: ratio 1-4, with and
+ * plain problem whose q and k are repeated for every value head. _i: ratio 2-5, with and
  * without h0. */
 START_TEST(oracle_grouped_equals_keys_repeated)
 {
-    const size_t ratio = 1 + (size_t)_i % 4;
+    const size_t ratio = 2 + (size_t)_i % 4;
     gdn_problem p = mix_problem(0, ratio, _i / 4, 7100 + _i);
     gdn_layout plain_layout = {.B = p.B, .T = p.T, .H = p.HV, .K = p.K, .V = p.V, .with_h0 = _i / 4};
     gdn_problem plain;
@@ -370,6 +370,23 @@ START_TEST(npy_integers)
 }
 END_TEST
 
+/* Byte counts past 64 bits are refused, whichever term overflows (a wrapped count would pass the
+ * memory check). */
+START_TEST(layout_bytes_refuse_overflow)
+{
+    const gdn_layout values = {.B = 1, .T = 1024, .H = 1, .HV = 2048, .K = 4096, .V = ((size_t)1 << 40) - 1};
+    const gdn_layout states = {.B = 1, .T = 1, .H = (size_t)1 << 21, .K = 1, .V = (size_t)1 << 40, .with_h0 = 1};
+    const gdn_layout fits = {.B = 1, .T = 4096, .H = 2, .HV = 8, .K = 64, .V = 64, .with_h0 = 1};
+    size_t bytes = 0;
+    ck_assert_int_ne(gdn_layout_bytes(&values, &bytes), 0);
+    ck_assert_ptr_nonnull(strstr(gdn_last_error(), "overflow"));
+    ck_assert_int_ne(gdn_layout_bytes(&states, &bytes), 0);
+    ck_assert_int_eq(gdn_layout_bytes(&fits, &bytes), 0);
+    /* q, k: 2 x 4096 x 2 x 64; v, o: 2 x 4096 x 8 x 64; g, beta: 2 x 4096 x 8; h0, ht: 2 x 8 x 64 x 64 */
+    ck_assert_uint_eq(bytes, (2u * 4096 * 2 * 64 + 2u * 4096 * 8 * 64 + 2u * 4096 * 8 + 2u * 8 * 64 * 64) * sizeof(real_t));
+}
+END_TEST
+
 Suite *layouts_suite(void)
 {
     Suite *suite = suite_create("layouts");
@@ -389,6 +406,7 @@ Suite *layouts_suite(void)
     tcase_add_loop_test(inputs, bad_layout_options_refused, 0, (int)(sizeof command_faults / sizeof command_faults[0]));
     tcase_add_loop_test(inputs, drawn_and_read_layouts_agree, 0, 2);
     tcase_add_test(inputs, npy_integers);
+    tcase_add_test(inputs, layout_bytes_refuse_overflow);
     suite_add_tcase(suite, inputs);
     return suite;
 }

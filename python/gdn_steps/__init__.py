@@ -17,6 +17,7 @@ checked before anything runs: a wrong dtype, shape, device or layout raises, nam
 import ctypes
 import math
 import os
+import threading
 
 import torch
 
@@ -35,6 +36,9 @@ class _Call(ctypes.Structure):
 
 
 _libraries = {}
+# The library keeps its last error in one place for the whole process: one call at a time, and
+# the message read before the next call starts.
+_native_lock = threading.Lock()
 
 
 def _library(dtype):
@@ -110,8 +114,9 @@ def _forward(stage, q, k, v, g, beta, h0, scale, offsets, chunk, segments):
     ht = torch.empty((N, v.shape[2], q.shape[3], v.shape[3]), dtype=q.dtype)
     call = _call(q, k, v, g, beta, h0, scale, offsets, chunk, segments)
     library = _library(q.dtype)
-    if library.gdn_library_forward(stage.encode(), ctypes.byref(call), o.data_ptr(), ht.data_ptr()) != 0:
-        raise RuntimeError("gdn_steps: %s" % library.gdn_library_error().decode())
+    with _native_lock:
+        if library.gdn_library_forward(stage.encode(), ctypes.byref(call), o.data_ptr(), ht.data_ptr()) != 0:
+            raise RuntimeError("gdn_steps: %s" % library.gdn_library_error().decode())
     return o, ht
 
 
@@ -138,12 +143,13 @@ class _GatedDeltaRule(torch.autograd.Function):
         dh0 = None if h0 is None else torch.empty_like(h0)
         call = _call(q, k, v, g, beta, h0, scale, None, chunk, None)
         library = _library(q.dtype)
-        status = library.gdn_library_backward(backward_stage.encode(), ctypes.byref(call), d_o.data_ptr(),
-                                              dht.data_ptr(), o.data_ptr(), ht.data_ptr(), dq.data_ptr(),
-                                              dk.data_ptr(), dv.data_ptr(), dg.data_ptr(), dbeta.data_ptr(),
-                                              _pointer(dh0))
-        if status != 0:
-            raise RuntimeError("gdn_steps: %s" % library.gdn_library_error().decode())
+        with _native_lock:
+            status = library.gdn_library_backward(backward_stage.encode(), ctypes.byref(call), d_o.data_ptr(),
+                                                  dht.data_ptr(), o.data_ptr(), ht.data_ptr(), dq.data_ptr(),
+                                                  dk.data_ptr(), dv.data_ptr(), dg.data_ptr(), dbeta.data_ptr(),
+                                                  _pointer(dh0))
+            if status != 0:
+                raise RuntimeError("gdn_steps: %s" % library.gdn_library_error().decode())
         return dq, dk, dv, dg, dbeta, dh0, None, None, None, None, None
 
 
@@ -174,7 +180,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     _check("beta", beta, (B, T, HV))
     offsets = None
     if cu_seqlens is not None:
-        _check("cu_seqlens", cu_seqlens, (None,), floating=False)
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.device.type != "cpu" or cu_seqlens.dim() != 1:
+            raise ValueError("cu_seqlens must be a one-dimensional CPU tensor of N + 1 offsets")
         if cu_seqlens.dtype not in (torch.int32, torch.int64):
             raise TypeError("cu_seqlens must be int32 or int64, got %s" % cu_seqlens.dtype)
         if B != 1:
@@ -187,10 +194,12 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     N = B if offsets is None else offsets.numel() - 1
     if initial_state is not None:
         _check("initial_state", initial_state, (N, HV, K, V))
-    if chunk is not None and not (isinstance(chunk, int) and 1 <= chunk <= 128):
+    def integer(x):
+        return isinstance(x, int) and not isinstance(x, bool)
+    if chunk is not None and not (integer(chunk) and 1 <= chunk <= 128):
         raise ValueError("chunk must be an integer from 1 to 128, got %r" % (chunk,))
-    if segments is not None and not (isinstance(segments, int) and segments >= 1):
-        raise ValueError("segments must be a positive integer, got %r" % (segments,))
+    if segments is not None and not (integer(segments) and 1 <= segments <= T):
+        raise ValueError("segments must be an integer from 1 to T=%d, got %r" % (T, segments))
     scale = 1.0 / math.sqrt(K) if scale is None else float(scale)
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError("scale must be positive and finite, got %r" % scale)

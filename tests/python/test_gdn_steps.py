@@ -204,9 +204,34 @@ def bad_cases():
         ("stage='06'", dict(base, stage="06")),
         ("backward_stage='05'", dict(base, backward_stage="05")),
         ("chunk must be an integer from 1 to 128", dict(base, chunk=0)),
+        ("chunk must be an integer from 1 to 128", dict(base, chunk=True)),
+        ("segments must be an integer from 1 to T=10", dict(base, segments=2 ** 63)),
+        ("cu_seqlens must be a one-dimensional CPU tensor", dict(base, cu_seqlens=torch.tensor([[0, 10]]))),
         ("scale must be positive and finite", dict(base, scale=-1.0)),
         ("k must be a torch.Tensor", dict(base, k=[1, 2, 3])),
     ]
+
+
+def test_library_refuses_bad_calls():
+    """The C entry points check what the package already checks, for other callers."""
+    import ctypes
+    q, k, v, g, beta, _ = problem(1, 10, 2, 8, 4, seed=43)
+    library = gdn_steps._library(torch.float32)
+    o, ht = torch.empty_like(v), torch.empty(1, 2, 8, 4)
+    offsets = torch.tensor([0, 4, 10])
+    cases = [("cu_seqlens: -2 sequences", dict(offsets=offsets.data_ptr(), sequences=-2)),
+             ("sizes must be positive", dict(B=0)),
+             ("sizes overflow", dict(HV=2 ** 40, V=2 ** 40)),
+             ("no forward stage '07'", dict())]
+    for message, change in cases:
+        fields = dict(B=1, T=10, H=2, HV=2, K=8, V=4, scale=0.3, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+                      g=g.data_ptr(), beta=beta.data_ptr(), h0=None, offsets=None, sequences=0, chunk=0,
+                      segments=0, threads=1)
+        fields.update(change)
+        stage = b"07" if "07" in message else b"05"
+        assert library.gdn_library_forward(stage, ctypes.byref(gdn_steps._Call(**fields)), o.data_ptr(),
+                                           ht.data_ptr()) == -1
+        assert message in library.gdn_library_error().decode()
 
 
 @pytest.mark.parametrize("message,arguments", bad_cases(), ids=[case[0] for case in bad_cases()])
