@@ -94,7 +94,7 @@ MPI_GPU_BINARIES := $(if $(and $(HAVE_MPI),$(GPU_STAGES)),$(BIN)/08_context_para
 MPI_LINK_FLAGS = $(patsubst -pthread,-Xcompiler -pthread,$(filter -L% -l% -pthread,$(shell $(MPICC) --showme:link 2>/dev/null)))
 
 # Measuring tools under plots/, built into bin/ beside the stages (gpu_peak where nvcc is found).
-TOOLS := $(BIN)/fma_peak $(BIN)/precision_study $(BIN)/make_problem $(if $(CUDA_RUNNER),$(BIN)/gpu_peak)
+TOOLS := $(BIN)/fma_peak $(BIN)/precision_study $(BIN)/error_sources $(BIN)/make_problem $(if $(CUDA_RUNNER),$(BIN)/gpu_peak)
 
 TEST_SOURCES := $(wildcard tests/*.c)
 TEST_OBJECTS := $(TEST_SOURCES:%.c=$(BUILD)/%.o)
@@ -271,6 +271,10 @@ $(BIN)/make_problem: $(BUILD)/plots/make_problem.o $(COMMON_OBJECTS)
 	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BIN)/precision_study: $(BUILD)/plots/precision_study.o $(COMMON_OBJECTS)
+	@mkdir -p $(dir $@)
+	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BIN)/error_sources: $(BUILD)/plots/error_sources.o $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
 	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 

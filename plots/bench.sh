@@ -6,7 +6,8 @@
 #                        build/quick/data/, figures drawn from them into build/quick/ with
 #                        "quick" in their titles; nothing committed is touched
 # Without SWEEP names, every sweep of the figures runs (and, in full mode, the docs' other
-# tables: stages_01_04, stages_01_04_05, cpu_goal, backward); with them, those sweeps alone.
+# tables: stages_01_04, stages_01_04_05, cpu_goal, backward); with them, those sweeps alone
+# (error_sources, about 5 minutes, runs only when named).
 # Every point runs one stage binary (median of --reps runs after a warm-up, checked against the
 # fp64 oracle) and appends one row to a plain-text data file. Stages too slow or too large for
 # a point are written as a row with "skipped: <why>", never left out silently.
@@ -159,6 +160,17 @@ sweep_precision() {
         echo "# made by: $made_by, $(date -u +%Y-%m-%d)"
         "$bin/precision_study" --T "$long"
     } >"$data/precision.dat"
+}
+
+# stage 06's roundings emulated one at a time on the CPU (docs/precision.md); about 5 minutes on
+# 2 cores, so run by name only: sh plots/bench.sh bin full error_sources
+sweep_error_sources() {
+    echo "error sources (stage 06's roundings, emulated in double)"
+    {
+        echo "# machine: $machine"
+        echo "# made by: bin/error_sources, $(date -u +%Y-%m-%d)"
+        "$bin/error_sources"
+    } >"$data/error_sources.dat"
 }
 
 sweep_peak() {

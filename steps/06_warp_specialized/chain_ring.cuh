@@ -59,9 +59,6 @@
  * (every reader arrives itself, rather than one lane per warp after a __syncwarp, so that each
  * read is ordered before the refill by the reader's own release: compute-sanitizer's racecheck
  * follows that, and reports the one-lane form as a race with the refill).
- * (Four warps sharing a 16-column tile, rows split between them, send S0^T and Vnew^T through
- * shared memory and take two block barriers, a group barrier and a cp.async wait a chunk: 4.3
- * us a step at (8, 4096, 16, 128, 128) on an NVIDIA H200; docs/06, measured and not kept.)
  *
  * Segments: here one per head, chunks 0 .. chunks from h0, writing ht; the kernel takes P
  * segments of whole chunks a head (chain_segments), each from its own start state, so that a
@@ -155,7 +152,8 @@ __host__ __device__ constexpr int chain_ntiles(int tiles) { return tiles >= 4 ? 
 /* threads of a chain block of `tiles` 16-column tiles: its consumer warps and one producer */
 __host__ __device__ constexpr int chain_block_threads(int tiles) { return 32 * (CONSUMER_WARPS_PER_TILE * tiles / chain_ntiles(tiles) + 1); }
 /* The widest chain block: MAX_CHAIN_TILES tiles, or 4 with --precise, whose ring slots and
- * staging tiles hold two terms: 8 staged tiles at K = 128 would take 278 KB of an SM's 227. */
+ * staging tiles hold two terms: 8 staged tiles at K = 128 would take more shared memory than
+ * an SM has. */
 __host__ __device__ constexpr int widest_chain_tiles(bool precise) { return precise ? MAX_CHAIN_TILES / 2 : MAX_CHAIN_TILES; }
 
 /* x - bf16(x), rounded: the low term of the two-term split (--precise) */

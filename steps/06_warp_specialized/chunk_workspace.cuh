@@ -9,11 +9,11 @@
  * the chain's lanes read it as MMA fragments (u_fragment_index: 16-byte loads, no bank
  * conflict); exp(gamma_C). Where the chain makes Vnew from v (Vnew = Tm Z, eq. 13 regrouped)
  * it reads the chunk's transform block instead: Tm's strictly lower part in wgmma's swizzled
- * layout and the factors beta, beta e^gamma, d, 8,960 bytes where W and U are 33 KB at K = V =
- * 128. The chain writes S0^T and Vnew^T of every chunk for kernel 3, rows padded as kernel 3's
- * tiles are, so each comes back by one bulk copy. Everything the products read is bf16, as FLA
- * keeps it (U too: it is rounded to bf16 as Vnew anyway); --precise keeps U in fp32 and adds
- * the low terms of S0 and Vnew (and W_low in the chain block).
+ * layout and the factors beta, beta e^gamma, d: 8,960 bytes, about a quarter of W and U's at
+ * K = V = 128. The chain writes S0^T and Vnew^T of every chunk for kernel 3, rows padded as
+ * kernel 3's tiles are, so each comes back by one bulk copy. Everything the products read is
+ * bf16, as FLA keeps it (U too: it is rounded to bf16 as Vnew anyway); --precise keeps U in
+ * fp32 and adds the low terms of S0 and Vnew (and W_low in the chain block).
  * The file ends with the triangular solve's strides and kernel 1's shared-memory plan, whose
  * tiles share places so that four blocks fit an SM at K = V = 128.
  *
@@ -95,7 +95,7 @@ __host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V, 
  *   Tm     bf16 [64][64]   Tm's strictly lower part, in wgmma's 128-byte-swizzled layout
  *                          (one panel: swizzled_offset), its rows the tokens i of Vnew
  *   beta, scaled_beta, d   fp32 [64] each: beta_i, beta_i e^gamma_i, e^(gamma_C - gamma_i)
- * 8,960 bytes where W and U are 33 KB at K = V = 128. The transform blocks follow the chain
+ * 8,960 bytes, about a quarter of W and U's at K = V = 128. The transform blocks follow the chain
  * blocks in the workspace, one after another (chunk_workspace). */
 constexpr size_t TRANSFORM_TM_BYTES = (size_t)CHUNK * CHUNK * sizeof(bf16), TRANSFORM_BYTES = TRANSFORM_TM_BYTES + 3 * CHUNK * sizeof(float);
 __host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V, bool precise) { return chain_decay_offset(K, V, precise) + 4 * sizeof(float); }
@@ -189,7 +189,8 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
  * excessive wavefronts a chunk); at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
 constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 8;
 /* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
- * K = V = 128 (53 KB a block; 70 KB with each tile in a place of its own):
+ * K = V = 128, which a place of its own for each tile would not allow (docs/06, "(a) The
+ * products on tensor cores"):
  *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
  *               strictly lower part scaled), and once W is made, U's staging tile in
  *               Tm_keys' place;

@@ -11,7 +11,7 @@
  * wgmma too (chain_states_role): S^T is one m64n128 accumulator a warpgroup, and Vnew is made
  * from v,
  *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0   (eq. 13 regrouped)
- * so kernel 1 writes only Tm and its factors (8 KB a chunk, where W and U are 33 KB) and the
+ * so kernel 1 writes only Tm and its factors (about a quarter of W and U's bytes) and the
  * chain reads v's tile beside the q and k tiles it shares with the output warps. Each role's
  * waits are mbarriers and named barriers of its own; setmaxnreg gives each warpgroup the
  * registers its role needs.
@@ -144,10 +144,10 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
  * (swizzled, a place of its own: output_p_tile_offset); after one barrier each warpgroup reads all of P there
  * as P Vnew's A, so P is made once. Q S0 reads q and the chain's S0^T, P Vnew the P tile and
  * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_address). A
- * warpgroup's wgmma reads each operand once for its 64 rows, where the mma.sync warps read
- * S0^T and Vnew^T once per 16 rows: per chunk the eight warps read 144 KB of shared memory
- * where eight mma.sync warps read 274 (2192 ldmatrix wavefronts), and make 40 products where
- * those make 832. Not causal: a 64-row product has no zero blocks to skip. The sums are
+ * warpgroup's wgmma reads each operand once for its 64 rows, where mma.sync warps would read
+ * S0^T and Vnew^T once per 16 rows: about half the shared-memory bytes a chunk, and far fewer
+ * product instructions (docs/06, "output warps and wgmma"). Not causal: a 64-row product has
+ * no zero blocks to skip. The sums are
  * taken k by k in the mma.sync warps' order, and o measures bit for bit theirs (docs/06,
  * "output warps and wgmma").
  * Per chunk the warps wait for the slot's q and k, make P, wait for the chain's staging
@@ -296,8 +296,8 @@ __device__ __forceinline__ static void chain_warpgroup_sync(int warpgroup)
  * 8 j + 2t, + 1. Vnew is made from v, not from W and U: with W = Tm diag(beta
  * e^gamma) K and U = Tm diag(beta) V (eq. 12),
  *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0            (eq. 13)
- * so kernel 1 writes only Tm (8 KB a chunk in bf16, where W and U are 33 KB) and the factors,
- * and the chain reads v's tile (16 KB) beside the q and k tiles it shares with the output
+ * so kernel 1 writes only Tm (in bf16, about a quarter of W and U's bytes) and the factors,
+ * and the chain reads v's tile beside the q and k tiles it shares with the output
  * warps. Per chunk:
  *     Y^T = S0^T K^T               8 m64n64k16, A = S0^T in bf16 from the staging tile the
  *                                  chain writes for the output warps anyway (swizzled); B =

@@ -14,7 +14,7 @@
  *     (chain_makes_outputs);
  *   kernel 3's columns (output_columns), and whether it runs beside the chain
  *     (outputs_beside_chain, outputs_may_start_early).
- * Each rule names the measurements behind it (NVIDIA H200). The chain and kernel 3 are launched by
+ * Each rule cites where docs/06 measures it (NVIDIA H200). The chain and kernel 3 are launched by
  * CUDA_LAUNCH_AFTER_PREVIOUS (programmatic dependent launch: common/cuda_check.h; the fused
  * chain beside kernel 1 in a stream of its own instead): the GPU places their blocks as the
  * last blocks of the kernel before them exit, and a block waits (wait_for_previous_kernel)
@@ -97,9 +97,9 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
                                                         make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
         return -1;
     /* four blocks an SM where the occupancy query says their shared memory fits (and V is one
-     * slice, as that kernel assumes): at K = V = 64 (2048 blocks at (1, 16384, 8, 64, 64)) 3
-     * an SM take 5.2 waves, so 6 rounds; 4 take 3.9. At K = V = 128 four fit because the tiles
-     * share their places (tm_place_bytes): 53 KB a block */
+     * slice, as that kernel assumes): fewer rounds of blocks than three an SM give (docs/06,
+     * "(a) The products on tensor cores"). At K = V = 128 four fit because the tiles share
+     * their places (tm_place_bytes) */
     auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
     size_t launch_bytes = bytes;
     const auto transform_only = p->K == 64 ? prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 64> : prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>;
@@ -126,14 +126,14 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
  * divide a head's tiles (tiles_per_run) and still leave a block for every SM: wider blocks
  * share each copy of W and the decayed keys among more columns, but when blocks are few the
  * chain's latency is the time, and more blocks on more SMs shorten it. 8 tiles (128 columns, a
- * whole head at K = V = 128) where they leave a block for 95 % of the SMs
- * (widest_blocks_percent): one a head at 128 heads leaves 4 of 132 SMs idle, and still runs
- * faster than two 64-column blocks an SM on an NVIDIA H200 (docs/06, "the warp-specialized
- * chain"); 70 % where those blocks carry output warps, which take kernel 3's pass away. Slots
- * (chain_shape_of): as many as fit on an SM, up to 4, so that the producer runs up to three
- * chunks ahead, unless fewer save a wave (below). Staged stores (chunk_states_kernel) where the
- * blocks fill the GPU, and always in 8-tile blocks (from registers, their 128 columns' stores
- * make the chain 2.2 times slower on an NVIDIA H200). */
+ * whole head at K = V = 128) where they leave a block for nearly every SM, or fewer where they
+ * carry output warps, which take kernel 3's pass away (widest_blocks_percent): one block a
+ * head with a few SMs idle still runs faster than two 64-column blocks an SM (docs/06, "the
+ * warp-specialized chain"). Slots (chain_shape_of): as many as fit on an SM, up to 4, so that
+ * the producer runs up to three chunks ahead, unless fewer save a wave (below). Staged stores
+ * (chunk_states_kernel) where the blocks fill the GPU, and always in 8-tile blocks, whose 128
+ * columns' stores from registers slow the chain (docs/06, "Vnew from v, and the launch
+ * rules"). */
 typedef struct {
     int tiles, stages;
     bool staged, from_values; /* from_values: values slots (chain_from_values) */
@@ -141,9 +141,9 @@ typedef struct {
 } chain_shape;
 
 /* The share of the SMs 8-tile blocks must leave a block for. With output warps the 8-tile
- * block also does kernel 3's work, and fewer SMs busy is worth that: at (1, 8192, 96, 128,
- * 128), 96 heads on 132 SMs of an NVIDIA H200, 96 blocks with output warps take 1.087 ms, 192
- * blocks of 64 columns and kernel 3 1.200 (docs/06, "output warps and wgmma"). */
+ * block also does kernel 3's work, and fewer SMs busy is worth that: at 96 heads the blocks
+ * with output warps beat twice as many 64-column blocks and kernel 3 (docs/06, "Vnew from v,
+ * and the launch rules"). */
 static int widest_blocks_percent(bool outputs) { return outputs ? 70 : 95; }
 static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, int widest, bool outputs)
 {
@@ -221,13 +221,10 @@ static size_t chain_blocks_per_sm(chain_shape shape)
 
 /* The launch's shape: chain_tiles' width and the ring's depth: the deepest ring that fits
  * (chain_shape_of), unless two slots, the most blocks an SM, run the blocks in fewer waves.
- * A block alone on its SM is latency-bound and the producer's lead hides its copies: on an
- * NVIDIA H200 at (1, 65536, 8, 128, 128), 64 one-tile blocks, 4 slots take 2.164 ms, 3 slots
- * 2.213, 2 slots 2.247. Where the blocks outnumber what the GPU holds at once, they must share
- * SMs, and two slots share best: at (2, 16384, 16, 128, 128), 256 one-tile blocks, four 38 KB
- * slots allow one an SM (two waves of 256 chunk steps), three allow two and two allow three
- * (one wave either way), and two slots take 1.240 ms where three take 1.282 (docs/06, "the
- * warp-specialized chain"). Staged where the
+ * A block alone on its SM is latency-bound and the producer's lead hides its copies, so the
+ * deepest ring pays there. Where the blocks outnumber what the GPU holds at once, they must
+ * share SMs, and two slots share best (both measured in docs/06, "Vnew from v, and the launch
+ * rules"). Staged where the
  * blocks are at least the SMs, or 8 tiles wide (where the state feeds outputs). `outputs`: 8-tile blocks
  * would carry output warps (chain_tiles). */
 template <bool PRECISE, class Columns>
@@ -273,9 +270,8 @@ static bool outputs_beside_chain(const gdn_device_problem *p)
 /* The chain lets kernel 3 start (griddepcontrol.launch_dependents, at its start) where kernel 3
  * runs beside it and the chain's blocks are all on the GPU at once, so that kernel 3's take
  * only room they leave: where the chain runs in waves its later blocks would share SMs with
- * them (early blocks that take room from the last waves of the kernel before measure 1-2 %
- * slower at the large shapes, 11 % at (2, 1000, 3, 40, 72), on an NVIDIA H200: docs/06, "Vnew
- * from v and the launch rules"). */
+ * them, and early blocks that take room from the last waves of the kernel before slow the
+ * pass (docs/06, "Measured and not kept"). */
 template <bool PRECISE, class Columns>
 static bool outputs_may_start_early(const gdn_device_problem *p, chain_shape shape, unsigned blocks)
 {
@@ -312,18 +308,15 @@ __host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t 
     return !precise && K == V && (K == 64 || K == MAX_K) && tiles_by_tensor_map(K, V, H, T);
 }
 /* Whether it pays. The trade: kernel 1's W, U and keys (2 K + V values a token) against a longer
- * chain step (Z, and Tm's products, four deep). Measured on an NVIDIA H200 (ms, W and U ->
- * from v; docs/06, "Vnew from v and the launch rules"): at K = V = 128 it wins at every shape
- * (06 at (2, 16384, 16) 0.830 -> 0.693, stage 07 at (1, 65536, 8) 0.826 -> 0.743). At K = V
- * = 64 the bytes are fewer and the step shorter, and it wins only where kernel 1's work,
- * spread over the GPU, outweighs the steps the chain adds on its critical path (wins: 06 at
- * (2, 16384, 16) 0.421 -> 0.359 and (8, 4096, 16) 0.368 -> 0.307, and passes of 8 heads of 256
- * and 2048 chunks, 4 of 1024, whose chains are 32, 256 and 64 steps deep: 0.1485 -> 0.1403,
- * 0.960 -> 0.900, 0.290 -> 0.272; losses: 06 at (1, 16384, 8) 0.189 -> 0.203, and 2 heads of
- * 256 chunks 32 steps deep, 0.0700 -> 0.0740). The first grows as heads x chunks, the second
- * as the pass's `depth`, the chain steps on its serial path (a head's chunks, where one chain
- * runs each head whole), so from v where heads x chunks >= VALUES_AT_64_HEADS x depth: 24,
- * inside the measured band (it loses at 8 and 16 equivalent heads, wins at 32 and above). */
+ * chain step (Z, and Tm's products, four deep). At K = V = 128 it wins at every shape
+ * measured. At K = V = 64 the bytes are fewer and the step shorter, and it wins only where
+ * kernel 1's work, spread over the GPU, outweighs the steps the chain adds on its critical
+ * path. The first grows as heads x chunks, the second as the pass's `depth`, the chain steps
+ * on its serial path (a head's chunks, where one chain runs each head whole), so from v where
+ * heads x chunks >= VALUES_AT_64_HEADS x depth. VALUES_AT_64_HEADS: the equivalent heads
+ * (heads x chunks / depth) from which the chain from v pays at K = V = 64, set between the
+ * losses and the wins measured on an NVIDIA H200 (docs/06, "Vnew from v, and the launch
+ * rules"). */
 enum { VALUES_AT_64_HEADS = 24 };
 __host__ __device__ static inline bool chain_from_values_pays(size_t K, size_t heads, size_t chunks, size_t depth)
 {

@@ -55,10 +55,9 @@ constexpr int JOIN_COLUMN_WARPS = 4; /* the warps that make the second level's X
  * loads serves both its tiles. Level 1: warp p < 2 joins pair p alone (both 8-column tiles of
  * its 16 x 16 X_ab), so the only warp that reads its L_ab is the one that overwrites it. Level
  * 2: warp c < 4 makes columns 8c .. 8c + 8 of the 32 x 32 X_ab (both 16-row tiles); L_ab is
- * read by all four, so the block meets before any writes X_ab over it. (A named barrier among
- * the four alone measures the same on an NVIDIA H200, within 1 %, and compute-sanitizer's
- * racecheck reports hazards between accesses that a later block barrier separates, a false
- * alarm that takes an argument to dismiss; a block barrier needs none.) */
+ * read by all four, so the block meets before any writes X_ab over it: a block barrier, which
+ * compute-sanitizer's racecheck follows, where across a named barrier of the four it reports
+ * hazards it cannot tell from real ones (docs/06, "Pitfalls"). */
 __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
 {
     const int warp = threadIdx.x / 32;
@@ -222,11 +221,8 @@ __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_dev
     /* The gates' sums (eq. 9) by warp 4 alone, from its own loads (tokens 2 lane and 2 lane +
      * 1), while the other warps make K K^T, in which warp 4 has no block below the diagonal
      * (its rows 0-15, its columns 32-63); the block meets after the products, where I + M
-     * needs the sums. (Loaded by 64 threads and scanned by warp 0 between two block barriers
-     * before K K^T, the gates keep the seven other warps waiting: 19 % of kernel 1's warp
-     * samples in an ncu profile on an NVIDIA H200; docs/06, measured and not kept.) The block
-     * barrier here only publishes the mbarriers' initialization; warp 4's loads are in flight
-     * across it. */
+     * needs the sums, so no warp waits for the gates before K K^T. The block barrier here only
+     * publishes the mbarriers' initialization; warp 4's loads are in flight across it. */
     constexpr int GATES_WARP = 4;
     static_assert(GATES_WARP / 4 * 32 >= 16 * (GATES_WARP % 4) + 16, "the gates' warp has no K K^T block on or below the diagonal");
     double gate_first = 0.0, gate_second = 0.0;

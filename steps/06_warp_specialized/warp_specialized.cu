@@ -17,7 +17,7 @@
  * not run; that chain's products are wgmma too. Where it pays (K = V = 128 always, 64 where
  * heads x chunks outweigh the chain's depth) the chain makes Vnew from v,
  *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0   (eq. 13 regrouped)
- * so kernel 1 writes only Tm and its factors (8 KB a chunk, where W and U are 33 KB), and
+ * so kernel 1 writes only Tm and its factors (about a quarter of W and U's bytes), and
  * where the fused blocks leave enough SMs idle it runs there, beside the chain. The chain
  * kernel also runs a sequence as segments, each from its own start state (one here).
  *
@@ -59,8 +59,8 @@
  * Depth: T / 64 chunk steps of kernel 2, each two 64-deep MMA chains per warp (from v, Z and
  * Tm's products, four deep, lengthen the step).
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
- * On an NVIDIA H200 (driver 580.159.04), (8, 4096, 16, 128, 128): 0.2733 ms, 3.09x FLA 0.6.0's
- * CUDA graph (plots/bench_peers.sh, plots/data/peers.dat).
+ * On an NVIDIA H200 at (8, 4096, 16, 128, 128), about 3 times as fast as FLA's kernels replayed
+ * from a CUDA graph (docs/06, "Measured"; plots/data/peers.dat).
  *
  * Build and run:  make bin/06_warp_specialized && bin/06_warp_specialized --T 16384 --H 8 --check-against oracle
  */
@@ -83,15 +83,13 @@
  * KERNEL1_CHUNKS_PER_SM_US) us, the chain takes one in CHAIN_STEP_US, so the second launch
  * falls behind by their ratio a chunk, and must start at the chunk from which it falls no
  * further behind than the chain's end: split = chunks (1 - idle x rate x step / heads), and
- * RAMP_CHUNKS more. Measured on an NVIDIA H200 (docs/06, "Vnew from v and the launch rules"):
- * kernel 1 alone, 8192 chunks in 93.7 us on 132 SMs (0.662 a us an SM; ncu, the card's
- * clocks); the chain's step beside kernel 1 3.24 us (at 96 heads: the pass less the first
- * launch and about 10 us of launches and events, over 128 chunks).
- * The ramp is fitted to sweeps of the split on the same machine, whose best splits (34 of 128
- * chunks at 96 heads, 82 of 128 at 110, 27 of 64 at 100) it meets within a chunk or two: a
- * split too early leaves the chain waiting for flags, which costs more than the idle SMs of
- * one too late. At least MIN_CHUNKS chunks: the second launch, the streams' events and the
- * flags' memset cost about 10 us a pass (measured at 3 and 5 chunks), which 64 chunks repay. */
+ * RAMP_CHUNKS more. KERNEL1_CHUNKS_PER_SM_US is kernel 1's rate alone and CHAIN_STEP_US the
+ * chain's step beside kernel 1, both measured on an NVIDIA H200; RAMP_CHUNKS is fitted to
+ * sweeps of the split on the same machine, whose best splits it meets within a chunk or two
+ * (docs/06, "Vnew from v, and the launch rules"): a split too early leaves the chain waiting
+ * for flags, which costs more than the idle SMs of one too late. At least MIN_CHUNKS chunks:
+ * the second launch, the streams' events and the flags' memset cost about 10 us a pass, which
+ * shorter sequences do not repay. */
 constexpr double KERNEL1_CHUNKS_PER_SM_US = 0.662, CHAIN_STEP_US = 3.24, RAMP_CHUNKS = 9.0;
 constexpr size_t MIN_IDLE_SMS = 16, MIN_CHUNKS = 64;
 /* the first chunk of kernel 1's second launch, or 0 where kernel 1 does not run beside the

@@ -13,16 +13,15 @@
  * and lo = x - hi (exact in fp32, of size at most 2^-10 |x|); a product is taken as
  * hi_a hi_b + hi_a lo_b + lo_a hi_b, the lo_a lo_b term (2^-20 of it) left out, and lo as the
  * tensor cores read it keeps 10 of its bits: each product is within about 2^-20 of the fp32
- * one ("3xTF32"). Measured against an fp64 scan: 6e-7 to 8e-7 relative, where stage 04's fp32
- * kernel is 2e-7 to 3e-7 (docs/07).
+ * one ("3xTF32"). Against an fp64 scan the starts come out within 1e-6 relative (docs/07,
+ * "Precision").
  *
  * The maps' reads: every block reads all of A_s (K x K fp32, 16 KB at K = 64) each step. Read
  * by the warps' own loads they take half the step: a warp's load touches 8 lines of the L1,
  * whose pipe the state's shared reads and its 4-way conflicted writes share. Here the TMA unit
  * copies each map into a shared-memory ring two stages deep, a step ahead, in a layout the
- * lanes read without conflicts, and the state is swizzled so that its writes have none either
- * (docs/07, "The scan", a micro-benchmark on an NVIDIA H200: the step's time from the warps'
- * loads to this form 0.70 -> 0.50 us at K = 64, 1.85 -> 1.14 us at K = 128).
+ * lanes read without conflicts, and the state is swizzled so that its writes have none either,
+ * which shortens the step (docs/07, "The scan", and "Measured and not kept").
  *
  * Cost per head: 3 x 2 K^2 V (P - 1) tensor-core flops, P - 1 dependent steps; a block per
  * (head, 8 columns), K / 16 warps (a 16-row tile each), A_s and B_s copied into a shared ring

@@ -88,28 +88,21 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  *   (elsewhere kernel 3 runs at every P, the same time, and is left out).
  * groups(n): 16-column tiles of an n-column state. blocks_per_sm is the count for stage 06's
  * two-slot ring: chain_launch_shape takes two slots where they save a wave, so a launch runs
- * in the waves the two-slot ring allows. The constants are fitted to the NVIDIA H200 sweep of
- * docs/07 ("Choosing P": medians for P = 1 .. 64 at thirteen shapes): STEP_COST 1.8 for
- * blocks of 2 tiles and 2.6 for blocks of 4 (inside the band that picks a P within 3 % of the
- * best at every shape and never more segments for more heads: 1.72 .. 1.85 and 2.5 .. 2.7),
- * 5.3 for blocks of 8 (measured, not fitted: ncu's replay step at (1, 65536, 8, 128, 128), P
- * = 16, 3.7 us against a one-tile block's 0.69 at P = 1), FOLD_STEP_COST_8 3.0 for the fold's
- * 8-tile step, which stores nothing a chunk, STEP_COST_WITH_OUTPUTS 4.8 (the replay's 8-tile
- * step with output warps: 4.4 .. 5.0 fit) and OUTPUT_STEP 5.0 (kernel 3 a chunk of a head
- * over the SMs, in one-tile steps: 4.5 .. 5.5 fit), SCAN_STEP (a scan step: K FMAs a column,
- * the next map copied into shared memory meanwhile) and FIXED (the scan's launch and its
- * first maps, two more launches, a fold's and a replay's pipeline start): 31, fitted to a
- * sweep of 32 to 128 chunks (docs/07 "Choosing P": 30 .. 33 picks a good P at all of its six
- * shapes; a FIXED of 14 cuts 64 chunks of 8 and 16 heads into 5 and 3 segments, 11 and 20 %
- * slower than one; by ncu the scan alone takes 29 us at K = 64, P = 16, at one head or eight:
- * some 50 one-tile steps), so that the chosen P is one whose measured time is within 3 % of
- * the best (checked with a new sweep whenever stage 06's chain blocks change: docs/07). Where
- * the heads' one-tile blocks alone give every SM a block, P = 1 without asking the model: the
- * chain is then bound by the GPU's throughput, not one block's latency, and a fold mostly
- * adds work (measured on an NVIDIA H200 at 32 heads of K = V = 128, 256 chunks: 2 segments
- * 1.23 times one's time, 8 segments 1.08; 4, whose replay is 128 blocks with output warps,
- * 0.963; P = 1 is kept there all the same, so that where the heads fill the GPU stage 07 runs
- * exactly stage 06's launches). */
+ * in the waves the two-slot ring allows. The constants, in one-tile chunk steps:
+ *   STEP_COST            a chunk step of a 2-, 4- or 8-tile block (2 and 4 fitted, 8 by ncu);
+ *   FOLD_STEP_COST_8     the fold's 8-tile step, which stores nothing a chunk (by ncu);
+ *   STEP_COST_WITH_OUTPUTS  the replay's 8-tile step with output warps (fitted);
+ *   OUTPUT_STEP          kernel 3, a chunk of a head over the SMs (fitted);
+ *   SCAN_STEP            a scan step: K FMAs a column, the next map copied meanwhile;
+ *   FIXED                the scan's launch and first maps, two more launches, a fold's and a
+ *                        replay's pipeline start (fitted to short sequences).
+ * Their values, where each comes from and the sweeps on an NVIDIA H200 that fit them: docs/07,
+ * "Choosing P". The fit keeps the chosen P one whose measured time is within 3 % of the best,
+ * and never more segments for more heads; it prices stage 06's launches, so a change to stage
+ * 06's chain blocks asks for a new sweep. Where the heads' one-tile blocks alone give every SM
+ * a block, P = 1 without asking the model: the chain is then bound by the GPU's throughput,
+ * not one block's latency, and a fold mostly adds work; P = 1 there runs exactly stage 06's
+ * launches (docs/07, "Measured and not kept"). */
 enum chain_launch_kind { FOLD_LAUNCH, REPLAY_LAUNCH, REPLAY_WITH_OUTPUTS };
 /* one launch's modelled time; with REPLAY_WITH_OUTPUTS, *outputs_in_chain says whether its
    blocks are the 8-tile ones that make o (stage 06's output warps) */
