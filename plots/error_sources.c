@@ -12,7 +12,8 @@
  * o and of the final state: "exact" (every hook off: the emulation's own error, about 1e-15),
  * each rounding alone at the default mode's format, the default mode (all of them), the
  * --precise mode (W, S, Vnew and P as two bf16 terms, about 16 bits; U and o in fp32),
- * --precise with the scaled Tm and the decayed keys split too, and that with the solve in fp32.
+ * --precise with the scaled Tm and the decayed keys split too, that with the solve in fp32,
+ * that with S and Vnew as three bf16 terms (about 24 bits), and every split operand in three.
  * This is a model of the kernels' arithmetic, not a measurement of them: fp32 sums are taken
  * exact (their rounding, 2^-24 a term, is far below bf16's 2^-9).
  *
@@ -181,7 +182,7 @@ int main(int argc, char **argv)
 
     /* the configurations: exact, each source alone, the two modes, and --precise with the two
      * roundings it leaves in bf16 split as well */
-    configuration configurations[SOURCES + 5] = {{"exact", {0}}};
+    configuration configurations[SOURCES + 7] = {{"exact", {0}}};
     int count = 1;
     for (int s = 0; s < SOURCES; s++, count++) {
         configurations[count] = (configuration){source_names[s], {0}};
@@ -202,7 +203,15 @@ int main(int argc, char **argv)
     configurations[count++] = all;
     configurations[count++] = precise;
     configurations[count++] = precise_all;
+    configuration three_state = precise_solve; /* S and Vnew as three bf16 terms: about 24 bits */
+    three_state.name = "precise+Tm,keys,solve+S,Vnew3";
+    three_state.bits[S_OPERAND] = three_state.bits[VNEW] = 24;
+    configuration three_all = three_state; /* every split operand as three terms */
+    three_all.name = "all3";
+    three_all.bits[W_STORED] = three_all.bits[P_OPERAND] = three_all.bits[SCALED_TM] = three_all.bits[DECAYED_KEYS] = 24;
     configurations[count++] = precise_solve;
+    configurations[count++] = three_state;
+    configurations[count++] = three_all;
 
     /* the shapes of the accuracy table (one head each), fast gates (the contract's) and slow
      * ones (g x 1e-3: a memory of thousands of tokens) */
@@ -226,7 +235,7 @@ int main(int argc, char **argv)
             for (size_t t = 0; slow && t < T; t++)
                 p.g[t] *= (real_t)1e-3;
             double *oracle_o = malloc(T * K * sizeof *oracle_o), *oracle_state = malloc(K * K * sizeof *oracle_state);
-            double rows[SOURCES + 5][2];
+            double rows[SOURCES + 7][2];
             if (!oracle_o || !oracle_state || gdn_oracle(&p, oracle_o, oracle_state)) {
                 fprintf(stderr, "error_sources: error: out of memory\n");
                 return 1;
