@@ -13,7 +13,8 @@
 #include "test_support.h"
 
 static const gdn_stage corpus_stage = {
-    .name = "corpus", .idea = "command-line corpus", .options = GDN_OPTION_CHUNK | GDN_OPTION_SEGMENTS};
+    .name = "corpus", .idea = "command-line corpus",
+    .options = GDN_OPTION_CHUNK | GDN_OPTION_SEGMENTS | GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED};
 
 /* The names in a corpus folder, sorted; returns how many (at least one is asserted). */
 static int corpus_files(const char *dir, char names[][256], int most)

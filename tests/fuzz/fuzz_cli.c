@@ -12,7 +12,8 @@
 #include "arguments.h"
 
 static const gdn_stage fuzz_stage = {
-    .name = "fuzz", .idea = "command-line fuzzing", .options = GDN_OPTION_CHUNK | GDN_OPTION_SEGMENTS};
+    .name = "fuzz", .idea = "command-line fuzzing",
+    .options = GDN_OPTION_CHUNK | GDN_OPTION_SEGMENTS | GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
