@@ -93,11 +93,15 @@ def test_forward_against_fp64(B, T, H, K, V, scale, with_h0, l2norm):
 
 @pytest.mark.parametrize("stage", gdn_steps.FORWARD_STAGES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_every_stage(stage, dtype):
-    q, k, v, g, beta, h0 = problem(2, 77, 2, 32, 24, HV=4, dtype=dtype, seed=11, with_h0=True)
+@pytest.mark.parametrize("packed", [False, True])
+def test_every_stage(stage, dtype, packed):
+    cu_seqlens = torch.tensor([0, 1, 64, 65, 154]) if packed else None
+    B, T = (1, 154) if packed else (2, 77)
+    q, k, v, g, beta, h0 = problem(B, T, 2, 32, 24, HV=4, dtype=dtype, seed=11, with_h0=True,
+                                   sequences=4 if packed else None)
     o, ht = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
-                                             stage=stage, chunk=16, segments=5)
-    want_o, want_ht = reference(q, k, v, g, beta, h0=h0)
+                                             cu_seqlens=cu_seqlens, stage=stage, chunk=16, segments=5)
+    want_o, want_ht = reference(q, k, v, g, beta, h0=h0, cu_seqlens=cu_seqlens)
     bound = DOUBLE_BOUND if dtype == torch.float64 else FLOAT_BOUND
     assert o.dtype == dtype
     assert relative_error(o, want_o) <= bound and relative_error(ht, want_ht) <= bound
