@@ -176,10 +176,11 @@ int gdn_backward_stage_main(int argc, char **argv, const gdn_backward_stage *sta
     char options[32] = "";
     if (stage->options & GDN_OPTION_CHUNK)
         snprintf(options, sizeof options, " chunk=%zu", s->chunk);
-    printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d threads=%d%s reps=%d median_ms=%.4f "
+    char layout[64];
+    printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu%s h0=%d threads=%d%s reps=%d median_ms=%.4f "
            "gflops=%.3f%s\n",
-           stage->name, REAL_NAME, p->B, p->T, p->H, p->K, p->V, p->h0 != NULL, s->threads, options, s->reps,
-           1e3 * median_seconds, flops / median_seconds * 1e-9, checks);
+           stage->name, REAL_NAME, p->B, p->T, p->H, p->K, p->V, gdn_layout_text(p, layout, sizeof layout),
+           p->h0 != NULL, s->threads, options, s->reps, 1e3 * median_seconds, flops / median_seconds * 1e-9, checks);
     status = check_failed;
     goto finish;
 failed:

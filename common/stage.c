@@ -145,6 +145,16 @@ int gdn_check_layout(const gdn_stage *stage, const gdn_problem *p)
     return 0;
 }
 
+const char *gdn_layout_text(const gdn_problem *p, char *text, size_t size)
+{
+    text[0] = '\0';
+    if (gdn_value_heads(p) != p->H)
+        snprintf(text, size, " HV=%zu", gdn_value_heads(p));
+    if (p->offsets)
+        snprintf(text + strlen(text), size - strlen(text), " sequences=%zu", p->sequences);
+    return text;
+}
+
 /* The problem --B ... --HV --lengths describe, allocated (zeroed). */
 static int alloc_drawn(const gdn_settings *s, gdn_problem *p)
 {
@@ -242,15 +252,11 @@ int gdn_stage_main(int argc, char **argv, const gdn_stage *stage)
         snprintf(options + strlen(options), sizeof options - strlen(options), " segments=%zu", s.segments);
     if (stage->options & GDN_OPTION_PRECISE)
         snprintf(options + strlen(options), sizeof options - strlen(options), " precise=%d", s.precise);
-    char layout[64] = ""; /* only where the layout is more than B rows of T tokens, H heads */
-    if (gdn_value_heads(&p) != p.H)
-        snprintf(layout, sizeof layout, " HV=%zu", gdn_value_heads(&p));
-    if (p.offsets)
-        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), " sequences=%zu", p.sequences);
+    char layout[64];
     double flops = stage->counted_flops(&p, &s);
     printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu%s h0=%d threads=%d%s reps=%d "
            "median_ms=%.4f gflops=%.3f%s\n",
-           stage->name, REAL_NAME, p.B, p.T, p.H, p.K, p.V, layout, p.h0 != NULL, s.threads, options, s.reps,
+           stage->name, REAL_NAME, p.B, p.T, p.H, p.K, p.V, gdn_layout_text(&p, layout, sizeof layout), p.h0 != NULL, s.threads, options, s.reps,
            1e3 * median_seconds, flops / median_seconds * 1e-9, checks);
     status = check; /* 0, or 1 when a check failed (said on stderr above) */
     goto finish;

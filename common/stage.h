@@ -108,6 +108,9 @@ int gdn_parse_lengths(const char *text, size_t *lengths, size_t capacity, size_t
 /* 0 when the stage takes p's layout; else -1 and one line naming what it does not take
  * (grouped value heads without GDN_OPTION_VALUE_HEADS, a packed batch without GDN_OPTION_PACKED). */
 int gdn_check_layout(const gdn_stage *stage, const gdn_problem *p);
+/* The result line's layout fields, " HV=.. sequences=..", each only where the layout has it
+ * (empty for B rows of T tokens with HV = H); into text, returned. */
+const char *gdn_layout_text(const gdn_problem *p, char *text, size_t size);
 
 /* Options of the small tools under plots/ (not the stages' options): argv holds pairs
  * `--name value`, each name one of names[] (NULL-terminated), each value a positive integer

@@ -167,9 +167,10 @@ int gdn_library_backward(const char *stage_name, const gdn_library_call *c, cons
         release(&p);
         return -1;
     }
-    if (p.HV != p.H || p.offsets) {
+    const gdn_stage layouts = {.name = stage->name, .options = stage->options};
+    if (gdn_check_layout(&layouts, &p)) {
         release(&p);
-        return gdn_set_error("%s runs HV = H and B sequences of T tokens only", stage->name);
+        return -1;
     }
     if (stage->resolve_options)
         stage->resolve_options(&p, &s);

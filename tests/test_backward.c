@@ -1,6 +1,7 @@
 /* test_backward.c -- the backward stages: the fp64 backward oracle against central finite
- * differences of the forward oracle; 09 against the oracle; 10 against 09 for every chunk size
- * the forward allows and against the oracle; extremes; the binaries' cotangent files. */
+ * differences of the forward oracle; 09 against the oracle, grouped value heads and packed
+ * batches included; 10 against 09 for every chunk size the forward allows and against the
+ * oracle; extremes; the binaries' cotangent files. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,12 +113,18 @@ static double oracle_loss(const gdn_problem *p, const gdn_cotangents *c, double 
 /* The backward oracle, and stage 09's double build, are the gradient of that loss: each input
  * nudged by +-1e-6 in turn, the central difference (L+ - L-) / 2e-6 (error: 1e-12 from the third
  * derivative, 1e-10 |L| from rounding) matches each to 1e-6 relative over each tensor. Shapes: a
- * few tokens, and 70 tokens, one past the stretch of 64 kept states; gates and betas drawn, and
- * h0. _i: the shape, then the oracle (0, 1) or stage 09 (2, 3). */
+ * few tokens, and 70 tokens, one past the stretch of 64 kept states; three value heads on one
+ * key head; a packed batch of 3, 1 and 5 tokens with two value heads a key head; gates and
+ * betas drawn, and h0. _i: the shape, then the oracle (0-3) or stage 09 (4-7). */
 START_TEST(backward_oracle_is_the_gradient)
 {
-    static const test_shape shapes[] = {{1, 9, 2, 3, 4}, {1, 70, 1, 4, 3}};
-    gdn_problem p = test_problem(shapes[_i % 2], 1, 2000 + _i);
+    static const size_t lengths[3] = {3, 1, 5};
+    static const gdn_layout layouts[] = {
+        {.B = 1, .T = 9, .H = 2, .K = 3, .V = 4, .with_h0 = 1},
+        {.B = 1, .T = 70, .H = 1, .K = 4, .V = 3, .with_h0 = 1},
+        {.B = 1, .T = 9, .H = 1, .HV = 3, .K = 3, .V = 4, .with_h0 = 1},
+        {.B = 1, .T = 9, .H = 2, .HV = 4, .K = 3, .V = 2, .lengths = lengths, .sequences = 3, .with_h0 = 1}};
+    gdn_problem p = test_layout_problem(&layouts[_i % 4], 2000 + _i);
     gdn_cotangents c = test_cotangents(&p, 2000 + _i);
     const size_t o_count = gdn_tokens(&p) * p.V, ht_count = gdn_state_count(&p);
     double *o = malloc((o_count + ht_count) * sizeof *o);
@@ -127,7 +134,7 @@ START_TEST(backward_oracle_is_the_gradient)
     ck_assert_int_eq(gdn_gradients_f64_alloc(&g, &p), 0);
     ck_assert_int_eq(gdn_backward_oracle(&p, &c, o, o + o_count, &g), 0);
     backward_run loop = run_backward(&backward_loop_stage, &p, &c, 0);
-    const char *checked = _i < 2 ? "the oracle's" : "09's";
+    const char *checked = _i < 4 ? "the oracle's" : "09's";
     real_t *inputs[GDN_GRADIENT_TENSORS] = {p.q, p.k, p.v, p.g, p.beta, p.h0};
     for (int t = 0; t < GDN_GRADIENT_TENSORS; t++) {
         gdn_tensor_shape s = gdn_gradient_shape(&p, t);
@@ -140,7 +147,7 @@ START_TEST(backward_oracle_is_the_gradient)
             inputs[t][i] = x;
             finite[i] = (up - down) / (2 * h);
         }
-        const double *gradient = _i < 2 ? gdn_gradient_f64_tensor(&g, t) : gdn_gradient_tensor(&loop.g, t);
+        const double *gradient = _i < 4 ? gdn_gradient_f64_tensor(&g, t) : gdn_gradient_tensor(&loop.g, t);
         gdn_difference d = gdn_compare(finite, gradient, s.count);
         ck_assert_msg(gdn_within(d, 1e-6), "%s: finite differences %.3e from %s gradient", s.name, d.relative,
                       checked);
@@ -330,15 +337,94 @@ START_TEST(backward_binaries_refuse_bad_cotangents)
 }
 END_TEST
 
+/* Grouped value heads read one key head: the backward oracle gives, bit for bit, what it gives
+ * on the plain problem whose q and k are repeated for every value head, dq and dk summed over
+ * each key head's value heads in order. _i: ratio 2-4, with and without h0. */
+START_TEST(backward_oracle_grouped_equals_keys_repeated)
+{
+    const size_t ratio = 2 + (size_t)_i % 3, H = 2;
+    const gdn_layout grouped = {.B = 2, .T = 70, .H = H, .HV = H * ratio, .K = 5, .V = 4, .with_h0 = _i / 3};
+    const gdn_layout repeated = {.B = 2, .T = 70, .H = H * ratio, .K = 5, .V = 4, .with_h0 = _i / 3};
+    gdn_problem p = test_layout_problem(&grouped, 2600 + _i), plain;
+    ck_assert_int_eq(gdn_problem_alloc_layout(&plain, &repeated), 0);
+    const size_t HV = p.HV, K = p.K, positions = p.B * p.T;
+    for (size_t position = 0; position < positions; position++)
+        for (size_t h = 0; h < HV; h++) { /* FLA's rule written out: value head h reads key head h / ratio */
+            memcpy(plain.q + (position * HV + h) * K, p.q + (position * H + h / ratio) * K, K * sizeof(real_t));
+            memcpy(plain.k + (position * HV + h) * K, p.k + (position * H + h / ratio) * K, K * sizeof(real_t));
+        }
+    memcpy(plain.v, p.v, gdn_tokens(&p) * p.V * sizeof(real_t));
+    memcpy(plain.g, p.g, gdn_tokens(&p) * sizeof(real_t));
+    memcpy(plain.beta, p.beta, gdn_tokens(&p) * sizeof(real_t));
+    if (p.h0)
+        memcpy(plain.h0, p.h0, gdn_state_count(&p) * sizeof(real_t));
+    gdn_cotangents c = test_cotangents(&p, 2600 + _i);
+    const size_t o_count = gdn_tokens(&p) * p.V, ht_count = gdn_state_count(&p);
+    double *out = malloc(2 * (o_count + ht_count) * sizeof *out), *plain_out = out + o_count + ht_count;
+    gdn_gradients_f64 g, plain_g;
+    ck_assert_ptr_nonnull(out);
+    ck_assert_int_eq(gdn_gradients_f64_alloc(&g, &p), 0);
+    ck_assert_int_eq(gdn_gradients_f64_alloc(&plain_g, &plain), 0);
+    ck_assert_int_eq(gdn_backward_oracle(&p, &c, out, out + o_count, &g), 0);
+    ck_assert_int_eq(gdn_backward_oracle(&plain, &c, plain_out, plain_out + o_count, &plain_g), 0);
+    ck_assert_msg(memcmp(out, plain_out, (o_count + ht_count) * sizeof *out) == 0, "o or ht differ");
+    for (int t = 2; t < GDN_GRADIENT_TENSORS; t++) /* dv, dg, dbeta, dh0: one value head each */
+        if (gdn_gradient_present(&p, t))
+            ck_assert_msg(memcmp(gdn_gradient_f64_tensor(&g, t), gdn_gradient_f64_tensor(&plain_g, t),
+                                 gdn_gradient_shape(&p, t).count * sizeof(double)) == 0,
+                          "%s differs", gdn_gradient_shape(&p, t).name);
+    for (size_t position = 0; position < positions; position++)
+        for (size_t key_head = 0; key_head < H; key_head++)
+            for (size_t i = 0; i < K; i++) {
+                double dq = 0.0, dk = 0.0;
+                for (size_t h = key_head * ratio; h < (key_head + 1) * ratio; h++)
+                    dq += plain_g.dq[(position * HV + h) * K + i], dk += plain_g.dk[(position * HV + h) * K + i];
+                ck_assert(dq == g.dq[(position * H + key_head) * K + i] && dk == g.dk[(position * H + key_head) * K + i]);
+            }
+    ck_assert(g.dq[0] != 0.0 && isfinite(g.dq[0]));
+    gdn_gradients_f64_free(&g);
+    gdn_gradients_f64_free(&plain_g);
+    free(out);
+    gdn_cotangents_free(&c);
+    gdn_problem_free(&plain);
+    gdn_problem_free(&p);
+}
+END_TEST
+
+/* Stage 09 against the oracle on grouped value heads and packed batches: HV / H from 1 to 4,
+ * lengths around the stretch of 64 kept states and one long sequence beside short ones, with and
+ * without h0. _i: 16 cases. */
+START_TEST(backward_loop_layouts_equal_oracle)
+{
+    static const size_t around[4] = {1, 63, 64, 65}, mixed[6] = {200, 1, 7, 33, 2, 70};
+    const size_t ratio = 1 + (size_t)_i % 4;
+    gdn_layout l = {.B = 1, .T = 193, .H = 2, .HV = 2 * ratio, .K = 8, .V = 6, .lengths = around, .sequences = 4,
+                    .with_h0 = _i / 8};
+    if (_i / 4 % 2)
+        l.T = 313, l.lengths = mixed, l.sequences = 6;
+    gdn_problem p = test_layout_problem(&l, 2700 + _i);
+    gdn_cotangents c = test_cotangents(&p, 2700 + _i);
+    backward_run loop = run_backward(&backward_loop_stage, &p, &c, 0);
+    char what[80];
+    snprintf(what, sizeof what, "HV/H=%zu, %zu sequences, h0=%d", ratio, l.sequences, l.with_h0);
+    assert_matches_oracle(&p, &c, &loop, GDN_TOLERANCE_BACKWARD_VS_ORACLE, what);
+    free_run(&loop);
+    gdn_cotangents_free(&c);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 Suite *backward_suite(void)
 {
     Suite *suite = suite_create("backward");
     TCase *oracle = tcase_create("oracle");
     tcase_set_timeout(oracle, 120);
 #ifdef GDN_DOUBLE /* finite differences need the double build's inputs: a float input nudged by 1e-6 rounds */
-    tcase_add_loop_test(oracle, backward_oracle_is_the_gradient, 0, 4);
+    tcase_add_loop_test(oracle, backward_oracle_is_the_gradient, 0, 8);
 #endif
     tcase_add_loop_test(oracle, backward_loop_equals_oracle_over_grid, 0, 2 * test_grid_count);
+    tcase_add_loop_test(oracle, backward_oracle_grouped_equals_keys_repeated, 0, 6);
+    tcase_add_loop_test(oracle, backward_loop_layouts_equal_oracle, 0, 16);
     suite_add_tcase(suite, oracle);
     TCase *chunked = tcase_create("chunked");
     tcase_set_timeout(chunked, 120);

@@ -195,7 +195,7 @@ END_TEST
 
 enum fault {
     NOT_INCREASING, LAST_NOT_T, FIRST_NOT_0, FLOAT_OFFSETS, TWO_D_OFFSETS, HV_NOT_MULTIPLE, STATES_NOT_N,
-    ROWS_WITH_OFFSETS, STAGE_09_GROUPED, STAGE_10_PACKED, NO_FAULT
+    ROWS_WITH_OFFSETS, STAGE_10_GROUPED, STAGE_10_PACKED, NO_FAULT
 };
 static const struct {
     enum fault fault;
@@ -209,7 +209,7 @@ static const struct {
     {HV_NOT_MULTIPLE, "01_naive_loop", "/v.npy: HV=3 value heads is not a multiple of q's H=2 key heads"},
     {STATES_NOT_N, "05_wy_chunked", "/h0.npy: shape (3, 4, 4, 4) disagrees with the other tensors, which say (2, 4, 4, 4) [N, HV, K, V]"},
     {ROWS_WITH_OFFSETS, "01_naive_loop", "/cu_seqlens.npy: a packed batch is one row of tokens, but q has B=2 rows"},
-    {STAGE_09_GROUPED, "09_backward_loop", "09_backward_loop runs HV = H only; these inputs have grouped value heads (HV=4 over H=2)"},
+    {STAGE_10_GROUPED, "10_backward_chunked", "10_backward_chunked runs HV = H only; these inputs have grouped value heads (HV=4 over H=2)"},
     {STAGE_10_PACKED, "10_backward_chunked", "10_backward_chunked runs B sequences of T tokens only; these inputs are a packed batch of 2"},
 };
 
@@ -264,7 +264,7 @@ START_TEST(bad_layout_files_refused)
         break;
     }
     case ROWS_WITH_OFFSETS: write_offsets(dir, one_d, rows, 24); break;
-    case STAGE_09_GROUPED: case STAGE_10_PACKED: case NO_FAULT: break;
+    case STAGE_10_GROUPED: case STAGE_10_PACKED: case NO_FAULT: break;
     }
     snprintf(arguments, sizeof arguments, "--in %s --reps 1", dir);
     int status = test_run_program("", file_faults[_i].binary, arguments, text, sizeof text, errors, sizeof errors);
@@ -283,7 +283,7 @@ static const struct {
     {"01_naive_loop", "--lengths 4,x", "--lengths needs a positive integer, got 'x'"},
     {"01_naive_loop", "--lengths 3,4 --B 2", "--lengths sets B = 1 and T to their sum; drop --B and --T"},
     {"05_wy_chunked", "--T 9 --lengths 3,4", "--lengths sets B = 1 and T to their sum; drop --B and --T"},
-    {"09_backward_loop", "--HV 8", "--HV is not an option of 09_backward_loop: it runs HV = H only"},
+    {"10_backward_chunked", "--HV 8", "--HV is not an option of 10_backward_chunked: it runs HV = H only"},
     {"10_backward_chunked", "--lengths 3,4", "--lengths is not an option of 10_backward_chunked"},
     {"01_naive_loop", "--in tests/data/numpy_problem --HV 8", "--in takes sizes, seed and h0 from the folder's files"},
 };

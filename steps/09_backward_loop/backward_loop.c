@@ -16,7 +16,9 @@
  * The loop back needs S_{t-1}, S_t and u_t at every token, in the reverse order of the forward:
  * the forward keeps the state every KEPT_EVERY tokens, and each stretch is recomputed from the
  * state kept before it, just before the loop back walks it (a checkpoint, memory against time).
- * Heads are independent: OpenMP runs one head per thread.
+ * Heads are independent, but value heads that share a key head (grouped value heads) add
+ * their dq and dk into the same rows: OpenMP runs one (sequence, key head) per thread, its
+ * value heads one after another, so each row's sum has one writer and one order.
  *
  * Cost per token and head, counted from the loops (a factor of a loop's row, scale q_i or
  * beta k_i, taken once a row): the forward twice without its read (5 K V each: decay, S^T k,
@@ -55,18 +57,19 @@ static void forward_token(real_t *restrict S, size_t K, size_t V, const real_t *
             S[i * V + j] += k[i] * u[j];
 }
 
-/* One token back (eq. 18a-18c): o_t and the token's gradients; dS from dL/dS_t to dL/dS_{t-1}.
- * S_prev is the state before the token, S_t after it; scratch holds 2 V values. */
-static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t token, const real_t *restrict S_prev,
-                           const real_t *restrict S_t, const real_t *restrict u, real_t *restrict dS, gdn_result *r,
-                           gdn_gradients *g, real_t *restrict scratch)
+/* One token back (eq. 18a-18c): o_t and the token's gradients (dq and dk added to their key
+ * rows); dS from dL/dS_t to dL/dS_{t-1}. token: the value-head token (v, g, beta, o), keys: its
+ * key row (q, k). S_prev is the state before the token, S_t after it; scratch holds 2 V values. */
+static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t token, size_t keys,
+                           const real_t *restrict S_prev, const real_t *restrict S_t, const real_t *restrict u,
+                           real_t *restrict dS, gdn_result *r, gdn_gradients *g, real_t *restrict scratch)
 {
     const size_t K = p->K, V = p->V;
     const real_t alpha = real_exp(p->g[token]), beta = p->beta[token], scale = (real_t)p->scale;
-    const real_t *restrict q = p->q + token * K, *restrict k = p->k + token * K, *restrict v = p->v + token * V;
+    const real_t *restrict q = p->q + keys * K, *restrict k = p->k + keys * K, *restrict v = p->v + token * V;
     const real_t *restrict d_o = c->d_o + token * V;
     real_t *restrict du = scratch, *restrict predicted = scratch + V;
-    real_t *restrict o = r->o + token * V, *restrict dq = g->dq + token * K, *restrict dk = g->dk + token * K;
+    real_t *restrict o = r->o + token * V, *restrict dq = g->dq + keys * K, *restrict dk = g->dk + keys * K;
     /* the read: o_t = scale S_t^T q_t; dq_t = scale S_t do_t; dS_t += scale q_t do_t^T (18a) */
     for (size_t j = 0; j < V; j++)
         o[j] = 0;
@@ -78,7 +81,7 @@ static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t
             sum += S_t[i * V + j] * d_o[j];
             dS[i * V + j] += scale * q[i] * d_o[j];
         }
-        dq[i] = scale * sum;
+        dq[i] += scale * sum;
     }
     for (size_t j = 0; j < V; j++)
         o[j] *= scale;
@@ -110,7 +113,7 @@ static void backward_token(const gdn_problem *p, const gdn_cotangents *c, size_t
             dg += dS_decayed * decayed;
             dS[i * V + j] = alpha * dS_decayed;
         }
-        dk[i] = from_write - beta * from_error;
+        dk[i] += from_write - beta * from_error;
     }
     g->dg[token] = dg;
 }
@@ -119,7 +122,11 @@ static int backward_loop_backward(const gdn_problem *p, const gdn_cotangents *c,
                                   gdn_gradients *g)
 {
     (void)s;
-    const size_t K = p->K, V = p->V, KV = K * V, kept = (p->T + KEPT_EVERY - 1) / KEPT_EVERY;
+    const size_t K = p->K, V = p->V, KV = K * V, HV = gdn_value_heads(p), N = gdn_sequences(p), group = HV / p->H;
+    size_t longest = 0;
+    for (size_t n = 0; n < N; n++)
+        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
+    const size_t kept = (longest + KEPT_EVERY - 1) / KEPT_EVERY;
     gdn_scratch scratch;
     /* the kept states, a stretch's states and u's, dS, the step's 2 V */
     if (gdn_scratch_alloc(&scratch, ((kept + KEPT_EVERY + 1) * KV + (KEPT_EVERY + 2) * V) * sizeof(real_t)))
@@ -128,40 +135,49 @@ static int backward_loop_backward(const gdn_problem *p, const gdn_cotangents *c,
     {
         real_t *kept_states = gdn_scratch_mine(&scratch), *states = kept_states + kept * KV;
         real_t *dS = states + KEPT_EVERY * KV, *us = dS + KV, *step_scratch = us + KEPT_EVERY * V;
-#pragma omp for collapse(2) schedule(static)
-        for (size_t b = 0; b < p->B; b++)
-            for (size_t h = 0; h < p->H; h++) {
-                const size_t head = gdn_head(p, b, h);
-                /* forward: keep the state before every KEPT_EVERY-th token; ht */
-                real_t *S = states;
-                gdn_initial_state(p, head, S);
-                for (size_t t = 0; t < p->T; t++) {
-                    const size_t token = gdn_token(p, b, t, h);
-                    if (t % KEPT_EVERY == 0)
-                        memcpy(kept_states + t / KEPT_EVERY * KV, S, KV * sizeof *S);
-                    forward_token(S, K, V, p->k + token * K, p->v + token * V, real_exp(p->g[token]), p->beta[token],
-                                  us);
+#pragma omp for collapse(2) schedule(dynamic) /* sequences may differ in length */
+        for (size_t n = 0; n < N; n++)
+            for (size_t key_head = 0; key_head < p->H; key_head++) {
+                const size_t start = gdn_sequence_start(p, n), T = gdn_sequence_length(p, n);
+                for (size_t t = start; t < start + T; t++) { /* dq and dk: sums over the group's value heads */
+                    memset(g->dq + gdn_key_token(p, t, key_head * group) * K, 0, K * sizeof(real_t));
+                    memset(g->dk + gdn_key_token(p, t, key_head * group) * K, 0, K * sizeof(real_t));
                 }
-                memcpy(r->ht + head * KV, S, KV * sizeof *S);
-                /* back: dS = dL/dS_{T-1} = dht, then stretch by stretch from the last */
-                memcpy(dS, c->dht + head * KV, KV * sizeof *dS);
-                for (size_t stretch = kept; stretch-- > 0;) {
-                    const size_t first = stretch * KEPT_EVERY, end = first + KEPT_EVERY < p->T ? first + KEPT_EVERY : p->T;
-                    const real_t *before = kept_states + stretch * KV;
-                    for (size_t t = first; t < end; t++) { /* states[n]: after token first + n */
-                        const size_t token = gdn_token(p, b, t, h), n = t - first;
-                        memcpy(states + n * KV, n ? states + (n - 1) * KV : before, KV * sizeof *states);
-                        forward_token(states + n * KV, K, V, p->k + token * K, p->v + token * V, real_exp(p->g[token]),
-                                      p->beta[token], us + n * V);
+                for (size_t h = key_head * group; h < (key_head + 1) * group; h++) {
+                    const size_t head = gdn_head(p, n, h);
+                    /* forward: keep the state before every KEPT_EVERY-th token; ht */
+                    real_t *S = states;
+                    gdn_initial_state(p, head, S);
+                    for (size_t t = 0; t < T; t++) {
+                        const size_t token = gdn_value_token(p, start + t, h), keys = gdn_key_token(p, start + t, h);
+                        if (t % KEPT_EVERY == 0)
+                            memcpy(kept_states + t / KEPT_EVERY * KV, S, KV * sizeof *S);
+                        forward_token(S, K, V, p->k + keys * K, p->v + token * V, real_exp(p->g[token]), p->beta[token],
+                                      us);
                     }
-                    for (size_t t = end; t-- > first;) {
-                        const size_t n = t - first;
-                        backward_token(p, c, gdn_token(p, b, t, h), n ? states + (n - 1) * KV : before,
-                                       states + n * KV, us + n * V, dS, r, g, step_scratch);
+                    memcpy(r->ht + head * KV, S, KV * sizeof *S);
+                    /* back: dS = dL/dS_{T-1} = dht, then stretch by stretch from the last */
+                    memcpy(dS, c->dht + head * KV, KV * sizeof *dS);
+                    for (size_t stretch = (T + KEPT_EVERY - 1) / KEPT_EVERY; stretch-- > 0;) {
+                        const size_t first = stretch * KEPT_EVERY, end = first + KEPT_EVERY < T ? first + KEPT_EVERY : T;
+                        const real_t *before = kept_states + stretch * KV;
+                        for (size_t t = first; t < end; t++) { /* states[at]: after token first + at */
+                            const size_t token = gdn_value_token(p, start + t, h), at = t - first;
+                            const size_t keys = gdn_key_token(p, start + t, h);
+                            memcpy(states + at * KV, at ? states + (at - 1) * KV : before, KV * sizeof *states);
+                            forward_token(states + at * KV, K, V, p->k + keys * K, p->v + token * V,
+                                          real_exp(p->g[token]), p->beta[token], us + at * V);
+                        }
+                        for (size_t t = end; t-- > first;) {
+                            const size_t at = t - first;
+                            backward_token(p, c, gdn_value_token(p, start + t, h), gdn_key_token(p, start + t, h),
+                                           at ? states + (at - 1) * KV : before, states + at * KV, us + at * V, dS, r,
+                                           g, step_scratch);
+                        }
                     }
+                    if (g->dh0)
+                        memcpy(g->dh0 + head * KV, dS, KV * sizeof *dS);
                 }
-                if (g->dh0)
-                    memcpy(g->dh0 + head * KV, dS, KV * sizeof *dS);
             }
     }
     gdn_scratch_free(&scratch);
@@ -177,7 +193,7 @@ double backward_loop_flops(const gdn_problem *p, const gdn_settings *s)
 const gdn_backward_stage backward_loop_stage = {
     .name = "09_backward_loop",
     .idea = "the gradients: the adjoint recurrence, one token at a time backwards, states recomputed per stretch",
-    .options = 0,
+    .options = GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED,
     .backward = backward_loop_backward,
     .counted_flops = backward_loop_flops,
 };
