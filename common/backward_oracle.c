@@ -30,9 +30,7 @@ static void token_forward(double *S, size_t K, size_t V, const real_t *k, const 
 int gdn_backward_oracle(const gdn_problem *p, const gdn_cotangents *c, double *o, double *ht, gdn_gradients_f64 *g)
 {
     const size_t K = p->K, V = p->V, KV = K * V, HV = gdn_value_heads(p), N = gdn_sequences(p), group = HV / p->H;
-    size_t longest = 0;
-    for (size_t n = 0; n < N; n++)
-        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
+    const size_t longest = gdn_longest_sequence(p);
     const size_t kept = (longest + EVERY - 1) / EVERY;
     gdn_scratch scratch;
     /* kept states, the EVERY states of a stretch and its u's, dS, and a V-vector */

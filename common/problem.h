@@ -47,6 +47,14 @@ static inline size_t gdn_sequence_length(const gdn_problem *p, size_t n)
 {
     return p->offsets ? p->offsets[n + 1] - p->offsets[n] : p->T;
 }
+/* The longest sequence's length: T, or the widest span of a packed batch. */
+static inline size_t gdn_longest_sequence(const gdn_problem *p)
+{
+    size_t longest = 0;
+    for (size_t n = 0; n < gdn_sequences(p); n++)
+        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
+    return longest;
+}
 /* The value-head token at a position, and the row of its keys (key head h / (HV / H)). */
 static inline size_t gdn_value_token(const gdn_problem *p, size_t position, size_t h)
 {

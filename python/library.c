@@ -111,11 +111,8 @@ static int problem_of(const gdn_library_call *c, gdn_problem *p, gdn_settings *s
  * on stderr, which a library must not write to. */
 static void quiet_segments(const gdn_problem *p, gdn_settings *s)
 {
-    size_t longest = 0;
-    for (size_t n = 0; n < gdn_sequences(p); n++)
-        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
-    if (s->segments > longest)
-        s->segments = longest;
+    if (s->segments > gdn_longest_sequence(p))
+        s->segments = gdn_longest_sequence(p);
 }
 
 /* Only the problem's offsets were allocated here; the tensors are the caller's. */

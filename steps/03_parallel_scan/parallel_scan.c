@@ -56,9 +56,7 @@ static int parallel_scan_forward(const gdn_problem *p, const gdn_settings *s, gd
 {
     (void)s;
     const size_t K = p->K, V = p->V, map_size = K * (K + V), HV = gdn_value_heads(p), N = gdn_sequences(p);
-    size_t longest = 0;
-    for (size_t n = 0; n < N; n++)
-        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
+    const size_t longest = gdn_longest_sequence(p);
     size_t bytes, factors[3] = {longest, map_size, sizeof(real_t)};
     if (gdn_multiply_sizes(&bytes, 3, factors) || gdn_memory_check(bytes, "stage 03's T maps of one head"))
         return -1;

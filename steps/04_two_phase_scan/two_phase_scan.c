@@ -96,15 +96,6 @@ static double first_segment_weight(size_t K, size_t V)
     return (5.0 * (double)K * W + 2 * W) / (7.0 * (double)K * (double)V + 3.0 * (double)V);
 }
 
-/* The longest sequence: the most segments any head can be cut into. */
-static size_t longest_sequence(const gdn_problem *p)
-{
-    size_t longest = 0;
-    for (size_t n = 0; n < gdn_sequences(p); n++)
-        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
-    return longest;
-}
-
 /* Head `head` (sequence head / HV, value head head % HV): its first position, its length, and
  * its segment count, P or fewer where the sequence has fewer tokens. */
 typedef struct {
@@ -123,8 +114,8 @@ static int two_phase_scan_forward(const gdn_problem *p, const gdn_settings *s, g
     const double weight = first_segment_weight(K, V);
     /* per head: P folded maps [A | B] (slots 0 and P - 1 unused) and P start states */
     size_t per_head = P * (K * W + K * V), bytes, factors[3] = {heads, per_head, sizeof(real_t)};
-    if (P == 0 || P > longest_sequence(p))
-        return gdn_set_error("04_two_phase_scan needs 1 <= segments <= T, got %zu for T=%zu", P, longest_sequence(p));
+    if (P == 0 || P > gdn_longest_sequence(p))
+        return gdn_set_error("04_two_phase_scan needs 1 <= segments <= T, got %zu for T=%zu", P, gdn_longest_sequence(p));
     if (gdn_multiply_sizes(&bytes, 3, factors) || gdn_memory_check(bytes, "stage 04's summaries"))
         return -1;
     real_t *summaries = malloc(bytes);
@@ -217,7 +208,7 @@ static double two_phase_scan_flops(const gdn_problem *p, const gdn_settings *s)
  * (P = threads would leave one thread idle in each phase, and at 2 threads give no speedup.) */
 static void two_phase_scan_resolve_options(const gdn_problem *p, gdn_settings *s)
 {
-    size_t heads = gdn_sequences(p) * gdn_value_heads(p), threads = (size_t)s->threads, T = longest_sequence(p);
+    size_t heads = gdn_sequences(p) * gdn_value_heads(p), threads = (size_t)s->threads, T = gdn_longest_sequence(p);
     if (s->segments == 0) {
         s->segments = 1 + (threads + heads - 1) / heads;
         if (s->segments > T) /* a default needs no note: at most one segment per token */

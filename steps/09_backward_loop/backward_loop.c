@@ -123,9 +123,7 @@ static int backward_loop_backward(const gdn_problem *p, const gdn_cotangents *c,
 {
     (void)s;
     const size_t K = p->K, V = p->V, KV = K * V, HV = gdn_value_heads(p), N = gdn_sequences(p), group = HV / p->H;
-    size_t longest = 0;
-    for (size_t n = 0; n < N; n++)
-        longest = gdn_sequence_length(p, n) > longest ? gdn_sequence_length(p, n) : longest;
+    const size_t longest = gdn_longest_sequence(p);
     const size_t kept = (longest + KEPT_EVERY - 1) / KEPT_EVERY;
     gdn_scratch scratch;
     /* the kept states, a stretch's states and u's, dS, the step's 2 V */
