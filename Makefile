@@ -82,7 +82,7 @@ SUB_STAGES        := $(if $(GPU_ONLY_BUILT),06a_tensor_cores 06b_producer_consum
 STAGES_IN_ORDER   := $(shell echo $(STAGES) $(SUB_STAGES) | tr ' ' '\n' | sed 's/^\([0-9]*\)_/\1~_/' | LC_ALL=C sort | sed 's/~_/_/')
 GPU_OBJECTS       += $(foreach s,$(SUB_STAGES),$(call stage_object,$(s)))
 GPU_ONLY_BINARIES += $(SUB_STAGES:%=$(BIN)/%)
-CUDA_RUNNER    := $(if $(GPU_STAGES),$(BUILD)/common/cuda_runner.o)
+CUDA_RUNNER    := $(if $(GPU_STAGES),$(BUILD)/common/cuda_runner.o $(BUILD)/common/cuda_backward_runner.o)
 
 # Stage 08 (MPI): built where mpicc is found.
 MPICC     ?= mpicc
@@ -202,7 +202,7 @@ $(call gpu_object,$(1)): $(call gpu_source,$(1)) | require-build
 
 $(BUILD)/main_$(1)_cuda.o: common/main.c | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_cuda_stage -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_cuda_stage $(if $(findstring _backward_,$(1)),-DBACKWARD_STAGE) -c $$< -o $$@
 
 $(BIN)/$(1)_cuda: $(BUILD)/main_$(1)_cuda.o $(call gpu_object,$(1)) $(call stage_object,$(1)) $(foreach u,$(USES_$(1)),$(call stage_object,$(u))) $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	@mkdir -p $$(dir $$@)
@@ -247,7 +247,7 @@ $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$
 endef
 $(foreach s,$(SUB_STAGES),$(eval $(call sub_stage_rules,$(s))))
 
-$(BUILD)/common/cuda_runner.o: common/cuda_runner.cu | require-build
+$(BUILD)/common/cuda_runner.o $(BUILD)/common/cuda_backward_runner.o: $(BUILD)/common/%.o: common/%.cu | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
 

@@ -20,18 +20,64 @@
 #include "timing.h"
 #include "tolerances.h"
 
+/* The host runner: CPU stages compute in place in r and g; the clock is read around backward. */
+typedef struct {
+    const gdn_backward_stage *stage;
+    const gdn_problem *p;
+    const gdn_cotangents *c;
+    const gdn_settings *s;
+} host_context;
+
+static int host_open(const gdn_backward_stage *stage, const gdn_problem *p, const gdn_cotangents *c,
+                     const gdn_settings *s, void **context)
+{
+    if (!stage->backward)
+        return gdn_set_error("%s has no CPU backward pass", stage->name);
+    host_context *h = calloc(1, sizeof *h);
+    if (!h)
+        return gdn_set_error("out of memory");
+    *h = (host_context){stage, p, c, s};
+    *context = h;
+    return 0;
+}
+
+static int host_run(void *context, int poisoned, gdn_result *r, gdn_gradients *g, double *seconds)
+{
+    host_context *h = context;
+    if (poisoned) {
+        gdn_result_poison(r, h->p);
+        gdn_gradients_poison(g, h->p);
+    }
+    const double start = gdn_now_seconds();
+    const int status = h->stage->backward(h->p, h->c, h->s, r, g);
+    *seconds = gdn_now_seconds() - start;
+    return status;
+}
+
+static void host_close(void *context) { free(context); }
+
+static const gdn_backward_runner host_runner = {host_open, host_run, host_close};
+
 int gdn_backward_run_once(const gdn_backward_stage *stage, const gdn_problem *p, const gdn_cotangents *c,
                           const gdn_settings *s, gdn_result *r, gdn_gradients *g)
 {
+    const gdn_backward_runner *runner = stage->runner ? stage->runner : &host_runner;
+    void *context = NULL;
+    double seconds;
     if (gdn_result_alloc(r, p))
         return -1;
     if (gdn_gradients_alloc(g, p)) {
         gdn_result_free(r);
         return -1;
     }
-    gdn_result_poison(r, p);
-    gdn_gradients_poison(g, p);
-    return stage->backward(p, c, s, r, g);
+    if (runner->open(stage, p, c, s, &context)) {
+        if (context)
+            runner->close(context);
+        return -1;
+    }
+    const int status = runner->run(context, 1, r, g, &seconds);
+    runner->close(context);
+    return status;
 }
 
 /* The worst of the comparisons (o, ht, each gradient), and which tensor it is. */
@@ -120,6 +166,8 @@ int gdn_backward_stage_main(int argc, char **argv, const gdn_backward_stage *sta
         return setup > 0 ? 0 : 1;
     const gdn_settings *s = &settings;
     const gdn_problem *p = &problem;
+    const gdn_backward_runner *runner = stage->runner ? stage->runner : &host_runner;
+    void *context = NULL;
     gdn_cotangents c = {0};
     gdn_result r = {0};
     gdn_gradients g = {0};
@@ -135,20 +183,18 @@ int gdn_backward_stage_main(int argc, char **argv, const gdn_backward_stage *sta
         goto failed;
     if (!s->in_dir)
         gdn_cotangents_generate(&c, p, s->seed);
-    if (gdn_result_alloc(&r, p) || gdn_gradients_alloc(&g, p))
+    if (gdn_result_alloc(&r, p) || gdn_gradients_alloc(&g, p) || runner->open(stage, p, &c, s, &context))
         goto failed;
     /* warm-up (poisoned), reps timed runs, the checked run (poisoned) */
     for (int rep = -1; rep <= s->reps; rep++) {
-        if (rep < 0 || rep == s->reps) {
-            gdn_result_poison(&r, p);
-            gdn_gradients_poison(&g, p);
-        }
-        const double start = gdn_now_seconds();
-        if (stage->backward(p, &c, s, &r, &g))
+        double seconds;
+        if (runner->run(context, rep < 0 || rep == s->reps, &r, &g, &seconds))
             goto failed;
         if (rep >= 0 && rep < s->reps)
-            times[rep] = gdn_now_seconds() - start;
+            times[rep] = seconds;
     }
+    runner->close(context);
+    context = NULL;
     const double median_seconds = gdn_median(times, (size_t)s->reps);
     if (gdn_result_check_finite(p, &r) || gdn_gradients_check_finite(&g, p))
         goto failed;
@@ -186,6 +232,8 @@ int gdn_backward_stage_main(int argc, char **argv, const gdn_backward_stage *sta
 failed:
     fail(stage->name);
 finish:
+    if (context)
+        runner->close(context);
     free(times);
     gdn_cotangents_free(&c);
     gdn_result_free(&r);

@@ -13,6 +13,16 @@
 #include "gradients.h"
 #include "stage.h"
 
+#ifdef __cplusplus /* the GPU backward stages (.cu, compiled as C++) include this header too */
+extern "C" {
+#endif
+
+struct gdn_device_problem; /* device.h: the problem, the cotangents and the gradients on the GPU */
+struct gdn_device_cotangents;
+struct gdn_device_result;
+struct gdn_device_gradients;
+typedef struct gdn_backward_runner gdn_backward_runner;
+
 typedef struct gdn_backward_stage {
     const char *name;  /* "09_backward_loop": folder and binary name */
     const char *idea;  /* one line for --help */
@@ -25,7 +35,24 @@ typedef struct gdn_backward_stage {
     double (*counted_flops)(const gdn_problem *p, const gdn_settings *s);
     /* Optional: defaults of its own options once the sizes are known (gdn_stage's). */
     void (*resolve_options)(const gdn_problem *p, gdn_settings *s);
+    /* GPU stages fill in the three below instead of backward, as gdn_stage's device_forward:
+     * the pass on inputs and cotangents already on the GPU, launched on the default stream,
+     * in the workspace device_workspace_bytes asked for (may be NULL: none). */
+    int (*device_backward)(const struct gdn_device_problem *p, const struct gdn_device_cotangents *c,
+                           const gdn_settings *s, struct gdn_device_result *r, struct gdn_device_gradients *g);
+    int (*device_workspace_bytes)(const gdn_problem *p, const gdn_settings *s, size_t *bytes);
+    const gdn_backward_runner *runner; /* NULL: the host runner; GPU stages: &gdn_cuda_backward_runner */
 } gdn_backward_stage;
+
+/* How the driver runs and times a backward pass (gdn_runner's, with the cotangents and the
+ * gradients): the host runner in backward_driver.c, the CUDA one in cuda_backward_runner.cu. */
+struct gdn_backward_runner {
+    int (*open)(const gdn_backward_stage *stage, const gdn_problem *p, const gdn_cotangents *c, const gdn_settings *s,
+                void **context);
+    /* One pass; *seconds its time. poisoned: the outputs are NaN first and come back in r, g. */
+    int (*run)(void *context, int poisoned, gdn_result *r, gdn_gradients *g, double *seconds);
+    void (*close)(void *context);
+};
 
 /* One run of a backward stage with its outputs poisoned (NaN) first; r and g are allocated
  * here. For the tests. Returns the stage's status. */
@@ -34,5 +61,9 @@ int gdn_backward_run_once(const gdn_backward_stage *stage, const gdn_problem *p,
 
 /* The whole binary: returns the process exit status. */
 int gdn_backward_stage_main(int argc, char **argv, const gdn_backward_stage *stage);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

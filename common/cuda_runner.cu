@@ -71,7 +71,7 @@ int gdn_sm_count(void)
     return sms;
 }
 
-static int upload(float **device, const float *host, size_t count)
+int gdn_cuda_upload(float **device, const float *host, size_t count)
 {
     CUDA_CHECK(cudaMalloc((void **)device, count * sizeof(float)));
     CUDA_CHECK(cudaMemcpy(*device, host, count * sizeof(float), cudaMemcpyHostToDevice));
@@ -137,9 +137,9 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
     c->p.scale = (float)host->scale;
     float **q = &c->buffers[0], **k = &c->buffers[1], **v = &c->buffers[2], **g = &c->buffers[3],
           **beta = &c->buffers[4], **h0 = &c->buffers[5];
-    if (upload(q, host->q, tokens * host->K) || upload(k, host->k, tokens * host->K) ||
-        upload(v, host->v, tokens * host->V) || upload(g, host->g, tokens) || upload(beta, host->beta, tokens) ||
-        (host->h0 && upload(h0, host->h0, states)))
+    if (gdn_cuda_upload(q, host->q, tokens * host->K) || gdn_cuda_upload(k, host->k, tokens * host->K) ||
+        gdn_cuda_upload(v, host->v, tokens * host->V) || gdn_cuda_upload(g, host->g, tokens) ||
+        gdn_cuda_upload(beta, host->beta, tokens) || (host->h0 && gdn_cuda_upload(h0, host->h0, states)))
         return -1;
     c->p.q = *q, c->p.k = *k, c->p.v = *v, c->p.g = *g, c->p.beta = *beta, c->p.h0 = *h0;
     if (stage->bf16_inputs) {

@@ -85,6 +85,14 @@ for binary in "$bin"/[0-9][0-9]_backward_*; do
     [ -x "$binary" ] && [ -f "steps/$stage/${stage#??_}.c" ] || continue
     run "$stage" "" "--check-against oracle" "$previous" && previous=$stage
 done
+# their GPU twins, where a GPU answers, each checked against its CPU stage
+if [ -z "$no_gpu" ]; then
+    for binary in "$bin"/[0-9][0-9]_backward_*_cuda; do
+        stage=$(basename "$binary")
+        [ -x "$binary" ] || continue
+        run "$stage" "" "--check-against oracle" "${stage%_cuda}"
+    done
+fi
 base_ms=$forward_base_ms
 
 # The GPU progression, as plots/bench_gpu.sh runs it: the CUDA twins of 01, 03, 04, 05, then
@@ -100,7 +108,7 @@ else
         stage=$(basename "$binary")
         name=${stage%_cuda}
         case "$stage" in
-        08_*) continue ;;
+        08_* | *_backward_*) continue ;; # 08 runs under MPI; the backward stages have their table
         *_cuda) [ -f "steps/$name/${name#??_}.cu" ] || continue ;;
         *) [ -f "steps/$stage/${stage#??_}.cu" ] && [ ! -f "steps/$stage/${stage#??_}.c" ] || continue ;;
         esac

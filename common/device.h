@@ -36,6 +36,20 @@ typedef struct gdn_device_result {
     size_t workspace_bytes;
 } gdn_device_result;
 
+/* A backward pass's cotangents and gradients on the GPU (gradients.h's, fp32, same layouts). */
+typedef struct gdn_device_cotangents {
+    const float *d_o, *dht;
+} gdn_device_cotangents;
+
+typedef struct gdn_device_gradients {
+    float *dq, *dk, *dv, *dg, *dbeta;
+    float *dh0;                      /* NULL without h0 */
+} gdn_device_gradients;
+
+/* The runner GPU backward stages name (cuda_backward_runner.cu). */
+struct gdn_backward_runner;
+extern const struct gdn_backward_runner gdn_cuda_backward_runner;
+
 /* Token (b, t, h)'s index, as gdn_token() on the host: its q row is at q + index * K. */
 #ifdef __CUDACC__
 __host__ __device__
@@ -51,6 +65,10 @@ extern const struct gdn_runner gdn_cuda_runner;
 
 /* 1 when a CUDA device can be used; else 0, with the reason in gdn_last_error(). */
 int gdn_cuda_device_present(void);
+
+/* count floats from the host into a new device buffer *device (cudaMalloc'd; the caller frees
+ * it, also on failure). 0, or -1 with the error set. */
+int gdn_cuda_upload(float **device, const float *host, size_t count);
 
 /* The device's SM count, for the choices a stage makes from it (segments, block shapes);
  * 132, an H200's, where no device answers (the error cleared: the runner reports a missing

@@ -106,5 +106,6 @@ Suite *sequence_parallel_suite(void);
 Suite *segment_choice_suite(void);
 Suite *warp_specialized_choice_suite(void); /* host code of stage 06: runs with or without a GPU */
 Suite *context_parallel_cuda_suite(void); /* host code of stage 07: runs with or without a GPU */
+Suite *gpu_backward_suite(void);          /* tests/gpu/: the GPU backward stages (needs a GPU) */
 
 #endif

@@ -30,6 +30,7 @@ int main(int argc, char **argv)
         srunner_add_suite(runner, tensor_core_stage_suite());
         srunner_add_suite(runner, sequence_parallel_suite());
         srunner_add_suite(runner, context_parallel_cuda_suite());
+        srunner_add_suite(runner, gpu_backward_suite());
     } else
         printf("GPU suites skipped: %s; only the host code of the GPU stages is tested\n", gdn_last_error());
     srunner_set_fork_status(runner, CK_NOFORK);

@@ -1,0 +1,147 @@
+/* cuda_backward_runner.cu -- how the driver runs a GPU backward stage (backward_stage.h's
+ * gdn_backward_runner), as cuda_runner.cu runs a forward one.
+ *
+ * open:  copy the problem and the cotangents do and dht to the device once; allocate o, ht,
+ *        the six gradients, the stage's workspace and a cache-flush buffer; refuse, with the
+ *        byte counts, what the GPU cannot hold.
+ * run:   a timed repetition first overwrites twice the L2 cache, then the pass runs between
+ *        two CUDA events. A poisoned run fills o, ht, every gradient and the workspace with
+ *        all-ones bytes (a NaN) first, and copies o, ht and the gradients back after.
+ * close: free it all.
+ */
+#include <stdlib.h>
+
+#include "backward_stage.h"
+#include "cuda_check.h"
+#include "device.h"
+
+static_assert(sizeof(real_t) == sizeof(float), "GPU stages are built in the float build only");
+
+enum { INPUTS = 8, OUTPUTS = 8 }; /* q k v g beta h0 do dht; o ht dq dk dv dg dbeta dh0 */
+
+typedef struct {
+    const gdn_backward_stage *stage;
+    const gdn_problem *host;
+    const gdn_settings *settings;
+    gdn_device_problem p;
+    gdn_device_cotangents c;
+    gdn_device_result r;
+    gdn_device_gradients g;
+    float *inputs[INPUTS], *outputs[OUTPUTS];
+    size_t output_counts[OUTPUTS];
+    unsigned char *flush;
+    size_t flush_bytes;
+    int flush_value;
+    cudaEvent_t start, stop;
+} backward_context;
+
+static int backward_open(const gdn_backward_stage *stage, const gdn_problem *host, const gdn_cotangents *cot,
+                         const gdn_settings *s, void **context)
+{
+    if (!gdn_cuda_device_present())
+        return -1;
+    if (!stage->device_backward)
+        return gdn_set_error("%s has no GPU backward pass", stage->name);
+    backward_context *c = (backward_context *)calloc(1, sizeof *c);
+    if (!c)
+        return gdn_set_error("out of memory");
+    *context = c;
+    c->stage = stage, c->host = host, c->settings = s;
+    const size_t tokens = gdn_tokens(host), states = gdn_state_count(host);
+    size_t workspace = 0;
+    if (stage->device_workspace_bytes && stage->device_workspace_bytes(host, s, &workspace))
+        return -1;
+    int l2_bytes = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
+    c->flush_bytes = 2 * (size_t)l2_bytes;
+    /* in: q k v g beta [h0] do dht; out: o ht dq dk dv dg dbeta [dh0] */
+    const size_t h0_states = host->h0 ? states : 0;
+    const size_t values = 2 * (tokens * (2 * host->K + 2 * host->V + 2) + h0_states + states);
+    const size_t io = sizeof(float) * values, total = io + workspace + c->flush_bytes;
+    size_t free_bytes = 0, device_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &device_bytes));
+    if (total > free_bytes || total < io)
+        return gdn_set_error("%s needs %zu bytes of GPU memory (%.1f GiB: inputs, cotangents, outputs and gradients "
+                             "%zu, workspace %zu, cache flush %zu), more than the %zu bytes (%.1f GiB) free",
+                             stage->name, total, total / 1073741824.0, io, workspace, c->flush_bytes, free_bytes,
+                             free_bytes / 1073741824.0);
+    c->p.B = host->B, c->p.T = host->T, c->p.H = host->H, c->p.K = host->K, c->p.V = host->V;
+    c->p.scale = (float)host->scale;
+    const float *sources[INPUTS] = {host->q, host->k, host->v, host->g, host->beta, host->h0, cot->d_o, cot->dht};
+    const size_t counts[INPUTS] = {tokens * host->K, tokens * host->K, tokens * host->V, tokens, tokens, h0_states,
+                                   tokens * host->V, states};
+    for (int i = 0; i < INPUTS; i++)
+        if (counts[i] && gdn_cuda_upload(&c->inputs[i], sources[i], counts[i]))
+            return -1;
+    c->p.q = c->inputs[0], c->p.k = c->inputs[1], c->p.v = c->inputs[2], c->p.g = c->inputs[3];
+    c->p.beta = c->inputs[4], c->p.h0 = c->inputs[5], c->c.d_o = c->inputs[6], c->c.dht = c->inputs[7];
+    const size_t out_counts[OUTPUTS] = {tokens * host->V, states, tokens * host->K, tokens * host->K,
+                                        tokens * host->V, tokens, tokens, h0_states};
+    for (int i = 0; i < OUTPUTS; i++) {
+        c->output_counts[i] = out_counts[i];
+        if (out_counts[i])
+            CUDA_CHECK(cudaMalloc((void **)&c->outputs[i], out_counts[i] * sizeof(float)));
+    }
+    c->r.o = c->outputs[0], c->r.ht = c->outputs[1];
+    c->g.dq = c->outputs[2], c->g.dk = c->outputs[3], c->g.dv = c->outputs[4], c->g.dg = c->outputs[5];
+    c->g.dbeta = c->outputs[6], c->g.dh0 = c->outputs[7];
+    c->r.workspace_bytes = workspace;
+    if (workspace)
+        CUDA_CHECK(cudaMalloc(&c->r.workspace, workspace));
+    CUDA_CHECK(cudaMalloc((void **)&c->flush, c->flush_bytes));
+    CUDA_CHECK(cudaEventCreate(&c->start));
+    CUDA_CHECK(cudaEventCreate(&c->stop));
+    return 0;
+}
+
+static int backward_run(void *context, int poisoned, gdn_result *r, gdn_gradients *g, double *seconds)
+{
+    backward_context *c = (backward_context *)context;
+    if (poisoned) {
+        for (int i = 0; i < OUTPUTS; i++)
+            if (c->outputs[i])
+                CUDA_CHECK(cudaMemset(c->outputs[i], 0xFF, c->output_counts[i] * sizeof(float)));
+        if (c->r.workspace)
+            CUDA_CHECK(cudaMemset(c->r.workspace, 0xFF, c->r.workspace_bytes));
+    } else {
+        c->flush_value = (c->flush_value + 1) & 0xFF;
+        CUDA_CHECK(cudaMemset(c->flush, c->flush_value, c->flush_bytes));
+    }
+    CUDA_CHECK(cudaEventRecord(c->start));
+    if (c->stage->device_backward(&c->p, &c->c, c->settings, &c->r, &c->g))
+        return -1;
+    CUDA_CHECK(cudaEventRecord(c->stop));
+    CUDA_CHECK(cudaEventSynchronize(c->stop)); /* a fault inside a kernel surfaces here */
+    CUDA_CHECK(cudaGetLastError());
+    float milliseconds = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&milliseconds, c->start, c->stop));
+    *seconds = 1e-3 * milliseconds;
+    if (poisoned) {
+        float *const hosts[OUTPUTS] = {r->o, r->ht, g->dq, g->dk, g->dv, g->dg, g->dbeta, g->dh0};
+        for (int i = 0; i < OUTPUTS; i++)
+            if (c->outputs[i])
+                CUDA_CHECK(cudaMemcpy(hosts[i], c->outputs[i], c->output_counts[i] * sizeof(float),
+                                      cudaMemcpyDeviceToHost));
+    }
+    return 0;
+}
+
+static void backward_close(void *context)
+{
+    backward_context *c = (backward_context *)context;
+    if (!c)
+        return;
+    for (int i = 0; i < INPUTS; i++)
+        cudaFree(c->inputs[i]);
+    for (int i = 0; i < OUTPUTS; i++)
+        cudaFree(c->outputs[i]);
+    cudaFree(c->r.workspace);
+    cudaFree(c->flush);
+    if (c->start)
+        cudaEventDestroy(c->start);
+    if (c->stop)
+        cudaEventDestroy(c->stop);
+    free(c);
+}
+
+extern "C" const gdn_backward_runner gdn_cuda_backward_runner = {backward_open, backward_run, backward_close};
