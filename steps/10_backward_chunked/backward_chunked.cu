@@ -11,7 +11,7 @@
  * Cost: stage 10's flops (backward_chunked_flops). Workspace per head: gamma and dgamma
  * (double, T each), the decay matrix, Tm, M and P^T (C x C a chunk), -W, U (then Vnew) and dVnew
  * (T (K + 2 V)), S0 and dS_C (K V a chunk), and pass 4's matrices (8 C^2 + C (4 K + V) a chunk).
- * Depth: 2 T / C chunk steps of the chains. Limits: --chunk at most 128.
+ * Depth: 2 T / C chunk steps of the chains. Limits: --chunk at most 128, K at most 1024.
  *
  * Build and run:  make bin/10_backward_chunked_cuda && bin/10_backward_chunked_cuda --T 4096 --H 8 --check-against oracle
  */
@@ -22,7 +22,9 @@
 #include "../../common/device.h"
 #include "backward_chunked.h"
 
-enum { THREADS = 256, COLUMNS = 16, MAX_CHUNK = 128 };
+/* MAX_K: the chains keep K x 16 floats of the state in shared memory (64 KB at 1024), and every
+ * index a * V or i * V stays below 2^31 for V up to the grid's 65535 column tiles */
+enum { THREADS = 256, COLUMNS = 16, MAX_CHUNK = 128, MAX_K = 1024, MAX_COLUMN_TILES = 65535 };
 
 /* the workspace between the passes (backward_chunked.c's, with pass 4's scratch) */
 typedef struct {
@@ -415,17 +417,37 @@ static int workspace_layout(size_t heads, size_t T, size_t K, size_t V, size_t C
     return 0;
 }
 
+/* what the kernels take: one line naming the limit */
+static int check_limits(size_t heads, size_t T, size_t K, size_t V, size_t C)
+{
+    if (C > MAX_CHUNK)
+        return gdn_set_error("--chunk %zu: the GPU backward takes chunks of at most %d tokens", C, (int)MAX_CHUNK);
+    if (K > MAX_K)
+        return gdn_set_error("K = %zu: the GPU backward keeps K x %d of the state in shared memory, K at most %d", K,
+                             (int)COLUMNS, (int)MAX_K);
+    if ((V + COLUMNS - 1) / COLUMNS > MAX_COLUMN_TILES)
+        return gdn_set_error("V = %zu: the GPU backward's chains take at most %d columns", V,
+                             (int)(MAX_COLUMN_TILES * COLUMNS));
+    if (heads * ((T + C - 1) / C) > INT32_MAX)
+        return gdn_set_error("%zu heads of %zu chunks: more blocks than one launch takes", heads, (T + C - 1) / C);
+    return 0;
+}
+
 static int backward_chunked_cuda_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
-    return workspace_layout(p->B * p->H, p->T, p->K, p->V, s->chunk ? s->chunk : 64, NULL, NULL, bytes);
+    const size_t C = s->chunk ? s->chunk : 64;
+    return check_limits(p->B * p->H, p->T, p->K, p->V, C) ||
+                   workspace_layout(p->B * p->H, p->T, p->K, p->V, C, NULL, NULL, bytes)
+               ? -1
+               : 0;
 }
 
 static int backward_chunked_cuda_backward(const gdn_device_problem *p, const gdn_device_cotangents *c,
                                           const gdn_settings *s, gdn_device_result *r, gdn_device_gradients *g)
 {
     const size_t heads = p->B * p->H, C = s->chunk ? s->chunk : 64;
-    if (C > MAX_CHUNK)
-        return gdn_set_error("--chunk %zu: the GPU backward takes chunks of at most %d tokens", C, (int)MAX_CHUNK);
+    if (check_limits(heads, p->T, p->K, p->V, C))
+        return -1;
     backward_workspace w;
     size_t bytes = 0;
     if (workspace_layout(heads, p->T, p->K, p->V, C, r->workspace, &w, &bytes))
