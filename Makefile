@@ -60,10 +60,11 @@ STAGE_BINARIES := $(CPU_STAGES:%=$(BIN)/%)
 # GPU twins: a stage folder holding name.cu also builds bin/NN_name_cuda (float build only;
 # GPU stages compute in fp32). nvcc compiles for CUDA_ARCH; the binaries link the CPU twin's
 # object (for its flop count) and run anywhere, failing with one line where there is no GPU.
+# Position-independent host code (-fPIC): the Python package's library links the same objects.
 NVCC        ?= nvcc
 CUDA_ARCH   ?= sm_90a
 NVCCFLAGS   ?= -O3
-NVCCFLAGS   += -std=c++20 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra -Xptxas -warn-spills,-warn-lmem-usage
+NVCCFLAGS   += -std=c++20 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-fPIC -Xptxas -warn-spills,-warn-lmem-usage
 HAVE_NVCC   := $(shell command -v $(NVCC) 2>/dev/null)
 ifeq ($(PRECISION)$(SANITIZE)$(VALGRIND_BUILD),float)
 ifneq ($(HAVE_NVCC),)
@@ -374,16 +375,30 @@ plots:
 # ---- the Python package (python/gdn_steps, docs/python.md) ----
 # Its native library is the CPU stages (forward 01-05, backward 09 and 10) and python/library.c,
 # built from the same sources as the binaries, once per precision: float64 tensors run the
-# double build. `pip install .` runs `make lib` (setup.py).
+# double build. Where nvcc is found, a third library runs CUDA tensors: the GPU stages that read
+# bf16 (06a, 06b, 06, 07; the objects the binaries link) and python/library_cuda.cu, with the
+# float build's C sources compiled position-independent. `pip install .` runs `make lib` (setup.py).
 LIBRARY_STAGES  := 01_naive_loop 02_affine 03_parallel_scan 04_two_phase_scan 05_wy_chunked 09_backward_loop \
                    10_backward_chunked
 LIBRARY_SOURCES := $(COMMON_SOURCES) $(foreach s,$(LIBRARY_STAGES),$(call stage_source,$(s))) python/library.c
 LIBRARY_CFLAGS  ?= -O3 -march=native
-LIBRARIES       := python/gdn_steps/libgdn_steps_float.so python/gdn_steps/libgdn_steps_double.so
+CUDA_LIBRARY    := $(if $(GPU_ONLY_BUILT),python/gdn_steps/libgdn_steps_cuda.so)
+LIBRARIES       := python/gdn_steps/libgdn_steps_float.so python/gdn_steps/libgdn_steps_double.so $(CUDA_LIBRARY)
 lib: $(LIBRARIES)
-python/gdn_steps/libgdn_steps_%.so: $(LIBRARY_SOURCES) $(wildcard common/*.h steps/*/*.h) | require-build
+python/gdn_steps/libgdn_steps_%.so: $(LIBRARY_SOURCES) $(wildcard common/*.h steps/*/*.h python/*.h) | require-build
 	$(call quiet,CC)$(CC) $(LIBRARY_CFLAGS) -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L \
 	    $(if $(filter double,$*),-DGDN_DOUBLE) -fPIC -shared $(LIBRARY_SOURCES) -o $@ -lm
+CUDA_LIBRARY_OBJECTS := $(foreach s,06a_tensor_cores 06b_producer_consumer 06_warp_specialized 07_sequence_parallel,\
+                          $(call stage_object,$(s))) $(BUILD)/common/cuda_runner.o $(BUILD)/python/library_cuda.o \
+                        $(LIBRARY_SOURCES:%.c=build/pic/%.o)
+build/pic/%.o: %.c | require-build
+	@mkdir -p $(dir $@)
+	$(call quiet,CC)$(CC) $(LIBRARY_CFLAGS) -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L -fPIC -MMD -c $< -o $@
+$(BUILD)/python/library_cuda.o: python/library_cuda.cu | require-build
+	@mkdir -p $(dir $@)
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+python/gdn_steps/libgdn_steps_cuda.so: $(CUDA_LIBRARY_OBJECTS)
+	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) -shared $^ -o $@ -Xcompiler -fopenmp -lm
 # The pytest suite (tests/python/) on the package as `pip install .` installs it; skipped, with
 # the command that installs them, where python3 has no torch or pytest.
 test-python:

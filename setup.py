@@ -31,7 +31,8 @@ setup(
     license="MIT",
     package_dir={"": "python"},
     packages=["gdn_steps"],
-    package_data={"gdn_steps": ["libgdn_steps_float.so", "libgdn_steps_double.so"]},
+    # libgdn_steps_cuda.so where nvcc was found (CUDA tensors)
+    package_data={"gdn_steps": ["libgdn_steps_*.so"]},
     python_requires=">=3.9",
     cmdclass={"build_py": BuildWithLibrary},
     distclass=NativeDistribution,

@@ -7,18 +7,21 @@
  *     CUDA_LAUNCH_WITH_SHARED(kernel, blocks, threads, bytes, args...);   both, for a kernel
  *                                              with more than 48 KB of dynamic shared memory
  *     CUDA_LAUNCH_WITH_SHARED_ON(stream, kernel, blocks, threads, bytes, args...);   the same,
- *                                              into a stream other than the default one
+ *                                              into a stream of the stage's own (0: the pass's)
  *     CUDA_LAUNCH_AFTER_PREVIOUS(kernel, blocks, threads, bytes, args...);   the same, the
  *                                              kernel overlapping the end of the one before
  *
  * Kernel faults that happen later (an illegal address) surface at the next synchronising
  * call, which is checked the same way; the runner synchronises after every timed pass.
+ * Launches go into the pass's stream (device.h, gdn_pass_stream: the default stream unless a
+ * caller such as the Python package names another), so a pass can run in PyTorch's stream.
  */
 #ifndef GDN_CUDA_CHECK_H
 #define GDN_CUDA_CHECK_H
 
 #include <cuda_runtime.h>
 
+#include "device.h"
 #include "error.h"
 
 #define CUDA_CHECK(call)                                                                                  \
@@ -37,17 +40,19 @@
     } while (0)
 
 /* Launch kernel<<<blocks, threads, bytes, stream>>>(...) with `bytes` of dynamic shared memory,
- * allowing more than the default 48 KB (the attribute is set first), and check the launch. */
+ * allowing more than the default 48 KB (the attribute is set first), and check the launch.
+ * A null stream means the pass's stream. */
 #define CUDA_LAUNCH_WITH_SHARED_ON(stream, kernel, blocks, threads, bytes, ...)                           \
     do {                                                                                                  \
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))); \
-        kernel<<<(blocks), (threads), (bytes), (stream)>>>(__VA_ARGS__);                                  \
+        const cudaStream_t stream_ = (stream);                                                            \
+        kernel<<<(blocks), (threads), (bytes), stream_ ? stream_ : gdn_pass_stream()>>>(__VA_ARGS__);     \
         CUDA_CHECK_LAUNCH(#kernel);                                                                       \
     } while (0)
 #define CUDA_LAUNCH_WITH_SHARED(kernel, blocks, threads, bytes, ...) \
     CUDA_LAUNCH_WITH_SHARED_ON(0, kernel, blocks, threads, bytes, __VA_ARGS__)
 
-/* The same into the default stream, but the kernel may start while the kernel before it
+/* The same into the pass's stream, but the kernel may start while the kernel before it
  * finishes (programmatic dependent launch, sm_90 on): its blocks are placed as soon as every
  * block of the one before has run griddepcontrol.launch_dependents (or exited), and must run
  * griddepcontrol.wait before they read anything that kernel, or one before it, wrote. What a
@@ -66,6 +71,7 @@
         config_.dynamicSmemBytes = (bytes);                                                               \
         config_.attrs = &overlap_;                                                                        \
         config_.numAttrs = 1;                                                                             \
+        config_.stream = gdn_pass_stream();                                                               \
         CUDA_CHECK(cudaLaunchKernelEx(&config_, kernel, __VA_ARGS__));                                    \
         CUDA_CHECK_LAUNCH(#kernel);                                                                       \
     } while (0)

@@ -37,6 +37,11 @@ typedef struct {
     cudaEvent_t start, stop;
 } cuda_context;
 
+/* The pass's stream (device.h), one a thread as PyTorch's current stream is. */
+static thread_local cudaStream_t pass_stream = NULL;
+cudaStream_t gdn_pass_stream(void) { return pass_stream; }
+void gdn_set_pass_stream(cudaStream_t stream) { pass_stream = stream; }
+
 /* Why no device answers, in the words that fit: the CUDA runtime reports a missing driver
  * library (no libcuda.so.1: no NVIDIA driver installed, the usual case on a machine without a
  * GPU) as cudaErrorInsufficientDriver, "driver version is insufficient", the same error as a

@@ -3,8 +3,9 @@
  * The CUDA runner (cuda_runner.cu) copies the host problem (problem.h) to the device once,
  * before any timing, in the same layout: q, k [B, T, H, K], v, o [B, T, H, V], g, beta
  * [B, T, H], h0, ht [B, H, K, V], fp32 row-major. A GPU stage's device_forward reads these
- * pointers and launches its kernels on the default stream; it must not allocate (the runner
- * hands it the workspace it asked for) and must check every launch (cuda_check.h).
+ * pointers and launches its kernels into the pass's stream (gdn_pass_stream, below); it must
+ * not allocate (the runner hands it the workspace it asked for), must not synchronise, and
+ * must check every launch (cuda_check.h).
  */
 #ifndef GDN_DEVICE_H
 #define GDN_DEVICE_H
@@ -58,6 +59,15 @@ static inline size_t gdn_device_token(const gdn_device_problem *p, size_t b, siz
 {
     return (b * p->T + t) * p->H + h;
 }
+
+/* The stream a pass runs in, for the calling thread: the default stream (NULL) unless the
+ * caller set another. The Python package sets PyTorch's current stream around a call
+ * (python/library_cuda.cu), so that the pass is ordered with the caller's work and can be
+ * captured in a CUDA graph. cuda_check.h's launch macros launch into it; a stage with streams
+ * of its own forks them from it and joins them back into it with events. (struct CUstream_st
+ * is what cudaStream_t points to; this header stays plain C.) */
+struct CUstream_st *gdn_pass_stream(void);
+void gdn_set_pass_stream(struct CUstream_st *stream);
 
 /* The runner GPU stages name in their gdn_stage (defined in cuda_runner.cu). */
 struct gdn_runner;

@@ -19,6 +19,10 @@ automatic intra-card context parallelism on: where it cuts a sequence it starts 
 warm-up chunks, until the gates have decayed by e^-10, so its o may differ from the exact one by
 about that much), `flashqla_exact` with that off (auto_cp=False: one exact chain a head). Their
 err_o_vs_ours says how far each is from our stage's o.
+
+--peers gdn_steps times our own stages in the same process, through the Python package
+(python/gdn_steps, importable: `pip install .`), with the same call, graph and flush code as the
+peers: CUDA tensors, the stage picked by shape (its result lines name it, stage=...).
 """
 import argparse
 import math
@@ -40,11 +44,14 @@ def peer_function(peer):
     if peer == "fla":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
         return chunk_gated_delta_rule, {}
+    if peer == "gdn_steps":
+        import gdn_steps
+        return gdn_steps.chunk_gated_delta_rule, {}
     from flash_qla import chunk_gated_delta_rule
     return chunk_gated_delta_rule, {"auto_cp": peer == "flashqla"}
 
 
-PEER_NAMES = {"fla": "fla_chunk", "flashqla": "flashqla", "flashqla_exact": "flashqla_exact"}
+PEER_NAMES = {"fla": "fla_chunk", "flashqla": "flashqla", "flashqla_exact": "flashqla_exact", "gdn_steps": "gdn_steps"}
 
 
 def median_ms(run, reps, flush):
@@ -77,7 +84,7 @@ def main():
     peers = args.peers.split(",")
     for peer in peers:
         if peer not in PEER_NAMES:
-            sys.exit(f"fla_bench.py: unknown peer '{peer}' (fla, flashqla or flashqla_exact)")
+            sys.exit(f"fla_bench.py: unknown peer '{peer}' (fla, flashqla, flashqla_exact or gdn_steps)")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
     name = torch.cuda.get_device_name(0)
@@ -94,7 +101,7 @@ def main():
         V = arrays["v"].shape[3]
         for peer, dtype_name in ((peer, dtype_name) for peer in peers for dtype_name in args.dtypes.split(",")):
             if peer != "fla" and dtype_name != "bf16":
-                continue  # FlashQLA takes bf16 or fp16 inputs only
+                continue  # FlashQLA takes bf16 or fp16 inputs only; our GPU stages read bf16
             name_of_peer = PEER_NAMES[peer]
             dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
             q, k, v = (torch.from_numpy(arrays[t]).cuda().to(dtype) for t in ("q", "k", "v"))
@@ -136,9 +143,12 @@ def main():
                 o, ht = run()
                 torch.cuda.synchronize()
             check = ""
+            if peer == "gdn_steps":
+                import gdn_steps
+                check += f" stage={gdn_steps.gpu_stage_for(B, T, H, K, V)}"
             if ours:
                 o_ours, ht_ours = np.load(f"{ours}/o.npy"), np.load(f"{ours}/ht.npy")
-                check = (f" err_o_vs_ours={relative(o.float().cpu().numpy(), o_ours):.3e}"
+                check += (f" err_o_vs_ours={relative(o.float().cpu().numpy(), o_ours):.3e}"
                          f" err_ht_vs_ours={relative(ht.float().cpu().numpy(), ht_ours):.3e}")
             for mode, ms in times.items():
                 print(f"result peer={name_of_peer} mode={mode} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "

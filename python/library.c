@@ -29,28 +29,17 @@
 #include "../steps/05_wy_chunked/wy_chunked.h"
 #include "../steps/09_backward_loop/backward_loop.h"
 #include "../steps/10_backward_chunked/backward_chunked.h"
-
-/* What a caller passes: FLA's layout (docs/contract.md section 1), row-major, contiguous. The
- * Python package mirrors this struct field by field (ctypes). */
-typedef struct {
-    int64_t B, T, H, HV, K, V;
-    double scale;
-    const real_t *q, *k, *v, *g, *beta, *h0; /* h0 may be NULL: a zero initial state */
-    const int64_t *offsets;                  /* NULL, or sequences + 1 offsets (cu_seqlens, B = 1) */
-    int64_t sequences;
-    int64_t chunk, segments, threads;        /* 0: the stage's default; the OpenMP default */
-} gdn_library_call;
+#include "library.h"
 
 static const gdn_stage *const forward_stages[] = {&naive_loop_stage, &affine_stage, &parallel_scan_stage,
                                                   &two_phase_scan_stage, &wy_chunked_stage};
 static const gdn_backward_stage *const backward_stages[] = {&backward_loop_stage, &backward_chunked_stage};
 enum { FORWARD_STAGES = 5, BACKWARD_STAGES = 2 };
 
-/* A stage matches its full name ("05_wy_chunked") or its number ("05"). */
-static int names(const char *wanted, const char *name)
+int gdn_library_names(const char *wanted, const char *name)
 {
     size_t length = strlen(wanted);
-    return strcmp(wanted, name) == 0 || (length == 2 && strncmp(wanted, name, 2) == 0 && name[2] == '_');
+    return strcmp(wanted, name) == 0 || (length >= 2 && length <= 3 && strncmp(wanted, name, length) == 0 && name[length] == '_');
 }
 
 const char *gdn_library_error(void) { return gdn_last_error(); }
@@ -69,8 +58,7 @@ const char *gdn_library_stages(void)
     return list;
 }
 
-/* The caller's tensors as a problem (no copies), and the settings a binary would resolve. */
-static int problem_of(const gdn_library_call *c, gdn_problem *p, gdn_settings *s)
+int gdn_library_problem(const gdn_library_call *c, gdn_problem *p, gdn_settings *s)
 {
     memset(p, 0, sizeof *p);
     if (c->B <= 0 || c->T <= 0 || c->H <= 0 || c->HV <= 0 || c->K <= 0 || c->V <= 0)
@@ -102,7 +90,7 @@ static int problem_of(const gdn_library_call *c, gdn_problem *p, gdn_settings *s
     *s = (gdn_settings){.B = p->B, .T = p->T, .H = p->H, .K = p->K, .V = p->V, .reps = 1,
                         .threads = c->threads > 0 ? (int)c->threads : omp_get_max_threads(),
                         .chunk = (size_t)(c->chunk > 0 ? c->chunk : 0),
-                        .segments = (size_t)(c->segments > 0 ? c->segments : 0)};
+                        .segments = (size_t)(c->segments > 0 ? c->segments : 0), .precise = c->precise != 0};
     omp_set_num_threads(s->threads);
     return 0;
 }
@@ -115,8 +103,14 @@ static void quiet_segments(const gdn_problem *p, gdn_settings *s)
         s->segments = gdn_longest_sequence(p);
 }
 
-/* Only the problem's offsets were allocated here; the tensors are the caller's. */
-static void release(gdn_problem *p)
+int gdn_library_check_options(const gdn_stage *stage, const gdn_library_call *c)
+{
+    if (c->precise && !(stage->options & GDN_OPTION_PRECISE))
+        return gdn_set_error("%s has no precise mode (stage 06 and 07 have)", stage->name);
+    return 0;
+}
+
+void gdn_library_release(gdn_problem *p)
 {
     free(p->offsets);
     p->offsets = NULL;
@@ -126,7 +120,7 @@ int gdn_library_forward(const char *stage_name, const gdn_library_call *c, real_
 {
     const gdn_stage *stage = NULL;
     for (int i = 0; i < FORWARD_STAGES; i++)
-        if (names(stage_name, forward_stages[i]->name))
+        if (gdn_library_names(stage_name, forward_stages[i]->name))
             stage = forward_stages[i];
     if (!stage)
         return gdn_set_error("no forward stage '%s' in this library (it has %s)", stage_name, gdn_library_stages());
@@ -135,14 +129,14 @@ int gdn_library_forward(const char *stage_name, const gdn_library_call *c, real_
     gdn_problem p;
     gdn_settings s;
     gdn_result r = {o, ht};
-    int status = problem_of(c, &p, &s) || gdn_check_layout(stage, &p) ? -1 : 0;
+    int status = gdn_library_check_options(stage, c) || gdn_library_problem(c, &p, &s) || gdn_check_layout(stage, &p) ? -1 : 0;
     if (status == 0) {
         quiet_segments(&p, &s);
         if (stage->resolve_options)
             stage->resolve_options(&p, &s);
         status = gdn_stage_run_once(stage, &p, &s, &r) || gdn_result_check_finite(&p, &r) ? -1 : 0;
     }
-    release(&p);
+    gdn_library_release(&p);
     return status;
 }
 
@@ -154,19 +148,19 @@ int gdn_library_backward(const char *stage_name, const gdn_library_call *c, cons
         return gdn_set_error("do, dht, o, ht and every gradient (dh0 with h0) are needed");
     const gdn_backward_stage *stage = NULL;
     for (int i = 0; i < BACKWARD_STAGES; i++)
-        if (names(stage_name, backward_stages[i]->name))
+        if (gdn_library_names(stage_name, backward_stages[i]->name))
             stage = backward_stages[i];
     if (!stage)
         return gdn_set_error("no backward stage '%s' in this library (it has %s)", stage_name, gdn_library_stages());
     gdn_problem p;
     gdn_settings s;
-    if (problem_of(c, &p, &s)) {
-        release(&p);
+    if (gdn_library_problem(c, &p, &s)) {
+        gdn_library_release(&p);
         return -1;
     }
     const gdn_stage layouts = {.name = stage->name, .options = stage->options};
     if (gdn_check_layout(&layouts, &p)) {
-        release(&p);
+        gdn_library_release(&p);
         return -1;
     }
     if (stage->resolve_options)
@@ -180,6 +174,6 @@ int gdn_library_backward(const char *stage_name, const gdn_library_call *c, cons
                          gdn_gradients_check_finite(&g, &p)
                      ? -1
                      : 0;
-    release(&p);
+    gdn_library_release(&p);
     return status;
 }

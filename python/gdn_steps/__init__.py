@@ -11,8 +11,17 @@ batch. Value head h reads key head h / (HV / H).
 CPU tensors run a CPU stage of the course through the native library (python/library.c):
 stage "05" (the chunked WY form) unless stage= names another of 01-05. float64 tensors run
 the double build; other floating dtypes are computed in float32 and o is returned in v's dtype.
-loss.backward() runs the backward stage 10 (or 09, backward_stage="09"). Every argument is
-checked before anything runs: a wrong dtype, shape, device or layout raises, naming it.
+
+CUDA tensors run a GPU stage (python/library_cuda.cu) in PyTorch's current stream, in place:
+no host copies, no synchronisation, so the call can be captured in a CUDA graph. The stage is
+picked by shape (07 where it cuts sequences into segments, else 06) unless stage= names one of
+06a, 06b, 06, 07. They read q, k, v in bf16 (converted first where given in another dtype) and
+g, beta, initial_state in fp32; o comes back in v's dtype, final_state in fp32, as FLA's.
+
+loss.backward() runs the backward stage 10 (or 09, backward_stage="09"), on the CPU: for CUDA
+tensors on host copies (it synchronises). Every argument is checked before anything runs: a
+wrong dtype, shape, device or layout raises, naming it. The values (finite, g <= 0, beta in
+[0, 1]) are checked for CPU tensors only: checking CUDA tensors would wait for the GPU.
 """
 import ctypes
 import math
@@ -21,10 +30,16 @@ import threading
 
 import torch
 
-__all__ = ["chunk_gated_delta_rule", "FORWARD_STAGES", "BACKWARD_STAGES"]
+__all__ = ["chunk_gated_delta_rule", "gpu_stage_for", "FORWARD_STAGES", "GPU_STAGES", "BACKWARD_STAGES"]
 
 FORWARD_STAGES = ("01_naive_loop", "02_affine", "03_parallel_scan", "04_two_phase_scan", "05_wy_chunked")
+GPU_STAGES = ("06a_tensor_cores", "06b_producer_consumer", "06_warp_specialized", "07_sequence_parallel")
 BACKWARD_STAGES = ("09_backward_loop", "10_backward_chunked")
+GPU_CHUNK = 64  # the GPU stages' tokens per chunk: stage 07 cuts a sequence into at most T / 64 segments
+
+# Tests set this: outputs of CUDA calls are filled with NaN before the kernels run, so that a
+# value a kernel forgot to write cannot pass for a result (a memset a call: off for speed).
+poison_cuda_outputs = False
 
 
 class _Call(ctypes.Structure):
@@ -32,7 +47,8 @@ class _Call(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in ("B", "T", "H", "HV", "K", "V")] + \
                [("scale", ctypes.c_double)] + \
                [(name, ctypes.c_void_p) for name in ("q", "k", "v", "g", "beta", "h0", "offsets")] + \
-               [(name, ctypes.c_int64) for name in ("sequences", "chunk", "segments", "threads")]
+               [(name, ctypes.c_int64) for name in ("sequences", "chunk", "segments", "threads", "precise", "device")] + \
+               [("stream", ctypes.c_void_p)]
 
 
 _libraries = {}
@@ -60,9 +76,28 @@ def _library(dtype):
     return _libraries[precision]
 
 
+def _cuda_library():
+    """The GPU stages' library, built where nvcc was found."""
+    if "cuda" not in _libraries:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgdn_steps_cuda.so")
+        if not os.path.exists(path):
+            raise RuntimeError("gdn_steps: %s is missing: the package was built without nvcc, so it runs CPU "
+                               "tensors only (install the CUDA toolkit, then `pip install .` again)" % path)
+        library = ctypes.CDLL(path)
+        library.gdn_library_cuda_error.restype = ctypes.c_char_p
+        library.gdn_library_cuda_pick.argtypes = [ctypes.POINTER(_Call), ctypes.c_char_p, ctypes.c_int64]
+        library.gdn_library_cuda_workspace.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Call),
+                                                       ctypes.POINTER(ctypes.c_int64)]
+        library.gdn_library_cuda_forward.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Call), ctypes.c_void_p,
+                                                     ctypes.c_int64] + [ctypes.c_void_p] * 3 + \
+                                                    [ctypes.POINTER(ctypes.c_int)]
+        _libraries["cuda"] = library
+    return _libraries["cuda"]
+
+
 def _stage_name(stage, names, what):
     for name in names:
-        if stage == name or stage == name[:2]:
+        if stage == name or name.startswith("%s_" % stage):
             return name
     raise ValueError("%s=%r: not one of %s (or their numbers)" % (what, stage, ", ".join(names)))
 
@@ -71,12 +106,15 @@ def _pointer(tensor):
     return None if tensor is None else tensor.data_ptr()
 
 
-def _check(name, tensor, shape, floating=True):
-    """One argument: a tensor on the CPU, contiguous, of this shape (None: any size there)."""
+def _check(name, tensor, shape, device=None, floating=True):
+    """One argument: a tensor on q's device (the CPU or a CUDA device), contiguous, of this
+    shape (None: any size there)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(tensor).__name__))
-    if tensor.device.type != "cpu":
-        raise ValueError("%s is on %s; this build of gdn_steps runs CPU tensors only" % (name, tensor.device))
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError("%s is on %s; gdn_steps runs CPU and CUDA tensors" % (name, tensor.device))
+    if device is not None and tensor.device != device:
+        raise ValueError("%s is on %s, q on %s: every tensor must be on one device" % (name, tensor.device, device))
     if floating and not tensor.dtype.is_floating_point:
         raise TypeError("%s must be a floating-point tensor, got %s" % (name, tensor.dtype))
     if tensor.dim() != len(shape) or any(want is not None and got != want for got, want in zip(tensor.shape, shape)):
@@ -153,31 +191,136 @@ class _GatedDeltaRule(torch.autograd.Function):
         return dq, dk, dv, dg, dbeta, dh0, None, None, None, None, None
 
 
+def _cuda_call(q, k, v, g, beta, h0, scale, segments, precise):
+    B, T, H, K = q.shape
+    return _Call(B=B, T=T, H=H, HV=v.shape[2], K=K, V=v.shape[3], scale=scale, q=q.data_ptr(), k=k.data_ptr(),
+                 v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(), h0=_pointer(h0), offsets=None, sequences=0,
+                 chunk=0, segments=segments or 0, threads=0, precise=int(precise), device=q.device.index,
+                 stream=torch.cuda.current_stream(q.device).cuda_stream)
+
+
+def _cuda_stage(stage, call):
+    """The GPU stage's full name: stage= as given, else picked by shape (07 or 06)."""
+    if stage is not None:
+        return _stage_name(stage, GPU_STAGES, "stage")
+    library, name = _cuda_library(), ctypes.create_string_buffer(64)
+    with _native_lock:
+        if library.gdn_library_cuda_pick(ctypes.byref(call), name, len(name)) != 0:
+            raise ValueError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
+    return name.value.decode()
+
+
+def gpu_stage_for(B, T, H, K, V, device=None):
+    """The GPU stage chunk_gated_delta_rule picks for CUDA tensors of these sizes (HV = H):
+    "07_sequence_parallel" where stage 07's model of the GPU cuts the sequences into segments,
+    else "06_warp_specialized". The pick reads the sizes and the GPU's SM count only."""
+    device = torch.device("cuda") if device is None else torch.device(device)
+    placeholder = torch.zeros(1, device=device)  # the call's tensors: never read by the pick
+    address = placeholder.data_ptr()
+    call = _Call(B=B, T=T, H=H, HV=H, K=K, V=V, scale=1.0, q=address, k=address, v=address, g=address, beta=address,
+                 device=placeholder.device.index)
+    return _cuda_stage(None, call)
+
+
+def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise):
+    """o (in bf16 or fp32, as the stage writes it) and ht from a GPU stage, queued in PyTorch's
+    current stream; q, k, v bf16, g, beta, h0 fp32, all contiguous on one CUDA device."""
+    call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise)
+    library, name = _cuda_library(), stage.encode()
+    workspace_bytes = ctypes.c_int64(0)
+    with _native_lock:  # every check before any kernel: a bad call raises here
+        if library.gdn_library_cuda_workspace(name, ctypes.byref(call), ctypes.byref(workspace_bytes)) != 0:
+            raise ValueError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
+    # from PyTorch's caching allocator: no cudaMalloc on a warm path, and a graph's own pool in capture
+    workspace = torch.empty(max(workspace_bytes.value, 1), dtype=torch.uint8, device=q.device)
+    o_bf16 = torch.empty(v.shape, dtype=torch.bfloat16, device=q.device)
+    o = torch.empty(v.shape, dtype=torch.float32, device=q.device)
+    ht = torch.empty((q.shape[0], v.shape[2], q.shape[3], v.shape[3]), dtype=torch.float32, device=q.device)
+    if poison_cuda_outputs:
+        for x in (o_bf16, o, ht):
+            x.fill_(float("nan"))
+    o_in_bf16 = ctypes.c_int(0)
+    with _native_lock:
+        if library.gdn_library_cuda_forward(name, ctypes.byref(call), workspace.data_ptr(), workspace_bytes.value,
+                                            o.data_ptr(), o_bf16.data_ptr(), ht.data_ptr(),
+                                            ctypes.byref(o_in_bf16)) != 0:
+            raise RuntimeError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
+    return (o_bf16 if o_in_bf16.value else o), ht
+
+
+class _GatedDeltaRuleCuda(torch.autograd.Function):
+    """o, ht of CUDA tensors from a GPU stage; backward through a CPU backward stage on host
+    copies in float32 (the GPU backward is a binary so far: bin/10_backward_chunked_cuda)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, h0, scale, stage, backward_stage, segments, precise):
+        o, ht = _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise)
+        ctx.save_for_backward(q, k, v, g, beta, h0)
+        ctx.settings = (scale, backward_stage)
+        return o, ht
+
+    @staticmethod
+    def backward(ctx, d_o, dht):
+        saved = ctx.saved_tensors
+        scale, backward_stage = ctx.settings
+        q, k, v, g, beta, h0 = (None if x is None else x.detach().cpu().float() for x in saved)
+        d_o = None if d_o is None else d_o.detach().cpu().float().contiguous()
+        dht = None if dht is None else dht.detach().cpu().float().contiguous()
+        gradients = _GatedDeltaRule.backward(_SavedOnHost(q, k, v, g, beta, h0, scale, backward_stage), d_o, dht)
+        moved = [None if x is None else x.to(device=like.device, dtype=like.dtype)
+                 for x, like in zip(gradients[:6], saved)]
+        return tuple(moved) + (None,) * 5
+
+
+class _SavedOnHost:
+    """What _GatedDeltaRule.backward reads from its ctx, for host copies of CUDA tensors."""
+
+    def __init__(self, q, k, v, g, beta, h0, scale, backward_stage):
+        self.saved_tensors = (q, k, v, g, beta, h0)
+        self.settings = (scale, backward_stage, None)
+
+
 def _l2norm(x):
     """FLA's l2norm: x / sqrt(sum x^2 + 1e-6) over the last dimension."""
     return x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, *, stage="05",
-                           backward_stage="10", chunk=None, segments=None):
+                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, *, stage=None,
+                           backward_stage="10", chunk=None, segments=None, precise=False):
     """(o, final_state) as FLA's chunk_gated_delta_rule returns them (final_state None unless
-    output_final_state). stage picks the forward stage (01-05), backward_stage the one
-    loss.backward() runs (09 or 10), chunk the tokens per chunk (05, 1-128), segments stage 04's."""
-    forward_name = _stage_name(stage, FORWARD_STAGES, "stage")
-    backward_name = _stage_name(backward_stage, BACKWARD_STAGES, "backward_stage")
+    output_final_state). stage picks the forward stage (CPU tensors: 01-05, "05" by default;
+    CUDA tensors: 06a, 06b, 06, 07, by shape by default), backward_stage the one loss.backward()
+    runs (09 or 10), chunk the tokens per chunk (05, 1-128), segments stage 04's or 07's, precise
+    the GPU stages' split bf16 operands (docs/precision.md)."""
     _check("q", q, (None, None, None, None))
+    on_gpu, device = q.device.type == "cuda", q.device
+    if on_gpu:
+        forward_name = None if stage is None else _stage_name(stage, GPU_STAGES, "stage")
+    else:
+        forward_name = _stage_name("05" if stage is None else stage, FORWARD_STAGES, "stage")
+    backward_name = _stage_name(backward_stage, BACKWARD_STAGES, "backward_stage")
     B, T, H, K = q.shape
-    _check("k", k, (B, T, H, K))
-    _check("v", v, (B, T, None, None))
+    _check("k", k, (B, T, H, K), device)
+    _check("v", v, (B, T, None, None), device)
     HV, V = v.shape[2], v.shape[3]
     if min(B, T, H, K, HV, V) == 0:
         raise ValueError("every size must be positive: q %s, v %s" % (list(q.shape), list(v.shape)))
     if HV % H != 0:
         raise ValueError("v has %d heads, not a multiple of q's %d (value head h reads key head h / (HV / H))"
                          % (HV, H))
-    _check("g", g, (B, T, HV))
-    _check("beta", beta, (B, T, HV))
+    _check("g", g, (B, T, HV), device)
+    _check("beta", beta, (B, T, HV), device)
+    if on_gpu and HV != H:
+        raise ValueError("v has %d heads, q %d: the GPU stages run HV = H only so far (CPU tensors take grouped "
+                         "value heads)" % (HV, H))
+    if on_gpu and cu_seqlens is not None:
+        raise ValueError("cu_seqlens: the GPU stages run B sequences of T tokens only so far (CPU tensors take "
+                         "packed batches)")
+    if on_gpu and precise not in (False, True):
+        raise ValueError("precise must be True or False, got %r" % (precise,))
+    if precise and not on_gpu:
+        raise ValueError("precise is an option of the GPU stages (06, 07): it needs CUDA tensors")
     offsets = None
     if cu_seqlens is not None:
         if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.device.type != "cpu" or cu_seqlens.dim() != 1:
@@ -193,16 +336,40 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                              % (T, offsets.tolist()))
     N = B if offsets is None else offsets.numel() - 1
     if initial_state is not None:
-        _check("initial_state", initial_state, (N, HV, K, V))
+        _check("initial_state", initial_state, (N, HV, K, V), device)
     def integer(x):
         return isinstance(x, int) and not isinstance(x, bool)
     if chunk is not None and not (integer(chunk) and 1 <= chunk <= 128):
         raise ValueError("chunk must be an integer from 1 to 128, got %r" % (chunk,))
+    if chunk is not None and on_gpu:
+        raise ValueError("chunk: the GPU stages' chunk is fixed (%d tokens)" % GPU_CHUNK)
     if segments is not None and not (integer(segments) and 1 <= segments <= T):
         raise ValueError("segments must be an integer from 1 to T=%d, got %r" % (T, segments))
+    if segments is not None and on_gpu and segments > -(-T // GPU_CHUNK):
+        raise ValueError("segments=%d: stage 07 cuts T=%d tokens into at most %d segments (one a chunk of %d)"
+                         % (segments, T, -(-T // GPU_CHUNK), GPU_CHUNK))
     scale = 1.0 / math.sqrt(K) if scale is None else float(scale)
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError("scale must be positive and finite, got %r" % scale)
+    needs_grad = torch.is_grad_enabled() and any(
+        x is not None and x.requires_grad for x in (q, k, v, g, beta, initial_state))
+
+    if on_gpu:
+        # the GPU stages' dtypes: q, k, v in bf16, the gates, beta and the state in fp32
+        out_dtype = v.dtype
+        if use_qk_l2norm_in_kernel:  # in fp32, before the rounding to bf16 (a PyTorch op, not in the kernel)
+            q, k = _l2norm(q.float()), _l2norm(k.float())
+        q, k, v = (x.to(torch.bfloat16).contiguous() for x in (q, k, v))
+        g, beta = (x.to(torch.float32).contiguous() for x in (g, beta))
+        h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+        call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise)
+        forward_name = _cuda_stage(forward_name, call)
+        if needs_grad:
+            o, ht = _GatedDeltaRuleCuda.apply(q, k, v, g, beta, h0, scale, forward_name, backward_name, segments,
+                                              precise)
+        else:
+            o, ht = _cuda_forward(forward_name, q, k, v, g, beta, h0, scale, segments, precise)
+        return o.to(out_dtype), (ht if output_final_state else None)
 
     # the compute dtype: float64 runs the double build, anything else float32
     dtype, out_dtype = (torch.float64 if q.dtype == torch.float64 else torch.float32), v.dtype
@@ -213,8 +380,6 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     with torch.no_grad():
         _check_values(q, k, v, g, beta, h0)
 
-    needs_grad = torch.is_grad_enabled() and any(
-        x is not None and x.requires_grad for x in (q, k, v, g, beta, h0))
     if not needs_grad:
         o, ht = _forward(forward_name, q.contiguous(), k.contiguous(), v, g, beta, h0, scale, offsets, chunk, segments)
     else:

@@ -134,10 +134,11 @@ static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, 
     w.ready = (unsigned *)(w.transforms + heads * chunks * TRANSFORM_BYTES);
     w.ready_from = split;
     bool outputs_done = false;
-    CUDA_CHECK(cudaMemsetAsync(w.ready, 0, heads * chunks * sizeof(unsigned), 0));
+    const cudaStream_t pass = gdn_pass_stream(); /* the caller's: forked here, joined at the end */
+    CUDA_CHECK(cudaMemsetAsync(w.ready, 0, heads * chunks * sizeof(unsigned), pass));
     if (launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM, 0, split))
         return -1;
-    CUDA_CHECK(cudaEventRecord(first_launch_done, 0));
+    CUDA_CHECK(cudaEventRecord(first_launch_done, pass));
     CUDA_CHECK(cudaStreamWaitEvent(chain_stream, first_launch_done, 0));
     CUDA_CHECK(cudaStreamWaitEvent(kernel1_stream, first_launch_done, 0));
     /* kernel 1's second launch first: where kernels run one at a time after all (a sanitizer,
@@ -147,8 +148,8 @@ static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, 
         return -1;
     CUDA_CHECK(cudaEventRecord(chain_done, chain_stream));
     CUDA_CHECK(cudaEventRecord(kernel1_done, kernel1_stream));
-    CUDA_CHECK(cudaStreamWaitEvent(0, chain_done, 0)); /* the default stream's next work after both */
-    CUDA_CHECK(cudaStreamWaitEvent(0, kernel1_done, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(pass, chain_done, 0)); /* the pass stream's next work after both */
+    CUDA_CHECK(cudaStreamWaitEvent(pass, kernel1_done, 0));
     return outputs_done ? 0 : gdn_set_error("kernel 1 beside the chain: the chain made no o (its blocks carry no output warps here)");
 }
 

@@ -207,6 +207,7 @@ def bad_cases():
         ("v holds NaN or Inf", dict(base, v=torch.where(v > 1, torch.tensor(float("nan")), v))),
         ("stage='06'", dict(base, stage="06")),
         ("backward_stage='05'", dict(base, backward_stage="05")),
+        ("precise is an option of the GPU stages", dict(base, precise=True)),
         ("chunk must be an integer from 1 to 128", dict(base, chunk=0)),
         ("chunk must be an integer from 1 to 128", dict(base, chunk=True)),
         ("segments must be an integer from 1 to T=10", dict(base, segments=2 ** 63)),

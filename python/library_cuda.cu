@@ -1,0 +1,142 @@
+/* library_cuda.cu -- the GPU stages as a shared library: the entry points the Python package
+ * gdn_steps calls for CUDA tensors (python/gdn_steps/__init__.py, docs/python.md).
+ *
+ * The idea: a binary's runner (common/cuda_runner.cu) copies the problem to the GPU, times the
+ * pass and copies the results back. Here the tensors are already on the GPU, PyTorch's: a call
+ * hands the stage their addresses as its gdn_device_problem, the workspace PyTorch allocated,
+ * and PyTorch's current stream as the pass's stream (common/device.h), and returns as soon as
+ * the kernels are queued. Nothing is copied, nothing waits for the GPU, nothing is allocated:
+ * the call can be captured in a CUDA graph. The stages are those that read bf16 inputs, as
+ * FLA's callers hold them: 06a, 06b, 06 and 07.
+ *
+ * What it does not check: the outputs' values. A check would wait for the GPU; the package's
+ * suite checks them (tests/python/test_gdn_steps_cuda.py). Everything that can be checked
+ * without the GPU (sizes, layout, options, the stage's limits, the workspace's size) is, before
+ * any kernel runs. Every entry returns 0, or -1 with gdn_library_error() saying why in one line.
+ *
+ * Cost: the stage's, plus a few microseconds of host work a call (the stage's launch rules).
+ *
+ * Build:  make lib   (python/gdn_steps/libgdn_steps_cuda.so, where nvcc is found)
+ */
+#include <cuda_runtime.h>
+#include <string.h>
+
+#include "../common/cuda_check.h"
+#include "../common/device.h"
+#include "../common/error.h"
+#include "../steps/07_sequence_parallel/sequence_parallel.h"
+#include "library.h"
+
+extern "C" const gdn_stage tensor_cores_stage, producer_consumer_stage, warp_specialized_stage;
+
+static const gdn_stage *const gpu_stages[] = {&tensor_cores_stage, &producer_consumer_stage, &warp_specialized_stage,
+                                              &sequence_parallel_stage};
+enum { GPU_STAGES = 4 };
+
+extern "C" const char *gdn_library_cuda_error(void) { return gdn_last_error(); }
+
+/* Space-separated names, in the order a reader meets them. */
+extern "C" const char *gdn_library_cuda_stages(void)
+{
+    static char list[256];
+    list[0] = '\0';
+    for (int i = 0; i < GPU_STAGES; i++) {
+        strncat(list, gpu_stages[i]->name, sizeof list - strlen(list) - 2);
+        strncat(list, " ", sizeof list - strlen(list) - 1);
+    }
+    return list;
+}
+
+/* The stage, the problem and the settings of a call, all checked; the stage resolves its
+ * options (07 its segments) as its binary would. */
+static int prepare(const char *stage_name, const gdn_library_call *c, const gdn_stage **stage, gdn_problem *p,
+                   gdn_settings *s)
+{
+    *stage = NULL;
+    for (int i = 0; i < GPU_STAGES; i++)
+        if (gdn_library_names(stage_name, gpu_stages[i]->name))
+            *stage = gpu_stages[i];
+    if (!*stage)
+        return gdn_set_error("no GPU stage '%s' (there are %s)", stage_name, gdn_library_cuda_stages());
+    if (gdn_library_check_options(*stage, c) || gdn_library_problem(c, p, s) || gdn_check_layout(*stage, p))
+        return -1;
+    if (!gdn_cuda_device_present())
+        return -1;
+    CUDA_CHECK(cudaSetDevice((int)c->device));
+    if ((*stage)->resolve_options)
+        (*stage)->resolve_options(p, s);
+    return 0;
+}
+
+/* The stage run by shape, as the binaries offer it: 07 where its model of the GPU cuts the
+ * sequences into more than one segment (few heads, long sequences), else 06. Writes the name. */
+extern "C" int gdn_library_cuda_pick(const gdn_library_call *c, char *name, int64_t capacity)
+{
+    const gdn_stage *stage;
+    gdn_problem p;
+    gdn_settings s;
+    gdn_library_call automatic = *c;
+    automatic.segments = 0;
+    int status = prepare("07", &automatic, &stage, &p, &s);
+    if (status == 0) {
+        const char *picked = s.segments > 1 ? sequence_parallel_stage.name : warp_specialized_stage.name;
+        if ((int64_t)strlen(picked) >= capacity)
+            status = gdn_set_error("no room for the stage's name");
+        else
+            strcpy(name, picked);
+    }
+    gdn_library_release(&p);
+    return status;
+}
+
+/* The workspace the call needs, in bytes (the caller allocates it on the tensors' device). */
+extern "C" int gdn_library_cuda_workspace(const char *stage_name, const gdn_library_call *c, int64_t *bytes)
+{
+    const gdn_stage *stage;
+    gdn_problem p;
+    gdn_settings s;
+    size_t needed = 0;
+    int status = prepare(stage_name, c, &stage, &p, &s);
+    if (status == 0 && stage->device_workspace_bytes)
+        status = stage->device_workspace_bytes(&p, &s, &needed);
+    gdn_library_release(&p);
+    *bytes = (int64_t)needed;
+    return status;
+}
+
+/* Queues the pass into c->stream: o in bf16 (o_bf16) or fp32 (o), as the stage writes it
+ * (*o_in_bf16 says which), and ht fp32 [B, H, K, V]. */
+extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_library_call *c, void *workspace,
+                                        int64_t workspace_bytes, float *o, unsigned short *o_bf16, float *ht,
+                                        int *o_in_bf16)
+{
+    const gdn_stage *stage;
+    gdn_problem p;
+    gdn_settings s;
+    size_t needed = 0;
+    int status = prepare(stage_name, c, &stage, &p, &s);
+    if (status == 0 && stage->device_workspace_bytes)
+        status = stage->device_workspace_bytes(&p, &s, &needed);
+    if (status == 0 && (int64_t)needed > workspace_bytes)
+        status = gdn_set_error("%s needs %zu bytes of workspace; %lld given", stage->name, needed, (long long)workspace_bytes);
+    if (status == 0 && (!o || !o_bf16 || !ht || (needed && !workspace)))
+        status = gdn_set_error("o (bf16 and fp32), ht and the workspace are all needed");
+    if (status == 0) {
+        gdn_device_problem device = {};
+        device.B = p.B, device.T = p.T, device.H = p.H, device.K = p.K, device.V = p.V;
+        device.scale = (float)p.scale;
+        /* the fp32 q, k, v a binary's runner keeps as well: these stages read only the bf16 ones */
+        device.g = (const float *)c->g, device.beta = (const float *)c->beta, device.h0 = (const float *)c->h0;
+        device.q_bf16 = (const unsigned short *)c->q, device.k_bf16 = (const unsigned short *)c->k;
+        device.v_bf16 = (const unsigned short *)c->v;
+        gdn_device_result result = {};
+        result.o = o, result.ht = ht, result.o_bf16 = o_bf16;
+        result.workspace = workspace, result.workspace_bytes = (size_t)workspace_bytes;
+        gdn_set_pass_stream((cudaStream_t)c->stream);
+        status = stage->device_forward(&device, &s, &result);
+        gdn_set_pass_stream(NULL);
+        *o_in_bf16 = result.o_in_bf16;
+    }
+    gdn_library_release(&p);
+    return status;
+}

@@ -1,0 +1,174 @@
+"""test_gdn_steps_cuda.py -- the package on CUDA tensors: every GPU stage against the fp64
+recurrence on the same bf16-rounded inputs, the stage picked by shape, PyTorch's current
+stream, CUDA-graph capture, autograd, and the errors CUDA calls raise before any kernel runs.
+
+The bound is GDN_TOLERANCE_BF16 of common/tolerances.h, 5e-3 relative: the one FLA's tests use
+for its bf16 kernels, and the C suites' for these stages. The whole module is skipped, saying
+why, where torch finds no CUDA device or the package was built without nvcc.
+
+    make test-python     (pip install . into build/python/, then tests/python)
+"""
+import ctypes
+import os
+
+import pytest
+import torch
+
+import gdn_steps
+from test_gdn_steps import problem, reference, relative_error
+
+BF16_BOUND = 5e-3
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: torch.cuda.is_available() is False", allow_module_level=True)
+if not os.path.exists(os.path.join(os.path.dirname(gdn_steps.__file__), "libgdn_steps_cuda.so")):
+    pytest.skip("the package was built without nvcc: no libgdn_steps_cuda.so", allow_module_level=True)
+
+gdn_steps.poison_cuda_outputs = True  # NaN in every output before the kernels run
+
+
+def cuda_problem(B, T, H, K, V, seed, with_h0=False):
+    """Fresh inputs rounded to bf16 (q, k, v) as the GPU stages read them; on the GPU and, for
+    the reference, the same values in float64 on the CPU."""
+    q, k, v, g, beta, h0 = problem(B, T, H, K, V, seed=seed, with_h0=with_h0)
+    q, k, v = (x.to(torch.bfloat16) for x in (q, k, v))
+    on_gpu = [None if x is None else x.cuda() for x in (q, k, v, g, beta, h0)]
+    return on_gpu, [None if x is None else x.double() for x in (q, k, v, g, beta, h0)]
+
+
+SHAPES = [(1, 63, 1, 64, 64), (2, 100, 3, 100, 64), (1, 257, 2, 128, 128), (2, 1, 4, 64, 32), (3, 65, 2, 100, 100),
+          (1, 1000, 2, 128, 128)]
+
+
+@pytest.mark.parametrize("B,T,H,K,V", SHAPES)
+@pytest.mark.parametrize("stage", ["06a", "06b", "06", "07", None])
+def test_gpu_stage_against_reference(B, T, H, K, V, stage):
+    case = SHAPES.index((B, T, H, K, V))
+    with_h0, l2norm, scale = case % 2 == 1, case % 3 == 2, (0.1 if case == 1 else None)
+    (q, k, v, g, beta, h0), exact = cuda_problem(B, T, H, K, V, seed=100 + case, with_h0=with_h0)
+    o, ht = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=h0, output_final_state=True,
+                                             use_qk_l2norm_in_kernel=l2norm, stage=stage)
+    assert o.dtype == torch.bfloat16 and o.device == q.device and o.shape == v.shape
+    assert ht.dtype == torch.float32 and ht.shape == (B, H, K, V)
+    if l2norm:  # the kernel reads q and k normalised in fp32, then rounded to bf16: so does the reference
+        exact[0], exact[1] = (gdn_steps._l2norm(x.float()).to(torch.bfloat16).double() for x in exact[:2])
+    want_o, want_ht = reference(*exact[:5], scale=scale, h0=exact[5])
+    assert relative_error(o.cpu(), want_o) < BF16_BOUND
+    assert relative_error(ht.cpu(), want_ht) < BF16_BOUND
+
+
+@pytest.mark.parametrize("stage,segments,precise", [("07", 3, False), ("07", 16, True), ("06", None, True)])
+def test_segments_and_precise(stage, segments, precise):
+    (q, k, v, g, beta, h0), exact = cuda_problem(2, 1000, 2, 128, 128, seed=7, with_h0=True)
+    o, ht = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                             stage=stage, segments=segments, precise=precise)
+    want_o, want_ht = reference(*exact[:5], h0=exact[5])
+    assert relative_error(o.cpu(), want_o) < BF16_BOUND
+    assert relative_error(ht.cpu(), want_ht) < BF16_BOUND
+
+
+def test_stage_picked_by_shape():
+    """Many heads fill the GPU by themselves: 06. One long sequence does not: 07 cuts it."""
+    assert gdn_steps.gpu_stage_for(64, 1024, 64, 128, 128) == "06_warp_specialized"
+    assert gdn_steps.gpu_stage_for(1, 65536, 1, 128, 128) == "07_sequence_parallel"
+    (q, k, v, g, beta, _), _ = cuda_problem(1, 8192, 1, 128, 128, seed=9)
+    auto = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+    named = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, stage=gdn_steps.gpu_stage_for(1, 8192, 1, 128, 128))
+    assert torch.equal(auto[0], named[0]) and torch.equal(auto[1], named[1])
+
+
+def test_runs_in_the_current_stream():
+    """Queued in PyTorch's current stream: on a side stream, ordered after the inputs' writes
+    there and before the reads that follow, with no synchronisation in between."""
+    (q, k, v, g, beta, h0), _ = cuda_problem(2, 512, 4, 128, 128, seed=11, with_h0=True)
+    want = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        v2 = v * 1  # written in the side stream: the call must see it
+        o, ht = gdn_steps.chunk_gated_delta_rule(q, k, v2, g, beta, initial_state=h0, output_final_state=True)
+        total = o.float().sum() + ht.sum()
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(o, want[0]) and torch.equal(ht, want[1])
+    assert torch.isfinite(total).item()
+
+
+@pytest.mark.parametrize("B,T,H,stage", [(1, 2048, 8, "06"), (2, 4096, 16, "06"), (1, 4096, 2, "07"),
+                                         (2, 777, 3, "06b")])
+def test_captured_in_a_cuda_graph(B, T, H, stage):
+    """A call captured in a CUDA graph and replayed on new inputs gives what an eager call on
+    them gives: the same kernels on the same values (outputs poisoned before capture)."""
+    (q, k, v, g, beta, h0), _ = cuda_problem(B, T, H, 128, 128, seed=13, with_h0=True)
+    static = [x.clone() for x in (q, k, v, g, beta, h0)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture, as PyTorch asks
+        gdn_steps.chunk_gated_delta_rule(*static[:5], initial_state=static[5], output_final_state=True, stage=stage)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, ht = gdn_steps.chunk_gated_delta_rule(*static[:5], initial_state=static[5], output_final_state=True,
+                                                 stage=stage)
+    (q2, k2, v2, g2, beta2, h02), exact = cuda_problem(B, T, H, 128, 128, seed=14, with_h0=True)
+    for x, new in zip(static, (q2, k2, v2, g2, beta2, h02)):
+        x.copy_(new)
+    graph.replay()
+    eager = gdn_steps.chunk_gated_delta_rule(q2, k2, v2, g2, beta2, initial_state=h02, output_final_state=True,
+                                             stage=stage)
+    torch.cuda.synchronize()
+    assert torch.equal(o, eager[0]) and torch.equal(ht, eager[1])
+    want_o, _ = reference(*exact[:5], h0=exact[5]) if T <= 1024 else (None, None)
+    if want_o is not None:
+        assert relative_error(o.cpu(), want_o) < BF16_BOUND
+
+
+def test_autograd_on_cuda_tensors():
+    """loss.backward() through a GPU forward: the gradients of the CPU path on the same
+    bf16-rounded values, within the bf16 bound (the gradients come back in the inputs' dtype)."""
+    (q, k, v, g, beta, h0), _ = cuda_problem(1, 70, 2, 64, 32, seed=17, with_h0=True)
+    leaves_gpu = [x.float().requires_grad_() for x in (q, k, v, g, beta, h0)]
+    leaves_cpu = [x.detach().cpu().requires_grad_() for x in leaves_gpu]
+    weights = torch.randn(1, 70, 2, 32, generator=torch.Generator().manual_seed(18))
+    for leaves, where in ((leaves_gpu, "cuda"), (leaves_cpu, "cpu")):
+        o, ht = gdn_steps.chunk_gated_delta_rule(*leaves[:5], initial_state=leaves[5], output_final_state=True)
+        ((o * weights.to(where)).sum() + ht.sum()).backward()
+    for name, a, b in zip(("q", "k", "v", "g", "beta", "h0"), leaves_gpu, leaves_cpu):
+        assert a.grad.device.type == "cuda", name
+        assert relative_error(a.grad.cpu(), b.grad) < BF16_BOUND, name
+
+
+def test_cuda_errors_before_any_kernel():
+    (q, k, v, g, beta, h0), _ = cuda_problem(1, 100, 2, 64, 64, seed=19, with_h0=True)
+    base = dict(q=q, k=k, v=v, g=g, beta=beta)
+    cases = [
+        ("k is on cpu, q on cuda", dict(base, k=k.cpu())),
+        ("the GPU stages run HV = H only", dict(base, v=torch.cat([v, v], dim=2), g=torch.cat([g, g], dim=2),
+                                                 beta=torch.cat([beta, beta], dim=2))),
+        ("cu_seqlens: the GPU stages run B sequences", dict(base, cu_seqlens=torch.tensor([0, 50, 100]))),
+        ("chunk: the GPU stages' chunk is fixed", dict(base, chunk=16)),
+        ("stage 07 cuts T=100 tokens into at most 2 segments", dict(base, stage="07", segments=3)),
+        ("stage='05': not one of", dict(base, stage="05")),
+        ("06a_tensor_cores has no precise mode", dict(base, stage="06a", precise=True)),
+        ("initial_state has shape [1, 2, 64, 32]", dict(base, initial_state=h0[..., :32].contiguous())),
+    ]
+    for message, arguments in cases:
+        with pytest.raises((ValueError, TypeError)) as raised:
+            gdn_steps.chunk_gated_delta_rule(**arguments)
+        assert message in str(raised.value), (message, str(raised.value))
+    wide = torch.zeros(1, 10, 1, 256, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(RuntimeError, match="K at most 128"):
+        gdn_steps.chunk_gated_delta_rule(wide, wide, torch.zeros(1, 10, 1, 64, device="cuda"),
+                                         torch.zeros(1, 10, 1, device="cuda"), torch.zeros(1, 10, 1, device="cuda"),
+                                         stage="06")
+
+
+def test_library_refuses_a_short_workspace():
+    (q, k, v, g, beta, _), _ = cuda_problem(1, 100, 2, 64, 64, seed=21)
+    library = gdn_steps._cuda_library()
+    call = gdn_steps._cuda_call(q, k, v, g, beta, None, 0.125, None, False)
+    o, o_bf16, ht = torch.empty(v.shape, device="cuda"), torch.empty(v.shape, device="cuda"), torch.empty(1, 2, 64, 64,
+                                                                                                             device="cuda")
+    flag = ctypes.c_int(0)
+    assert library.gdn_library_cuda_forward(b"06", ctypes.byref(call), o.data_ptr(), 16, o.data_ptr(),
+                                            o_bf16.data_ptr(), ht.data_ptr(), ctypes.byref(flag)) == -1
+    assert "bytes of workspace; 16 given" in library.gdn_library_cuda_error().decode()
