@@ -126,7 +126,7 @@ int gdn_library_forward(const char *stage_name, const gdn_library_call *c, real_
         return gdn_set_error("no forward stage '%s' in this library (it has %s)", stage_name, gdn_library_stages());
     if (!o || !ht)
         return gdn_set_error("o and ht are both needed");
-    gdn_problem p;
+    gdn_problem p = {0}; /* released whatever fails */
     gdn_settings s;
     gdn_result r = {o, ht};
     int status = gdn_library_check_options(stage, c) || gdn_library_problem(c, &p, &s) || gdn_check_layout(stage, &p) ? -1 : 0;
@@ -152,7 +152,7 @@ int gdn_library_backward(const char *stage_name, const gdn_library_call *c, cons
             stage = backward_stages[i];
     if (!stage)
         return gdn_set_error("no backward stage '%s' in this library (it has %s)", stage_name, gdn_library_stages());
-    gdn_problem p;
+    gdn_problem p = {0}; /* released whatever fails */
     gdn_settings s;
     if (gdn_library_problem(c, &p, &s)) {
         gdn_library_release(&p);

@@ -53,6 +53,7 @@ static int prepare(const char *stage_name, const gdn_library_call *c, const gdn_
                    gdn_settings *s)
 {
     *stage = NULL;
+    memset(p, 0, sizeof *p); /* released by the caller whatever fails below */
     for (int i = 0; i < GPU_STAGES; i++)
         if (gdn_library_names(stage_name, gpu_stages[i]->name))
             *stage = gpu_stages[i];

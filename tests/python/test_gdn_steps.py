@@ -227,7 +227,8 @@ def test_library_refuses_bad_calls():
     cases = [("cu_seqlens: -2 sequences", dict(offsets=offsets.data_ptr(), sequences=-2)),
              ("sizes must be positive", dict(B=0)),
              ("sizes overflow", dict(HV=2 ** 40, V=2 ** 40)),
-             ("no forward stage '07'", dict())]
+             ("no forward stage '07'", dict()),
+             ("05_wy_chunked has no precise mode", dict(precise=1))]
     for message, change in cases:
         fields = dict(B=1, T=10, H=2, HV=2, K=8, V=4, scale=0.3, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
                       g=g.data_ptr(), beta=beta.data_ptr(), h0=None, offsets=None, sequences=0, chunk=0,
