@@ -63,9 +63,10 @@ static inline size_t gdn_device_token(const gdn_device_problem *p, size_t b, siz
 /* The stream a pass runs in, for the calling thread: the default stream (NULL) unless the
  * caller set another. The Python package sets PyTorch's current stream around a call
  * (python/library_cuda.cu), so that the pass is ordered with the caller's work and can be
- * captured in a CUDA graph. cuda_check.h's launch macros launch into it; a stage with streams
- * of its own forks them from it and joins them back into it with events. (struct CUstream_st
- * is what cudaStream_t points to; this header stays plain C.) */
+ * captured in a CUDA graph. cuda_check.h's launch macros launch into it; stage 06, which has
+ * streams of its own, forks them from it and joins them back into it with events. (Stage
+ * 05_cuda's streams are blocking ones that follow the default stream: it runs under its binary
+ * only. struct CUstream_st is what cudaStream_t points to; this header stays plain C.) */
 struct CUstream_st *gdn_pass_stream(void);
 void gdn_set_pass_stream(struct CUstream_st *stream);
 
