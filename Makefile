@@ -66,6 +66,8 @@ CUDA_ARCH   ?= sm_90a
 NVCCFLAGS   ?= -O3
 NVCCFLAGS   += -std=c++20 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-fPIC -Xptxas -warn-spills,-warn-lmem-usage
 HAVE_NVCC   := $(shell command -v $(NVCC) 2>/dev/null)
+# nvcc objects depend on the flags they were built with (the stamp's text): a change rebuilds them
+NVCC_FLAGS_STAMP := $(BUILD)/nvcc_flags
 ifeq ($(PRECISION)$(SANITIZE)$(VALGRIND_BUILD),float)
 ifneq ($(HAVE_NVCC),)
 GPU_STAGES  := $(filter-out $(GPU_ONLY_STAGES) $(MPI_STAGES),$(sort $(foreach f,$(wildcard steps/*/*.cu),$(notdir $(patsubst %/,%,$(dir $(f)))))))
@@ -145,6 +147,11 @@ require-test:
 	@sh common/require.sh test
 
 # ---- build ----
+$(NVCC_FLAGS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(NVCCFLAGS)' | cmp -s - $@ || echo '$(NVCCFLAGS)' > $@
+FORCE:
+.PHONY: FORCE
 # Compiler lines are shown short; `make V=1` shows them in full.
 ifeq ($(V),1)
 quiet =
@@ -188,7 +195,7 @@ $(BIN)/08_context_parallel: $(BUILD)/steps/08_context_parallel.o $(BUILD)/steps/
 	@mkdir -p $(dir $@)
 	$(call quiet,LINK)$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/steps/08_context_parallel_cuda.o: steps/08_context_parallel/context_parallel.cu | require-build
+$(BUILD)/steps/08_context_parallel_cuda.o: steps/08_context_parallel/context_parallel.cu $(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
 $(BIN)/08_context_parallel_cuda: $(BUILD)/steps/08_context_parallel_cuda.o $(BUILD)/steps/08_driver.o \
@@ -197,7 +204,7 @@ $(BIN)/08_context_parallel_cuda: $(BUILD)/steps/08_context_parallel_cuda.o $(BUI
 	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) $^ -o $@ -Xcompiler -fopenmp $(MPI_LINK_FLAGS) -lm
 
 define gpu_rules
-$(call gpu_object,$(1)): $(call gpu_source,$(1)) | require-build
+$(call gpu_object,$(1)): $(call gpu_source,$(1)) $$(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $$(dir $$@)
 	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -c $$< -o $$@
 
@@ -213,7 +220,7 @@ $(foreach s,$(GPU_STAGES),$(eval $(call gpu_rules,$(s))))
 
 # GPU-only stages: bin/NN_name from steps/NN_name/name.cu, and the earlier stages it USES
 define gpu_only_rules
-$(call stage_object,$(1)): $(call gpu_source,$(1)) | require-build
+$(call stage_object,$(1)): $(call gpu_source,$(1)) $$(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $$(dir $$@)
 	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -c $$< -o $$@
 
@@ -234,7 +241,7 @@ sub_stage_of    = $(shell echo $(1) | cut -c1-2)
 sub_stage_name  = $(shell echo $(1) | sed 's/^[0-9]*[a-z]_//')
 sub_stage_parent = $(notdir $(wildcard steps/$(call sub_stage_of,$(1))_*))
 define sub_stage_rules
-$(call stage_object,$(1)): steps/$(call sub_stage_parent,$(1))/$(call sub_stage_name,$(1)).cu | require-build
+$(call stage_object,$(1)): steps/$(call sub_stage_parent,$(1))/$(call sub_stage_name,$(1)).cu $$(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $$(dir $$@)
 	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -c $$< -o $$@
 
@@ -248,14 +255,14 @@ $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$
 endef
 $(foreach s,$(SUB_STAGES),$(eval $(call sub_stage_rules,$(s))))
 
-$(BUILD)/common/cuda_runner.o $(BUILD)/common/cuda_backward_runner.o: $(BUILD)/common/%.o: common/%.cu | require-build
+$(BUILD)/common/cuda_runner.o $(BUILD)/common/cuda_backward_runner.o: $(BUILD)/common/%.o: common/%.cu $(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
 
 $(BUILD)/plots/%.o: plots/%.c | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -c $< -o $@
-$(BUILD)/plots/%.o: plots/%.cu | require-build
+$(BUILD)/plots/%.o: plots/%.cu $(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
 
@@ -290,7 +297,7 @@ $(BUILD)/tests/gpu/%.o: tests/gpu/%.c | require-test
 	@mkdir -p $(dir $@)
 	$(call quiet,CC)$(CC) $(CFLAGS) -MMD $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
 
-$(BUILD)/tests/gpu/%.o: tests/gpu/%.cu | require-test
+$(BUILD)/tests/gpu/%.o: tests/gpu/%.cu $(NVCC_FLAGS_STAMP) | require-test
 	@mkdir -p $(dir $@)
 	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
 
@@ -394,7 +401,7 @@ CUDA_LIBRARY_OBJECTS := $(foreach s,06a_tensor_cores 06b_producer_consumer 06_wa
 build/pic/%.o: %.c | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,CC)$(CC) $(LIBRARY_CFLAGS) -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L -fPIC -MMD -c $< -o $@
-$(BUILD)/python/library_cuda.o: python/library_cuda.cu | require-build
+$(BUILD)/python/library_cuda.o: python/library_cuda.cu $(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $(dir $@)
 	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
 python/gdn_steps/libgdn_steps_cuda.so: $(CUDA_LIBRARY_OBJECTS)

@@ -27,8 +27,10 @@
 #define CUDA_CHECK(call)                                                                                  \
     do {                                                                                                  \
         cudaError_t status_ = (call);                                                                     \
-        if (status_ != cudaSuccess)                                                                       \
+        if (status_ != cudaSuccess) {                                                                     \
+            cudaGetLastError(); /* cleared: a library's next call must not see it as its own */          \
             return gdn_set_error("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(status_)); \
+        }                                                                                                 \
     } while (0)
 
 #define CUDA_CHECK_LAUNCH(kernel_name)                                                                    \

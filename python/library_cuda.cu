@@ -63,6 +63,13 @@ static int prepare(const char *stage_name, const gdn_library_call *c, const gdn_
         return -1;
     if (!gdn_cuda_device_present())
         return -1;
+    /* stage 06 makes its side streams once, on the device current then (warp_specialized.cu) */
+    static int64_t first_device = -1;
+    if (first_device < 0)
+        first_device = c->device;
+    if (c->device != first_device)
+        return gdn_set_error("tensors on CUDA device %lld: this process ran the GPU stages on device %lld, and they "
+                             "run on one device a process", (long long)c->device, (long long)first_device);
     CUDA_CHECK(cudaSetDevice((int)c->device));
     if ((*stage)->resolve_options)
         (*stage)->resolve_options(p, s);

@@ -204,7 +204,8 @@ def _cuda_stage(stage, call):
     if stage is not None:
         return _stage_name(stage, GPU_STAGES, "stage")
     library, name = _cuda_library(), ctypes.create_string_buffer(64)
-    with _native_lock:
+    # the library makes the tensors' device current; PyTorch's current device is put back after
+    with _native_lock, torch.cuda.device(call.device):
         if library.gdn_library_cuda_pick(ctypes.byref(call), name, len(name)) != 0:
             raise ValueError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
     return name.value.decode()
@@ -228,7 +229,7 @@ def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise):
     call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise)
     library, name = _cuda_library(), stage.encode()
     workspace_bytes = ctypes.c_int64(0)
-    with _native_lock:  # every check before any kernel: a bad call raises here
+    with _native_lock, torch.cuda.device(q.device):  # every check before any kernel: a bad call raises here
         if library.gdn_library_cuda_workspace(name, ctypes.byref(call), ctypes.byref(workspace_bytes)) != 0:
             raise ValueError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
     # from PyTorch's caching allocator: no cudaMalloc on a warm path, and a graph's own pool in capture
@@ -240,7 +241,7 @@ def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise):
         for x in (o_bf16, o, ht):
             x.fill_(float("nan"))
     o_in_bf16 = ctypes.c_int(0)
-    with _native_lock:
+    with _native_lock, torch.cuda.device(q.device):
         if library.gdn_library_cuda_forward(name, ctypes.byref(call), workspace.data_ptr(), workspace_bytes.value,
                                             o.data_ptr(), o_bf16.data_ptr(), ht.data_ptr(),
                                             ctypes.byref(o_in_bf16)) != 0:
@@ -363,7 +364,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         g, beta = (x.to(torch.float32).contiguous() for x in (g, beta))
         h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
         call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise)
+        if segments is not None and forward_name is None:
+            forward_name = GPU_STAGES[3]  # segments are stage 07's: given, they pick it
         forward_name = _cuda_stage(forward_name, call)
+        if segments is not None and forward_name != GPU_STAGES[3]:
+            raise ValueError("segments: %s runs each sequence whole; stage 07 cuts them (stage=\"07\")" % forward_name)
         if needs_grad:
             o, ht = _GatedDeltaRuleCuda.apply(q, k, v, g, beta, h0, scale, forward_name, backward_name, segments,
                                               precise)

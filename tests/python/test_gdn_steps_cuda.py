@@ -149,6 +149,7 @@ def test_cuda_errors_before_any_kernel():
         ("stage 07 cuts T=100 tokens into at most 2 segments", dict(base, stage="07", segments=3)),
         ("stage='05': not one of", dict(base, stage="05")),
         ("06a_tensor_cores has no precise mode", dict(base, stage="06a", precise=True)),
+        ("segments: 06_warp_specialized runs each sequence whole", dict(base, stage="06", segments=1)),
         ("initial_state has shape [1, 2, 64, 32]", dict(base, initial_state=h0[..., :32].contiguous())),
     ]
     for message, arguments in cases:
