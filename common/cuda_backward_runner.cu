@@ -4,8 +4,8 @@
  * open:  copy the problem and the cotangents do and dht to the device once; allocate o, ht,
  *        the six gradients, the stage's workspace and a cache-flush buffer; refuse, with the
  *        byte counts, what the GPU cannot hold.
- * run:   a timed repetition first overwrites twice the L2 cache, then the pass runs between
- *        two CUDA events. A poisoned run fills o, ht, every gradient and the workspace with
+ * run:   a timed repetition first flushes the L2 cache, then the pass runs between two CUDA
+ *        events (pass_timer.cuh). A poisoned run fills o, ht, every gradient and the workspace with
  *        all-ones bytes (a NaN) first, and copies o, ht and the gradients back after.
  * close: free it all.
  */
@@ -14,6 +14,7 @@
 #include "backward_stage.h"
 #include "cuda_check.h"
 #include "device.h"
+#include "pass_timer.cuh"
 
 static_assert(sizeof(real_t) == sizeof(float), "GPU stages are built in the float build only");
 
@@ -29,10 +30,7 @@ typedef struct {
     gdn_device_gradients g;
     float *inputs[INPUTS], *outputs[OUTPUTS];
     size_t output_counts[OUTPUTS];
-    unsigned char *flush;
-    size_t flush_bytes;
-    int flush_value;
-    cudaEvent_t start, stop;
+    gdn_pass_timer timer;
 } backward_context;
 
 static int backward_open(const gdn_backward_stage *stage, const gdn_problem *host, const gdn_cotangents *cot,
@@ -51,20 +49,14 @@ static int backward_open(const gdn_backward_stage *stage, const gdn_problem *hos
     size_t workspace = 0;
     if (stage->device_workspace_bytes && stage->device_workspace_bytes(host, s, &workspace))
         return -1;
-    int l2_bytes = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
-    c->flush_bytes = 2 * (size_t)l2_bytes;
+    if (gdn_pass_timer_size(&c->timer))
+        return -1;
     /* in: q k v g beta [h0] do dht; out: o ht dq dk dv dg dbeta [dh0] */
     const size_t h0_states = host->h0 ? states : 0;
     const size_t values = 2 * (tokens * (2 * host->K + 2 * host->V + 2) + h0_states + states);
-    const size_t io = sizeof(float) * values, total = io + workspace + c->flush_bytes;
-    size_t free_bytes = 0, device_bytes = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &device_bytes));
-    if (total > free_bytes || total < io)
-        return gdn_set_error("%s needs %zu bytes of GPU memory (%.1f GiB: inputs, cotangents, outputs and gradients "
-                             "%zu, workspace %zu, cache flush %zu), more than the %zu bytes (%.1f GiB) free",
-                             stage->name, total, total / 1073741824.0, io, workspace, c->flush_bytes, free_bytes,
-                             free_bytes / 1073741824.0);
+    if (gdn_pass_timer_check_room(&c->timer, stage->name, "inputs, cotangents, outputs and gradients",
+                                  sizeof(float) * values, workspace))
+        return -1;
     c->p.B = host->B, c->p.T = host->T, c->p.H = host->H, c->p.K = host->K, c->p.V = host->V;
     c->p.scale = (float)host->scale;
     const float *sources[INPUTS] = {host->q, host->k, host->v, host->g, host->beta, host->h0, cot->d_o, cot->dht};
@@ -88,10 +80,7 @@ static int backward_open(const gdn_backward_stage *stage, const gdn_problem *hos
     c->r.workspace_bytes = workspace;
     if (workspace)
         CUDA_CHECK(cudaMalloc(&c->r.workspace, workspace));
-    CUDA_CHECK(cudaMalloc((void **)&c->flush, c->flush_bytes));
-    CUDA_CHECK(cudaEventCreate(&c->start));
-    CUDA_CHECK(cudaEventCreate(&c->stop));
-    return 0;
+    return gdn_pass_timer_open(&c->timer);
 }
 
 static int backward_run(void *context, int poisoned, gdn_result *r, gdn_gradients *g, double *seconds)
@@ -103,19 +92,11 @@ static int backward_run(void *context, int poisoned, gdn_result *r, gdn_gradient
                 CUDA_CHECK(cudaMemset(c->outputs[i], 0xFF, c->output_counts[i] * sizeof(float)));
         if (c->r.workspace)
             CUDA_CHECK(cudaMemset(c->r.workspace, 0xFF, c->r.workspace_bytes));
-    } else {
-        c->flush_value = (c->flush_value + 1) & 0xFF;
-        CUDA_CHECK(cudaMemset(c->flush, c->flush_value, c->flush_bytes));
-    }
-    CUDA_CHECK(cudaEventRecord(c->start));
-    if (c->stage->device_backward(&c->p, &c->c, c->settings, &c->r, &c->g))
+    } else if (gdn_pass_timer_flush(&c->timer))
         return -1;
-    CUDA_CHECK(cudaEventRecord(c->stop));
-    CUDA_CHECK(cudaEventSynchronize(c->stop)); /* a fault inside a kernel surfaces here */
-    CUDA_CHECK(cudaGetLastError());
-    float milliseconds = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&milliseconds, c->start, c->stop));
-    *seconds = 1e-3 * milliseconds;
+    if (gdn_pass_timer_start(&c->timer) || c->stage->device_backward(&c->p, &c->c, c->settings, &c->r, &c->g) ||
+        gdn_pass_timer_stop(&c->timer, seconds))
+        return -1;
     if (poisoned) {
         float *const hosts[OUTPUTS] = {r->o, r->ht, g->dq, g->dk, g->dv, g->dg, g->dbeta, g->dh0};
         for (int i = 0; i < OUTPUTS; i++)
@@ -136,11 +117,7 @@ static void backward_close(void *context)
     for (int i = 0; i < OUTPUTS; i++)
         cudaFree(c->outputs[i]);
     cudaFree(c->r.workspace);
-    cudaFree(c->flush);
-    if (c->start)
-        cudaEventDestroy(c->start);
-    if (c->stop)
-        cudaEventDestroy(c->stop);
+    gdn_pass_timer_close(&c->timer);
     free(c);
 }
 

@@ -4,14 +4,13 @@
  *        cache-flush buffer; refuse, with the byte counts, a problem the GPU cannot hold.
  *        For a stage on bf16 inputs, also convert q, k and v to bf16 there, untimed, and
  *        allocate o in bf16 too.
- * run:   a timed repetition first overwrites a buffer twice the size of the L2 cache, so no
- *        pass finds its inputs still cached by the one before (a real layer would not);
- *        then the pass runs between two CUDA events and its time is theirs, measured on the
- *        device, not the host's launch time. A poisoned run (warm-up, checked run) fills o
- *        and ht (and o in bf16) with NaN bytes first and copies them back after; where the
- *        pass wrote o in bf16, it is widened to fp32 first, untimed. It fills the workspace
- *        with the same bytes, so that nothing an earlier pass left there (W, U, S0, a
- *        segment's map or start) can stand in for what this pass forgot to write.
+ * run:   a timed repetition first flushes the L2 cache, then the pass runs between two CUDA
+ *        events (pass_timer.cuh: the device's time, not the host's launch time). A poisoned
+ *        run (warm-up, checked run) fills o and ht (and o in bf16) with NaN bytes first and
+ *        copies them back after; where the pass wrote o in bf16, it is widened to fp32 first,
+ *        untimed. It fills the workspace with the same bytes, so that nothing an earlier pass
+ *        left there (W, U, S0, a segment's map or start) can stand in for what this pass
+ *        forgot to write.
  * close: free it all.
  */
 #include <cuda_bf16.h>
@@ -19,6 +18,7 @@
 
 #include "cuda_check.h"
 #include "device.h"
+#include "pass_timer.cuh"
 #include "stage.h"
 
 static_assert(sizeof(real_t) == sizeof(float), "GPU stages are built in the float build only");
@@ -31,10 +31,7 @@ typedef struct {
     gdn_device_result r;
     float *buffers[8];               /* q k v g beta h0 o ht, to free */
     __nv_bfloat16 *bf16_buffers[4];  /* q k v o in bf16, for stages with bf16_inputs */
-    unsigned char *flush;
-    size_t flush_bytes;
-    int flush_value;
-    cudaEvent_t start, stop;
+    gdn_pass_timer timer;
 } cuda_context;
 
 /* The pass's stream (device.h), one a thread as PyTorch's current stream is. */
@@ -122,21 +119,15 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
     size_t tokens = gdn_tokens(host), states = gdn_state_count(host), workspace = 0;
     if (stage->device_workspace_bytes && stage->device_workspace_bytes(host, s, &workspace))
         return -1;
-    int l2_bytes = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
-    c->flush_bytes = 2 * (size_t)l2_bytes;
+    if (gdn_pass_timer_size(&c->timer))
+        return -1;
 
     /* the bytes this problem needs on the device, all of them, before allocating any */
     size_t io = sizeof(float) * (tokens * (2 * host->K + 2 * host->V + 2) + (host->h0 ? 2 : 1) * states);
     if (stage->bf16_inputs)
         io += sizeof(__nv_bfloat16) * tokens * (2 * host->K + 2 * host->V);
-    size_t total = io + workspace + c->flush_bytes, free_bytes = 0, device_bytes = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &device_bytes));
-    if (total > free_bytes || total < io)
-        return gdn_set_error("%s needs %zu bytes of GPU memory (%.1f GiB: inputs and outputs %zu, workspace %zu, "
-                             "cache flush %zu), more than the %zu bytes (%.1f GiB) free",
-                             stage->name, total, total / 1073741824.0, io, workspace, c->flush_bytes, free_bytes,
-                             free_bytes / 1073741824.0);
+    if (gdn_pass_timer_check_room(&c->timer, stage->name, "inputs and outputs", io, workspace))
+        return -1;
 
     c->p.B = host->B, c->p.T = host->T, c->p.H = host->H, c->p.K = host->K, c->p.V = host->V;
     c->p.scale = (float)host->scale;
@@ -165,10 +156,7 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
     c->r.workspace_bytes = workspace;
     if (workspace)
         CUDA_CHECK(cudaMalloc(&c->r.workspace, workspace)); /* cudaMalloc aligns to 256 bytes */
-    CUDA_CHECK(cudaMalloc((void **)&c->flush, c->flush_bytes));
-    CUDA_CHECK(cudaEventCreate(&c->start));
-    CUDA_CHECK(cudaEventCreate(&c->stop));
-    return 0;
+    return gdn_pass_timer_open(&c->timer);
 }
 
 static int cuda_run(void *context, int poisoned, gdn_result *r, double *seconds)
@@ -184,19 +172,11 @@ static int cuda_run(void *context, int poisoned, gdn_result *r, double *seconds)
             CUDA_CHECK(cudaMemset(c->r.o_bf16, 0xFF, o_bytes / 2));
         if (c->r.workspace)
             CUDA_CHECK(cudaMemset(c->r.workspace, 0xFF, c->r.workspace_bytes));
-    } else {
-        c->flush_value = (c->flush_value + 1) & 0xFF;
-        CUDA_CHECK(cudaMemset(c->flush, c->flush_value, c->flush_bytes));
-    }
-    CUDA_CHECK(cudaEventRecord(c->start));
-    if (c->stage->device_forward(&c->p, c->settings, &c->r))
+    } else if (gdn_pass_timer_flush(&c->timer))
         return -1;
-    CUDA_CHECK(cudaEventRecord(c->stop));
-    CUDA_CHECK(cudaEventSynchronize(c->stop)); /* a fault inside a kernel surfaces here */
-    CUDA_CHECK(cudaGetLastError());
-    float milliseconds = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&milliseconds, c->start, c->stop));
-    *seconds = 1e-3 * milliseconds;
+    if (gdn_pass_timer_start(&c->timer) || c->stage->device_forward(&c->p, c->settings, &c->r) ||
+        gdn_pass_timer_stop(&c->timer, seconds))
+        return -1;
     if (poisoned) {
         if (c->r.o_in_bf16) {
             if (!c->r.o_bf16)
@@ -220,11 +200,7 @@ static void cuda_close(void *context)
     for (int i = 0; i < 4; i++)
         cudaFree(c->bf16_buffers[i]);
     cudaFree(c->r.workspace);
-    cudaFree(c->flush);
-    if (c->start)
-        cudaEventDestroy(c->start);
-    if (c->stop)
-        cudaEventDestroy(c->stop);
+    gdn_pass_timer_close(&c->timer);
     free(c);
 }
 
