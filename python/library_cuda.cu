@@ -48,10 +48,11 @@ extern "C" const char *gdn_library_cuda_stages(void)
 }
 
 /* The stage, the problem and the settings of a call, all checked; the stage resolves its
- * options (07 its segments) as its binary would. */
+ * options (07 its segments) as its binary would; the workspace it needs, in bytes. */
 static int prepare(const char *stage_name, const gdn_library_call *c, const gdn_stage **stage, gdn_problem *p,
-                   gdn_settings *s)
+                   gdn_settings *s, size_t *workspace)
 {
+    *workspace = 0;
     *stage = NULL;
     memset(p, 0, sizeof *p); /* released by the caller whatever fails below */
     for (int i = 0; i < GPU_STAGES; i++)
@@ -73,7 +74,7 @@ static int prepare(const char *stage_name, const gdn_library_call *c, const gdn_
     CUDA_CHECK(cudaSetDevice((int)c->device));
     if ((*stage)->resolve_options)
         (*stage)->resolve_options(p, s);
-    return 0;
+    return (*stage)->device_workspace_bytes ? (*stage)->device_workspace_bytes(p, s, workspace) : 0;
 }
 
 /* The stage run by shape, as the binaries offer it: 07 where its model of the GPU cuts the
@@ -85,7 +86,8 @@ extern "C" int gdn_library_cuda_pick(const gdn_library_call *c, char *name, int6
     gdn_settings s;
     gdn_library_call automatic = *c;
     automatic.segments = 0;
-    int status = prepare("07", &automatic, &stage, &p, &s);
+    size_t workspace;
+    int status = prepare("07", &automatic, &stage, &p, &s, &workspace);
     if (status == 0) {
         const char *picked = s.segments > 1 ? sequence_parallel_stage.name : warp_specialized_stage.name;
         if ((int64_t)strlen(picked) >= capacity)
@@ -103,10 +105,8 @@ extern "C" int gdn_library_cuda_workspace(const char *stage_name, const gdn_libr
     const gdn_stage *stage;
     gdn_problem p;
     gdn_settings s;
-    size_t needed = 0;
-    int status = prepare(stage_name, c, &stage, &p, &s);
-    if (status == 0 && stage->device_workspace_bytes)
-        status = stage->device_workspace_bytes(&p, &s, &needed);
+    size_t needed;
+    int status = prepare(stage_name, c, &stage, &p, &s, &needed);
     gdn_library_release(&p);
     *bytes = (int64_t)needed;
     return status;
@@ -121,10 +121,8 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
     const gdn_stage *stage;
     gdn_problem p;
     gdn_settings s;
-    size_t needed = 0;
-    int status = prepare(stage_name, c, &stage, &p, &s);
-    if (status == 0 && stage->device_workspace_bytes)
-        status = stage->device_workspace_bytes(&p, &s, &needed);
+    size_t needed;
+    int status = prepare(stage_name, c, &stage, &p, &s, &needed);
     if (status == 0 && (int64_t)needed > workspace_bytes)
         status = gdn_set_error("%s needs %zu bytes of workspace; %lld given", stage->name, needed, (long long)workspace_bytes);
     if (status == 0 && (!o || !o_bf16 || !ht || (needed && !workspace)))

@@ -199,10 +199,27 @@ def _cuda_call(q, k, v, g, beta, h0, scale, segments, precise):
                  stream=torch.cuda.current_stream(q.device).cuda_stream)
 
 
+# What the library answered for a call's sizes and options (the stage picked, the workspace's
+# bytes): the same every time, so a warm call asks once, for the checks of its forward entry.
+_cuda_answers = {}
+
+
+def _cuda_key(what, stage, call):
+    return (what, stage) + tuple(getattr(call, f) for f in ("B", "T", "H", "HV", "K", "V", "segments", "precise",
+                                                            "device"))
+
+
 def _cuda_stage(stage, call):
     """The GPU stage's full name: stage= as given, else picked by shape (07 or 06)."""
     if stage is not None:
         return _stage_name(stage, GPU_STAGES, "stage")
+    key = _cuda_key("pick", None, call)
+    if key not in _cuda_answers:
+        _cuda_answers[key] = _cuda_pick(call)
+    return _cuda_answers[key]
+
+
+def _cuda_pick(call):
     library, name = _cuda_library(), ctypes.create_string_buffer(64)
     # the library makes the tensors' device current; PyTorch's current device is put back after
     with _native_lock, torch.cuda.device(call.device):
@@ -228,12 +245,16 @@ def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise):
     current stream; q, k, v bf16, g, beta, h0 fp32, all contiguous on one CUDA device."""
     call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise)
     library, name = _cuda_library(), stage.encode()
-    workspace_bytes = ctypes.c_int64(0)
-    with _native_lock, torch.cuda.device(q.device):  # every check before any kernel: a bad call raises here
-        if library.gdn_library_cuda_workspace(name, ctypes.byref(call), ctypes.byref(workspace_bytes)) != 0:
-            raise ValueError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
+    key = _cuda_key("workspace", stage, call)
+    if key not in _cuda_answers:
+        answer = ctypes.c_int64(0)
+        with _native_lock, torch.cuda.device(q.device):  # every check before any kernel: a bad call raises here
+            if library.gdn_library_cuda_workspace(name, ctypes.byref(call), ctypes.byref(answer)) != 0:
+                raise ValueError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
+        _cuda_answers[key] = answer.value
+    workspace_bytes = _cuda_answers[key]
     # from PyTorch's caching allocator: no cudaMalloc on a warm path, and a graph's own pool in capture
-    workspace = torch.empty(max(workspace_bytes.value, 1), dtype=torch.uint8, device=q.device)
+    workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=q.device)
     o_bf16 = torch.empty(v.shape, dtype=torch.bfloat16, device=q.device)
     o = torch.empty(v.shape, dtype=torch.float32, device=q.device)
     ht = torch.empty((q.shape[0], v.shape[2], q.shape[3], v.shape[3]), dtype=torch.float32, device=q.device)
@@ -242,7 +263,7 @@ def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise):
             x.fill_(float("nan"))
     o_in_bf16 = ctypes.c_int(0)
     with _native_lock, torch.cuda.device(q.device):
-        if library.gdn_library_cuda_forward(name, ctypes.byref(call), workspace.data_ptr(), workspace_bytes.value,
+        if library.gdn_library_cuda_forward(name, ctypes.byref(call), workspace.data_ptr(), workspace_bytes,
                                             o.data_ptr(), o_bf16.data_ptr(), ht.data_ptr(),
                                             ctypes.byref(o_in_bf16)) != 0:
             raise RuntimeError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
