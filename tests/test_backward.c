@@ -24,30 +24,9 @@ static gdn_cotangents test_cotangents(const gdn_problem *p, int case_number)
     return c;
 }
 
-typedef struct {
-    gdn_result r;
-    gdn_gradients g;
-} backward_run;
-
-static backward_run run_backward(const gdn_backward_stage *stage, const gdn_problem *p, const gdn_cotangents *c, size_t chunk)
-{
-    backward_run b;
-    gdn_settings s = {.reps = 1, .threads = 2, .chunk = chunk};
-    if (stage->resolve_options)
-        stage->resolve_options(p, &s);
-    ck_assert_msg(gdn_backward_run_once(stage, p, c, &s, &b.r, &b.g) == 0, "%s: %s", stage->name, gdn_last_error());
-    return b;
-}
-
-static void free_run(backward_run *b)
-{
-    gdn_result_free(&b->r);
-    gdn_gradients_free(&b->g);
-}
-
 /* o, ht and every gradient present within tolerance of the oracle's rounded to the build's
  * precision (a gradient below float's range is 0 in any float result), each named on failure. */
-static void assert_matches_oracle(const gdn_problem *p, const gdn_cotangents *c, const backward_run *b, double tolerance,
+static void assert_matches_oracle(const gdn_problem *p, const gdn_cotangents *c, const test_backward_result *b, double tolerance,
                                   const char *what)
 {
     const size_t o_count = gdn_tokens(p) * p->V, ht_count = gdn_state_count(p);
@@ -77,7 +56,7 @@ static void assert_matches_oracle(const gdn_problem *p, const gdn_cotangents *c,
 }
 
 /* The same against another stage's run (converted to double). */
-static void assert_matches_run(const gdn_problem *p, const backward_run *b, const backward_run *reference,
+static void assert_matches_run(const gdn_problem *p, const test_backward_result *b, const test_backward_result *reference,
                                double tolerance, const char *what)
 {
     char name[160];
@@ -133,7 +112,7 @@ START_TEST(backward_oracle_is_the_gradient)
     ck_assert(o && finite);
     ck_assert_int_eq(gdn_gradients_f64_alloc(&g, &p), 0);
     ck_assert_int_eq(gdn_backward_oracle(&p, &c, o, o + o_count, &g), 0);
-    backward_run loop = run_backward(&backward_loop_stage, &p, &c, 0);
+    test_backward_result loop = test_run_backward(&backward_loop_stage, &p, &c, 0);
     const char *checked = _i < 4 ? "the oracle's" : "09's";
     real_t *inputs[GDN_GRADIENT_TENSORS] = {p.q, p.k, p.v, p.g, p.beta, p.h0};
     for (int t = 0; t < GDN_GRADIENT_TENSORS; t++) {
@@ -152,7 +131,7 @@ START_TEST(backward_oracle_is_the_gradient)
         ck_assert_msg(gdn_within(d, 1e-6), "%s: finite differences %.3e from %s gradient", s.name, d.relative,
                       checked);
     }
-    free_run(&loop);
+    test_backward_result_free(&loop);
     gdn_gradients_f64_free(&g);
     free(o);
     free(finite);
@@ -168,11 +147,11 @@ START_TEST(backward_loop_equals_oracle_over_grid)
     const int with_h0 = _i >= test_grid_count;
     gdn_problem p = test_problem(test_grid[_i % test_grid_count], with_h0, 2100 + _i);
     gdn_cotangents c = test_cotangents(&p, 2100 + _i);
-    backward_run b = run_backward(&backward_loop_stage, &p, &c, 0);
+    test_backward_result b = test_run_backward(&backward_loop_stage, &p, &c, 0);
     char what[128];
     test_describe_shape(what, sizeof what, test_grid[_i % test_grid_count], with_h0);
     assert_matches_oracle(&p, &c, &b, GDN_TOLERANCE_BACKWARD_VS_ORACLE, what);
-    free_run(&b);
+    test_backward_result_free(&b);
     gdn_cotangents_free(&c);
     gdn_problem_free(&p);
 }
@@ -185,15 +164,15 @@ START_TEST(backward_chunked_equals_loop_every_chunk)
     const size_t chunk = (size_t)_i + 1;
     gdn_problem p = test_problem((test_shape){1, 130, 2, 8, 6}, _i % 2, 2200 + _i);
     gdn_cotangents c = test_cotangents(&p, 2200 + _i);
-    backward_run loop = run_backward(&backward_loop_stage, &p, &c, 0);
-    backward_run chunked = run_backward(&backward_chunked_stage, &p, &c, chunk);
+    test_backward_result loop = test_run_backward(&backward_loop_stage, &p, &c, 0);
+    test_backward_result chunked = test_run_backward(&backward_chunked_stage, &p, &c, chunk);
     char what[64];
     snprintf(what, sizeof what, "10 (chunk %zu) vs 09", chunk);
     assert_matches_run(&p, &chunked, &loop, GDN_TOLERANCE_BACKWARD_VS_STAGE, what);
     snprintf(what, sizeof what, "10 (chunk %zu) vs oracle", chunk);
     assert_matches_oracle(&p, &c, &chunked, GDN_TOLERANCE_BACKWARD_VS_ORACLE, what);
-    free_run(&loop);
-    free_run(&chunked);
+    test_backward_result_free(&loop);
+    test_backward_result_free(&chunked);
     gdn_cotangents_free(&c);
     gdn_problem_free(&p);
 }
@@ -206,11 +185,11 @@ START_TEST(backward_chunked_equals_oracle_over_grid)
     const size_t chunk = _i / (2 * test_grid_count) ? 64 : 16;
     gdn_problem p = test_problem(test_grid[shape], with_h0, 2400 + _i);
     gdn_cotangents c = test_cotangents(&p, 2400 + _i);
-    backward_run b = run_backward(&backward_chunked_stage, &p, &c, chunk);
+    test_backward_result b = test_run_backward(&backward_chunked_stage, &p, &c, chunk);
     char what[128];
     test_describe_shape(what, sizeof what, test_grid[shape], with_h0);
     assert_matches_oracle(&p, &c, &b, GDN_TOLERANCE_BACKWARD_VS_ORACLE, what);
-    free_run(&b);
+    test_backward_result_free(&b);
     gdn_cotangents_free(&c);
     gdn_problem_free(&p);
 }
@@ -235,11 +214,11 @@ START_TEST(backward_extremes_equal_oracle)
     gdn_cotangents c = test_cotangents(&p, 2500 + _i);
     const gdn_backward_stage *stage = _i < extremes + test_edge_case_count ? &backward_loop_stage : &backward_chunked_stage;
     const size_t chunk = _i >= 2 * (extremes + test_edge_case_count) ? 64 : 16;
-    backward_run b = run_backward(stage, &p, &c, chunk);
+    test_backward_result b = test_run_backward(stage, &p, &c, chunk);
     char what[160];
     snprintf(what, sizeof what, "%s (chunk %zu): %s", stage->name, chunk, name);
     assert_matches_oracle(&p, &c, &b, GDN_TOLERANCE_BACKWARD_VS_ORACLE, what);
-    free_run(&b);
+    test_backward_result_free(&b);
     gdn_cotangents_free(&c);
     gdn_problem_free(&p);
 }
@@ -267,7 +246,7 @@ START_TEST(backward_binaries_round_trip)
     int status = test_run_program("", "09_backward_loop", arguments, text, sizeof text, errors, sizeof errors);
     ck_assert_msg(status == 0, "%s", errors);
     ck_assert(test_read_field(text, "err_oracle=") <= GDN_TOLERANCE_BACKWARD_VS_ORACLE);
-    backward_run b = run_backward(&backward_loop_stage, &p, &c, 0);
+    test_backward_result b = test_run_backward(&backward_loop_stage, &p, &c, 0);
     for (int i = 0; i < GDN_GRADIENT_TENSORS; i++) {
         gdn_tensor_shape s = gdn_gradient_shape(&p, i);
         snprintf(path, sizeof path, "%s/%s.npy", out, s.name);
@@ -295,7 +274,7 @@ START_TEST(backward_binaries_round_trip)
     ck_assert_msg(status == 0, "%s", errors);
     ck_assert(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_BACKWARD_VS_STAGE);
     ck_assert(test_read_field(text, "err_oracle=") <= GDN_TOLERANCE_BACKWARD_VS_ORACLE);
-    free_run(&b);
+    test_backward_result_free(&b);
     gdn_cotangents_free(&c);
     gdn_problem_free(&p);
     test_remove_dir(in);
@@ -404,11 +383,11 @@ START_TEST(backward_loop_layouts_equal_oracle)
         l.T = 313, l.lengths = mixed, l.sequences = 6;
     gdn_problem p = test_layout_problem(&l, 2700 + _i);
     gdn_cotangents c = test_cotangents(&p, 2700 + _i);
-    backward_run loop = run_backward(&backward_loop_stage, &p, &c, 0);
+    test_backward_result loop = test_run_backward(&backward_loop_stage, &p, &c, 0);
     char what[80];
     snprintf(what, sizeof what, "HV/H=%zu, %zu sequences, h0=%d", ratio, l.sequences, l.with_h0);
     assert_matches_oracle(&p, &c, &loop, GDN_TOLERANCE_BACKWARD_VS_ORACLE, what);
-    free_run(&loop);
+    test_backward_result_free(&loop);
     gdn_cotangents_free(&c);
     gdn_problem_free(&p);
 }

@@ -96,6 +96,23 @@ const test_shape test_bf16_shapes[] = {{1, 1, 1, 64, 64},    {1, 100, 3, 64, 64}
                                        {2, 200, 16, 64, 64}};
 const int test_bf16_shape_count = sizeof test_bf16_shapes / sizeof test_bf16_shapes[0];
 
+test_backward_result test_run_backward(const gdn_backward_stage *stage, const gdn_problem *p, const gdn_cotangents *c,
+                                       size_t chunk)
+{
+    test_backward_result b;
+    gdn_settings s = {.reps = 1, .threads = 2, .chunk = chunk};
+    if (stage->resolve_options)
+        stage->resolve_options(p, &s);
+    ck_assert_msg(gdn_backward_run_once(stage, p, c, &s, &b.r, &b.g) == 0, "%s: %s", stage->name, gdn_last_error());
+    return b;
+}
+
+void test_backward_result_free(test_backward_result *b)
+{
+    gdn_result_free(&b->r);
+    gdn_gradients_free(&b->g);
+}
+
 void test_describe_shape(char *what, size_t size, test_shape shape, int with_h0)
 {
     snprintf(what, size, "B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d", shape.B, shape.T, shape.H, shape.K, shape.V, with_h0);

@@ -4,6 +4,7 @@
 
 #include <check.h>
 
+#include "../common/backward_stage.h"
 #include "../common/compare.h"
 #include "../common/error.h"
 #include "../common/problem.h"
@@ -38,6 +39,15 @@ gdn_result test_run(const gdn_stage *stage, const gdn_problem *p, int threads, s
 /* The same with settings of the caller's (e.g. --precise); the stage's resolve_options fills in
  * its defaults in *s first, so the caller sees what ran (e.g. the automatic --segments). */
 gdn_result test_run_settings(const gdn_stage *stage, const gdn_problem *p, gdn_settings *s);
+/* A backward stage's outputs: o, ht and the gradients. Run once on p and the cotangents c (2
+ * threads; chunk 0: the stage's default), or the test fails naming the stage's error. */
+typedef struct {
+    gdn_result r;
+    gdn_gradients g;
+} test_backward_result;
+test_backward_result test_run_backward(const gdn_backward_stage *stage, const gdn_problem *p, const gdn_cotangents *c,
+                                       size_t chunk);
+void test_backward_result_free(test_backward_result *b);
 
 /* The GPU stages on bf16 inputs (06, 07) are also tested on these shapes: one token with
  * K = V = 64, chunks and a partial one, K = V = 128, K and V off the multiples of 16, B H = 256,

@@ -11,30 +11,8 @@
 
 extern const gdn_backward_stage backward_chunked_cuda_stage;
 
-typedef struct {
-    gdn_result r;
-    gdn_gradients g;
-} backward_run;
-
-static backward_run run_backward(const gdn_backward_stage *stage, const gdn_problem *p, const gdn_cotangents *c,
-                                 size_t chunk)
-{
-    backward_run b;
-    gdn_settings s = {.reps = 1, .threads = 2, .chunk = chunk};
-    if (stage->resolve_options)
-        stage->resolve_options(p, &s);
-    ck_assert_msg(gdn_backward_run_once(stage, p, c, &s, &b.r, &b.g) == 0, "%s: %s", stage->name, gdn_last_error());
-    return b;
-}
-
-static void free_run(backward_run *b)
-{
-    gdn_result_free(&b->r);
-    gdn_gradients_free(&b->g);
-}
-
 /* o, ht and every gradient present within tolerance of reference (in double), each named */
-static void assert_tensors_close(const gdn_problem *p, const backward_run *b, const double *o, const double *ht,
+static void assert_tensors_close(const gdn_problem *p, const test_backward_result *b, const double *o, const double *ht,
                                  const gdn_gradients_f64 *g, double tolerance, const char *what)
 {
     char name[160];
@@ -58,8 +36,8 @@ static void check_against_cpu_and_oracle(const gdn_problem *p, int case_number, 
     gdn_cotangents c;
     ck_assert_int_eq(gdn_cotangents_alloc(&c, p), 0);
     gdn_cotangents_generate(&c, p, 7919u * (uint64_t)case_number + 17u);
-    backward_run gpu = run_backward(&backward_chunked_cuda_stage, p, &c, chunk);
-    backward_run cpu = run_backward(&backward_chunked_stage, p, &c, chunk);
+    test_backward_result gpu = test_run_backward(&backward_chunked_cuda_stage, p, &c, chunk);
+    test_backward_result cpu = test_run_backward(&backward_chunked_stage, p, &c, chunk);
     const size_t o_count = gdn_tokens(p) * p->V, ht_count = gdn_state_count(p);
     double *o = malloc((o_count + ht_count) * sizeof *o);
     gdn_gradients_f64 oracle, cpu64;
@@ -84,8 +62,8 @@ static void check_against_cpu_and_oracle(const gdn_problem *p, int case_number, 
     gdn_gradients_f64_free(&cpu64);
     gdn_gradients_f64_free(&oracle);
     free(o);
-    free_run(&gpu);
-    free_run(&cpu);
+    test_backward_result_free(&gpu);
+    test_backward_result_free(&cpu);
     gdn_cotangents_free(&c);
 }
 
