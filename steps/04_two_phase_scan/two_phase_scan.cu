@@ -98,12 +98,12 @@ static int launch_phases(const gdn_device_problem *p, size_t P, float *summaries
     if (fold_tiles > 65535)
         return gdn_set_error("V = %zu needs more than 65535 column tiles in one grid", p->V);
     if (P > 1) {
-        fold_segments_kernel<MAX_K><<<dim3(folds, fold_tiles), threads>>>(*p, P, summaries);
+        fold_segments_kernel<MAX_K><<<dim3(folds, fold_tiles), threads, 0, gdn_pass_stream()>>>(*p, P, summaries);
         CUDA_CHECK_LAUNCH("fold_segments_kernel");
     }
     if (launch_scan_summaries(p, P, summaries, starts))
         return -1;
-    replay_segments_kernel<MAX_K><<<dim3(replays, replay_tiles), threads>>>(*p, P, starts, r->o, r->ht);
+    replay_segments_kernel<MAX_K><<<dim3(replays, replay_tiles), threads, 0, gdn_pass_stream()>>>(*p, P, starts, r->o, r->ht);
     CUDA_CHECK_LAUNCH("replay_segments_kernel");
     return 0;
 }

@@ -456,11 +456,11 @@ static int backward_chunked_cuda_backward(const gdn_device_problem *p, const gdn
         return gdn_set_error("the backward's workspace needs %zu bytes, %zu were given", bytes, r->workspace_bytes);
     const dim3 every_chunk((unsigned)(heads * w.chunks)), chains((unsigned)heads, (unsigned)((p->V + COLUMNS - 1) / COLUMNS));
     const size_t state_bytes = p->K * COLUMNS * sizeof(float);
-    prepare_chunks_kernel<<<every_chunk, THREADS>>>(*p, *c, w);
+    prepare_chunks_kernel<<<every_chunk, THREADS, 0, gdn_pass_stream()>>>(*p, *c, w);
     CUDA_CHECK_LAUNCH("prepare_chunks_kernel");
     CUDA_LAUNCH_WITH_SHARED(forward_chain_kernel, chains, THREADS, state_bytes, *p, w, r->ht);
     CUDA_LAUNCH_WITH_SHARED(backward_chain_kernel, chains, THREADS, state_bytes, *p, *c, w, g->dh0);
-    chunk_gradients_kernel<<<every_chunk, THREADS>>>(*p, *c, w, r->o, *g);
+    chunk_gradients_kernel<<<every_chunk, THREADS, 0, gdn_pass_stream()>>>(*p, *c, w, r->o, *g);
     CUDA_CHECK_LAUNCH("chunk_gradients_kernel");
     return 0;
 }
