@@ -31,6 +31,7 @@
 #include "../../common/wgmma.cuh"      /* the output warps' wgmma, from swizzled tiles */
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel, let_next_kernel_start */
 #include "../../common/sync.cuh"        /* named barriers, flags between blocks, setmaxnreg */
+#include "../../common/tensor_maps.cuh" /* host: tensor maps of q, k, v and o; occupancy queries */
 #include "warp_specialized.h" /* warp_specialized_kernel1_split, warp_specialized_values_pay */
 #include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
 extern "C" { /* stage 05's flop count: the same algebra */

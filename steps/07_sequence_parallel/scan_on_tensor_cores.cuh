@@ -28,7 +28,7 @@
  * once a step, 2 x (K^2 + 8 K) floats of shared memory (140 KB at K = 128), start_s in shared
  * memory.
  *
- * Included after stage 06's kernels (sequence_parallel.cuh): it takes 06's tensor_map_encoder.
+ * Included after stage 06's kernels (sequence_parallel.cuh): it takes common/tensor_maps.cuh's tensor_map_encoder.
  */
 #ifndef GDN_SCAN_ON_TENSOR_CORES_CUH
 #define GDN_SCAN_ON_TENSOR_CORES_CUH
@@ -287,7 +287,7 @@ static int scan_tensor_maps(const gdn_device_problem *p, size_t P, const float *
     *usable = K == MAX_K && V >= TF32_SCAN_COLUMNS && V % 4 == 0 && (uintptr_t)summaries % 16 == 0 && maps > 0 && maps <= 0x7fffffff;
     if (!*usable)
         return 0;
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(); /* stage 06's */
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(); /* common/tensor_maps.cuh */
     if (!encode)
         return -1;
     const cuuint64_t strides[2] = {W * sizeof(float), K * W * sizeof(float)};

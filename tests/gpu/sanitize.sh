@@ -36,6 +36,8 @@ sanitize 06a_tensor_cores "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # partial til
 sanitize 06a_tensor_cores "--B 1 --T 130 --H 3 --K 128 --V 72"    # K = 128, V not a multiple of 64
 sanitize 06b_producer_consumer "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # the ring wraps: full and empty phases of both parities
 sanitize 06b_producer_consumer "--B 1 --T 130 --H 3 --K 128 --V 72"
+sanitize 06c_bulk_outputs "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # kernel 3: the threads copy q and k (K not a multiple of 16)
+sanitize 06c_bulk_outputs "--B 1 --T 130 --H 2 --K 128 --V 128" # q and k by tensor copies; 128-column kernel 3, K = V known
 for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # plain stores
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # four-tile chain blocks: two n-tiles a warp; staged

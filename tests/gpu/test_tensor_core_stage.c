@@ -1,5 +1,5 @@
-/* test_tensor_core_stage.c -- stage 06's series (06a_tensor_cores, 06b_producer_consumer, then
- * 06_warp_specialized;
+/* test_tensor_core_stage.c -- stage 06's series (06a_tensor_cores, 06b_producer_consumer,
+ * 06c_bulk_outputs, then 06_warp_specialized;
  * bf16 inputs, tensor cores) equals the fp64 oracle, 05_wy_chunked_cuda and the sub-stage
  * before it, all run on the same bf16-rounded inputs, within GDN_TOLERANCE_BF16
  * (tolerances.h), over the shape grid and beyond: one token, T not a multiple of the chunk,
@@ -15,7 +15,11 @@
 #include "../test_support.h"
 #include "wgmma_layout.h"
 
-extern const gdn_stage wy_chunked_cuda_stage, tensor_cores_stage, producer_consumer_stage, warp_specialized_stage;
+extern const gdn_stage wy_chunked_cuda_stage, tensor_cores_stage, producer_consumer_stage, bulk_outputs_stage, warp_specialized_stage;
+
+/* the sub-stages before 06, in the order a reader meets them; each is checked against the one before */
+static const gdn_stage *const series[] = {&tensor_cores_stage, &producer_consumer_stage, &bulk_outputs_stage};
+enum { SERIES = sizeof series / sizeof series[0] };
 
 /* Stage 06 once on p, with or without --precise. */
 static gdn_result run_tensor_cores(const gdn_problem *p, int precise)
@@ -24,24 +28,31 @@ static gdn_result run_tensor_cores(const gdn_problem *p, int precise)
     return test_run_settings(&warp_specialized_stage, p, &s);
 }
 
-/* Round p's inputs as the stage's driver does, run 05_cuda, 06a, 06b and 06 (both modes),
- * and compare each sub-stage with the oracle, with 05_cuda and with the one before it. */
+/* Round p's inputs as the stage's driver does, run 05_cuda, the series and 06 (both modes),
+ * and compare each sub-stage with the oracle and with the one before it (06a with 05_cuda),
+ * and 06 with the oracle, 05_cuda and 06a. */
 static void check_tensor_cores(gdn_problem *p, const char *what)
 {
     gdn_problem_round_to_bf16(p);
     gdn_result fp32 = test_run(&wy_chunked_cuda_stage, p, 1, 0, 0);
-    gdn_result first = test_run(&tensor_cores_stage, p, 1, 0, 0);
+    gdn_result first = test_run(series[0], p, 1, 0, 0), before = first;
     char label[200];
-    snprintf(label, sizeof label, "06a against the oracle, %s", what);
+    snprintf(label, sizeof label, "%s against the oracle, %s", series[0]->name, what);
     assert_close(test_against_oracle(p, &first), GDN_TOLERANCE_BF16, label);
-    snprintf(label, sizeof label, "06a against 05_cuda, %s", what);
+    snprintf(label, sizeof label, "%s against 05_cuda, %s", series[0]->name, what);
     assert_close(test_against_result(p, &first, &fp32), GDN_TOLERANCE_BF16, label);
-    gdn_result fed = test_run(&producer_consumer_stage, p, 1, 0, 0);
-    snprintf(label, sizeof label, "06b against the oracle, %s", what);
-    assert_close(test_against_oracle(p, &fed), GDN_TOLERANCE_BF16, label);
-    snprintf(label, sizeof label, "06b against 06a, %s", what);
-    assert_close(test_against_result(p, &fed, &first), GDN_TOLERANCE_BF16, label);
-    gdn_result_free(&fed);
+    for (int i = 1; i < SERIES; i++) {
+        gdn_result next = test_run(series[i], p, 1, 0, 0);
+        snprintf(label, sizeof label, "%s against the oracle, %s", series[i]->name, what);
+        assert_close(test_against_oracle(p, &next), GDN_TOLERANCE_BF16, label);
+        snprintf(label, sizeof label, "%s against %s, %s", series[i]->name, series[i - 1]->name, what);
+        assert_close(test_against_result(p, &next, &before), GDN_TOLERANCE_BF16, label);
+        if (i > 1)
+            gdn_result_free(&before);
+        before = next;
+    }
+    if (SERIES > 1)
+        gdn_result_free(&before);
     for (int precise = 0; precise <= 1; precise++) {
         gdn_result tensor = run_tensor_cores(p, precise);
         snprintf(label, sizeof label, "06%s against the oracle, %s", precise ? " --precise" : "", what);
@@ -221,6 +232,7 @@ START_TEST(tensor_cores_refuse_large_keys)
 {
     test_refuses_keys_of_129(&tensor_cores_stage, 0, 4400);
     test_refuses_keys_of_129(&producer_consumer_stage, 0, 4402);
+    test_refuses_keys_of_129(&bulk_outputs_stage, 0, 4403);
     test_refuses_keys_of_129(&warp_specialized_stage, 0, 4401);
 }
 END_TEST
