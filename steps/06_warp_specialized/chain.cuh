@@ -6,7 +6,8 @@
  * kernel 3), Vnew = U - W S0, Vnew to B fragments (and Vnew^T out), S = exp(gamma_C) S +
  * Kdec^T Vnew. Where the chain makes Vnew from v (FROM_VALUES), the same products take the k
  * tile in W's place: Y = K S0, Z = diag(beta) V - diag(beta e^gamma) Y, Vnew = Tm Z, and S =
- * exp(gamma_C) S + K^T (diag(d) Vnew). The state the block carries is its Columns (state_columns:
+ * exp(gamma_C) S + K^T (diag(d) Vnew); its ring slot (values_slot_bytes, below) holds the k
+ * and v tiles and the transform block. The state the block carries is its Columns (state_columns:
  * S; chain_ring.cuh). The step is compiled with its key tiles and strides known where
  * that pays (chunk_step), and the ring's slot and pass are counted, not divided. Two entries,
  * each bound by its widest block: chunk_states_kernel (W and U) and
@@ -35,6 +36,28 @@
  * Included by warp_specialized.cuh.
  */
 #pragma once
+
+/* A ring slot of the chain that makes Vnew from v itself (FROM_VALUES: chain_from_values), as
+ * the chain with output warps does: the chunk's k tile in W's place and layout (a tensor copy,
+ * its row padded by the next 8 keys, never read), the transform block, the decay, and the v
+ * tile: the block's columns of v (where the first columns have no values, those right of
+ * them, at most V: values_tile_columns) and the 8 after them, so that a row is an odd multiple of 8 bytes
+ * and the lanes' 4-byte loads of a fragment's pairs fall in 32 different banks (and the box
+ * is never wider than a row of all heads, which H >= 2 gives: a wider box faults). Each part
+ * from a 128-byte boundary, as tensor copies want. */
+__host__ __device__ static inline size_t values_slot_transform_offset(size_t K) { return chain_w_bytes(K); }
+__host__ __device__ static inline size_t values_slot_decay_offset(size_t K) { return chain_w_bytes(K) + TRANSFORM_BYTES; }
+__host__ __device__ static inline size_t values_slot_values_offset(size_t K) { return values_slot_decay_offset(K) + 128; }
+__host__ __device__ constexpr int values_tile_columns(int tiles, size_t V) /* (round_up16, written out: constexpr) */
+{
+    return 16 * tiles < (int)((V + 15) / 16 * 16) ? 16 * tiles : (int)((V + 15) / 16 * 16);
+}
+__host__ __device__ constexpr int values_tile_stride(int columns) { return columns + 8; }
+__host__ __device__ static inline size_t values_slot_bytes(size_t K, int tiles) /* (room for 16 tiles columns) */
+{
+    return values_slot_values_offset(K) + (size_t)CHUNK * values_tile_stride(16 * tiles) * sizeof(bf16);
+}
+static_assert(TRANSFORM_BYTES % 128 == 0 && CHUNK * sizeof(bf16) % 128 == 0, "a values slot's parts from 128-byte boundaries");
 /* The ring: `stages` slots of slot_bytes from `slots`, and each slot's full and empty mbarriers */
 typedef struct {
     unsigned char *slots;

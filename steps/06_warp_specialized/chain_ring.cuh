@@ -132,15 +132,6 @@ __host__ __device__ static inline size_t chain_staging_bytes(size_t K, bool prec
 {
     return (size_t)16 * tiles * (key_stride(K) + TOKEN_STRIDE) * sizeof(bf16) * (precise ? 2 : 1);
 }
-/* The ring: `stages` slots, then a "full" and an "empty" mbarrier (8 bytes each) per slot,
- * then (staged) the consumers' staging tiles; from_values: values slots, from a 128-byte
- * boundary (128 bytes more, for the shift) */
-__host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool precise, int tiles, int stages, bool staged,
-                                                            bool from_values = false)
-{
-    return (from_values ? 128 + stages * values_slot_bytes(K, tiles) : stages * chain_slot_bytes(K, precise, tiles)) +
-           2 * (size_t)stages * sizeof(uint64_t) + (staged ? chain_staging_bytes(K, precise, tiles) : 0);
-}
 /* n-tiles (8 state columns each, the n of m16n8k16) a consumer warp carries. One, so two
  * warps a 16-column tile, where blocks are few and the chain's latency is the time: more
  * warps, shorter steps. Two in blocks of 4 and 8 tiles, made only where the blocks (about)

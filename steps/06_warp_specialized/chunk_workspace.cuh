@@ -14,8 +14,6 @@
  * kernel 3's tiles are, so each comes back by one bulk copy. Everything the products read is
  * bf16, as FLA keeps it (U too: it is rounded to bf16 as Vnew anyway); --precise keeps U in
  * fp32 and adds the low terms of S0 and Vnew (and W_low in the chain block).
- * The file ends with the triangular solve's strides and kernel 1's shared-memory plan, whose
- * tiles share places so that four blocks fit an SM at K = V = 128.
  *
  * Cost: the workspace is the stage's memory traffic between kernels: per chunk kernel 1 writes
  * W, the decayed keys and U (2 K + V values a token) or the transform block alone, the chain
@@ -105,28 +103,6 @@ __host__ __device__ static inline size_t chain_slot_bytes(size_t K, bool precise
 {
     return chain_u_offset(K, precise) + (size_t)tiles * 16 * CHUNK * chain_u_size(precise) + 4 * sizeof(float);
 }
-/* A ring slot of the chain that makes Vnew from v itself (FROM_VALUES: chain_from_values), as
- * the chain with output warps does: the chunk's k tile in W's place and layout (a tensor copy,
- * its row padded by the next 8 keys, never read), the transform block, the decay, and the v
- * tile: the block's columns of v (where the first columns have no values, those right of
- * them, at most V: values_tile_columns) and the 8 after them, so that a row is an odd multiple of 8 bytes
- * and the lanes' 4-byte loads of a fragment's pairs fall in 32 different banks (and the box
- * is never wider than a row of all heads, which H >= 2 gives: a wider box faults). Each part
- * from a 128-byte boundary, as tensor copies want. */
-__host__ __device__ static inline size_t values_slot_transform_offset(size_t K) { return chain_w_bytes(K); }
-__host__ __device__ static inline size_t values_slot_decay_offset(size_t K) { return chain_w_bytes(K) + TRANSFORM_BYTES; }
-__host__ __device__ static inline size_t values_slot_values_offset(size_t K) { return values_slot_decay_offset(K) + 128; }
-__host__ __device__ constexpr int values_tile_columns(int tiles, size_t V) /* (round_up16, written out: constexpr) */
-{
-    return 16 * tiles < (int)((V + 15) / 16 * 16) ? 16 * tiles : (int)((V + 15) / 16 * 16);
-}
-__host__ __device__ constexpr int values_tile_stride(int columns) { return columns + 8; }
-__host__ __device__ static inline size_t values_slot_bytes(size_t K, int tiles) /* (room for 16 tiles columns) */
-{
-    return values_slot_values_offset(K) + (size_t)CHUNK * values_tile_stride(16 * tiles) * sizeof(bf16);
-}
-static_assert(TRANSFORM_BYTES % 128 == 0 && CHUNK * sizeof(bf16) % 128 == 0, "a values slot's parts from 128-byte boundaries");
-
 typedef struct {
     double *gamma;         /* [heads T] */
     unsigned char *chain;  /* [heads chunks] chain blocks */
@@ -177,37 +153,4 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     w.states_low_t = precise ? w.states_t + bytes[2] / 2 / sizeof(bf16) : NULL;
     w.new_values_low_t = precise ? w.new_values_t + bytes[3] / 2 / sizeof(bf16) : NULL;
     return w;
-}
-
-/* ---- the triangular solve's joins on tensor cores ---- */
-
-/* Row strides of the solve's fp32 tiles, in floats. Tm's is 4 mod 32, so that both tf32
- * fragment loads (rows g, columns t: 4g + t; rows t, columns g) fall in 32 different banks
- * (05's 65 gives two-way conflicts). The join's scratch Y is only ever a B operand (rows t,
- * t + 4 of column g) and the target of float2 stores (rows g, columns 2t): at 4 mod 32 both
- * are two-way conflicted (rows t and t + 1 four banks apart; by ncu on an NVIDIA H200, 128
- * excessive wavefronts a chunk); at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
-constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 8;
-/* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
- * K = V = 128, which a place of its own for each tile would not allow (docs/06, "(a) The
- * products on tensor cores"):
- *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
- *               strictly lower part scaled), and once W is made, U's staging tile in
- *               Tm_keys' place;
- *   the keys:   k's tile, and W's staging tile in its place, a 64-column pass at a time;
- *   the values: the solve's scratch (32 x JOIN_STRIDE floats), then v's tile, which is loaded
- *               only after the solve. */
-/* kernel 1's staging tile for U_t: 64 of its rows, laid out as in the chain block */
-__host__ __device__ constexpr size_t u_stage_bytes(bool precise) { return (size_t)CHUNK * CHUNK * (precise ? sizeof(float) : sizeof(bf16)); }
-/* Tm's place holds Tm, then Tm_values and, after them, Tm_keys or (once W is made) U's
- * staging tile: room for the larger of each */
-__host__ __device__ constexpr size_t tm_place_bytes(bool precise)
-{
-    constexpr size_t tm = CHUNK * SOLVE_STRIDE * sizeof(float), scaled_tile = CHUNK * TOKEN_STRIDE * sizeof(bf16);
-    const size_t after_solve = scaled_tile + (scaled_tile > u_stage_bytes(precise) ? scaled_tile : u_stage_bytes(precise));
-    return tm > after_solve ? tm : after_solve;
-}
-__host__ __device__ constexpr size_t values_place_bytes(size_t ldv)
-{
-    return CHUNK * ldv * sizeof(bf16) > 32 * JOIN_STRIDE * sizeof(float) ? CHUNK * ldv * sizeof(bf16) : 32 * JOIN_STRIDE * sizeof(float);
 }

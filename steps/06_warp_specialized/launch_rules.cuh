@@ -73,6 +73,15 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
     return 0;
 }
 
+/* The ring: `stages` slots, then a "full" and an "empty" mbarrier (8 bytes each) per slot,
+ * then (staged) the consumers' staging tiles; from_values: values slots, from a 128-byte
+ * boundary (128 bytes more, for the shift) */
+__host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool precise, int tiles, int stages, bool staged,
+                                                            bool from_values = false)
+{
+    return (from_values ? 128 + stages * values_slot_bytes(K, tiles) : stages * chain_slot_bytes(K, precise, tiles)) +
+           2 * (size_t)stages * sizeof(uint64_t) + (staged ? chain_staging_bytes(K, precise, tiles) : 0);
+}
 /* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
  * Tiles (chain_tiles): the most (8, 4, 2, 1; at most 4 with --precise: widest_chain_tiles) that
  * divide a head's tiles (tiles_per_run) and still leave a block for every SM: wider blocks

@@ -11,8 +11,9 @@
  * e^gamma K) and U = Tm (beta V) (eq. 12) with the decayed keys, or the transform block alone
  * for the chains that make Vnew from v. k and v come by tensor copies where their boxes fit, v
  * after the solve, in the place of its scratch; W and U leave through staging tiles by bulk
- * stores, U in the chain's fragment order. The tiles share places (chunk_workspace.cuh,
- * tm_place_bytes), so that four blocks fit an SM.
+ * stores, U in the chain's fragment order. The tiles share places (tm_place_bytes, below),
+ * so that four blocks fit an SM. warp_product_rows takes B row major through ldmatrix.trans
+ * (W = Tm K and U = Tm V: no transposed copy of K or V).
  *
  * Cost: stage 05's kernel 1 products (wy_chunked_flops) on tensor cores, the causal ones
  * skipping their zero blocks; it reads k and v (bf16), g and beta, and writes 2 K + V values a
@@ -29,6 +30,73 @@
  * Included by warp_specialized.cuh.
  */
 #pragma once
+
+/* ---- kernel 1's tiles: the solve's strides, the shared places, v by slices ---- */
+
+/* Row strides of the solve's fp32 tiles, in floats. Tm's is 4 mod 32, so that both tf32
+ * fragment loads (rows g, columns t: 4g + t; rows t, columns g) fall in 32 different banks
+ * (05's 65 gives two-way conflicts). The join's scratch Y is only ever a B operand (rows t,
+ * t + 4 of column g) and the target of float2 stores (rows g, columns 2t): at 4 mod 32 both
+ * are two-way conflicted (rows t and t + 1 four banks apart; by ncu on an NVIDIA H200, 128
+ * excessive wavefronts a chunk); at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
+constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 8;
+/* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
+ * K = V = 128, which a place of its own for each tile would not allow (docs/06, "(a) The
+ * products on tensor cores"):
+ *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
+ *               strictly lower part scaled), and once W is made, U's staging tile in
+ *               Tm_keys' place;
+ *   the keys:   k's tile, and W's staging tile in its place, a 64-column pass at a time;
+ *   the values: the solve's scratch (32 x JOIN_STRIDE floats), then v's tile, which is loaded
+ *               only after the solve. */
+/* kernel 1's staging tile for U_t: 64 of its rows, laid out as in the chain block */
+__host__ __device__ constexpr size_t u_stage_bytes(bool precise) { return (size_t)CHUNK * CHUNK * (precise ? sizeof(float) : sizeof(bf16)); }
+/* Tm's place holds Tm, then Tm_values and, after them, Tm_keys or (once W is made) U's
+ * staging tile: room for the larger of each */
+__host__ __device__ constexpr size_t tm_place_bytes(bool precise)
+{
+    constexpr size_t tm = CHUNK * SOLVE_STRIDE * sizeof(float), scaled_tile = CHUNK * TOKEN_STRIDE * sizeof(bf16);
+    const size_t after_solve = scaled_tile + (scaled_tile > u_stage_bytes(precise) ? scaled_tile : u_stage_bytes(precise));
+    return tm > after_solve ? tm : after_solve;
+}
+__host__ __device__ constexpr size_t values_place_bytes(size_t ldv)
+{
+    return CHUNK * ldv * sizeof(bf16) > 32 * JOIN_STRIDE * sizeof(float) ? CHUNK * ldv * sizeof(bf16) : 32 * JOIN_STRIDE * sizeof(float);
+}
+/* kernel 1 takes its k and first slice of v the same way where both boxes fit (V a multiple of 16 as well) */
+__host__ __device__ static inline bool tiles_by_tensor_map(size_t K, size_t V, size_t H, size_t T)
+{
+    return keys_by_tensor_map(K, H, T) && V % 16 == 0;
+}
+/* kernel 1 keeps at most VALUE_SLICE columns of v in shared memory (row stride value_stride) */
+constexpr int VALUE_SLICE = 128;
+__host__ __device__ static inline int value_stride(size_t V) { return key_stride(V < VALUE_SLICE ? V : VALUE_SLICE); }
+
+/* The same product with B row major, B[k][n] (stride ldb), for the n-tiles left of column
+ * `columns` (a multiple of 16): ldmatrix.trans hands each lane the pair (rows 2t, 2t + 1,
+ * column g) of an 8 x 8 matrix stored by rows, which is a B fragment, so B needs no
+ * transposed copy. */
+template <int TILES>
+__device__ __forceinline__ static void warp_product_rows(float (&acc)[TILES][4], const bf16 *A, int lda, const bf16 *B, int ldb,
+                                                         int row0, int col0, int columns, int depth)
+{
+    static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
+    const bf16 *a_row = quarter_row(A, lda, row0, 0), *b_row = quarter_row(B, ldb, 0, col0);
+    for (int k0 = 0; k0 < depth; k0 += 16) {
+        uint32_t a[4];
+        load_matrices(a, a_row + k0);
+#pragma unroll
+        for (int j = 0; j < TILES; j += 2) {
+            if (col0 + 8 * j >= columns)
+                break;
+            uint32_t b[4];
+            load_matrices_transposed(b, b_row + k0 * ldb + 8 * j);
+            const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+            mma_bf16_16x8x16(acc[j], a, first);
+            mma_bf16_16x8x16(acc[j + 1], a, second);
+        }
+    }
+}
 
 /* a 16 x 8 tile of sums into rows row0 .. row0 + 16, columns col0 .. col0 + 8 of a row-major
    fp32 tile, each by `sign` (two 8-byte stores a lane) */

@@ -8,8 +8,7 @@
  * row strides of K + 8 (key_stride) and 64 + 8 (TOKEN_STRIDE) bf16, K a multiple of 16: an
  * odd number of 16-byte units, which puts those 8 rows in 8 different groups of 4 banks, no
  * conflict. warp_product takes B transposed (Bt[n][k]: K K^T and Q K^T, the keys as they
- * lie); warp_product_rows takes B row major through ldmatrix.trans (W = Tm K and U = Tm V: no
- * transposed copy of K or V). Each A fragment a warp loads serves all its n-tiles.
+ * lie); each A fragment a warp loads serves all its n-tiles.
  * The causal products (P, M and Tm's strictly lower part are zero above the diagonal, eq. 10,
  * 12 and 14) skip the n-tiles and the depth that meet only zeros (causal_tiles, causal_depth):
  * 20 of the 32 n-tiles of a 64 x 64 product remain. copy_tile brings a strided tile in by
@@ -35,20 +34,9 @@ __host__ __device__ static inline int key_stride(size_t K) { return round_up16(K
  * strides are whole 16 bytes; at least two heads, so that a row of all heads (H K) is at least
  * one padded tile wide (K + 8); at least one chunk of tokens. Otherwise the threads copy. */
 __host__ __device__ static inline bool keys_by_tensor_map(size_t K, size_t H, size_t T) { return K % 16 == 0 && H >= 2 && T >= 64; }
-/* kernel 1 takes its k and first slice of v the same way where both boxes fit (V a multiple of 16 as well) */
-__host__ __device__ static inline bool tiles_by_tensor_map(size_t K, size_t V, size_t H, size_t T)
-{
-    return keys_by_tensor_map(K, H, T) && V % 16 == 0;
-}
-/* kernel 1 keeps at most VALUE_SLICE columns of v in shared memory (row stride value_stride) */
-constexpr int VALUE_SLICE = 128;
-__host__ __device__ static inline int value_stride(size_t V) { return key_stride(V < VALUE_SLICE ? V : VALUE_SLICE); }
 __host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK - 1) / CHUNK; }
 
 /* ---- one warp's tensor-core products ---- */
-
-
-
 
 /* acc[j] += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 + 8 j .. + 8), j < tiles (TILES
  * unless told fewer; the others are left as they are): A row major (stride lda), B given
@@ -76,32 +64,6 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
                 break;
             uint32_t b[4];
             load_matrices(b, b_row + 8 * j * ldb + k0);
-            const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
-            mma_bf16_16x8x16(acc[j], a, first);
-            mma_bf16_16x8x16(acc[j + 1], a, second);
-        }
-    }
-}
-
-/* The same product with B row major, B[k][n] (stride ldb), for the n-tiles left of column
- * `columns` (a multiple of 16): ldmatrix.trans hands each lane the pair (rows 2t, 2t + 1,
- * column g) of an 8 x 8 matrix stored by rows, which is a B fragment, so B needs no
- * transposed copy. */
-template <int TILES>
-__device__ __forceinline__ static void warp_product_rows(float (&acc)[TILES][4], const bf16 *A, int lda, const bf16 *B, int ldb,
-                                                         int row0, int col0, int columns, int depth)
-{
-    static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
-    const bf16 *a_row = quarter_row(A, lda, row0, 0), *b_row = quarter_row(B, ldb, 0, col0);
-    for (int k0 = 0; k0 < depth; k0 += 16) {
-        uint32_t a[4];
-        load_matrices(a, a_row + k0);
-#pragma unroll
-        for (int j = 0; j < TILES; j += 2) {
-            if (col0 + 8 * j >= columns)
-                break;
-            uint32_t b[4];
-            load_matrices_transposed(b, b_row + k0 * ldb + 8 * j);
             const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
             mma_bf16_16x8x16(acc[j], a, first);
             mma_bf16_16x8x16(acc[j + 1], a, second);
