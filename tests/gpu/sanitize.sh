@@ -38,6 +38,9 @@ sanitize 06b_producer_consumer "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # the ri
 sanitize 06b_producer_consumer "--B 1 --T 130 --H 3 --K 128 --V 72"
 sanitize 06c_bulk_outputs "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # kernel 3: the threads copy q and k (K not a multiple of 16)
 sanitize 06c_bulk_outputs "--B 1 --T 130 --H 2 --K 128 --V 128" # q and k by tensor copies; 128-column kernel 3, K = V known
+sanitize 06d_bulk_prepare "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # kernel 1: the threads copy k and v
+sanitize 06d_bulk_prepare "--B 1 --T 130 --H 2 --K 128 --V 128" # kernel 1 by tensor copies, four blocks an SM, K = V known
+sanitize 06d_bulk_prepare "--B 1 --T 70 --H 2 --K 64 --V 256" # two slices of v
 for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # plain stores
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # four-tile chain blocks: two n-tiles a warp; staged

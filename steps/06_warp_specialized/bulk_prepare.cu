@@ -1,0 +1,123 @@
+/* 06d_bulk_prepare -- 06c with kernel 1 tuned: its copies by the TMA unit, its solve's joins on
+ * tensor cores, its tiles sharing places.
+ *
+ * The idea (docs/06_warp_specialized.md, "(d) Kernel 1 tuned"): kernel 1 is most of the pass's
+ * work, and in 06c it leaves tensor cores idle: its threads copy k and v element by element,
+ * stage 05's scalar loops join the solve's diagonal blocks, it writes scaled transposed copies
+ * of K and V, and its fp32 Tm and tiles take so much shared memory that three blocks fit an
+ * SM. Here (prepare_w_and_u.cuh) k and v come by one tensor copy each, v only after the solve,
+ * into the place of the solve's scratch; the gates' sums run on the one warp with no block of
+ * K K^T to make; the diagonal blocks' inverses are joined by doubling on tensor cores (tf32);
+ * the scales go into Tm's columns, so that W = (Tm diag(beta e^gamma)) K and U = (Tm
+ * diag(beta)) V take K and V as they lie, through ldmatrix.trans; the diagonal's term is
+ * added in fp32; W and U leave through staging tiles by bulk stores. The tiles share places,
+ * so four blocks fit an SM at K = V = 128, with K = V compiled known. The chain and kernel 3
+ * are 06c's.
+ *
+ * Where bf16 rounding enters: 06c's places, with Tm diag(beta e^gamma) and Tm diag(beta)
+ * (strictly lower parts) in place of Tm and the scaled keys and values; the joins in tf32.
+ *
+ * Cost: 06c's flops; kernel 1 reads k and v once by tensor copies and writes whole lines.
+ * Depth: T / 64 chunk steps of kernel 2, as in 06b.
+ * Limits: K <= 128, chunk 64 (fixed), V and T any.
+ *
+ * Build and run:  make bin/06d_bulk_prepare && bin/06d_bulk_prepare --T 16384 --H 8 --check-against oracle
+ */
+#include <cuda_bf16.h>
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled: the driver's tensor map maker, found at run time */
+#include <cuda_pipeline_primitives.h>
+#include <stdint.h>
+#include <type_traits>
+
+#include "../../common/cuda_check.h"
+#include "../../common/device.h"
+#include "../../common/stage.h"
+#include "../../common/bulk_copy.cuh"      /* mbarriers, bulk and tensor copies (the TMA unit) */
+#include "../../common/mma_sync.cuh"       /* ldmatrix and mma.sync */
+#include "../../common/fast_exp.cuh"       /* exp_approx: the gate factors of P */
+#include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel: kernel 3 after the chain */
+#include "../../common/sync.cuh"           /* named_barrier_sync: the consumers' own barrier */
+#include "../../common/tensor_maps.cuh"    /* host: the tensor maps of q and k */
+#include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gate sums and the blocked solve, unchanged */
+extern "C" { /* stage 05's flop count: the same algebra */
+#include "../05_wy_chunked/wy_chunked.h"
+}
+
+#include "tile_products.cuh"       /* the constants, a warp's products by ldmatrix, copy_tile */
+#include "chunk_workspace.cuh"     /* the workspace and the chain block's layout */
+#include "prepare_w_and_u.cuh"     /* kernel 1 and its launch */
+#include "producer_chain.cuh"      /* kernel 2 */
+#include "outputs_after_chain.cuh" /* kernel 3 */
+
+/* Kernel 3 with COLUMNS columns of o a block, after the chain (programmatic dependent launch:
+ * its blocks wait for the chain's S0^T and Vnew^T, wait_for_previous_kernel) */
+template <int COLUMNS>
+static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
+{
+    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE;
+    const size_t bytes = 128 + M * sizeof(double) + (2 * M * LDK + COLUMNS * LDK + COLUMNS * LDT + M * LDT) * sizeof(bf16);
+    unsigned blocks;
+    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + COLUMNS - 1) / COLUMNS), 1, &blocks))
+        return -1;
+    if (!r->o_bf16)
+        return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
+    CUtensorMap q_map = {}, k_map = {}; /* unused (zero) where the threads copy q and k */
+    if (keys_by_tensor_map(p->K, p->H, p->T) &&
+        (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K))))
+        return -1;
+    /* K = V = COLUMNS compiled with them known */
+    auto chunk_outputs = p->K == COLUMNS && p->V == COLUMNS ? chunk_outputs_kernel<false, COLUMNS, COLUMNS> : chunk_outputs_kernel<false, COLUMNS, 0>;
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
+    r->o_in_bf16 = 1;
+    return 0;
+}
+
+/* kernel 1, the chain, kernel 3 with 128 columns of o a block where V is a multiple of 128 (no
+   block half empty), else 64 */
+static int bulk_prepare_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
+{
+    (void)s;
+    const size_t K = p->K, V = p->V, heads = p->B * p->H;
+    if (K > MAX_K)
+        return gdn_set_error("K = %zu: stage 06d keeps K-wide tiles in shared memory, K at most %d", K, MAX_K);
+    chunk_workspace w = workspace_at(r->workspace, p, false);
+    unsigned state_blocks;
+    if (gdn_blocks_for(heads * (round_up16(V) / CHAIN_COLUMNS), 1, &state_blocks))
+        return -1;
+    const size_t chain_bytes = ring_barriers_offset(K) + 2 * CHAIN_STAGES * sizeof(uint64_t);
+    if (launch_prepare_chunks<false>(p, w))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel, state_blocks, PRODUCER_CHAIN_THREADS, chain_bytes, *p, w, r->ht);
+    return V % 128 == 0 ? launch_chunk_outputs_by<128>(p, w, r) : launch_chunk_outputs_by<64>(p, w, r);
+}
+
+static int bulk_prepare_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+{
+    (void)s;
+    size_t parts[4];
+    if (workspace_parts(p->B * p->H, p->T, p->K, p->V, false, parts))
+        return -1;
+    *bytes = parts[0] + parts[1] + parts[2] + parts[3];
+    if (*bytes < parts[1] || *bytes < parts[2] || *bytes < parts[3])
+        return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * p->H, p->T);
+    return 0;
+}
+
+static void bulk_prepare_resolve_options(const gdn_problem *p, gdn_settings *s)
+{
+    (void)p;
+    s->chunk = CHUNK; /* fixed here; stage 05's flop count reads it */
+}
+
+extern "C" const gdn_stage bulk_prepare_stage = {
+    .name = "06d_bulk_prepare",
+    .idea = "06c with kernel 1 tuned: tensor copies in, tf32 joins, scales in Tm, bulk stores out",
+    .options = 0,
+    .forward = NULL,
+    .counted_flops = wy_chunked_flops,
+    .resolve_options = bulk_prepare_resolve_options,
+    .device_forward = bulk_prepare_forward,
+    .device_workspace_bytes = bulk_prepare_workspace,
+    .runner = &gdn_cuda_runner,
+    .bf16_inputs = 1,
+};
