@@ -42,6 +42,10 @@ sanitize 06d_bulk_prepare "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # kernel 1: t
 sanitize 06d_bulk_prepare "--B 1 --T 130 --H 2 --K 128 --V 128" # kernel 1 by tensor copies, four blocks an SM, K = V known
 sanitize 06d_bulk_prepare "--B 1 --T 70 --H 2 --K 64 --V 256" # two slices of v
 for mode in "" "--precise"; do
+    sanitize 06e_warp_chain "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # 48 columns: one-tile blocks, plain stores
+    sanitize 06e_warp_chain "--B 4 --T 200 --H 40 --K 128 --V 64 $mode" # two-tile blocks, staged (blocks >= SMs)
+done
+for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # plain stores
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # four-tile chain blocks: two n-tiles a warp; staged
     sanitize 06_warp_specialized "--B 4 --T 130 --H 40 --K 64 --V 32 $mode" # two-tile chain blocks; staged

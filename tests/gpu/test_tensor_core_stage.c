@@ -1,5 +1,5 @@
 /* test_tensor_core_stage.c -- stage 06's series (06a_tensor_cores, 06b_producer_consumer,
- * 06c_bulk_outputs, 06d_bulk_prepare, then 06_warp_specialized;
+ * 06c_bulk_outputs, 06d_bulk_prepare, 06e_warp_chain, then 06_warp_specialized;
  * bf16 inputs, tensor cores) equals the fp64 oracle, 05_wy_chunked_cuda and the sub-stage
  * before it, all run on the same bf16-rounded inputs, within GDN_TOLERANCE_BF16
  * (tolerances.h), over the shape grid and beyond: one token, T not a multiple of the chunk,
@@ -16,10 +16,11 @@
 #include "wgmma_layout.h"
 
 extern const gdn_stage wy_chunked_cuda_stage, tensor_cores_stage, producer_consumer_stage, bulk_outputs_stage, bulk_prepare_stage,
-    warp_specialized_stage;
+    warp_chain_stage, warp_specialized_stage;
 
 /* the sub-stages before 06, in the order a reader meets them; each is checked against the one before */
-static const gdn_stage *const series[] = {&tensor_cores_stage, &producer_consumer_stage, &bulk_outputs_stage, &bulk_prepare_stage};
+static const gdn_stage *const series[] = {&tensor_cores_stage, &producer_consumer_stage, &bulk_outputs_stage, &bulk_prepare_stage,
+                                          &warp_chain_stage};
 enum { SERIES = sizeof series / sizeof series[0] };
 
 /* Stage 06 once on p, with or without --precise. */
@@ -48,6 +49,13 @@ static void check_tensor_cores(gdn_problem *p, const char *what)
         assert_close(test_against_oracle(p, &next), GDN_TOLERANCE_BF16, label);
         snprintf(label, sizeof label, "%s against %s, %s", series[i]->name, series[i - 1]->name, what);
         assert_close(test_against_result(p, &next, &before), GDN_TOLERANCE_BF16, label);
+        if (series[i]->options & GDN_OPTION_PRECISE) { /* the sub-stages that offer --precise: it too */
+            gdn_settings s = {.reps = 1, .threads = 1, .precise = 1};
+            gdn_result precise = test_run_settings(series[i], p, &s);
+            snprintf(label, sizeof label, "%s --precise against the oracle, %s", series[i]->name, what);
+            assert_close(test_against_oracle(p, &precise), GDN_TOLERANCE_BF16, label);
+            gdn_result_free(&precise);
+        }
         if (i > 1)
             gdn_result_free(&before);
         before = next;
@@ -235,6 +243,7 @@ START_TEST(tensor_cores_refuse_large_keys)
     test_refuses_keys_of_129(&producer_consumer_stage, 0, 4402);
     test_refuses_keys_of_129(&bulk_outputs_stage, 0, 4403);
     test_refuses_keys_of_129(&bulk_prepare_stage, 0, 4404);
+    test_refuses_keys_of_129(&warp_chain_stage, 0, 4405);
     test_refuses_keys_of_129(&warp_specialized_stage, 0, 4401);
 }
 END_TEST
