@@ -80,7 +80,7 @@ GPU_BINARIES   := $(GPU_STAGES:%=$(BIN)/%_cuda)
 GPU_OBJECTS    := $(foreach s,$(GPU_STAGES),$(call gpu_object,$(s))) $(foreach s,$(GPU_ONLY_BUILT),$(call stage_object,$(s)))
 GPU_ONLY_BINARIES := $(GPU_ONLY_BUILT:%=$(BIN)/%)
 # Sub-stages (rules below): 06 is taught as a series of binaries, 06a_tensor_cores first
-SUB_STAGES        := $(if $(GPU_ONLY_BUILT),06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare 06e_warp_chain)
+SUB_STAGES        := $(if $(GPU_ONLY_BUILT),06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare 06e_warp_chain 06f_output_warps)
 # every stage and sub-stage in the order a reader meets them: 06a before 06 (NN~ sorts after NNa)
 STAGES_IN_ORDER   := $(shell echo $(STAGES) $(SUB_STAGES) | tr ' ' '\n' | sed 's/^\([0-9]*\)_/\1~_/' | LC_ALL=C sort | sed 's/~_/_/')
 GPU_OBJECTS       += $(foreach s,$(SUB_STAGES),$(call stage_object,$(s)))
@@ -235,7 +235,7 @@ endef
 $(foreach s,$(GPU_ONLY_BUILT),$(eval $(call gpu_only_rules,$(s))))
 
 # Sub-stages: a GPU-only stage taught as a series of binaries, each one idea on top of the one
-# before (docs/06: 06a_tensor_cores, 06b_producer_consumer, 06c_bulk_outputs, 06d_bulk_prepare, 06e_warp_chain, then 06_warp_specialized). bin/NNx_name (x a letter) is
+# before (docs/06: 06a_tensor_cores, 06b_producer_consumer, 06c_bulk_outputs, 06d_bulk_prepare, 06e_warp_chain, 06f_output_warps, then 06_warp_specialized). bin/NNx_name (x a letter) is
 # built from steps/NN_*/name.cu, whose descriptor is name_stage; it links what its stage USES.
 sub_stage_of    = $(shell echo $(1) | cut -c1-2)
 sub_stage_name  = $(shell echo $(1) | sed 's/^[0-9]*[a-z]_//')

@@ -45,6 +45,8 @@ for mode in "" "--precise"; do
     sanitize 06e_warp_chain "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # 48 columns: one-tile blocks, plain stores
     sanitize 06e_warp_chain "--B 4 --T 200 --H 40 --K 128 --V 64 $mode" # two-tile blocks, staged (blocks >= SMs)
 done
+sanitize 06f_output_warps "--B 1 --T 300 --H 100 --K 128 --V 128" # output warps in the chain's block; kernel 1 writes the transform block
+sanitize 06f_output_warps "--B 2 --T 300 --H 2 --K 128 --V 128 --h0" # few heads: 06e's pass
 for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # plain stores
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # four-tile chain blocks: two n-tiles a warp; staged

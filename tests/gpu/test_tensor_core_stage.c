@@ -1,5 +1,6 @@
 /* test_tensor_core_stage.c -- stage 06's series (06a_tensor_cores, 06b_producer_consumer,
- * 06c_bulk_outputs, 06d_bulk_prepare, 06e_warp_chain, then 06_warp_specialized;
+ * 06c_bulk_outputs, 06d_bulk_prepare, 06e_warp_chain, 06f_output_warps, then
+ * 06_warp_specialized;
  * bf16 inputs, tensor cores) equals the fp64 oracle, 05_wy_chunked_cuda and the sub-stage
  * before it, all run on the same bf16-rounded inputs, within GDN_TOLERANCE_BF16
  * (tolerances.h), over the shape grid and beyond: one token, T not a multiple of the chunk,
@@ -16,11 +17,11 @@
 #include "wgmma_layout.h"
 
 extern const gdn_stage wy_chunked_cuda_stage, tensor_cores_stage, producer_consumer_stage, bulk_outputs_stage, bulk_prepare_stage,
-    warp_chain_stage, warp_specialized_stage;
+    warp_chain_stage, output_warps_stage, warp_specialized_stage;
 
 /* the sub-stages before 06, in the order a reader meets them; each is checked against the one before */
 static const gdn_stage *const series[] = {&tensor_cores_stage, &producer_consumer_stage, &bulk_outputs_stage, &bulk_prepare_stage,
-                                          &warp_chain_stage};
+                                          &warp_chain_stage, &output_warps_stage};
 enum { SERIES = sizeof series / sizeof series[0] };
 
 /* Stage 06 once on p, with or without --precise. */
@@ -32,7 +33,7 @@ static gdn_result run_tensor_cores(const gdn_problem *p, int precise)
 
 /* Round p's inputs as the stage's driver does, run 05_cuda, the series and 06 (both modes),
  * and compare each sub-stage with the oracle and with the one before it (06a with 05_cuda),
- * and 06 with the oracle, 05_cuda and 06a. */
+ * and 06 with the oracle, 05_cuda and the last sub-stage. */
 static void check_tensor_cores(gdn_problem *p, const char *what)
 {
     gdn_problem_round_to_bf16(p);
@@ -60,18 +61,18 @@ static void check_tensor_cores(gdn_problem *p, const char *what)
             gdn_result_free(&before);
         before = next;
     }
-    if (SERIES > 1)
-        gdn_result_free(&before);
     for (int precise = 0; precise <= 1; precise++) {
         gdn_result tensor = run_tensor_cores(p, precise);
         snprintf(label, sizeof label, "06%s against the oracle, %s", precise ? " --precise" : "", what);
         assert_close(test_against_oracle(p, &tensor), GDN_TOLERANCE_BF16, label);
         snprintf(label, sizeof label, "06%s against 05_cuda, %s", precise ? " --precise" : "", what);
         assert_close(test_against_result(p, &tensor, &fp32), GDN_TOLERANCE_BF16, label);
-        snprintf(label, sizeof label, "06%s against 06a, %s", precise ? " --precise" : "", what);
-        assert_close(test_against_result(p, &tensor, &first), GDN_TOLERANCE_BF16, label);
+        snprintf(label, sizeof label, "06%s against %s, %s", precise ? " --precise" : "", series[SERIES - 1]->name, what);
+        assert_close(test_against_result(p, &tensor, &before), GDN_TOLERANCE_BF16, label);
         gdn_result_free(&tensor);
     }
+    if (SERIES > 1)
+        gdn_result_free(&before);
     gdn_result_free(&first);
     gdn_result_free(&fp32);
 }
@@ -244,6 +245,7 @@ START_TEST(tensor_cores_refuse_large_keys)
     test_refuses_keys_of_129(&bulk_outputs_stage, 0, 4403);
     test_refuses_keys_of_129(&bulk_prepare_stage, 0, 4404);
     test_refuses_keys_of_129(&warp_chain_stage, 0, 4405);
+    test_refuses_keys_of_129(&output_warps_stage, 0, 4406);
     test_refuses_keys_of_129(&warp_specialized_stage, 0, 4401);
 }
 END_TEST

@@ -1,0 +1,554 @@
+/* output_warps.cuh -- at K = V = 128, kernel 3's work inside the chain's block: output warps,
+ * and the chain's products, by wgmma.
+ *
+ * o's formula (eq. 14) needs a chunk's S0 and Vnew, and a chain block of 8 tiles (128 columns)
+ * holds a head's whole state at K = V = 128, so both are on the SM already, in the chain's
+ * staging tiles. Eight output warps in the same block make o there (chunk_outputs_role): S0^T
+ * and Vnew^T never go to global memory and back (52 KB each way a chunk), and kernel 3 does
+ * not run. They make it by wgmma (sm_90a): a warpgroup multiplies 64 x 16 by 16 x N from
+ * shared memory in one instruction and reads each operand once for its 64 rows, where
+ * mma.sync warps read S0^T and Vnew^T once per 16 rows. The chain's warps in that block use
+ * wgmma too (chain_states_role): S^T is one m64n128 accumulator a warpgroup, and Vnew is made
+ * from v,
+ *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0   (eq. 13 regrouped)
+ * so kernel 1 writes only Tm and its factors (about a quarter of W and U's bytes) and the
+ * chain reads v's tile beside the q and k tiles it shares with the output warps. Each role's
+ * waits are mbarriers and named barriers of its own; setmaxnreg gives each warpgroup the
+ * registers its role needs.
+ *
+ * Cost per chunk: the chain's K S0, Tm Z and K^T (diag(d) Vnew) (8 + 4 + 4 wgmma a warpgroup),
+ * the output warps' Q K^T, Q S0 and P Vnew (8 + 8 + 4 a warpgroup); the step is serial, and
+ * these blocks run where they give 70 % of the SMs a block (widest_blocks_percent: at fewer
+ * heads narrower chain blocks and kernel 3 run instead).
+ * Budget (nvcc -Xptxas -v: no spills), on an H200 SM (64 K registers, 227 KB shared): 640
+ * threads (the chain's two warpgroups, the output warps' two, the producer's), 177 KB: two
+ * ring slots with the transform block, q, k and v for each, the P tile and the staging
+ * tiles; 1 block an SM; registers set by warpgroup with setmaxnreg from 96: the chain 152, the
+ * output warps 72, the producer's warpgroup 32.
+ *
+ * Included by output_warps.cu.
+ */
+#pragma once
+/* ---- output warps in the chain's block (OUTPUTS): kernel 3's work where S0^T and Vnew^T are ----
+ * A chain block of MAX_CHAIN_TILES tiles holds a whole head's state at K = V = 128, so its
+ * staging tiles hold all of S0^T and Vnew^T for a chunk: eight more warps can form the chunk's
+ * o from them there, and neither goes to global memory and back (52 KB each way a chunk).
+ * Eight, as two warpgroups that make o by wgmma (chunk_outputs_role), 64 columns each: S0^T
+ * and Vnew^T are staged in wgmma's swizzled layout, and q and k come swizzled by the TMA unit.
+ * The block: warps 0 .. 7 the chain (two warpgroups, by wgmma too: chain_states_role), 8 ..
+ * 15 the output warps (two), 16 and 17 the producer's (a lane of 16 brings the transform block
+ * and the decay, a lane of 17 q, k and v and o out, each slot's two parts on barriers of their
+ * own; the warpgroup's other two warps leave at once). Registers by warpgroup (setmaxnreg; every thread starts with
+ * 65,536 / 640, 96 in whole units of 8): the chain 152 a thread, the output warps 72 (with
+ * every address made where it is used: made_here), the producer's warpgroup 32: 61,440 of
+ * the block's 61,440. ptxas gives each role the budget set where it begins only if no role's
+ * code is reached from another's: each returns where it ends. Shared memory: the chain's ring
+ * of two slots (the transform blocks, each from a 1024-byte boundary: output_slot_bytes), the
+ * output warps' P tile, the staging tiles, and for each slot the chunk's q, k and v (the
+ * layout: output_block_bytes); 177 KB. The chain takes the keys as given, from the slot's k
+ * tile, as S += K^T (diag(d) Vnew), not the decayed keys, and makes Vnew from the v tile and
+ * the transform block (chain_states_role, below). */
+enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
+       OUTPUT_PRODUCER_REGISTERS = 32, OUTPUT_STAGES = 2 /* the ring's slots: two fit */ };
+/* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
+   K = V = 128 (chunk_outputs_role's SIZE) */
+__host__ __device__ constexpr bool output_warps_shape(size_t K, size_t V) { return K == 16 * MAX_CHAIN_TILES && V == 16 * MAX_CHAIN_TILES; }
+/* every thread's registers at launch: 65,536 / 640, in whole units of 8 */
+constexpr int OUTPUT_START_REGISTERS = 65536 / OUTPUT_BLOCK_THREADS / 8 * 8;
+static_assert((int)OUTPUT_PRODUCER_WARP == (int)MAX_CHAIN_TILES + (int)OUTPUT_WARPS, "warps: the chain's, the output warps, the producer");
+/* setmaxnreg.inc waits for registers the block's other warpgroups gave back: a block never has
+   more than it was launched with (65,536 / 640, 96 a thread), so the roles' budgets must fit
+   that, not merely the SM's 65,536 (docs/06, "output warps and wgmma") */
+static_assert(OUTPUT_CHAIN_REGISTERS * 256 + OUTPUT_ROLE_REGISTERS * 32 * OUTPUT_WARPS + OUTPUT_PRODUCER_REGISTERS * 128
+                  <= OUTPUT_START_REGISTERS * OUTPUT_BLOCK_THREADS,
+              "the warpgroups' registers fit the block's");
+
+/* setmaxnreg is sm_90a's, not sm_90's: nvcc -arch=sm_90a also compiles a compute_90 PTX, in
+   which the OUTPUTS kernel is a trap (an H200 runs the sm_90a code) */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+constexpr bool HAVE_SETMAXNREG = true;
+#else
+constexpr bool HAVE_SETMAXNREG = false;
+#endif
+/* the register budget of this thread's warpgroup (PTX "setmaxnreg"), from the launch's
+   OUTPUT_START_REGISTERS: .inc to raise it, .dec to lower it, picked here from the two
+   counts, since an .inc to fewer registers than the warps hold is undefined (docs/06,
+   "output warps and wgmma"). Every warp of the warpgroup executes it; an increase waits
+   until the registers are free */
+template <int REGISTERS> __device__ __forceinline__ static void set_max_registers(void)
+{
+    if constexpr (HAVE_SETMAXNREG && REGISTERS > OUTPUT_START_REGISTERS)
+        increase_registers<REGISTERS>();
+    else if constexpr (HAVE_SETMAXNREG && REGISTERS < OUTPUT_START_REGISTERS)
+        decrease_registers<REGISTERS>();
+}
+/* the output warps' own barrier (barrier 1; __syncthreads is barrier 0) */
+__device__ __forceinline__ static void output_warps_sync(void) { named_barrier_sync<1, 32 * OUTPUT_WARPS>(); }
+
+/* ---- the output warps' wgmma: common/wgmma.cuh (the swizzle, the descriptors, the instructions) ---- */
+constexpr int OUTPUT_TILE = CHUNK * 16 * MAX_CHAIN_TILES; /* bf16 of a q or k tile, 64 tokens x 128 keys */
+/* The block's shared memory with OUTPUTS, from a 1024-byte boundary (each part on one, for
+ * wgmma's swizzled tiles): the ring of OUTPUT_STAGES slots, each a chunk's transform block and
+ * its decay, then their full and empty barriers; the output warps' P tile (64 x 64 bf16,
+ * swizzled); the staging tiles, where the chain leaves S0^T and Vnew^T for the output warps
+ * (swizzled); for each slot the chunk's q, k and v tiles (OUTPUT_TILE bf16 each, swizzled by
+ * the TMA unit), then their full and empty barriers (one each a slot), three more barriers,
+ * and two chunks' gamma. */
+constexpr int OUTPUT_TILES_PER_SLOT = 3; /* q, k, v */
+__host__ __device__ static inline size_t output_slot_bytes(void) { return (TRANSFORM_BYTES + 4 * sizeof(float) + 1023) / 1024 * 1024; }
+__host__ __device__ static inline size_t output_ring_bytes(void)
+{
+    return OUTPUT_STAGES * output_slot_bytes() + 2 * (size_t)OUTPUT_STAGES * sizeof(uint64_t);
+}
+__host__ __device__ static inline size_t output_p_tile_offset(void) { return (output_ring_bytes() + 1023) / 1024 * 1024; }
+__host__ __device__ static inline size_t output_staging_offset(void) { return output_p_tile_offset() + (size_t)CHUNK * CHUNK * sizeof(bf16); }
+__host__ __device__ static inline size_t output_tiles_offset(void)
+{
+    return (output_staging_offset() + chain_staging_bytes(16 * MAX_CHAIN_TILES, false, MAX_CHAIN_TILES) + 1023) / 1024 * 1024;
+}
+__host__ __device__ static inline size_t output_block_bytes(void)
+{
+    return 1024 + output_tiles_offset() + OUTPUT_TILES_PER_SLOT * (size_t)OUTPUT_STAGES * OUTPUT_TILE * sizeof(bf16) +
+           (3 + 2 * (size_t)OUTPUT_STAGES) * sizeof(uint64_t) + 2 * CHUNK * sizeof(double);
+}
+/* the swizzled S0^T (128 x 128) and Vnew^T (128 x 64) fit the staging tiles from a 1024-byte boundary */
+static_assert((16 * MAX_CHAIN_TILES) * (16 * MAX_CHAIN_TILES + CHUNK) * 2 <=
+                  MAX_CHAIN_TILES * 16 * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING + TOKEN_STRIDE) * 2,
+              "the output warps' operands fit the staging tiles");
+/* The barriers after the slots' q, k and v tiles (output_block_bytes): tiles_full[OUTPUT_STAGES],
+ * tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free; at a constant from the
+ * tiles, so that the output warps hold no register for each */
+__device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
+{
+    return (uint64_t *)(output_tiles + OUTPUT_TILES_PER_SLOT * OUTPUT_STAGES * OUTPUT_TILE);
+}
+
+/* The output warps' loop over the block's chunks, by wgmma. Output warpgroup h (warps 8 .. 11,
+ * 12 .. 15) takes columns 64 h .. + 63 of the chunk's o, all 64 rows (warp r of it rows 16 r
+ * .. + 15, as wgmma's accumulators), K = V = 128 (the only shape that runs this):
+ *     P = lower(Q K^T exp(gamma_i - gamma_j)), o = scale (exp(gamma) Q S0 + P Vnew)    (eq. 14)
+ * Warpgroup h makes tokens 32 h .. + 31 of P for all 64 rows (8 m64n32k16 products from the
+ * swizzled q and k tiles), masks and scales them and writes them in bf16 into the P tile
+ * (swizzled, a place of its own: output_p_tile_offset); after one barrier each warpgroup reads all of P there
+ * as P Vnew's A, so P is made once. Q S0 reads q and the chain's S0^T, P Vnew the P tile and
+ * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_address). A
+ * warpgroup's wgmma reads each operand once for its 64 rows, where mma.sync warps would read
+ * S0^T and Vnew^T once per 16 rows: about half the shared-memory bytes a chunk, and far fewer
+ * product instructions (docs/06, "output warps and wgmma"). Not causal: a 64-row product has
+ * no zero blocks to skip. The sums are
+ * taken k by k in the mma.sync warps' order, and o measures bit for bit theirs (docs/06,
+ * "output warps and wgmma").
+ * Per chunk the warps wait for the slot's q and k, make P, wait for the chain's staging
+ * tiles, add Q S0 and let the chain write the next S0^T (states_free), then P Vnew and let it
+ * write the next Vnew^T (values_free); o goes into the warp's own part of the q tile
+ * (swizzled) once every output warp is done reading q, and the q and k tiles are released:
+ * the producer's q and k lane stores o out from there by tensor stores before the slot's next
+ * q comes, so that no output warp waits on o's loads and stores. */
+__device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
+                                          unsigned char *slots)
+{
+    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset());
+    uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + OUTPUT_STAGES, *const staged_full = tiles_empty + OUTPUT_STAGES;
+    uint64_t *const states_free = staged_full + 1, *const values_free = staged_full + 2;
+    constexpr int SIZE = 16 * MAX_CHAIN_TILES; /* K = V = SIZE: output_warps_shape */
+    const int output_warp = (int)(threadIdx.x / 32) - MAX_CHAIN_TILES, half = output_warp / 4; /* half: the warpgroup */
+    const int tile_row = 16 * (output_warp % 4);
+    const int output_thread = (int)threadIdx.x - 32 * MAX_CHAIN_TILES; /* 0 .. 32 OUTPUT_WARPS - 1 */
+    const int column0 = half * (SIZE / 2);                                   /* this warpgroup's columns of o */
+    double *gamma_buffers = (double *)(staged_full + 3); /* [2][CHUNK]: chunks j and j + 1 */
+    /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
+    const auto gamma_of = [&](size_t chunk) {
+        const size_t t = chunk * CHUNK + (size_t)output_thread;
+        if (!(output_thread < CHUNK && chunk < end && t < p.T))
+            return 0.0;
+        return w.gamma[head * p.T + t];
+    };
+    double gamma_next = gamma_of(first);
+    for (unsigned chunk = (unsigned)first; chunk < (unsigned)end; chunk++) {
+        const unsigned j = chunk - (unsigned)first;
+        const size_t t0 = (size_t)chunk * CHUNK;
+        const int s = (int)(j % (unsigned)OUTPUT_STAGES), n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK);
+        double *gamma = gamma_buffers + (j & 1) * CHUNK;
+        if (output_thread < CHUNK)
+            gamma[output_thread] = gamma_next;
+        output_warps_sync(); /* gamma is here; chunk j - 2's reads of its buffer are done */
+        /* every address from here, so that none is carried across chunks in a register (made_here) */
+        unsigned char *const here = (unsigned char *)made_here((const bf16 *)slots);
+        bf16 *const q = (bf16 *)(here + output_tiles_offset()) + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
+        const bf16 *const k = q + OUTPUT_TILE;
+        bf16 *const p_tile = (bf16 *)(here + output_p_tile_offset());
+        const bf16 *const states_tile = (const bf16 *)(here + output_staging_offset()), *const values_tile = states_tile + SIZE * SIZE;
+        const int upper = made_here(fragment_row(tile_row, 0)), lower = upper + 8; /* this lane's two rows */
+        const int pair = made_here(fragment_column(0, 0, 0));                      /* and its columns' offset */
+        barrier_wait(&tiles_full[s], (uint32_t)((j / OUTPUT_STAGES) & 1)); /* q, k (and v) */
+
+        /* P = lower(Q K^T e^(gamma_i - gamma_l)): this warpgroup's 32 tokens of all 64 rows,
+           into the P tile (swizzled), which both warpgroups then read as P Vnew's A */
+        {
+            const int token0 = half * (CHUNK / 2);
+            float scores[CHUNK / 2 / 8][4];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < SIZE / 16; kk++)
+                wgmma_64x32x16(scores, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
+                               descriptor_here(k + swizzled_offset(CHUNK, token0, 16 * kk)), kk > 0);
+            /* e^(gamma_i - gamma_l) = 2^(gamma_i log2 e - gamma_l log2 e): this lane's two rows' and eight
+               tokens' exponents once a chunk, in float (gamma is summed within the chunk, so they are
+               small: a relative error of about 1e-7 of their size in each), then one 2^x an element;
+               made while the products run */
+            const float row_exponent[2] = {(float)(gamma[upper] * LOG2_E), (float)(gamma[lower] * LOG2_E)};
+            float token_exponent[CHUNK / 2 / 8][2];
+#pragma unroll
+            for (int jj = 0; jj < CHUNK / 2 / 8; jj++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    token_exponent[jj][e] = (float)(gamma[token0 + 8 * jj + pair + e] * LOG2_E);
+            wgmma_commit_and_wait();
+            /* this lane's first place in its two rows; token pieces jj further by XOR (swizzled_address) */
+            const uint32_t p_upper = made_here(swizzled_address(p_tile, CHUNK, upper, token0 + pair)); /* the lower row: 1024 bytes on */
+#pragma unroll
+            for (int jj = 0; jj < CHUNK / 2 / 8; jj++)
+#pragma unroll
+                for (int r = 0; r < 4; r += 2) {
+                    const int i = r < 2 ? upper : lower, l = token0 + 8 * jj + pair;
+                    float exact[2];
+#pragma unroll
+                    for (int e = 0; e < 2; e++) /* only l <= i: exponents <= 0 */
+                        exact[e] = l + e <= i && i < n ? scores[jj][r + e] * exp2_approx(row_exponent[r / 2] - token_exponent[jj][e]) : 0.0f;
+                    store_shared((p_upper ^ (jj << 4)) + (r < 2 ? 0 : 8 * 128), pack_bf16(exact[0], exact[1]));
+                }
+            fence_shared_for_bulk_store(); /* for the other warpgroup's wgmma: the async proxy reads P */
+            output_warps_sync();           /* P is whole */
+        }
+        /* the next chunk's gamma, from global memory: loaded here, Q S0, P Vnew and o's stores hide
+           its latency; loaded after P Vnew, the next chunk's first barrier would wait for it
+           (docs/06, "output warps and wgmma") */
+        gamma_next = gamma_of(chunk + 1);
+        float acc[SIZE / 2 / 8][4];
+        barrier_wait(staged_full, (uint32_t)(j & 1)); /* S0^T and Vnew^T of this chunk */
+        /* Q S0: B^T is this warpgroup's 64 rows of S0^T */
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < SIZE / 16; kk++)
+            wgmma_64x64x16(acc, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
+                           descriptor_here(states_tile + swizzled_offset(SIZE, column0, 16 * kk)), kk > 0);
+        /* the rows' decays while the products run, without a branch there (gamma is 0 past T) */
+        const float row_decay[2] = {expf((float)gamma[upper]), expf((float)gamma[lower])};
+        const float decay_upper = upper < n ? row_decay[0] : 0.0f, decay_lower = lower < n ? row_decay[1] : 0.0f;
+        wgmma_commit_and_wait();
+        barrier_arrive(states_free);
+#pragma unroll
+        for (int jj = 0; jj < SIZE / 2 / 8; jj++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[jj][r] *= r < 2 ? decay_upper : decay_lower;
+        /* + P Vnew: A from the P tile, B^T this warpgroup's 64 rows of Vnew^T */
+        wgmma_fence_operands(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < CHUNK / 16; kk++)
+            wgmma_64x64x16(acc, descriptor_here(p_tile + swizzled_offset(CHUNK, 0, 16 * kk)),
+                           descriptor_here(values_tile + swizzled_offset(SIZE, column0, 16 * kk)), 1);
+        wgmma_commit_and_wait();
+        barrier_arrive(values_free);
+        /* o in bf16 into this warp's 16 rows and 64 columns of the q tile (swizzled), once every
+           output warp is done reading q (one barrier); the q and k lane stores the tile out */
+        output_warps_sync();
+        const uint32_t o_upper = made_here(swizzled_address(q, CHUNK, upper, column0 + pair));
+#pragma unroll
+        for (int jj = 0; jj < SIZE / 2 / 8; jj++)
+#pragma unroll
+            for (int r = 0; r < 4; r += 2)
+                store_shared((o_upper ^ (jj << 4)) + (r < 2 ? 0 : 8 * 128), pack_bf16(p.scale * acc[jj][r], p.scale * acc[jj][r + 1]));
+        fence_shared_for_bulk_store(); /* o goes out by the TMA unit, and the slot's next q and k come by it */
+        barrier_arrive(&tiles_empty[s]);
+    }
+}
+
+/* a chain warpgroup's own barrier (barriers 2 and 3; 1 is the output warps') */
+__device__ __forceinline__ static void chain_warpgroup_sync(int warpgroup)
+{
+    if (warpgroup == 0) /* the barrier's number as a constant (sync.cuh) */
+        named_barrier_sync<2, 128>();
+    else
+        named_barrier_sync<3, 128>();
+}
+
+/* The chain's two warpgroups with output warps (K = V = 128), by wgmma. The state is kept
+ * transposed, S^T (128 state columns x 128 keys), as the accumulators of one m64n128 product a
+ * warpgroup: warpgroup h holds state columns 64 h .. + 63, its warp w columns 16 w .. + 15 (as
+ * in the mma.sync chain: chain.cuh), lane 4g + t rows (columns of S) 16 w + g and + 8 and keys
+ * 8 j + 2t, + 1. Vnew is made from v, not from W and U: with W = Tm diag(beta
+ * e^gamma) K and U = Tm diag(beta) V (eq. 12),
+ *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0            (eq. 13)
+ * so kernel 1 writes only Tm (in bf16, about a quarter of W and U's bytes) and the factors,
+ * and the chain reads v's tile beside the q and k tiles it shares with the output
+ * warps. Per chunk:
+ *     Y^T = S0^T K^T               8 m64n64k16, A = S0^T in bf16 from the staging tile the
+ *                                  chain writes for the output warps anyway (swizzled); B =
+ *                                  the k tile (swizzled, K-major)
+ *     Z^T = V^T diag(beta) - Y^T diag(beta e^gamma)   in fp32, a column a token; V^T's pairs
+ *                                  by ldmatrix.trans from the v tile
+ *     Vnew^T = Z^T + Z^T lower(Tm)^T   4 m64n64k16: D starts as Z^T (Tm's diagonal of ones,
+ *                                  in fp32), A = Z^T in bf16 from the registers (a product's
+ *                                  sums are the next one's A), B = Tm's strictly lower part
+ *     S^T = decay S^T + (Vnew^T diag(d)) K      4 m64n128k16, A from Vnew^T's accumulators
+ *                                  scaled by d (a column of A a token), B = the k tile read
+ *                                  N-major (its rows the depth)
+ * S0^T and Vnew^T go to the output warps' staging tiles (swizzled), where chunk_outputs_role
+ * reads them. */
+__device__ static void chain_states_role(const gdn_device_problem &p, const chain_segments &segments, size_t head, size_t segment,
+                                         size_t first, size_t end, unsigned char *slots, int stages)
+{
+    constexpr int SIZE = 16 * MAX_CHAIN_TILES; /* K = V = SIZE: output_warps_shape */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int column0 = 16 * warp, warpgroup = warp / 4; /* this warp's state columns */
+    const int slot_bytes = (int)output_slot_bytes();
+    uint64_t *const full = (uint64_t *)(slots + stages * slot_bytes), *const empty = full + stages;
+    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset());
+    uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + stages;
+    uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
+    bf16 *const states_staged = (bf16 *)(slots + output_staging_offset()), *const values_staged = states_staged + SIZE * SIZE;
+    const size_t P = segments.count, K = p.K, V = p.V;
+
+    float S[SIZE / 8][4]; /* S^T: rows column0 + g (+ 8), keys 8 j + 2t (+ 1) */
+#pragma unroll
+    for (int j = 0; j < SIZE / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int c = column0 + g + 8 * (r / 2), m = 8 * j + 2 * t + r % 2;
+            S[j][r] = segments.starts ? segments.starts[((head * P + segment) * K + m) * V + c] : 0.0f;
+        }
+    /* step j reads slot s = j % stages on pass j / stages: counted (chain_block's consumers) */
+    const int steps = (int)(end - first);
+    for (int j = 0, s = 0, pass = 0; j < steps; j++) {
+        const unsigned char *slot = slots + s * slot_bytes;
+        const bf16 *const Tm = (const bf16 *)slot; /* the transform block */
+        const float *const beta = (const float *)(slot + TRANSFORM_TM_BYTES), *const scaled_beta = beta + CHUNK, *const d = beta + 2 * CHUNK;
+        const bf16 *const key_tile = output_tiles + (OUTPUT_TILES_PER_SLOT * s + 1) * OUTPUT_TILE, *const value_tile = key_tile + OUTPUT_TILE;
+        barrier_wait(&full[s], (uint32_t)pass & 1);
+        if (j > 0) /* the output warps have read the last chunk's S0^T */
+            barrier_wait(states_free, (uint32_t)((j - 1) & 1));
+        /* S0^T in bf16 into the staging tile: the output warps' S0^T, and this warpgroup's A of
+           Y's products (from shared memory: held in registers beside S and Vnew, the 32
+           registers of its fragments make ptxas serialize the products) */
+        const uint32_t states_row = swizzled_address(states_staged, SIZE, column0 + g, 2 * t); /* piece jj % 8: XOR (swizzled_address) */
+#pragma unroll
+        for (int jj = 0; jj < SIZE / 8; jj++) {
+            const uint32_t at = (states_row ^ (jj % 8 << 4)) + jj / 8 * SIZE * 128; /* the second panel: SIZE rows of 128 bytes on */
+            store_shared(at, pack_bf16(S[jj][0], S[jj][1]));
+            store_shared(at + 8 * 128, pack_bf16(S[jj][2], S[jj][3])); /* row + 8 */
+        }
+        /* Y^T = S0^T K^T, once the warpgroup's four warps have written their S0^T rows (and the
+           async proxy, which wgmma reads by, sees them) and the k and v tiles are here */
+        barrier_wait(&tiles_full[s], (uint32_t)pass & 1);
+        fence_shared_for_bulk_store();
+        chain_warpgroup_sync(warpgroup);
+        float values[CHUNK / 8][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < SIZE / 16; kk++)
+            wgmma_64x64x16(values, descriptor_here(states_staged + swizzled_offset(SIZE, 64 * warpgroup, 16 * kk)),
+                           descriptor_here(key_tile + swizzled_offset(CHUNK, 0, 16 * kk)), kk > 0);
+        /* V^T's pairs while the products run: ldmatrix.trans of an 8 x 8 block of v (8 tokens x
+           8 columns, its rows 16 bytes of the swizzled tile) hands lane 4g + t column g, tokens
+           2t, 2t + 1, as the accumulators hold Y^T; matrix m of a load: tokens 8 (2 i + m / 2),
+           columns column0 + 8 (m % 2) */
+        uint32_t value_pairs[CHUNK / 16][4]; /* [i][m] */
+#pragma unroll
+        for (int i = 0; i < CHUNK / 16; i++) {
+            const int m = lane / 8, token = 16 * i + 8 * (m / 2) + lane % 8;
+            load_matrices_transposed(value_pairs[i], value_tile + swizzled_offset(CHUNK, token, column0 + 8 * (m % 2)));
+        }
+        wgmma_commit_and_wait();
+        wgmma_fence_operands(values); /* read only after the wait */
+        /* Z^T, in fp32 (the start of Vnew^T's sums) and in bf16 pairs (their A: jj and jj + 1 of
+           a 16-token step, as the update's A below) */
+        uint32_t z[CHUNK / 16][4];
+#pragma unroll
+        for (int jj = 0; jj < CHUNK / 8; jj++) {
+            const int token = 8 * jj + 2 * t;
+            const float beta0 = beta[token], beta1 = beta[token + 1], scaled0 = scaled_beta[token], scaled1 = scaled_beta[token + 1];
+#pragma unroll
+            for (int half = 0; half < 2; half++) { /* rows g, g + 8: columns column0 + g, + 8 */
+                const uint32_t pair = value_pairs[jj / 2][2 * (jj % 2) + half];
+                const __nv_bfloat162 two = *(const __nv_bfloat162 *)&pair;
+                values[jj][2 * half] = beta0 * __low2float(two) - scaled0 * values[jj][2 * half];
+                values[jj][2 * half + 1] = beta1 * __high2float(two) - scaled1 * values[jj][2 * half + 1];
+                z[jj / 2][2 * (jj % 2) + half] = pack_bf16(values[jj][2 * half], values[jj][2 * half + 1]);
+            }
+        }
+        /* Vnew^T = Z^T + Z^T lower(Tm)^T */
+        wgmma_fence_operands(values);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < CHUNK / 16; kk++)
+            wgmma_64x64x16_a_in_registers<1, false>(values, z[kk], descriptor_here(Tm + swizzled_offset(CHUNK, 0, 16 * kk)), 1);
+        wgmma_commit_and_wait();
+        wgmma_fence_operands(values);
+        if (j > 0) /* and its Vnew^T */
+            barrier_wait(values_free, (uint32_t)((j - 1) & 1));
+        /* Vnew^T in bf16 for the output warps, and scaled by d (a token a column) as the update's A */
+        uint32_t scaled[CHUNK / 16][4];
+        const uint32_t values_row = swizzled_address(values_staged, SIZE, column0 + g, 2 * t);
+#pragma unroll
+        for (int jj = 0; jj < CHUNK / 8; jj++) {
+            const int token = 8 * jj + 2 * t;
+            const float d0 = d[token], d1 = d[token + 1];
+            store_shared(values_row ^ (jj << 4), pack_bf16(values[jj][0], values[jj][1]));
+            store_shared((values_row ^ (jj << 4)) + 8 * 128, pack_bf16(values[jj][2], values[jj][3]));
+            scaled[jj / 2][2 * (jj % 2)] = pack_bf16(values[jj][0] * d0, values[jj][1] * d1);
+            scaled[jj / 2][2 * (jj % 2) + 1] = pack_bf16(values[jj][2] * d0, values[jj][3] * d1);
+        }
+        fence_shared_for_bulk_store(); /* the output warps' wgmma reads S0^T and Vnew^T by the async proxy */
+        barrier_arrive(staged_full);
+        const float decay = *(const float *)(slot + TRANSFORM_BYTES);
+        barrier_arrive(&empty[s]); /* the transform block and the decay are read */
+#pragma unroll
+        for (int jj = 0; jj < SIZE / 8; jj++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                S[jj][r] *= decay;
+        wgmma_fence_operands(S);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < CHUNK / 16; kk++)
+            wgmma_64x128x16_a_in_registers<1, true>(S, scaled[kk], descriptor_n_major_here(key_tile + 16 * kk * 64, CHUNK), 1);
+        wgmma_commit_and_wait();
+        wgmma_fence_operands(S);
+        barrier_arrive(&tiles_empty[s]); /* this thread has read the k and v tiles */
+        if (++s == stages) {
+            s = 0;
+            pass++;
+        }
+    }
+    if (segment + 1 != P)
+        return;
+#pragma unroll
+    for (int j = 0; j < SIZE / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int c = column0 + g + 8 * (r / 2), m = 8 * j + 2 * t + r % 2;
+            segments.ends[(head * K + m) * V + c] = S[j][r];
+        }
+}
+
+/* A chain block (kernel 2). NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and
+ * Vnew^T leave by bulk stores. OUTPUTS: they do not leave; output warps in the block take
+ * them from the staging tiles and do kernel 3's work (chunk_outputs_role, above), so that
+ * kernel 3 does not run. */
+
+/* Kernel 2 with output warps: one block a (head, segment), the whole state of K = V = 128 and
+ * the chunk's o (the roles: above; the warps and the shared memory: "output warps in the
+ * chain's block"). Tensor maps of o (in bf16), q, k and v. An entry of
+ * its own, with its own parameters, so that it leaves the other chain kernels' code alone: in
+ * one entry with them, one shift moves in the PTX and ptxas schedules the one-tile chain 5 %
+ * slower on an NVIDIA H200 (docs/06, "output warps and wgmma"). */
+static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
+    chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
+                                const __grid_constant__ CUtensorMap o_map, const __grid_constant__ CUtensorMap q_map,
+                                const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
+{
+    if constexpr (!HAVE_SETMAXNREG) { /* the compute_90 PTX: never run on an H200 */
+        __trap();
+        return;
+    }
+    extern __shared__ uint4 ring[];
+    const int K = (int)p.K, VP = round_up16(p.V);
+    const int consumers = MAX_CHAIN_TILES, block_columns = 16 * MAX_CHAIN_TILES; /* the chain's warps, 0 .. consumers - 1 */
+    const size_t V = p.V, chunks = chunks_of(p.T);
+    const chain_place at = place_chain_block(segments, chunks, VP, block_columns);
+    const size_t segment = at.segment, head = at.head, first = at.first, end = at.end;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int slot_bytes = (int)output_slot_bytes();
+    const size_t block_bytes = chain_block_bytes(p.K, V, false);
+    const unsigned char *blocks = w.chain + head * chunks * block_bytes;
+    /* from a 1024-byte boundary, for the swizzled tiles (output_tiles) */
+    unsigned char *slots = SHARED_AT_1024_BYTES(ring);
+    uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
+    /* each slot's q, k and v tiles, then the hand-over barriers between the chain's warps and
+       the output warps: staging tiles written (staged_full), S0^T and Vnew^T read
+       (states_free, values_free); before them the tiles' own barriers a slot (tiles_full,
+       tiles_empty): a slot's transform block (full, empty) is free once the chain has made
+       Vnew, its q, k and v once the output warps have made o and the chain its update
+       (docs/06, "output warps and wgmma") */
+    bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset());
+    uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + stages;
+    uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; s++) {
+            barrier_init(&full[s], 1);
+            barrier_init(&empty[s], 32 * consumers); /* the threads that read a slot's transform block */
+            barrier_init(&tiles_full[s], 1);
+            barrier_init(&tiles_empty[s], 32 * (consumers + OUTPUT_WARPS)); /* the threads that read its q or k */
+        }
+        barrier_init(staged_full, 32 * consumers);
+        barrier_init(states_free, 32 * OUTPUT_WARPS);
+        barrier_init(values_free, 32 * OUTPUT_WARPS);
+        barrier_init_fence(); /* visible to the TMA unit */
+    }
+    __syncthreads(); /* the block's only barrier */
+    wait_for_previous_kernel(); /* kernel 1's transform blocks */
+    if (segments.outputs_early && threadIdx.x == 0)
+        let_next_kernel_start();
+
+    /* Each role returns where it ends, so that the chain's code below is reached only after
+       its registers grew (ptxas allocates by those regions) */
+    if (warp >= OUTPUT_PRODUCER_WARP) { /* the producer's warpgroup */
+        set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* it gives registers back */
+        if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q, k and v (kernel 3's tensor copies) */
+            const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
+            const int b = (int)(head / p.H), h = (int)(head % p.H);
+            /* and takes o out: the output warps leave chunk c's o in its slot's q tile, in q's
+               swizzled layout, and the slot is empty (tiles_empty) once they and the chain's
+               update are done with it; two tensor stores (o's map: q's boxes) write it, rows
+               past T dropped, and once they have read the tile the slot takes the next q */
+            const auto store_o = [&](size_t c) {
+                const int s = (int)((c - first) % stages);
+                barrier_wait(&tiles_empty[s], (uint32_t)(((c - first) / stages) & 1));
+                for (int panel = 0; panel < 2; panel++)
+                    tensor_store_3d(&o_map, h * (int)V + 64 * panel, (int)(c * CHUNK), b, output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE + panel * CHUNK * 64);
+                bulk_store_commit();
+                bulk_store_wait_read();
+            };
+            for (size_t chunk = first; chunk < end; chunk++) {
+                const size_t j = chunk - first;
+                const int s = (int)(j % stages), t0 = (int)(chunk * CHUNK);
+                if (j >= (size_t)stages) /* chunk j - stages's o out of the slot */
+                    store_o(chunk - stages);
+                barrier_arrive_expecting(&tiles_full[s], OUTPUT_TILES_PER_SLOT * key_tile_bytes);
+                bf16 *const q_tile = output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
+                for (int panel = 0; panel < 2; panel++) { /* 64 keys (or values) each, swizzled by the maps */
+                    tensor_copy_3d(q_tile + panel * CHUNK * 64, &q_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
+                    tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, &k_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
+                    tensor_copy_3d(q_tile + 2 * OUTPUT_TILE + panel * CHUNK * 64, &v_map, h * (int)V + 64 * panel, t0, b, &tiles_full[s]);
+                }
+            }
+            for (size_t chunk = end - first > (size_t)stages ? end - stages : first; chunk < end; chunk++) /* the last chunks' o */
+                store_o(chunk);
+            bulk_store_wait(); /* o written before the block ends */
+        }
+        if (warp == OUTPUT_PRODUCER_WARP && lane == 0) { /* one lane brings each chunk's transform block (already swizzled) and the decay after it */
+            for (size_t chunk = first; chunk < end; chunk++) {
+                const size_t j = chunk - first;
+                const int s = (int)(j % stages);
+                if (j >= (size_t)stages) /* the chain's warps are done with chunk j - stages */
+                    barrier_wait(&empty[s], (uint32_t)((j / stages - 1) & 1));
+                unsigned char *slot = slots + s * slot_bytes;
+                const unsigned char *block = blocks + chunk * block_bytes;
+                barrier_arrive_expecting(&full[s], (uint32_t)(TRANSFORM_BYTES + 16));
+                bulk_copy(slot, w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES, (uint32_t)TRANSFORM_BYTES, &full[s]);
+                bulk_copy(slot + TRANSFORM_BYTES, block + chain_decay_offset(K, V, false), 16, &full[s]);
+            }
+        }
+        return;
+    }
+    if (warp >= consumers) { /* the output warps */
+        set_max_registers<OUTPUT_ROLE_REGISTERS>();
+        chunk_outputs_role(p, w, head, first, end, slots);
+        return;
+    }
+    set_max_registers<OUTPUT_CHAIN_REGISTERS>(); /* the chain's two warpgroups, by wgmma */
+    chain_states_role(p, segments, head, segment, first, end, slots, stages);
+}
