@@ -5,7 +5,8 @@ load 'common.gp'
 set output out_dir.'/stage06_series.png'
 wide = data('stage06_series.dat')
 seed = data('stage06_series_k64.dat')
-name(s) = s eq "05_wy_chunked_cuda" ? "05 (fp32)" : s eq "06a_tensor_cores" ? "06a" : s eq "06b_producer_consumer" ? "06b" : s eq "06_warp_specialized" ? "06" : s
+# a stage's short name: 06a_tensor_cores -> 06a
+name(s) = s eq "05_wy_chunked_cuda" ? "05 (fp32)" : s[1:strstrt(s, "_") - 1]
 set ylabel "median time per forward pass (ms, log scale)"
 set logscale y
 set format y "%g"
@@ -16,15 +17,17 @@ set key inside right top width 1 samplen 2.5
 set bmargin 6
 set xtics nomirror font ',13' noenhanced
 set grid ytics
-set label 100 sprintf("data: %s and stage06_series_k64.dat, one run a shape (%s; 06b not in the second);\n05 computes in fp32; 06a, 06b, 06 and FLA 0.6.0 take bf16 inputs", shown('stage06_series.dat'), made_short) at screen 0.008, screen 0.06
-set multiplot layout 1,2 title sprintf("Stage 06's series: 05's kernels on tensor cores (06a), a producer warp (06b), then 06\n%s", machine) noenhanced font ',16'
+set label 100 sprintf("data: %s and stage06_series_k64.dat, one run a shape (%s);\n05 computes in fp32; the sub-stages, 06 and FLA 0.6.0 take bf16 inputs", shown('stage06_series.dat'), made_short) at screen 0.008, screen 0.06
+set multiplot layout 1,2 title sprintf("Stage 06's series: 05's kernels on tensor cores (06a), one idea a sub-stage, then 06\n%s", machine) noenhanced font ',16'
 set title "(8, 4096, 16, 128, 128)" font ',15'
-set xrange [-0.6:3.6]
+stats rows(wide, '$1 ~ /^0/') using 7 nooutput
+set xrange [-0.6:STATS_records - 0.4]
 plot rows(wide, '$1 ~ /^0/') using 0:7:xtic(name(strcol(1))) with boxes ls 1 notitle, \
      '' using 0:7:(sprintf("%.3g", $7)) with labels offset 0,0.8 font ',12' notitle, \
      '' using 0:8 with lines ls 6 title "FLA, CUDA graph"
 set title "(1, 16384, 8, 64, 64)" font ',15'
-set xrange [-0.6:2.6]
+stats rows(seed, '$1 ~ /^0/') using 7 nooutput
+set xrange [-0.6:STATS_records - 0.4]
 unset ylabel
 plot rows(seed, '$1 ~ /^0/') using 0:7:xtic(name(strcol(1))) with boxes ls 2 notitle, \
      '' using 0:7:(sprintf("%.3g", $7)) with labels offset 0,0.8 font ',12' notitle, \
