@@ -27,11 +27,13 @@
 #include "../steps/07_sequence_parallel/sequence_parallel.h"
 #include "library.h"
 
-extern "C" const gdn_stage tensor_cores_stage, producer_consumer_stage, warp_specialized_stage;
+extern "C" const gdn_stage tensor_cores_stage, producer_consumer_stage, bulk_outputs_stage, bulk_prepare_stage, warp_chain_stage,
+    output_warps_stage, warp_specialized_stage;
 
-static const gdn_stage *const gpu_stages[] = {&tensor_cores_stage, &producer_consumer_stage, &warp_specialized_stage,
+static const gdn_stage *const gpu_stages[] = {&tensor_cores_stage, &producer_consumer_stage, &bulk_outputs_stage, &bulk_prepare_stage,
+                                              &warp_chain_stage,   &output_warps_stage,      &warp_specialized_stage,
                                               &sequence_parallel_stage};
-enum { GPU_STAGES = 4 };
+enum { GPU_STAGES = sizeof gpu_stages / sizeof gpu_stages[0] };
 
 extern "C" const char *gdn_library_cuda_error(void) { return gdn_last_error(); }
 

@@ -15,7 +15,7 @@ the double build; other floating dtypes are computed in float32 and o is returne
 CUDA tensors run a GPU stage (python/library_cuda.cu) in PyTorch's current stream, in place:
 no host copies, no synchronisation, so the call can be captured in a CUDA graph. The stage is
 picked by shape (07 where it cuts sequences into segments, else 06) unless stage= names one of
-06a, 06b, 06, 07. They read q, k, v in bf16 (converted first where given in another dtype) and
+06a .. 06f, 06, 07. They read q, k, v in bf16 (converted first where given in another dtype) and
 g, beta, initial_state in fp32; o comes back in v's dtype, final_state in fp32, as FLA's.
 
 loss.backward() runs the backward stage 10 (or 09, backward_stage="09"), on the CPU: for CUDA
@@ -33,7 +33,8 @@ import torch
 __all__ = ["chunk_gated_delta_rule", "gpu_stage_for", "FORWARD_STAGES", "GPU_STAGES", "BACKWARD_STAGES"]
 
 FORWARD_STAGES = ("01_naive_loop", "02_affine", "03_parallel_scan", "04_two_phase_scan", "05_wy_chunked")
-GPU_STAGES = ("06a_tensor_cores", "06b_producer_consumer", "06_warp_specialized", "07_sequence_parallel")
+GPU_STAGES = ("06a_tensor_cores", "06b_producer_consumer", "06c_bulk_outputs", "06d_bulk_prepare", "06e_warp_chain",
+              "06f_output_warps", "06_warp_specialized", "07_sequence_parallel")
 BACKWARD_STAGES = ("09_backward_loop", "10_backward_chunked")
 GPU_CHUNK = 64  # the GPU stages' tokens per chunk: stage 07 cuts a sequence into at most T / 64 segments
 
@@ -312,7 +313,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            backward_stage="10", chunk=None, segments=None, precise=False):
     """(o, final_state) as FLA's chunk_gated_delta_rule returns them (final_state None unless
     output_final_state). stage picks the forward stage (CPU tensors: 01-05, "05" by default;
-    CUDA tensors: 06a, 06b, 06, 07, by shape by default), backward_stage the one loss.backward()
+    CUDA tensors: 06a .. 06f, 06, 07, by shape by default), backward_stage the one loss.backward()
     runs (09 or 10), chunk the tokens per chunk (05, 1-128), segments stage 04's or 07's, precise
     the GPU stages' split bf16 operands (docs/precision.md)."""
     _check("q", q, (None, None, None, None))
@@ -386,9 +387,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
         call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise)
         if segments is not None and forward_name is None:
-            forward_name = GPU_STAGES[3]  # segments are stage 07's: given, they pick it
+            forward_name = GPU_STAGES[-1]  # segments are stage 07's: given, they pick it
         forward_name = _cuda_stage(forward_name, call)
-        if segments is not None and forward_name != GPU_STAGES[3]:
+        if segments is not None and forward_name != GPU_STAGES[-1]:
             raise ValueError("segments: %s runs each sequence whole; stage 07 cuts them (stage=\"07\")" % forward_name)
         if needs_grad:
             o, ht = _GatedDeltaRuleCuda.apply(q, k, v, g, beta, h0, scale, forward_name, backward_name, segments,

@@ -12,7 +12,8 @@
  * keeps it, is stored by kernel 1 in the order the chain's lanes read it as fragments
  * (u_fragment_index), so the chain takes its four values of a tile in one 8-byte load.
  * Kernel 1 (simple_prepare.cuh) and the chain (producer_chain.cuh) compute what 06a's and 06b's
- * do; kernel 3 is stage 06's, as it runs after the chain (outputs_after_chain.cuh).
+ * do; kernel 3 is stage 06's (chunk_outputs.cuh), run after the chain (its lines for a
+ * kernel 3 placed beside the chain belong to 06's launch rules, the last section).
  *
  * Where bf16 rounding enters: 06a's places, and U before Vnew = U - W S0 (Vnew is rounded to
  * bf16 right after), and o, written in bf16 as FLA writes it.
@@ -47,7 +48,7 @@ extern "C" { /* stage 05's flop count: the same algebra */
 #include "chunk_workspace.cuh"     /* the workspace and the chain block's layout */
 #include "simple_prepare.cuh"      /* kernel 1 */
 #include "producer_chain.cuh"      /* kernel 2 */
-#include "outputs_after_chain.cuh" /* kernel 3 */
+#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, run after the chain */
 
 /* Kernel 3 with COLUMNS columns of o a block, after the chain (programmatic dependent launch:
  * its blocks wait for the chain's S0^T and Vnew^T, wait_for_previous_kernel) */
@@ -67,7 +68,8 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
         return -1;
     /* K = V = COLUMNS compiled with them known */
     auto chunk_outputs = p->K == COLUMNS && p->V == COLUMNS ? chunk_outputs_kernel<false, COLUMNS, COLUMNS> : chunk_outputs_kernel<false, COLUMNS, 0>;
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map,
+                               false /* after the chain, not beside it (06's launch rules) */);
     r->o_in_bf16 = 1;
     return 0;
 }

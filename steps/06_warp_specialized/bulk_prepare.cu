@@ -47,7 +47,7 @@ extern "C" { /* stage 05's flop count: the same algebra */
 #include "chunk_workspace.cuh"     /* the workspace and the chain block's layout */
 #include "prepare_w_and_u.cuh"     /* kernel 1 and its launch */
 #include "producer_chain.cuh"      /* kernel 2 */
-#include "outputs_after_chain.cuh" /* kernel 3 */
+#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, run after the chain */
 
 /* Kernel 3 with COLUMNS columns of o a block, after the chain (programmatic dependent launch:
  * its blocks wait for the chain's S0^T and Vnew^T, wait_for_previous_kernel) */
@@ -67,7 +67,8 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
         return -1;
     /* K = V = COLUMNS compiled with them known */
     auto chunk_outputs = p->K == COLUMNS && p->V == COLUMNS ? chunk_outputs_kernel<false, COLUMNS, COLUMNS> : chunk_outputs_kernel<false, COLUMNS, 0>;
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map,
+                               false /* after the chain, not beside it (06's launch rules) */);
     r->o_in_bf16 = 1;
     return 0;
 }

@@ -481,7 +481,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
  * widest_chain_tiles tiles of one two-n-tile warp each (9 warps, 5 with --precise). ptxas
  * reads the bound even where it caps nothing (docs/06, "the warp-specialized chain"). */
 template <bool PRECISE, bool STAGED, class Columns, int NTILES>
-__global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
+static __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)
 {
     chain_block<PRECISE ? SPLIT_W_AND_U : W_AND_U, STAGED, Columns, NTILES>(p, w, segments, stages, NULL, NULL);
@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_c
 /* the same blocks making Vnew from v (chain_from_values): tensor maps of k (boxes of a padded
    row, W's layout) and v (the block's columns and 8 more: values_tile_stride) */
 template <bool STAGED, class Columns, int NTILES>
-__global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : MAX_CHAIN_TILES), 1)
+static __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : MAX_CHAIN_TILES), 1)
     chunk_states_from_values_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
                                     const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
 {

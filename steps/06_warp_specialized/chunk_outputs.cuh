@@ -31,9 +31,9 @@
  * chunk loads the same q and k and makes the same P (docs/06, "(a) The products on tensor
  * cores"). */
 template <bool PRECISE, int COLUMNS, int SIZE>
-__global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o, bf16 *o16,
-                                                                const __grid_constant__ CUtensorMap q_map,
-                                                                const __grid_constant__ CUtensorMap k_map, bool beside)
+static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o, bf16 *o16,
+                                                                       const __grid_constant__ CUtensorMap q_map,
+                                                                       const __grid_constant__ CUtensorMap k_map, bool beside)
 {
     /* beside the chain (outputs_beside_chain): not --precise, whose kernel ptxas would then
        compile with 8 bytes of spills, for a mode that is not the one timed against FLA */

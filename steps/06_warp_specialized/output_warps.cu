@@ -5,11 +5,11 @@
  * 128 one chain block of 128 columns holds a head's whole state, so each chunk's S0^T and Vnew^T
  * are already on its SM, in its staging tiles; 06e sends them to global memory (52 KB each
  * way a chunk) for kernel 3 to read back. Here eight more warps in the block make o there
- * (output_warps.cuh: two warpgroups, wgmma from shared memory, q and k brought swizzled by the
+ * (fused_outputs.cuh: two warpgroups, wgmma from shared memory, q and k brought swizzled by the
  * TMA unit, o out by tensor stores), and kernel 3 does not run. The chain's own warps use
  * wgmma too, S^T one m64n128 accumulator a warpgroup, and make Vnew from v,
  *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0   (eq. 13 regrouped)
- * so kernel 1 writes only Tm and its factors, the transform block (prepare_with_transform.cuh),
+ * so kernel 1 writes only Tm and its factors, the transform block (prepare_chunks.cuh),
  * about a quarter of W and U's bytes. setmaxnreg gives each warpgroup the registers its role
  * needs. These blocks run where the heads give 70 % of the SMs a block; elsewhere, and at
  * other K and V or with --precise, 06e's pass runs.
@@ -46,11 +46,39 @@ extern "C" { /* stage 05's flop count: the same algebra */
 
 #include "tile_products.cuh"       /* the constants, a warp's products by ldmatrix, copy_tile */
 #include "chunk_workspace.cuh"     /* the workspace and the chain block's layout */
-#include "prepare_with_transform.cuh" /* kernel 1 and its launch */
+#include "prepare_chunks.cuh"      /* kernel 1: W, U and the decayed keys, or the transform block */
 #include "chain_ring.cuh"          /* kernel 2's ring, segments and fragment helpers */
-#include "output_warps.cuh"        /* kernel 2 with output warps at K = V = 128 */
+#include "fused_outputs.cuh"       /* kernel 2 with output warps at K = V = 128 */
 #include "chain_w_and_u.cuh"       /* kernel 2 */
-#include "outputs_after_chain.cuh" /* kernel 3 */
+#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, run after the chain */
+
+/* Kernel 1 for every chunk, writing `parts`: four blocks an SM where the occupancy query says
+ * their shared memory fits (and V is one slice, as that instance assumes), K = V = 64 or 128
+ * compiled known; else three (two with --precise) */
+template <bool PRECISE>
+static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w, int parts)
+{
+    const size_t M = CHUNK, LDK = key_stride(p->K);
+    /* the gates, Tm's place, the keys, then the values' place (the solve's scratch, then v) */
+    const size_t bytes = 128 + M * sizeof(double) + 2 * M * sizeof(float) + tm_place_bytes(PRECISE) + M * LDK * sizeof(bf16) +
+                         values_place_bytes((size_t)value_stride(p->V));
+    unsigned blocks;
+    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T), 1, &blocks))
+        return -1;
+    CUtensorMap k_map = {}, v_map = {}; /* unused (zero) where the threads copy k and v */
+    if (tiles_by_tensor_map(p->K, p->V, p->H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
+                                                        make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
+        return -1;
+    auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
+    if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
+        const bool square = p->K == p->V;
+        prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<false, 4, 64>
+                         : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
+                                                 : prepare_chunks_kernel<false, 4, 0>;
+    }
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map, parts, 0u);
+    return 0;
+}
 
 /* Kernel 2: a block per (head, 32 state columns) where V's tiles pair up, else 16; two
  * consumer warps a 16-column tile and the producer; 3 ring slots; S0^T and Vnew^T through
@@ -92,7 +120,8 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
     /* K = V = COLUMNS compiled with them known (default mode) */
     constexpr int SIZE = PRECISE ? 0 : COLUMNS;
     auto chunk_outputs = SIZE && p->K == SIZE && p->V == SIZE ? chunk_outputs_kernel<PRECISE, COLUMNS, SIZE> : chunk_outputs_kernel<PRECISE, COLUMNS, 0>;
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map,
+                               false /* after the chain, not beside it (06's launch rules) */);
     r->o_in_bf16 = !PRECISE;
     return 0;
 }
@@ -125,7 +154,7 @@ static int output_warps_pass(const gdn_device_problem *p, chunk_workspace w, gdn
         return -1;
     if (launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM))
         return -1;
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel, blocks, OUTPUT_BLOCK_THREADS, output_block_bytes(), *p, w, whole,
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel<false>, blocks, OUTPUT_BLOCK_THREADS, output_block_bytes(), *p, w, whole,
                                OUTPUT_STAGES, o_map, q_map, k_map, v_map);
     r->o_in_bf16 = 1;
     return 0;

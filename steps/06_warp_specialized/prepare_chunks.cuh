@@ -231,10 +231,10 @@ constexpr int TRANSFORM_BLOCKS = 6;
    as it is meant to be, and nvcc would say so of its loops) */
 #pragma nv_diag_suppress 128
 template <bool PRECISE, int BLOCKS, int SIZE>
-__global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
-                                                                                   const __grid_constant__ CUtensorMap k_map,
-                                                                                   const __grid_constant__ CUtensorMap v_map, int parts,
-                                                                                   unsigned first_chunk)
+static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
+                                                                                          const __grid_constant__ CUtensorMap k_map,
+                                                                                          const __grid_constant__ CUtensorMap v_map, int parts,
+                                                                                          unsigned first_chunk)
 {
     extern __shared__ double shared[];
     /* SIZE: K = V = SIZE known to the compiler (64 or 128, where the launch sees them), so

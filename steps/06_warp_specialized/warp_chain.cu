@@ -46,7 +46,7 @@ extern "C" { /* stage 05's flop count: the same algebra */
 #include "prepare_w_and_u.cuh"     /* kernel 1 and its launch */
 #include "chain_ring.cuh"          /* kernel 2's ring, segments and fragment helpers */
 #include "chain_w_and_u.cuh"       /* kernel 2 */
-#include "outputs_after_chain.cuh" /* kernel 3 */
+#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, run after the chain */
 
 /* Kernel 2: a block per (head, 32 state columns) where V's tiles pair up, else 16; two
  * consumer warps a 16-column tile and the producer; 3 ring slots; S0^T and Vnew^T through
@@ -88,7 +88,8 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
     /* K = V = COLUMNS compiled with them known (default mode) */
     constexpr int SIZE = PRECISE ? 0 : COLUMNS;
     auto chunk_outputs = SIZE && p->K == SIZE && p->V == SIZE ? chunk_outputs_kernel<PRECISE, COLUMNS, SIZE> : chunk_outputs_kernel<PRECISE, COLUMNS, 0>;
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map);
+    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map,
+                               false /* after the chain, not beside it (06's launch rules) */);
     r->o_in_bf16 = !PRECISE;
     return 0;
 }

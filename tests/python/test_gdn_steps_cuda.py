@@ -41,7 +41,7 @@ SHAPES = [(1, 63, 1, 64, 64), (2, 100, 3, 100, 64), (1, 257, 2, 128, 128), (2, 1
 
 
 @pytest.mark.parametrize("B,T,H,K,V", SHAPES)
-@pytest.mark.parametrize("stage", ["06a", "06b", "06", "07", None])
+@pytest.mark.parametrize("stage", ["06a", "06b", "06c", "06d", "06e", "06f", "06", "07", None])
 def test_gpu_stage_against_reference(B, T, H, K, V, stage):
     case = SHAPES.index((B, T, H, K, V))
     with_h0, l2norm, scale = case % 2 == 1, case % 3 == 2, (0.1 if case == 1 else None)
