@@ -161,16 +161,16 @@ endif
 
 $(BUILD)/common/%.o: common/%.c | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -c $< -o $@
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 define stage_rules
 $(call stage_object,$(1)): $(call stage_source,$(1)) | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -MP -c $$< -o $$@
 
 $(BUILD)/main_$(1).o: common/main.c | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage $(if $(findstring _backward_,$(1)),-DBACKWARD_STAGE) -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -MP -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage $(if $(findstring _backward_,$(1)),-DBACKWARD_STAGE) -c $$< -o $$@
 
 $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$(1)),$(call stage_object,$(u))) $(COMMON_OBJECTS)
 	@mkdir -p $$(dir $$@)
@@ -183,13 +183,13 @@ $(foreach s,$(CPU_STAGES),$(eval $(call stage_rules,$(s))))
 # builds `make valgrind` does (tests/valgrind-openmpi.supp).
 $(BUILD)/steps/08_summaries.o: steps/08_context_parallel/summaries.c | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -c $< -o $@
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/steps/08_context_parallel.o: steps/08_context_parallel/context_parallel.c | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,MPICC)$(MPICC) $(CFLAGS) -MMD -c $< -o $@
+	$(call quiet,MPICC)$(MPICC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/steps/08_driver.o: steps/08_context_parallel/driver.c | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,MPICC)$(MPICC) $(CFLAGS) -MMD -c $< -o $@
+	$(call quiet,MPICC)$(MPICC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BIN)/08_context_parallel: $(BUILD)/steps/08_context_parallel.o $(BUILD)/steps/08_driver.o $(BUILD)/steps/08_summaries.o \
                             $(call stage_object,02_affine) $(call stage_object,05_wy_chunked) $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
@@ -197,7 +197,7 @@ $(BIN)/08_context_parallel: $(BUILD)/steps/08_context_parallel.o $(BUILD)/steps/
 
 $(BUILD)/steps/08_context_parallel_cuda.o: steps/08_context_parallel/context_parallel.cu $(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 $(BIN)/08_context_parallel_cuda: $(BUILD)/steps/08_context_parallel_cuda.o $(BUILD)/steps/08_driver.o \
                                  $(call stage_object,05_wy_chunked) $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
@@ -206,11 +206,11 @@ $(BIN)/08_context_parallel_cuda: $(BUILD)/steps/08_context_parallel_cuda.o $(BUI
 define gpu_rules
 $(call gpu_object,$(1)): $(call gpu_source,$(1)) $$(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -c $$< -o $$@
+	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -MP -c $$< -o $$@
 
 $(BUILD)/main_$(1)_cuda.o: common/main.c | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_cuda_stage $(if $(findstring _backward_,$(1)),-DBACKWARD_STAGE) -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -MP -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_cuda_stage $(if $(findstring _backward_,$(1)),-DBACKWARD_STAGE) -c $$< -o $$@
 
 $(BIN)/$(1)_cuda: $(BUILD)/main_$(1)_cuda.o $(call gpu_object,$(1)) $(call stage_object,$(1)) $(foreach u,$(USES_$(1)),$(call stage_object,$(u))) $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	@mkdir -p $$(dir $$@)
@@ -222,11 +222,11 @@ $(foreach s,$(GPU_STAGES),$(eval $(call gpu_rules,$(s))))
 define gpu_only_rules
 $(call stage_object,$(1)): $(call gpu_source,$(1)) $$(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -c $$< -o $$@
+	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -MP -c $$< -o $$@
 
 $(BUILD)/main_$(1).o: common/main.c | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -MP -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage -c $$< -o $$@
 
 $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$(1)),$(call stage_object,$(u))) $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	@mkdir -p $$(dir $$@)
@@ -243,11 +243,11 @@ sub_stage_parent = $(notdir $(wildcard steps/$(call sub_stage_of,$(1))_*))
 define sub_stage_rules
 $(call stage_object,$(1)): steps/$(call sub_stage_parent,$(1))/$(call sub_stage_name,$(1)).cu $$(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -c $$< -o $$@
+	$$(call quiet,NVCC)$$(NVCC) $$(NVCCFLAGS) -MMD -MP -c $$< -o $$@
 
 $(BUILD)/main_$(1).o: common/main.c | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -DSTAGE_DESCRIPTOR=$(call sub_stage_name,$(1))_stage -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -MP -DSTAGE_DESCRIPTOR=$(call sub_stage_name,$(1))_stage -c $$< -o $$@
 
 $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$(call sub_stage_parent,$(1))),$(call stage_object,$(u))) $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	@mkdir -p $$(dir $$@)
@@ -257,14 +257,14 @@ $(foreach s,$(SUB_STAGES),$(eval $(call sub_stage_rules,$(s))))
 
 $(BUILD)/common/cuda_runner.o $(BUILD)/common/cuda_backward_runner.o: $(BUILD)/common/%.o: common/%.cu $(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/plots/%.o: plots/%.c | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -c $< -o $@
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/plots/%.o: plots/%.cu $(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BIN)/fma_peak: $(BUILD)/plots/fma_peak.o $(call stage_object,05_wy_chunked) $(COMMON_OBJECTS)
 	@mkdir -p $(dir $@)
@@ -288,18 +288,18 @@ $(BIN)/error_sources: $(BUILD)/plots/error_sources.o $(COMMON_OBJECTS)
 
 $(BUILD)/tests/%.o: tests/%.c | require-test
 	@mkdir -p $(dir $@)
-	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -DBIN_DIR='"$(BIN)"' $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -MP -DBIN_DIR='"$(BIN)"' $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
 
 $(TEST_RUNNER): $(TEST_OBJECTS) $(STAGE_OBJECTS) $(COMMON_OBJECTS)
 	$(call quiet,LINK)$(CC) $(CFLAGS) $^ -o $@ $(shell pkg-config --libs check 2>/dev/null) $(LDLIBS)
 
 $(BUILD)/tests/gpu/%.o: tests/gpu/%.c | require-test
 	@mkdir -p $(dir $@)
-	$(call quiet,CC)$(CC) $(CFLAGS) -MMD $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
+	$(call quiet,CC)$(CC) $(CFLAGS) -MMD -MP $(shell pkg-config --cflags check 2>/dev/null) -c $< -o $@
 
 $(BUILD)/tests/gpu/%.o: tests/gpu/%.cu $(NVCC_FLAGS_STAMP) | require-test
 	@mkdir -p $(dir $@)
-	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/run_gpu_tests: $(GPU_TEST_SOURCES:%.c=$(BUILD)/%.o) $(GPU_TEST_KERNELS:%.cu=$(BUILD)/%.o) $(BUILD)/tests/test_support.o $(GPU_OBJECTS) $(STAGE_OBJECTS) $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) $^ -o $@ -Xcompiler -fopenmp $(patsubst -pthread,-Xcompiler -pthread,$(shell pkg-config --libs check 2>/dev/null)) -lm
@@ -400,10 +400,10 @@ CUDA_LIBRARY_OBJECTS := $(foreach s,$(SUB_STAGES) 06_warp_specialized 07_sequenc
                         $(LIBRARY_SOURCES:%.c=build/pic/%.o)
 build/pic/%.o: %.c | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,CC)$(CC) $(LIBRARY_CFLAGS) -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L -fPIC -MMD -c $< -o $@
+	$(call quiet,CC)$(CC) $(LIBRARY_CFLAGS) -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L -fPIC -MMD -MP -c $< -o $@
 $(BUILD)/python/library_cuda.o: python/library_cuda.cu $(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $(dir $@)
-	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -c $< -o $@
+	$(call quiet,NVCC)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 python/gdn_steps/libgdn_steps_cuda.so: $(CUDA_LIBRARY_OBJECTS)
 	$(call quiet,LINK)$(NVCC) -arch=$(CUDA_ARCH) -shared $^ -o $@ -Xcompiler -fopenmp -lm
 # The pytest suite (tests/python/) on the package as `pip install .` installs it; skipped, with
