@@ -1,7 +1,7 @@
 /* 06c_bulk_outputs -- 06b with kernel 3 fed by the TMA unit: the workspace laid out for bulk
  * copies and MMA fragments.
  *
- * The idea (docs/06_warp_specialized.md, "(c) Kernel 3 by the TMA unit"): in 06b kernel 3's 256
+ * The idea (docs/06_warp_specialized.md, "06c: kernel 3 by the TMA unit"): in 06b kernel 3's 256
  * threads copy q, k, S0^T and Vnew^T into shared memory element by element and gather their
  * fragments with 4-byte loads. Here each tile comes in one instruction: q and k by a tensor
  * copy (a tensor map, made on the host, describes a head's rows H K values apart), S0^T and

@@ -1,7 +1,7 @@
 /* 06d_bulk_prepare -- 06c with kernel 1 tuned: its copies by the TMA unit, its solve's joins on
  * tensor cores, its tiles sharing places.
  *
- * The idea (docs/06_warp_specialized.md, "(d) Kernel 1 tuned"): kernel 1 is most of the pass's
+ * The idea (docs/06_warp_specialized.md, "06d: kernel 1 tuned"): kernel 1 is most of the pass's
  * work, and in 06c it leaves tensor cores idle: its threads copy k and v element by element,
  * stage 05's scalar loops join the solve's diagonal blocks, it writes scaled transposed copies
  * of K and V, and its fp32 Tm and tiles take so much shared memory that three blocks fit an

@@ -282,7 +282,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
 
     /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring:
        counted: dividing a 64-bit j puts some 20 dependent instructions before each wait
-       (docs/06, "the warp-specialized chain"; chain_states_role counts the same way); 32 bits
+       (docs/06, "06e: consumer warps that own their columns"; chain_states_role counts the same way); 32 bits
        hold a segment's steps (T / 64 chunks) */
     const int steps = (int)(end - first);
     for (int j = 0, s = 0, pass = 0; j < steps; j++) {
@@ -308,7 +308,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             constexpr int TILES = decltype(known_tiles)::value, VALUES_STRIDE = decltype(known_values_stride)::value;
             /* with the key tiles known, so is the stride of W's (or the k tile's) rows, and
                (FROM_VALUES) with the v tile's stride known, each fragment's or pair's address is
-               one base a lane plus a constant (docs/06, "the warp-specialized chain") */
+               one base a lane plus a constant (docs/06, "06e: consumer warps that own their columns") */
             const int LDK_STEP = TILES ? 16 * TILES + KEY_STRIDE_PADDING : LDK;
             [[maybe_unused]] const int LDV_STEP = VALUES_STRIDE ? VALUES_STRIDE : LDV;
             /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */
@@ -479,7 +479,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
 /* Kernel 2's two entries (the third, with output warps: fused_outputs.cuh). Each is bound by
  * its widest block: 2 tiles of two one-n-tile warps each (5 warps with the producer),
  * widest_chain_tiles tiles of one two-n-tile warp each (9 warps, 5 with --precise). ptxas
- * reads the bound even where it caps nothing (docs/06, "the warp-specialized chain"). */
+ * reads the bound even where it caps nothing (docs/06, "06: Vnew from v, and the launch rules"). */
 template <bool PRECISE, bool STAGED, class Columns, int NTILES>
 static __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)
     chunk_states_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages)

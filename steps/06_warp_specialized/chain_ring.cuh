@@ -50,7 +50,7 @@
  *     pairs go into the warp's staging tiles, and each tile leaves by one bulk store (its rows
  *     are contiguous in the workspace), whole lines, while the update runs. Through the TMA
  *     unit, which also brings the ring's slots in, these stores slow the few-block chain
- *     (docs/06, "the warp-specialized chain"), so it keeps the plain stores.
+ *     (docs/06, "06: Vnew from v, and the launch rules"), so it keeps the plain stores.
  * Nothing of S or Vnew goes through shared memory but on its way out, and there is no block
  * barrier in the loop:
  * the ring's two mbarriers per slot are the only waits. "full": the producer's arrival
@@ -137,8 +137,7 @@ __host__ __device__ static inline size_t chain_staging_bytes(size_t K, bool prec
  * warps, shorter steps. Two in blocks of 4 and 8 tiles, made only where the blocks (about)
  * fill the GPU (chain_tiles): there throughput is the time, and a warp that carries both
  * halves of a tile loads each A fragment of W and of the decayed keys once for two MMAs,
- * where two warps load it twice (5-12 % less time a pass on an NVIDIA H200: docs/06, "the
- * warp-specialized chain"). */
+ * where two warps load it twice (5-12 % less time a pass on an NVIDIA H200: docs/06, "06: Vnew from v, and the launch rules"). */
 __host__ __device__ constexpr int chain_ntiles(int tiles) { return tiles >= 4 ? 2 : 1; }
 /* threads of a chain block of `tiles` 16-column tiles: its consumer warps and one producer */
 __host__ __device__ constexpr int chain_block_threads(int tiles) { return 32 * (CONSUMER_WARPS_PER_TILE * tiles / chain_ntiles(tiles) + 1); }

@@ -28,8 +28,7 @@
  * B^T operands: k as stored, S0^T and Vnew^T as kernel 2 saved them. Warp w: rows 16 (w % 4)
  * of P and of o, columns 32 (w / 4) of P and COLUMNS / 2 (w / 4) of o. COLUMNS is 128 where
  * V is a multiple of 128 (output_columns): with 64, a block per 64 columns, each block of a
- * chunk loads the same q and k and makes the same P (docs/06, "(a) The products on tensor
- * cores"). */
+ * chunk loads the same q and k and makes the same P (docs/06, "06c: kernel 3 by the TMA unit"). */
 template <bool PRECISE, int COLUMNS, int SIZE>
 static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o, bf16 *o16,
                                                                        const __grid_constant__ CUtensorMap q_map,

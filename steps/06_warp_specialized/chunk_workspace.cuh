@@ -89,7 +89,7 @@ __host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V, 
     return chain_u_offset(K, precise) + (size_t)round_up16(V) * CHUNK * chain_u_size(precise);
 }
 /* A chunk's transform block: what the chain with output warps reads of it instead of W and U,
- * since it makes Vnew from v itself (docs/06, "Vnew from v and the launch rules"):
+ * since it makes Vnew from v itself (docs/06, "06f: output warps in the chain's block"):
  *   Tm     bf16 [64][64]   Tm's strictly lower part, in wgmma's 128-byte-swizzled layout
  *                          (one panel: swizzled_offset), its rows the tokens i of Vnew
  *   beta, scaled_beta, d   fp32 [64] each: beta_i, beta_i e^gamma_i, e^(gamma_C - gamma_i)

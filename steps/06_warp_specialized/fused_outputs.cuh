@@ -58,7 +58,7 @@ constexpr int OUTPUT_START_REGISTERS = 65536 / OUTPUT_BLOCK_THREADS / 8 * 8;
 static_assert((int)OUTPUT_PRODUCER_WARP == (int)MAX_CHAIN_TILES + (int)OUTPUT_WARPS, "warps: the chain's, the output warps, the producer");
 /* setmaxnreg.inc waits for registers the block's other warpgroups gave back: a block never has
    more than it was launched with (65,536 / 640, 96 a thread), so the roles' budgets must fit
-   that, not merely the SM's 65,536 (docs/06, "output warps and wgmma") */
+   that, not merely the SM's 65,536 (docs/06, "06f: output warps in the chain's block") */
 static_assert(OUTPUT_CHAIN_REGISTERS * 256 + OUTPUT_ROLE_REGISTERS * 32 * OUTPUT_WARPS + OUTPUT_PRODUCER_REGISTERS * 128
                   <= OUTPUT_START_REGISTERS * OUTPUT_BLOCK_THREADS,
               "the warpgroups' registers fit the block's");
@@ -73,7 +73,7 @@ constexpr bool HAVE_SETMAXNREG = false;
 /* the register budget of this thread's warpgroup (PTX "setmaxnreg"), from the launch's
    OUTPUT_START_REGISTERS: .inc to raise it, .dec to lower it, picked here from the two
    counts, since an .inc to fewer registers than the warps hold is undefined (docs/06,
-   "output warps and wgmma"). Every warp of the warpgroup executes it; an increase waits
+   "06f: output warps in the chain's block"). Every warp of the warpgroup executes it; an increase waits
    until the registers are free */
 template <int REGISTERS> __device__ __forceinline__ static void set_max_registers(void)
 {
@@ -146,10 +146,10 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
  * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_address). A
  * warpgroup's wgmma reads each operand once for its 64 rows, where mma.sync warps would read
  * S0^T and Vnew^T once per 16 rows: about half the shared-memory bytes a chunk, and far fewer
- * product instructions (docs/06, "output warps and wgmma"). Not causal: a 64-row product has
+ * product instructions (docs/06, "06f: output warps in the chain's block"). Not causal: a 64-row product has
  * no zero blocks to skip. The sums are
  * taken k by k in the mma.sync warps' order, and o measures bit for bit theirs (docs/06,
- * "output warps and wgmma").
+ * "06f: output warps in the chain's block").
  * Per chunk the warps wait for the slot's q and k, make P, wait for the chain's staging
  * tiles, add Q S0 and let the chain write the next S0^T (states_free), then P Vnew and let it
  * write the next Vnew^T (values_free); o goes into the warp's own part of the q tile
@@ -237,7 +237,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         }
         /* the next chunk's gamma, from global memory: loaded here, Q S0, P Vnew and o's stores hide
            its latency; loaded after P Vnew, the next chunk's first barrier would wait for it
-           (docs/06, "output warps and wgmma") */
+           (docs/06, "06f: output warps in the chain's block") */
         gamma_next = gamma_of(chunk + 1);
         float acc[SIZE / 2 / 8][4];
         barrier_wait(staged_full, (uint32_t)(j & 1)); /* S0^T and Vnew^T of this chunk */
@@ -459,7 +459,7 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
  * (kernel1_beside_chain), and it waits for each chunk's flag from w.ready_from. An entry of
  * its own, with its own parameters, so that it leaves the other chain kernels' code alone: in
  * one entry with them, one shift moves in the PTX and ptxas schedules the one-tile chain 5 %
- * slower on an NVIDIA H200 (docs/06, "output warps and wgmma"). */
+ * slower on an NVIDIA H200 (docs/06, "06f: output warps in the chain's block"). */
 template <bool BESIDE>
 static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
@@ -488,7 +488,7 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
        (states_free, values_free); before them the tiles' own barriers a slot (tiles_full,
        tiles_empty): a slot's transform block (full, empty) is free once the chain has made
        Vnew, its q, k and v once the output warps have made o and the chain its update
-       (docs/06, "output warps and wgmma") */
+       (docs/06, "06f: output warps in the chain's block") */
     bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset());
     uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + stages;
     uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;

@@ -50,7 +50,7 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
         return -1;
     /* four blocks an SM where the occupancy query says their shared memory fits (and V is one
      * slice, as that kernel assumes): fewer rounds of blocks than three an SM give (docs/06,
-     * "(a) The products on tensor cores"). At K = V = 128 four fit because the tiles share
+     * "06d: kernel 1 tuned"). At K = V = 128 four fit because the tiles share
      * their places (tm_place_bytes) */
     auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
     size_t launch_bytes = bytes;
@@ -89,12 +89,10 @@ __host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool preci
  * chain's latency is the time, and more blocks on more SMs shorten it. 8 tiles (128 columns, a
  * whole head at K = V = 128) where they leave a block for nearly every SM, or fewer where they
  * carry output warps, which take kernel 3's pass away (widest_blocks_percent): one block a
- * head with a few SMs idle still runs faster than two 64-column blocks an SM (docs/06, "the
- * warp-specialized chain"). Slots (chain_shape_of): as many as fit on an SM, up to 4, so that
+ * head with a few SMs idle still runs faster than two 64-column blocks an SM (docs/06, "06: Vnew from v, and the launch rules"). Slots (chain_shape_of): as many as fit on an SM, up to 4, so that
  * the producer runs up to three chunks ahead, unless fewer save a wave (below). Staged stores
  * (chunk_states_kernel) where the blocks fill the GPU, and always in 8-tile blocks, whose 128
- * columns' stores from registers slow the chain (docs/06, "Vnew from v, and the launch
- * rules"). */
+ * columns' stores from registers slow the chain (docs/06, "06: Vnew from v, and the launch rules"). */
 typedef struct {
     int tiles, stages;
     bool staged, from_values; /* from_values: values slots (chain_from_values) */
@@ -103,8 +101,7 @@ typedef struct {
 
 /* The share of the SMs 8-tile blocks must leave a block for. With output warps the 8-tile
  * block also does kernel 3's work, and fewer SMs busy is worth that: at 96 heads the blocks
- * with output warps beat twice as many 64-column blocks and kernel 3 (docs/06, "Vnew from v,
- * and the launch rules"). */
+ * with output warps beat twice as many 64-column blocks and kernel 3 (docs/06, "06: Vnew from v, and the launch rules"). */
 static int widest_blocks_percent(bool outputs) { return outputs ? 70 : 95; }
 static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, int widest, bool outputs)
 {
@@ -184,8 +181,7 @@ static size_t chain_blocks_per_sm(chain_shape shape)
  * (chain_shape_of), unless two slots, the most blocks an SM, run the blocks in fewer waves.
  * A block alone on its SM is latency-bound and the producer's lead hides its copies, so the
  * deepest ring pays there. Where the blocks outnumber what the GPU holds at once, they must
- * share SMs, and two slots share best (both measured in docs/06, "Vnew from v, and the launch
- * rules"). Staged where the
+ * share SMs, and two slots share best (both measured in docs/06, "06: Vnew from v, and the launch rules"). Staged where the
  * blocks are at least the SMs, or 8 tiles wide (where the state feeds outputs). `outputs`: 8-tile blocks
  * would carry output warps (chain_tiles). */
 template <bool PRECISE, class Columns>
@@ -217,7 +213,7 @@ static size_t output_blocks(const gdn_device_problem *p, size_t columns)
     return p->B * p->H * chunks_of(p->T) * ((p->V + columns - 1) / columns);
 }
 
-/* Kernel 3 beside the chain (docs/06, "Vnew from v and the launch rules"): where all of kernel
+/* Kernel 3 beside the chain (docs/06, "06: Vnew from v, and the launch rules"): where all of kernel
  * 3's blocks fit on the GPU at once (a block per head, chunk and 128 or 64 columns of o,
  * launch_chunk_outputs; at least two an SM at any K <= 128), they are placed while the chain
  * runs, sum their gates from g and make P there, and wait only for S0^T and Vnew^T. Elsewhere
@@ -276,8 +272,7 @@ __host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t 
  * on its serial path (a head's chunks, where one chain runs each head whole), so from v where
  * heads x chunks >= VALUES_AT_64_HEADS x depth. VALUES_AT_64_HEADS: the equivalent heads
  * (heads x chunks / depth) from which the chain from v pays at K = V = 64, set between the
- * losses and the wins measured on an NVIDIA H200 (docs/06, "Vnew from v, and the launch
- * rules"). */
+ * losses and the wins measured on an NVIDIA H200 (docs/06, "06: Vnew from v, and the launch rules"). */
 enum { VALUES_AT_64_HEADS = 24 };
 __host__ __device__ static inline bool chain_from_values_pays(size_t K, size_t heads, size_t chunks, size_t depth)
 {
@@ -343,7 +338,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                 make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_token_tile_map(&v_map, p->v_bf16, p, p->V, 64, true))
                 return -1;
             /* two ring slots, passed at run time: with the depth known to the compiler this
-               kernel runs 5 % slower on an NVIDIA H200 (docs/06, "output warps and wgmma") */
+               kernel runs 5 % slower on an NVIDIA H200 (docs/06, "Pitfalls") */
             if (stream) /* beside kernel 1 (kernel1_beside_chain): in a stream of its own, after kernel 1's first launch */
                 CUDA_LAUNCH_WITH_SHARED_ON(stream, chunk_states_outputs_kernel<true>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
                                            OUTPUT_STAGES, o_map, q_map, k_map, v_map);

@@ -1,7 +1,7 @@
 /* 06f_output_warps -- 06e with kernel 3's work inside the chain's block at K = V = 128: output
  * warps, and every product of that block by wgmma.
  *
- * The idea (docs/06_warp_specialized.md, "(f) Output warps in the chain's block"): at K = V =
+ * The idea (docs/06_warp_specialized.md, "06f: output warps in the chain's block"): at K = V =
  * 128 one chain block of 128 columns holds a head's whole state, so each chunk's S0^T and Vnew^T
  * are already on its SM, in its staging tiles; 06e sends them to global memory (52 KB each
  * way a chunk) for kernel 3 to read back. Here eight more warps in the block make o there

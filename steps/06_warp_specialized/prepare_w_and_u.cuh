@@ -37,8 +37,7 @@
  * excessive wavefronts a chunk); at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
 constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 8;
 /* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
- * K = V = 128, which a place of its own for each tile would not allow (docs/06, "(a) The
- * products on tensor cores"):
+ * K = V = 128, which a place of its own for each tile would not allow (docs/06, "06d: kernel 1 tuned"):
  *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
  *               strictly lower part scaled), and once W is made, U's staging tile in
  *               Tm_keys' place;

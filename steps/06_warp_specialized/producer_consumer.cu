@@ -1,6 +1,6 @@
 /* 06b_producer_consumer -- 06a's chain fed by a producer warp: a TMA ring on mbarriers.
  *
- * The idea (docs/06_warp_specialized.md, "(b) The warp-specialized chain"): in 06a every
+ * The idea (docs/06_warp_specialized.md, "06b: a producer warp and a TMA ring"): in 06a every
  * thread of the chain's block issues its share of each chunk's cp.async copies and then waits
  * at a block barrier, so the copies' issue and the ring's bookkeeping sit on the serial chain.
  * Here the block gets a fifth warp, the producer: one of its lanes brings each chunk's W, decayed

@@ -1,7 +1,7 @@
 /* 06e_warp_chain -- 06d with the chain warp-specialized: each consumer warp owns its columns
  * of S, and nothing but the ring's mbarriers is waited for.
  *
- * The idea (docs/06_warp_specialized.md, "(e) Consumer warps that own their columns"): 06b's
+ * The idea (docs/06_warp_specialized.md, "06e: consumer warps that own their columns"): 06b's
  * chain splits each chunk's products over its four warps by rows, so S0^T and Vnew^T pass
  * through shared memory between them and two barriers of the four sit on every step of the
  * serial chain. Here a consumer warp owns 8 columns of S, all K rows, for the whole sequence:

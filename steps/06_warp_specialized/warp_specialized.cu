@@ -66,7 +66,7 @@
  */
 #include "warp_specialized.cuh"
 
-/* Kernel 1 beside the chain (docs/06, "Vnew from v and the launch rules"). Where the chain's
+/* Kernel 1 beside the chain (docs/06, "06: Vnew from v, and the launch rules"). Where the chain's
  * blocks with output warps, one a head, leave SMs idle (heads between 70 % of the SMs, where
  * those blocks start, and the SMs less MIN_IDLE_SMS), kernel 1 runs in two launches: chunks 0
  * .. split - 1 of every head on every SM first; then the fused kernel and the rest of kernel 1
@@ -86,7 +86,7 @@
  * RAMP_CHUNKS more. KERNEL1_CHUNKS_PER_SM_US is kernel 1's rate alone and CHAIN_STEP_US the
  * chain's step beside kernel 1, both measured on an NVIDIA H200; RAMP_CHUNKS is fitted to
  * sweeps of the split on the same machine, whose best splits it meets within a chunk or two
- * (docs/06, "Vnew from v, and the launch rules"): a split too early leaves the chain waiting
+ * (docs/06, "06: Vnew from v, and the launch rules"): a split too early leaves the chain waiting
  * for flags, which costs more than the idle SMs of one too late. At least MIN_CHUNKS chunks:
  * the second launch, the streams' events and the flags' memset cost about 10 us a pass, which
  * shorter sequences do not repay. */
