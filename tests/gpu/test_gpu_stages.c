@@ -208,6 +208,26 @@ START_TEST(gpu_loop_takes_layouts)
 }
 END_TEST
 
+/* Grouped value heads on the GPU's chunked form: 05_cuda against stage 05 and the oracle over
+ * HV / H in {1, 2, 3, 4}, with and without h0, T not a multiple of the chunk, K != V.
+ * _i: (ratio, with h0). */
+START_TEST(gpu_chunked_takes_grouped_heads)
+{
+    const size_t ratio = 1 + _i % 4;
+    gdn_layout l = {.B = 2, .T = 201, .H = 3, .HV = 3 * ratio, .K = 100, .V = 72, .with_h0 = _i / 4};
+    gdn_problem p = test_layout_problem(&l, 3500 + _i);
+    gdn_result gpu = test_run(&wy_chunked_cuda_stage, &p, 1, 0, 0);
+    gdn_result cpu = test_run(&wy_chunked_stage, &p, 2, 0, 0);
+    char what[64];
+    snprintf(what, sizeof what, "05_cuda HV/H=%zu h0 %d", ratio, _i / 4);
+    assert_close(test_against_result(&p, &gpu, &cpu), GDN_TOLERANCE_VS_STAGE, what);
+    assert_close(test_against_oracle(&p, &gpu), GDN_TOLERANCE_VS_ORACLE, what);
+    gdn_result_free(&gpu);
+    gdn_result_free(&cpu);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 Suite *gpu_stages_suite(void)
 {
     Suite *suite = suite_create("gpu_stages");
@@ -223,6 +243,7 @@ Suite *gpu_stages_suite(void)
     tcase_add_loop_test(options, gpu_wy_chunked_every_chunk_size, 0, 5);
     tcase_add_loop_test(options, gpu_long_sequence, 0, 2);
     tcase_add_loop_test(options, gpu_loop_takes_layouts, 0, 4 * 3 * 2);
+    tcase_add_loop_test(options, gpu_chunked_takes_grouped_heads, 0, 4 * 2);
     suite_add_tcase(suite, options);
     TCase *edges = tcase_create("edges");
     tcase_add_loop_test(edges, gpu_extreme_gates_and_beta, 0, 12);
