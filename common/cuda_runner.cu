@@ -1,7 +1,8 @@
 /* cuda_runner.cu -- how the driver runs a GPU stage (the gdn_runner of stage.h).
  *
  * open:  copy the problem to the device once (a packed batch's offsets too), allocate o, ht,
- *        the stage's workspace and a cache-flush buffer; refuse, with the byte counts, a problem the GPU cannot hold.
+ *        the stage's workspace and a cache-flush buffer; refuse, with the byte counts, a
+ *        problem the GPU cannot hold.
  *        For a stage on bf16 inputs, also convert q, k and v to bf16 there, untimed, and
  *        allocate o in bf16 too.
  * run:   a timed repetition first flushes the L2 cache, then the pass runs between two CUDA

@@ -54,7 +54,8 @@ static int naive_loop_cuda_forward(const gdn_device_problem *p, const gdn_settin
 {
     (void)s;
     unsigned heads = 0, column_tiles = 0;
-    if (gdn_blocks_for(gdn_device_sequences(p, &r->layout) * r->layout.HV, 1, &heads) || gdn_blocks_for(p->V, COLUMNS_PER_BLOCK, &column_tiles))
+    if (gdn_blocks_for(gdn_device_sequences(p, &r->layout) * r->layout.HV, 1, &heads) ||
+        gdn_blocks_for(p->V, COLUMNS_PER_BLOCK, &column_tiles))
         return -1;
     if (column_tiles > 65535)
         return gdn_set_error("V = %zu needs %u column tiles, more than a grid's 65535", p->V, column_tiles);
