@@ -1,7 +1,8 @@
 /* cuda_runner.cu -- how the driver runs a GPU stage (the gdn_runner of stage.h).
  *
- * open:  copy the problem to the device once, allocate o, ht, the stage's workspace and a
- *        cache-flush buffer; refuse, with the byte counts, a problem the GPU cannot hold.
+ * open:  copy the problem to the device once (a packed batch's offsets too), allocate o, ht,
+ *        the stage's workspace and a cache-flush buffer; refuse, with the byte counts, a
+ *        problem the GPU cannot hold.
  *        For a stage on bf16 inputs, also convert q, k and v to bf16 there, untimed, and
  *        allocate o in bf16 too.
  * run:   a timed repetition first flushes the L2 cache, then the pass runs between two CUDA
@@ -31,6 +32,7 @@ typedef struct {
     gdn_device_result r;
     float *buffers[8];               /* q k v g beta h0 o ht, to free */
     __nv_bfloat16 *bf16_buffers[4];  /* q k v o in bf16, for stages with bf16_inputs */
+    size_t *offsets;                 /* a packed batch's offsets */
     gdn_pass_timer timer;
 } cuda_context;
 
@@ -116,31 +118,40 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
     c->host = host;
     c->settings = s;
 
-    size_t tokens = gdn_tokens(host), states = gdn_state_count(host), workspace = 0;
+    /* value tokens (v, o, g, beta: B T HV) and key tokens (q, k: B T H), equal but for grouped value heads */
+    size_t tokens = gdn_tokens(host), key_tokens = gdn_key_tokens(host), states = gdn_state_count(host), workspace = 0;
     if (stage->device_workspace_bytes && stage->device_workspace_bytes(host, s, &workspace))
         return -1;
     if (gdn_pass_timer_size(&c->timer))
         return -1;
 
     /* the bytes this problem needs on the device, all of them, before allocating any */
-    size_t io = sizeof(float) * (tokens * (2 * host->K + 2 * host->V + 2) + (host->h0 ? 2 : 1) * states);
+    const size_t offset_bytes = host->offsets ? (host->sequences + 1) * sizeof(size_t) : 0;
+    size_t io = sizeof(float) * (key_tokens * 2 * host->K + tokens * (2 * host->V + 2) + (host->h0 ? 2 : 1) * states) +
+                offset_bytes;
     if (stage->bf16_inputs)
-        io += sizeof(__nv_bfloat16) * tokens * (2 * host->K + 2 * host->V);
+        io += sizeof(__nv_bfloat16) * (key_tokens * 2 * host->K + tokens * 2 * host->V);
     if (gdn_pass_timer_check_room(&c->timer, stage->name, "inputs and outputs", io, workspace))
         return -1;
 
     c->p.B = host->B, c->p.T = host->T, c->p.H = host->H, c->p.K = host->K, c->p.V = host->V;
+    c->r.layout.HV = gdn_value_heads(host), c->r.layout.sequences = gdn_sequences(host);
     c->p.scale = (float)host->scale;
+    if (host->offsets) {
+        CUDA_CHECK(cudaMalloc((void **)&c->offsets, offset_bytes));
+        CUDA_CHECK(cudaMemcpy(c->offsets, host->offsets, offset_bytes, cudaMemcpyHostToDevice));
+        c->r.layout.offsets = c->offsets;
+    }
     float **q = &c->buffers[0], **k = &c->buffers[1], **v = &c->buffers[2], **g = &c->buffers[3],
           **beta = &c->buffers[4], **h0 = &c->buffers[5];
-    if (gdn_cuda_upload(q, host->q, tokens * host->K) || gdn_cuda_upload(k, host->k, tokens * host->K) ||
+    if (gdn_cuda_upload(q, host->q, key_tokens * host->K) || gdn_cuda_upload(k, host->k, key_tokens * host->K) ||
         gdn_cuda_upload(v, host->v, tokens * host->V) || gdn_cuda_upload(g, host->g, tokens) ||
         gdn_cuda_upload(beta, host->beta, tokens) || (host->h0 && gdn_cuda_upload(h0, host->h0, states)))
         return -1;
     c->p.q = *q, c->p.k = *k, c->p.v = *v, c->p.g = *g, c->p.beta = *beta, c->p.h0 = *h0;
     if (stage->bf16_inputs) {
-        if (upload_bf16(&c->bf16_buffers[0], *q, tokens * host->K) ||
-            upload_bf16(&c->bf16_buffers[1], *k, tokens * host->K) || upload_bf16(&c->bf16_buffers[2], *v, tokens * host->V))
+        if (upload_bf16(&c->bf16_buffers[0], *q, key_tokens * host->K) ||
+            upload_bf16(&c->bf16_buffers[1], *k, key_tokens * host->K) || upload_bf16(&c->bf16_buffers[2], *v, tokens * host->V))
             return -1;
         CUDA_CHECK(cudaMalloc((void **)&c->bf16_buffers[3], tokens * host->V * sizeof(__nv_bfloat16)));
         c->r.o_bf16 = (unsigned short *)c->bf16_buffers[3];
@@ -200,6 +211,7 @@ static void cuda_close(void *context)
     for (int i = 0; i < 4; i++)
         cudaFree(c->bf16_buffers[i]);
     cudaFree(c->r.workspace);
+    cudaFree(c->offsets);
     gdn_pass_timer_close(&c->timer);
     free(c);
 }

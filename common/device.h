@@ -26,6 +26,20 @@ typedef struct gdn_device_problem {
     const unsigned short *q_bf16, *k_bf16, *v_bf16;
 } gdn_device_problem;
 
+/* The layouts of problem.h on the device. HV value heads: v, o [B, T, HV, V], g, beta
+ * [B, T, HV], h0, ht [N, HV, K, V], while q and k keep H heads; value head h reads key head
+ * h / (HV / H). offsets: NULL, or sequences + 1 token offsets in GPU memory (a packed batch,
+ * B = 1): sequence n is tokens offsets[n] .. offsets[n + 1] - 1, with its own state. Stages
+ * that take them say so in their options (GDN_OPTION_VALUE_HEADS, GDN_OPTION_PACKED) and find
+ * them in gdn_device_result; the others are never handed anything but HV = H and no offsets.
+ * (Not in gdn_device_problem: kernels take that by value, and a larger one moves their
+ * parameters, which changes the machine code of every stage, even of those that ignore it.) */
+typedef struct gdn_device_layout {
+    size_t HV;
+    const size_t *offsets;
+    size_t sequences;
+} gdn_device_layout;
+
 typedef struct gdn_device_result {
     float *o, *ht;
     /* For stages with bf16_inputs: room for o in bf16 (bit patterns, o's layout). A pass that
@@ -35,6 +49,7 @@ typedef struct gdn_device_result {
     int o_in_bf16;
     void *workspace;                 /* device_workspace_bytes() bytes, 256-byte aligned */
     size_t workspace_bytes;
+    gdn_device_layout layout;        /* the problem's layout (above) */
 } gdn_device_result;
 
 /* A backward pass's cotangents and gradients on the GPU (gradients.h's, fp32, same layouts). */
@@ -58,6 +73,48 @@ __host__ __device__
 static inline size_t gdn_device_token(const gdn_device_problem *p, size_t b, size_t t, size_t h)
 {
     return (b * p->T + t) * p->H + h;
+}
+
+/* A packed batch's sequences, or the B rows; where sequence n starts (its first token's
+ * position, counted over all B T positions) and its length. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline size_t gdn_device_sequences(const gdn_device_problem *p, const gdn_device_layout *l)
+{
+    return l->offsets ? l->sequences : p->B;
+}
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline size_t gdn_device_sequence_start(const gdn_device_problem *p, const gdn_device_layout *l, size_t n)
+{
+    return l->offsets ? l->offsets[n] : n * p->T;
+}
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline size_t gdn_device_sequence_length(const gdn_device_problem *p, const gdn_device_layout *l, size_t n)
+{
+    return l->offsets ? l->offsets[n + 1] - l->offsets[n] : p->T;
+}
+
+/* The rows of position `position` (b T + t) for value head h: its v, g, beta and o row, and
+ * the q and k row of the key head it reads (problem.h: gdn_value_token, gdn_key_token). */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline size_t gdn_device_value_row(const gdn_device_layout *l, size_t position, size_t h)
+{
+    return position * l->HV + h;
+}
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline size_t gdn_device_key_row(const gdn_device_problem *p, const gdn_device_layout *l, size_t position,
+                                        size_t h)
+{
+    return position * p->H + h / (l->HV / p->H);
 }
 
 /* The stream a pass runs in, for the calling thread: the default stream (NULL) unless the

@@ -140,6 +140,7 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
         gdn_device_result result = {};
         result.o = o, result.ht = ht, result.o_bf16 = o_bf16;
         result.workspace = workspace, result.workspace_bytes = (size_t)workspace_bytes;
+        result.layout.HV = p.H, result.layout.sequences = p.B; /* the plain layout: gdn_check_layout refused the others */
         gdn_set_pass_stream((cudaStream_t)c->stream);
         status = stage->device_forward(&device, &s, &result);
         gdn_set_pass_stream(NULL);

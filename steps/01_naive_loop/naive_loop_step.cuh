@@ -37,14 +37,21 @@ template <int MAX_K> struct token_tile {
     float alpha[TOKENS_PER_TILE], beta[TOKENS_PER_TILE];
 };
 
-/* Tokens t_begin .. t_end - 1 of head (b, h), for the block's columns first_column + 0 .. 63;
+/* Where a run of tokens lies: token i's q and k are row first_key + i key_stride (rows of K
+ * numbers), its v, o, g and beta row first_value + i value_stride (rows of V numbers, or one).
+ * A head's tokens are H rows apart, and HV value rows apart with grouped value heads. */
+struct token_rows {
+    size_t first_key, key_stride, first_value, value_stride;
+};
+
+/* The `tokens` tokens at `rows`, for the block's columns first_column + 0 .. 63;
  * the block has 64 threads_per_column(MAX_K) threads, thread x holding rows
  * (x % threads_per_column) rows_per_thread + 0 .. rows_per_thread - 1 of column x / threads_per_column.
  * state: those rows, updated in place. A column c reads value column c - value_offset
  * (zero outside 0 .. V - 1). o: NULL, or where the outputs of value columns go. All threads of
  * the block must call this (they share the tile loads and barriers). */
 template <int MAX_K>
-__device__ void naive_loop_run_tokens(const gdn_device_problem &p, size_t b, size_t h, size_t t_begin, size_t t_end,
+__device__ void naive_loop_run_tokens(const gdn_device_problem &p, token_rows rows, size_t tokens,
                                       float (&state)[rows_per_thread(MAX_K)], size_t first_column,
                                       size_t value_offset, float *o, token_tile<MAX_K> &tile)
 {
@@ -53,10 +60,11 @@ __device__ void naive_loop_run_tokens(const gdn_device_problem &p, size_t b, siz
     const unsigned local_column = threadIdx.x / SPLIT, first_row4 = threadIdx.x % SPLIT * ROWS / 4;
     const long long value_column = (long long)(first_column + local_column) - (long long)value_offset;
     const bool has_value = value_column >= 0 && value_column < (long long)p.V && threadIdx.x % SPLIT == 0;
-    const size_t K = p.K, V = p.V, row_stride = p.H; /* a head's tokens are H rows apart */
-    for (size_t tile_start = t_begin; tile_start < t_end; tile_start += TOKENS_PER_TILE) {
-        const unsigned count = t_end - tile_start < TOKENS_PER_TILE ? (unsigned)(t_end - tile_start) : TOKENS_PER_TILE;
-        const size_t first_token = gdn_device_token(&p, b, tile_start, h);
+    const size_t K = p.K, V = p.V, key_stride = rows.key_stride, value_stride = rows.value_stride;
+    for (size_t tile_start = 0; tile_start < tokens; tile_start += TOKENS_PER_TILE) {
+        const unsigned count = tokens - tile_start < TOKENS_PER_TILE ? (unsigned)(tokens - tile_start) : TOKENS_PER_TILE;
+        const size_t first_key = rows.first_key + tile_start * key_stride,
+                     first_token = rows.first_value + tile_start * value_stride;
         __syncthreads(); /* the previous tile is no longer read */
         /* Loops with a trip count known at compile time, unrolled: every thread issues all its
          * loads of the tile before the first one returns, instead of one load's latency per
@@ -66,7 +74,7 @@ __device__ void naive_loop_run_tokens(const gdn_device_problem &p, size_t b, siz
         for (unsigned r = 0; r < TOKENS_PER_TILE * MAX_K / BLOCK_THREADS; r++) {
             unsigned n = threadIdx.x + r * BLOCK_THREADS, t = n / MAX_K, i = n % MAX_K;
             bool real = t < count && i < K;
-            size_t at = (first_token + t * row_stride) * K + i;
+            size_t at = (first_key + t * key_stride) * K + i;
             k_tile[n] = real ? p.k[at] : 0.0f;
             q_tile[n] = real && o ? p.q[at] : 0.0f;
         }
@@ -74,10 +82,10 @@ __device__ void naive_loop_run_tokens(const gdn_device_problem &p, size_t b, siz
         for (unsigned r = 0; r < TOKENS_PER_TILE * COLUMNS_PER_BLOCK / BLOCK_THREADS; r++) {
             unsigned n = threadIdx.x + r * BLOCK_THREADS, t = n / COLUMNS_PER_BLOCK, j = n % COLUMNS_PER_BLOCK;
             long long c = (long long)(first_column + j) - (long long)value_offset;
-            tile.v[t][j] = t < count && c >= 0 && c < (long long)V ? p.v[(first_token + t * row_stride) * V + c] : 0.0f;
+            tile.v[t][j] = t < count && c >= 0 && c < (long long)V ? p.v[(first_token + t * value_stride) * V + c] : 0.0f;
         }
         if (threadIdx.x < count) {
-            size_t token = first_token + threadIdx.x * row_stride;
+            size_t token = first_token + threadIdx.x * value_stride;
             tile.alpha[threadIdx.x] = expf(p.g[token]);
             tile.beta[threadIdx.x] = p.beta[token];
         }
@@ -123,7 +131,7 @@ __device__ void naive_loop_run_tokens(const gdn_device_problem &p, size_t b, siz
             if (SPLIT == 2)
                 out += __shfl_xor_sync(0xffffffffu, out, 1);
             if (has_value)
-                o[(first_token + t * row_stride) * V + (size_t)value_column] = p.scale * out;
+                o[(first_token + t * value_stride) * V + (size_t)value_column] = p.scale * out;
         }
     }
 }

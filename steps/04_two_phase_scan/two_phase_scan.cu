@@ -36,6 +36,16 @@ enum { FOLD_BLOCKS_PER_SM = 4, MAX_SEGMENTS = 4096 };
 
 /* First token of segment s of P (s = P gives T): equal segments. */
 __host__ __device__ static inline size_t segment_begin(size_t s, size_t P, size_t T) { return s * T / P; }
+__device__ static inline size_t segment_tokens(size_t s, size_t P, size_t T)
+{
+    return segment_begin(s + 1, P, T) - segment_begin(s, P, T);
+}
+/* segment s of head (b, h) = (head / H, head % H): where its tokens lie (naive_loop_step.cuh) */
+__device__ static inline token_rows segment_rows(const gdn_device_problem &p, size_t head, size_t s, size_t P)
+{
+    const size_t first = gdn_device_token(&p, head / p.H, segment_begin(s, P, p.T), head % p.H);
+    return {first, p.H, first, p.H};
+}
 
 /* Maps of segments 0 .. P-2: block (head, segment) x column tile; summaries[head][s] is
  * K x (K + V), row i = [A_s[i, :] | B_s[i, :]]. */
@@ -52,8 +62,8 @@ fold_segments_kernel(gdn_device_problem p, size_t P, float *summaries)
 #pragma unroll
     for (int i = 0; i < ROWS; i++)
         state[i] = first_row + i == column ? 1.0f : 0.0f;
-    naive_loop_run_tokens<MAX_K>(p, head / p.H, head % p.H, segment_begin(segment, P, p.T),
-                                 segment_begin(segment + 1, P, p.T), state, first_column, K, NULL, tile);
+    naive_loop_run_tokens<MAX_K>(p, segment_rows(p, head, segment, P), segment_tokens(segment, P, p.T), state, first_column,
+                                 K, NULL, tile);
     float *map = summaries + (head * (P - 1) + segment) * K * W;
     if (column < W)
 #pragma unroll
@@ -77,8 +87,8 @@ replay_segments_kernel(gdn_device_problem p, size_t P, const float *starts, floa
 #pragma unroll
     for (int i = 0; i < ROWS; i++)
         state[i] = first_row + i < K && column < V ? start[(first_row + i) * V + column] : 0.0f;
-    naive_loop_run_tokens<MAX_K>(p, head / p.H, head % p.H, segment_begin(segment, P, p.T),
-                                 segment_begin(segment + 1, P, p.T), state, first_column, 0, o, tile);
+    naive_loop_run_tokens<MAX_K>(p, segment_rows(p, head, segment, P), segment_tokens(segment, P, p.T), state, first_column,
+                                 0, o, tile);
     if (segment + 1 == P && column < V)
 #pragma unroll
         for (int i = 0; i < ROWS; i++)

@@ -22,6 +22,8 @@
  * Cost: the flops of the CPU stage (wy_chunked_flops), plus the workspace: W, U, decayed
  * keys and Vnew (2 K + 2 V floats per token), gamma in double, and one K x V state per
  * chunk. Depth: T / C chunk steps of kernel 2, each O(C K) dependent work per thread.
+ * Grouped value heads (--HV): a head is a value head, whose kernels 1 and 3 read the rows of
+ * the key head it shares (chunk_key_row); a packed batch it does not take.
  * Limits: K <= 128 and --chunk <= 64 (shared-memory tiles), V and T any.
  *
  * Build and run:  make bin/05_wy_chunked_cuda && bin/05_wy_chunked_cuda --T 16384 --H 8 --check-against oracle
@@ -77,15 +79,32 @@ typedef struct {
     size_t first, count;
 } chunk_slice;
 
-static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, size_t C)
+static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, size_t heads, size_t C)
 {
-    const size_t rows = p->B * p->H * p->T, chunks = p->B * p->H * chunks_of(p->T, C);
+    const size_t rows = heads * p->T, chunks = heads * chunks_of(p->T, C);
     chunk_workspace w;
     w.gamma = (double *)base;
     w.chain_inputs = (float *)(w.gamma + (rows + 1) / 2 * 2); /* 16-byte aligned: kernel 2 reads float4 */
     w.new_values = w.chain_inputs + chunks * chain_block_floats(p->K, p->V);
     w.states = w.new_values + rows * p->V;
     return w;
+}
+
+/* The first rows of token t0 of head `head` (b HV + h, a value head): of v, g, beta and o, and
+ * of q and k, those of key head h / (HV / H) (device.h: gdn_device_value_row, gdn_device_key_row).
+ * A head's tokens are HV value rows and H key rows apart. In 32-bit arithmetic where it can be
+ * (heads and head counts fit a grid, so in 32 bits): a 64-bit division is a routine of its own,
+ * whose registers made kernel 1 spill. */
+__device__ __forceinline__ static size_t chunk_value_row(const gdn_device_layout &layout, size_t head, size_t t0, size_t T)
+{
+    const unsigned HV = (unsigned)layout.HV, b = (unsigned)head / HV, h = (unsigned)head % HV;
+    return ((size_t)b * T + t0) * HV + h;
+}
+__device__ __forceinline__ static size_t chunk_key_row(const gdn_device_problem &p, const gdn_device_layout &layout, size_t head,
+                                                       size_t t0)
+{
+    const unsigned HV = (unsigned)layout.HV, H = (unsigned)p.H, b = (unsigned)head / HV, h = (unsigned)head % HV;
+    return ((size_t)b * p.T + t0) * H + h / (HV / H);
 }
 
 /* Four consecutive floats of a row, row[c .. c + 3], zero at and past `width`: one 16-byte
@@ -114,19 +133,20 @@ __device__ __forceinline__ static void store_four(float *row, int c, int width, 
 }
 
 /* A chunk of a [B, T, H, width] input (q or k), transposed into shared memory:
- * tile_t[c][i] = x[token t0 + i][c], TILE floats a row, zeros past the chunk's n tokens and in
+ * tile_t[c][i] = x[row first_row + i stride][c] (token i of the chunk: a head's tokens are
+ * `stride` rows apart), TILE floats a row, zeros past the chunk's n tokens and in
  * the rows up to round_up4(width). Thread e reads 16 bytes of token i = e % 64 and writes them
  * down column i: a warp's 32 lanes write 32 consecutive floats of a row, no bank conflict.
  * (Reading in row order instead puts a warp's writes 64 floats apart, all in one bank.) */
 enum { TILE = MAX_CHUNK };
 static_assert((int)TILE == (int)OUTPUT_COLUMNS, "kernel 3 keeps its 64 columns of S0 and Vnew as tiles");
 template <int IN_FLIGHT> /* loads a thread keeps in flight: kernel 1 has registers for 2, kernel 3 for 4 */
-__device__ static void load_transposed(float *tile_t, const float *x, const gdn_device_problem &p, size_t b, size_t t0, size_t h, int n, int width)
+__device__ static void load_transposed(float *tile_t, const float *x, size_t first_row, size_t stride, int n, int width)
 {
 #pragma unroll IN_FLIGHT /* unrolled: the loads of several steps issued before their stores */
     for (int e = threadIdx.x; e < MAX_CHUNK * ((width + 3) / 4); e += THREADS) {
         const int i = e % MAX_CHUNK, c = e / MAX_CHUNK * 4;
-        const float4 v = i < n ? load_four(x + gdn_device_token(&p, b, t0 + i, h) * width, c, width) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 v = i < n ? load_four(x + (first_row + i * stride) * width, c, width) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         tile_t[c * TILE + i] = v.x, tile_t[(c + 1) * TILE + i] = v.y;
         tile_t[(c + 2) * TILE + i] = v.z, tile_t[(c + 3) * TILE + i] = v.w;
     }
@@ -136,15 +156,15 @@ __device__ static void load_transposed(float *tile_t, const float *x, const gdn_
  * row scaled by its factor, into tile[64][64] (row-major, TILE floats a row): the right-hand
  * side of eq. 12, 64 columns at a time. Zeros past the chunk's n tokens and past `width`.
  * A warp reads 512 consecutive bytes of two tokens' rows, 16 a thread. */
-__device__ __forceinline__ static void load_scaled_columns(float *tile, const float *x, const gdn_device_problem &p, size_t b, size_t t0, size_t h,
-                                                           int n, int width, int first, const float *scale)
+__device__ __forceinline__ static void load_scaled_columns(float *tile, const float *x, size_t first_row, size_t stride, int n,
+                                                           int width, int first, const float *scale)
 {
 #pragma unroll /* the four loads of a thread in flight together */
     for (int e = threadIdx.x; e < TILE * TILE / 4; e += THREADS) {
         const int l = e / (TILE / 4), c = first + e % (TILE / 4) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (l < n) {
-            v = load_four(x + gdn_device_token(&p, b, t0 + l, h) * width, c, width);
+            v = load_four(x + (first_row + l * stride) * width, c, width);
             v.x *= scale[l], v.y *= scale[l], v.z *= scale[l], v.w *= scale[l];
         }
         ((float4 *)tile)[e] = v;
@@ -194,12 +214,13 @@ __device__ __forceinline__ static void clear_tile(float (&acc)[4][4])
  * At most 85 registers a thread (the 3 in the bounds), so that three blocks share an SM
  * and one block's barriers are hidden by the others' work: it took 112 with room for
  * them, and ran with two blocks. */
-__global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, size_t C, chunk_workspace w, chunk_slice slice)
+__global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, size_t C, chunk_workspace w, chunk_slice slice,
+                                                                     gdn_device_layout layout)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, V = (int)p.V, TP = MAX_CHUNK + 1, K4 = (int)round_up4(p.K);
     const size_t chunks = chunks_of(p.T, C), chunk = slice.first + blockIdx.x % slice.count, head = blockIdx.x / slice.count;
-    const size_t t0 = chunk * C, b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
+    const size_t t0 = chunk * C, row0 = head * p.T + t0;
     const int n = (int)(p.T - t0 < C ? p.T - t0 : C), KW = (int)padded_k(p.K);
     const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
     float *chain = w.chain_inputs + (head * chunks + chunk) * chain_block_floats(p.K, p.V);
@@ -207,9 +228,14 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
     float *keys_t = (float *)(gamma + MAX_CHUNK), *Tm_t = keys_t, *Tm = keys_t + (K4 > TILE ? K4 : TILE) * TILE;
     float *right = Tm + MAX_CHUNK * TP, *beta = right + TILE * TILE, *scaled_beta = beta + MAX_CHUNK;
 
-    load_transposed<2>(keys_t, p.k, p, b, t0, h, n, K);
+    /* the chunk's first key and value rows, in shared memory: registers are at their bound here */
+    __shared__ size_t first_rows[2];
+    if (threadIdx.x == 0)
+        first_rows[0] = chunk_key_row(p, layout, head, t0), first_rows[1] = chunk_value_row(layout, head, t0, p.T);
+    __syncthreads();
+    load_transposed<2>(keys_t, p.k, first_rows[0], p.H, n, K);
     for (int i = threadIdx.x; i < MAX_CHUNK; i += THREADS) { /* gates and betas, all at once */
-        size_t token = gdn_device_token(&p, b, t0 + (i < n ? i : 0), h);
+        size_t token = first_rows[1] + (i < n ? i : 0) * layout.HV;
         gamma[i] = i < n ? p.g[token] : 0.0;
         beta[i] = i < n ? p.beta[token] : 0.0f;
     }
@@ -262,7 +288,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
      * come out zero (Tm is the identity there, and those rows of `right` are zero) */
     for (int first = 0; first < K; first += TILE) {
         __syncthreads(); /* Tm_t complete; `right` (the join's scratch, or the last pass's) free */
-        load_scaled_columns(right, p.k, p, b, t0, h, n, K, first, scaled_beta);
+        load_scaled_columns(right, p.k, first_rows[0], p.H, n, K, first, scaled_beta);
         __syncthreads();
         clear_tile(acc);
         multiply_tile_4x4(acc, Tm_t, right, n);
@@ -275,7 +301,7 @@ __global__ void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_p
      * columns of V, thread columns are tokens, so a row of U_t is again 16 consecutive bytes */
     for (int first = 0; first < V; first += TILE) {
         __syncthreads();
-        load_scaled_columns(right, p.v, p, b, t0, h, n, V, first, beta);
+        load_scaled_columns(right, p.v, first_rows[1], layout.HV, n, V, first, beta);
         __syncthreads();
         clear_tile(acc);
         multiply_tile_4x4(acc, right, Tm_t, n);
@@ -508,22 +534,24 @@ __global__ void __launch_bounds__(THREADS, 1) chunk_states_kernel(gdn_device_pro
  *     o = scale (exp(gamma) Q S0 + P Vnew)                          (eq. 14)
  * all three products as 4 x 4 register tiles; P is formed transposed (K Q^T), the form in
  * which the last product reads it. */
-__global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, size_t C, chunk_workspace w, chunk_slice slice, float *o)
+__global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, size_t C, chunk_workspace w, chunk_slice slice, float *o,
+                                                        gdn_device_layout layout)
 {
     extern __shared__ double shared[];
     const int K = (int)p.K, V = (int)p.V, K4 = (int)round_up4(p.K);
     const size_t chunks = chunks_of(p.T, C), tiles_per_chunk = (p.V + OUTPUT_COLUMNS - 1) / OUTPUT_COLUMNS;
     const size_t column0 = blockIdx.x % tiles_per_chunk * OUTPUT_COLUMNS, head_chunk = blockIdx.x / tiles_per_chunk;
     const size_t head = head_chunk / slice.count, chunk = slice.first + head_chunk % slice.count, t0 = chunk * C;
-    const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
+    const size_t row0 = head * p.T + t0;
+    const size_t key_row = chunk_key_row(p, layout, head, t0), value_row = chunk_value_row(layout, head, t0, p.T);
     const int n = (int)(p.T - t0 < C ? p.T - t0 : C), width = V - (int)column0; /* columns from column0 on */
     const int row = threadIdx.x / 16 * 4, column = threadIdx.x % 16 * 4;
     double *gamma = shared;
     float *q_t = (float *)(gamma + MAX_CHUNK), *k_t = q_t + K4 * TILE, *P_t = k_t;
     float *S = k_t + (K4 > TILE ? K4 : TILE) * TILE, *Vnew = S + K * TILE;
 
-    load_transposed<4>(q_t, p.q, p, b, t0, h, n, K);
-    load_transposed<4>(k_t, p.k, p, b, t0, h, n, K);
+    load_transposed<4>(q_t, p.q, key_row, p.H, n, K);
+    load_transposed<4>(k_t, p.k, key_row, p.H, n, K);
     for (int i = threadIdx.x; i < MAX_CHUNK; i += THREADS)
         gamma[i] = i < n ? w.gamma[row0 + i] : 0.0;
     const float *states = w.states + (head * chunks + chunk) * K * p.V + column0;
@@ -566,7 +594,7 @@ __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_probl
 #pragma unroll
     for (int r = 0; r < 4; r++)
         if (row + r < n)
-            store_four(o + gdn_device_token(&p, b, t0 + row + r, h) * p.V + column0, column, width,
+            store_four(o + (value_row + (row + r) * layout.HV) * p.V + column0, column, width,
                        make_float4(p.scale * acc[r][0], p.scale * acc[r][1], p.scale * acc[r][2], p.scale * acc[r][3]));
 }
 
@@ -636,12 +664,12 @@ static int get_overlap_streams(overlap_streams *out)
 
 static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
-    const size_t K = p->K, V = p->V, C = s->chunk, heads = p->B * p->H, chunks = chunks_of(p->T, C);
+    const size_t K = p->K, V = p->V, C = s->chunk, heads = p->B * r->layout.HV, chunks = chunks_of(p->T, C);
     if (K > MAX_K)
         return gdn_set_error("K = %zu: the GPU chunked form keeps K-wide tiles in shared memory, K at most %d", K, MAX_K);
     if (C > MAX_CHUNK)
         return gdn_set_error("--chunk %zu: the GPU chunked form takes chunks of at most %d tokens", C, MAX_CHUNK);
-    chunk_workspace w = workspace_at(r->workspace, p, C);
+    chunk_workspace w = workspace_at(r->workspace, p, heads, C);
     static int sms = 0; /* asked once: the runner calls this for every repetition */
     if (sms == 0)
         sms = gdn_sm_count();
@@ -669,14 +697,14 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
     for (size_t i = 0; i * per_slice < chunks; i++) {
         const chunk_slice slice = {i * per_slice, chunks - i * per_slice < per_slice ? chunks - i * per_slice : per_slice};
         const unsigned prepare_slice = (unsigned)(heads * slice.count), output_slice = (unsigned)(heads * slice.count * output_tiles);
-        CUDA_LAUNCH_WITH_SHARED_ON(o.prepare, prepare_chunks_kernel, prepare_slice, THREADS, prepare_bytes, *p, C, w, slice);
+        CUDA_LAUNCH_WITH_SHARED_ON(o.prepare, prepare_chunks_kernel, prepare_slice, THREADS, prepare_bytes, *p, C, w, slice, r->layout);
         CUDA_CHECK(cudaEventRecord(o.prepared[i], o.prepare));
         CUDA_CHECK(cudaStreamWaitEvent(o.chain, o.prepared[i], 0));
         const float *start = i == 0 ? p->h0 : r->ht;
         CUDA_LAUNCH_WITH_SHARED_ON(o.chain, chunk_states, state_blocks, THREADS, state_bytes, *p, C, w, slice, start, r->ht);
         CUDA_CHECK(cudaEventRecord(o.walked[i], o.chain));
         CUDA_CHECK(cudaStreamWaitEvent(o.outputs, o.walked[i], 0));
-        CUDA_LAUNCH_WITH_SHARED_ON(o.outputs, chunk_outputs_kernel, output_slice, THREADS, output_bytes, *p, C, w, slice, r->o);
+        CUDA_LAUNCH_WITH_SHARED_ON(o.outputs, chunk_outputs_kernel, output_slice, THREADS, output_bytes, *p, C, w, slice, r->o, r->layout);
     }
     return 0;
 }
@@ -684,7 +712,7 @@ static int wy_chunked_cuda_forward(const gdn_device_problem *p, const gdn_settin
 /* gamma (double) and Vnew per token; kernel 2's input block (with U) and one K x V state per chunk. */
 static int wy_chunked_cuda_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
-    size_t rows, states, keys, heads = p->B * p->H, chunks = chunks_of(p->T, s->chunk);
+    size_t rows, states, keys, heads = p->B * gdn_value_heads(p), chunks = chunks_of(p->T, s->chunk);
     size_t row_factors[3] = {heads, p->T, sizeof(double) + p->V * sizeof(float)};
     size_t key_factors[4] = {heads, chunks, chain_block_floats(p->K, p->V), sizeof(float)};
     size_t state_factors[4] = {heads, chunks, p->K * p->V, sizeof(float)};
@@ -705,7 +733,7 @@ static void wy_chunked_cuda_resolve_options(const gdn_problem *p, gdn_settings *
 extern "C" const gdn_stage wy_chunked_cuda_stage = {
     .name = "05_wy_chunked_cuda",
     .idea = "stage 05 on the GPU: per-chunk products in parallel, only the state chain serial",
-    .options = GDN_OPTION_CHUNK,
+    .options = GDN_OPTION_CHUNK | GDN_OPTION_VALUE_HEADS,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
     .resolve_options = wy_chunked_cuda_resolve_options,

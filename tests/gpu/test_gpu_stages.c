@@ -178,6 +178,56 @@ START_TEST(gpu_chunk_limit_is_refused)
 }
 END_TEST
 
+/* Grouped value heads and packed batches on the GPU loop: 01_cuda against its CPU twin and the
+ * oracle, over HV / H in {1, 2, 3, 4} and three mixes of lengths: two rows of 77 tokens; lengths
+ * 1, 63, 64, 65; one sequence of 600 beside 24 short ones. _i: (ratio, mix, with h0). */
+START_TEST(gpu_loop_takes_layouts)
+{
+    static const size_t around_a_chunk[4] = {1, 63, 64, 65};
+    const size_t ratio = 1 + _i % 4;
+    const int mix = _i / 4 % 3, with_h0 = _i / 12;
+    size_t lengths[25];
+    gdn_layout l = {.B = 2, .T = 77, .H = 2, .HV = 2 * ratio, .K = 32, .V = 40, .with_h0 = with_h0};
+    if (mix > 0) {
+        l.sequences = mix == 1 ? 4 : 25, l.lengths = lengths, l.B = 1, l.T = 0;
+        for (size_t n = 0; n < l.sequences; n++) {
+            lengths[n] = mix == 1 ? around_a_chunk[n] : n == 0 ? 600 : 1 + (n * 37) % 70;
+            l.T += lengths[n];
+        }
+    }
+    gdn_problem p = test_layout_problem(&l, 3400 + _i);
+    gdn_result gpu = test_run(&naive_loop_cuda_stage, &p, 1, 0, 0);
+    gdn_result cpu = test_run(&naive_loop_stage, &p, 2, 0, 0);
+    char what[64];
+    snprintf(what, sizeof what, "01_cuda HV/H=%zu mix %d h0 %d", ratio, mix, with_h0);
+    assert_close(test_against_result(&p, &gpu, &cpu), GDN_TOLERANCE_VS_STAGE, what);
+    assert_close(test_against_oracle(&p, &gpu), GDN_TOLERANCE_VS_ORACLE, what);
+    gdn_result_free(&gpu);
+    gdn_result_free(&cpu);
+    gdn_problem_free(&p);
+}
+END_TEST
+
+/* Grouped value heads on the GPU's chunked form: 05_cuda against stage 05 and the oracle over
+ * HV / H in {1, 2, 3, 4}, with and without h0, T not a multiple of the chunk, K != V.
+ * _i: (ratio, with h0). */
+START_TEST(gpu_chunked_takes_grouped_heads)
+{
+    const size_t ratio = 1 + _i % 4;
+    gdn_layout l = {.B = 2, .T = 201, .H = 3, .HV = 3 * ratio, .K = 100, .V = 72, .with_h0 = _i / 4};
+    gdn_problem p = test_layout_problem(&l, 3500 + _i);
+    gdn_result gpu = test_run(&wy_chunked_cuda_stage, &p, 1, 0, 0);
+    gdn_result cpu = test_run(&wy_chunked_stage, &p, 2, 0, 0);
+    char what[64];
+    snprintf(what, sizeof what, "05_cuda HV/H=%zu h0 %d", ratio, _i / 4);
+    assert_close(test_against_result(&p, &gpu, &cpu), GDN_TOLERANCE_VS_STAGE, what);
+    assert_close(test_against_oracle(&p, &gpu), GDN_TOLERANCE_VS_ORACLE, what);
+    gdn_result_free(&gpu);
+    gdn_result_free(&cpu);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 Suite *gpu_stages_suite(void)
 {
     Suite *suite = suite_create("gpu_stages");
@@ -192,6 +242,8 @@ Suite *gpu_stages_suite(void)
     tcase_add_loop_test(options, gpu_two_phase_scan_every_segment_count, 0, 6);
     tcase_add_loop_test(options, gpu_wy_chunked_every_chunk_size, 0, 5);
     tcase_add_loop_test(options, gpu_long_sequence, 0, 2);
+    tcase_add_loop_test(options, gpu_loop_takes_layouts, 0, 4 * 3 * 2);
+    tcase_add_loop_test(options, gpu_chunked_takes_grouped_heads, 0, 4 * 2);
     suite_add_tcase(suite, options);
     TCase *edges = tcase_create("edges");
     tcase_add_loop_test(edges, gpu_extreme_gates_and_beta, 0, 12);
