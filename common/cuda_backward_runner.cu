@@ -60,6 +60,7 @@ static int backward_open(const gdn_backward_stage *stage, const gdn_problem *hos
     c->p.B = host->B, c->p.T = host->T, c->p.H = host->H, c->p.K = host->K, c->p.V = host->V;
     c->r.layout.HV = host->H, c->r.layout.sequences = host->B; /* the plain layout: the GPU backward takes no other */
     c->p.scale = (float)host->scale;
+    c->p.heads_per_key = 1;
     const float *sources[INPUTS] = {host->q, host->k, host->v, host->g, host->beta, host->h0, cot->d_o, cot->dht};
     const size_t counts[INPUTS] = {tokens * host->K, tokens * host->K, tokens * host->V, tokens, tokens, h0_states,
                                    tokens * host->V, states};

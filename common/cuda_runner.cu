@@ -137,6 +137,7 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
     c->p.B = host->B, c->p.T = host->T, c->p.H = host->H, c->p.K = host->K, c->p.V = host->V;
     c->r.layout.HV = gdn_value_heads(host), c->r.layout.sequences = gdn_sequences(host);
     c->p.scale = (float)host->scale;
+    c->p.heads_per_key = 1;
     if (host->offsets) {
         CUDA_CHECK(cudaMalloc((void **)&c->offsets, offset_bytes));
         CUDA_CHECK(cudaMemcpy(c->offsets, host->offsets, offset_bytes, cudaMemcpyHostToDevice));

@@ -19,6 +19,11 @@ extern "C" {
 typedef struct gdn_device_problem {
     size_t B, T, H, K, V;
     float scale;
+    /* Heads that share one head's q and k rows: 1, or HV / H where a stage runs grouped value
+     * heads as its H heads (stage 06: q and k rows of head h are those of key head
+     * h / heads_per_key among H / heads_per_key). In the 4 bytes after scale, so that the
+     * struct's size and every other field's offset stay as they are. */
+    unsigned heads_per_key;
     const float *q, *k, *v, *g, *beta;
     const float *h0;                 /* NULL: a zero initial state */
     /* For stages with bf16_inputs (stage.h): q, k and v again as bf16 bit patterns, same

@@ -133,6 +133,7 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
         gdn_device_problem device = {};
         device.B = p.B, device.T = p.T, device.H = p.H, device.K = p.K, device.V = p.V;
         device.scale = (float)p.scale;
+        device.heads_per_key = 1;
         /* the fp32 q, k, v a binary's runner keeps as well: these stages read only the bf16 ones */
         device.g = (const float *)c->g, device.beta = (const float *)c->beta, device.h0 = (const float *)c->h0;
         device.q_bf16 = (const unsigned short *)c->q, device.k_bf16 = (const unsigned short *)c->k;
@@ -140,7 +141,8 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
         gdn_device_result result = {};
         result.o = o, result.ht = ht, result.o_bf16 = o_bf16;
         result.workspace = workspace, result.workspace_bytes = (size_t)workspace_bytes;
-        result.layout.HV = p.H, result.layout.sequences = p.B; /* the plain layout: gdn_check_layout refused the others */
+        /* grouped value heads as given, no packed batch: gdn_check_layout refused a stage that takes neither */
+        result.layout.HV = gdn_value_heads(&p), result.layout.sequences = p.B;
         gdn_set_pass_stream((cudaStream_t)c->stream);
         status = stage->device_forward(&device, &s, &result);
         gdn_set_pass_stream(NULL);

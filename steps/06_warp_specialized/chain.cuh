@@ -102,7 +102,7 @@ __device__ __forceinline__ static void fill_chain_ring(const gdn_device_problem 
             const uint32_t values_bytes =
                 has_values ? (uint32_t)(CHUNK * values_tile_stride(values_tile_columns(tiles, V)) * sizeof(bf16)) : 0;
             barrier_arrive_expecting(&full[s], (uint32_t)(chain_w_bytes(K) + TRANSFORM_BYTES + 16) + values_bytes);
-            tensor_copy_3d(slot, k_map, h * K, t0, b, &full[s]);
+            tensor_copy_3d(slot, k_map, h / (int)p.heads_per_key * K, t0, b, &full[s]); /* the key head's k */
             bulk_copy(slot + values_slot_transform_offset(K), w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES,
                       (uint32_t)TRANSFORM_BYTES, &full[s]);
             bulk_copy(slot + values_slot_decay_offset(K), block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);

@@ -69,7 +69,7 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
      * row brings 8 more values, the next head's first keys (or, for the last head, zeros from
      * past the row), into the padding, and the rows past T land as zeros. Where the box does
      * not fit (keys_by_tensor_map) the threads copy the tiles (copy_tile). */
-    const bool keys_by_map = keys_by_tensor_map(key_count, p.H, p.T);
+    const bool keys_by_map = keys_by_tensor_map(key_count, key_heads(p), p.T);
     /* S0^T and Vnew^T come by one bulk copy each, issued by thread 0 once the chain has ended */
     const auto copy_chain_tiles = [&] {
         wait_for_previous_kernel(); /* the chain's S0^T and Vnew^T */
@@ -88,8 +88,8 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
         barrier_init_fence();
         if (keys_by_map) { /* q and k are inputs: no kernel of the pass writes them */
             barrier_arrive_expecting(&keys_landed, (uint32_t)(2 * CHUNK * LDK * sizeof(bf16)));
-            tensor_copy_3d(q, &q_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
-            tensor_copy_3d(k, &k_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
+            tensor_copy_3d(q, &q_map, (int)((unsigned)h / p.heads_per_key) * K, (int)t0, (int)b, &keys_landed);
+            tensor_copy_3d(k, &k_map, (int)((unsigned)h / p.heads_per_key) * K, (int)t0, (int)b, &keys_landed);
         }
         if (!beside_chain)
             copy_chain_tiles();
@@ -110,8 +110,9 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
     }
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
     if (!keys_by_map) {
-        copy_tile(q, LDK, CHUNK, n, K, KP, q16 + first_token * K, token_stride * K);
-        copy_tile(k, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
+        const size_t first_key = key_row(p, b, t0, (unsigned)h), keys_apart = key_heads(p); /* q and k: the key head's rows */
+        copy_tile(q, LDK, CHUNK, n, K, KP, q16 + first_key * K, keys_apart * K);
+        copy_tile(k, LDK, CHUNK, n, K, KP, k16 + first_key * K, keys_apart * K);
         __pipeline_commit();
     }
     /* gamma: kernel 1's, or beside the chain the gates' sums made here from g (an input) by

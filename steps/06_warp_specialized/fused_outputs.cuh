@@ -516,7 +516,7 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
         set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* it gives registers back */
         if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q, k and v (kernel 3's tensor copies) */
             const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
-            const int b = (int)(head / p.H), h = (int)(head % p.H);
+            const int b = (int)(head / p.H), h = (int)(head % p.H), key_head = h / (int)p.heads_per_key; /* q and k: its key head's */
             /* and takes o out: the output warps leave chunk c's o in its slot's q tile, in q's
                swizzled layout, and the slot is empty (tiles_empty) once they and the chain's
                update are done with it; two tensor stores (o's map: q's boxes) write it, rows
@@ -537,8 +537,8 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
                 barrier_arrive_expecting(&tiles_full[s], OUTPUT_TILES_PER_SLOT * key_tile_bytes);
                 bf16 *const q_tile = output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
                 for (int panel = 0; panel < 2; panel++) { /* 64 keys (or values) each, swizzled by the maps */
-                    tensor_copy_3d(q_tile + panel * CHUNK * 64, &q_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
-                    tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, &k_map, h * K + 64 * panel, t0, b, &tiles_full[s]);
+                    tensor_copy_3d(q_tile + panel * CHUNK * 64, &q_map, key_head * K + 64 * panel, t0, b, &tiles_full[s]);
+                    tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, &k_map, key_head * K + 64 * panel, t0, b, &tiles_full[s]);
                     tensor_copy_3d(q_tile + 2 * OUTPUT_TILE + panel * CHUNK * 64, &v_map, h * (int)V + 64 * panel, t0, b, &tiles_full[s]);
                 }
             }

@@ -28,6 +28,14 @@
 /* ---- the three passes, each launched and checked ---- */
 
 static_assert((int)CHUNK == (int)TOKEN_TILE_ROWS, "a tensor map's box is a chunk of tokens (common/tensor_maps.cuh)");
+/* the problem as q and k lie in memory: its key heads (grouped value heads, key_heads), for
+   their tensor maps and the conditions on them */
+static gdn_device_problem key_problem(const gdn_device_problem *p)
+{
+    gdn_device_problem keys = *p;
+    keys.H = key_heads(*p);
+    return keys;
+}
 
 /* parts: what kernel 1 writes (WRITE_KEYS_T, ...: chunk_parts_for) */
 template <bool PRECISE>
@@ -45,7 +53,8 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
     if (gdn_blocks_for(p->B * p->H * chunk_count, 1, &blocks))
         return -1;
     CUtensorMap k_map = {}, v_map = {}; /* unused (zero) where the threads copy k and v */
-    if (tiles_by_tensor_map(p->K, p->V, p->H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
+    const gdn_device_problem keys = key_problem(p);
+    if (tiles_by_tensor_map(p->K, p->V, keys.H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, key_stride(p->K)) ||
                                                         make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
         return -1;
     /* four blocks an SM where the occupancy query says their shared memory fits (and V is one
@@ -240,7 +249,7 @@ static bool outputs_may_start_early(const gdn_device_problem *p, chain_shape sha
 template <bool PRECISE, class Columns>
 static bool outputs_possible(const gdn_device_problem *p)
 {
-    return !PRECISE && std::is_same_v<Columns, state_columns> && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, p->H, p->T) &&
+    return !PRECISE && std::is_same_v<Columns, state_columns> && output_warps_shape(p->K, p->V) && keys_by_tensor_map(p->K, key_heads(*p), p->T) &&
            output_block_bytes() <= shared_bytes_per_block();
 }
 /* the K and v-tile strides the one-n-tile from-values step is compiled for (chain_block) */
@@ -284,7 +293,7 @@ __host__ __device__ static inline bool chain_from_values_pays(size_t K, size_t h
 template <bool PRECISE>
 static bool chain_from_values(const gdn_device_problem *p, size_t depth)
 {
-    return chain_from_values_sizes(p->K, p->V, p->H, p->T, PRECISE) && chain_from_values_pays(p->K, p->B * p->H, chunks_of(p->T), depth);
+    return chain_from_values_sizes(p->K, p->V, key_heads(*p), p->T, PRECISE) && chain_from_values_pays(p->K, p->B * p->H, chunks_of(p->T), depth);
 }
 /* kernel 2's shape for `runs` segments of every head, in a pass `depth` steps deep */
 template <bool PRECISE, class Columns>
@@ -334,7 +343,8 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             CUtensorMap o_map, q_map, k_map, v_map;
             /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' and the chain's wgmma operands,
                and o, which leaves from the q tile in the same layout */
-            if (make_token_tile_map(&q_map, p->q_bf16, p, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, 64, true) ||
+            const gdn_device_problem keys = key_problem(p);
+            if (make_token_tile_map(&q_map, p->q_bf16, &keys, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, 64, true) ||
                 make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_token_tile_map(&v_map, p->v_bf16, p, p->V, 64, true))
                 return -1;
             /* two ring slots, passed at run time: with the depth known to the compiler this
@@ -360,7 +370,8 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                 return gdn_set_error("the chain from v: K = %zu and a v tile of stride %d, where its step is compiled for K = 64 or %d and strides %d or %d",
                                      p->K, values_stride, (int)MAX_K, values_tile_stride(16), values_tile_stride(32));
             CUtensorMap k_map, v_map;
-            if (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
+            const gdn_device_problem keys = key_problem(p);
+            if (make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, key_stride(p->K)) ||
                 make_token_tile_map(&v_map, p->v_bf16, p, p->V, values_stride))
                 return -1;
             const chain_from_values_kernel chunk_states = from_values_kernel_for<Columns>(shape);
@@ -387,8 +398,9 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
     if (!PRECISE && !r->o_bf16)
         return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
     CUtensorMap q_map = {}, k_map = {}; /* unused (zero) where the threads copy q and k */
-    if (keys_by_tensor_map(p->K, p->H, p->T) &&
-        (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K))))
+    const gdn_device_problem keys = key_problem(p);
+    if (keys_by_tensor_map(p->K, keys.H, p->T) && (make_token_tile_map(&q_map, p->q_bf16, &keys, p->K, key_stride(p->K)) ||
+                                                   make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, key_stride(p->K))))
         return -1;
     /* K = V = 64 or 128 (one COLUMNS each: 64 columns where V is not a multiple of 128) compiled with them known */
     constexpr int SIZE = PRECISE ? 0 : COLUMNS;

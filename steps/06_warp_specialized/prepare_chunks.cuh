@@ -270,7 +270,7 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
      * and k (the values' box is the first slice's tile: columns past it are padding, never
      * read); else the threads copy them. */
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
-    const bool by_map = tiles_by_tensor_map(key_count, V, p.H, p.T);
+    const bool by_map = tiles_by_tensor_map(key_count, V, key_heads(p), p.T);
     static_assert((CHUNK * sizeof(double) + 2 * CHUNK * sizeof(float) + tm_place_bytes(PRECISE)) % 128 == 0,
                   "the keys' tile starts 128-byte aligned (the values' then does too: 64 rows of LDK bf16 are 128 LDK bytes)");
     __shared__ uint64_t keys_landed, values_landed;
@@ -279,10 +279,10 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
         barrier_init(&values_landed, 1);
         barrier_init_fence();
         barrier_arrive_expecting(&keys_landed, (uint32_t)(CHUNK * LDK * sizeof(bf16)));
-        tensor_copy_3d(keys, &k_map, (int)(h * K), (int)t0, (int)b, &keys_landed);
+        tensor_copy_3d(keys, &k_map, (int)(h / p.heads_per_key * K), (int)t0, (int)b, &keys_landed);
     }
     if (!by_map) {
-        copy_tile(keys, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
+        copy_tile(keys, LDK, CHUNK, n, K, KP, k16 + key_row(p, b, t0, h) * K, key_heads(p) * K);
         __pipeline_commit();
     }
     /* The gates' sums (eq. 9) by warp 4 alone, from its own loads (tokens 2 lane and 2 lane +

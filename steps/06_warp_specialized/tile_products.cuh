@@ -35,6 +35,15 @@ __host__ __device__ static inline int key_stride(size_t K) { return round_up16(K
  * one padded tile wide (K + 8); at least one chunk of tokens. Otherwise the threads copy. */
 __host__ __device__ static inline bool keys_by_tensor_map(size_t K, size_t H, size_t T) { return K % 16 == 0 && H >= 2 && T >= 64; }
 __host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK - 1) / CHUNK; }
+/* Grouped value heads: the stage runs value heads as its p.H heads, and heads_per_key of them
+ * read one key head's q and k (common/device.h). The key heads, and head h's q and k row for
+ * token t of row b: key head h / heads_per_key, its tokens key_heads rows apart. 32-bit where
+ * the counts fit a grid, as they do here: a 64-bit division is a routine of its own. */
+__host__ __device__ static inline unsigned key_heads(const gdn_device_problem &p) { return (unsigned)p.H / p.heads_per_key; }
+__host__ __device__ static inline size_t key_row(const gdn_device_problem &p, size_t b, size_t t, unsigned h)
+{
+    return (b * p.T + t) * key_heads(p) + h / p.heads_per_key;
+}
 
 /* ---- one warp's tensor-core products ---- */
 

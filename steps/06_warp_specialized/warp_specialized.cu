@@ -58,6 +58,8 @@
  * decayed keys and U (bf16; U fp32 with --precise), the transform block, S0 and Vnew (bf16).
  * Depth: T / 64 chunk steps of kernel 2, each two 64-deep MMA chains per warp (from v, Z and
  * Tm's products, four deep, lengthen the step).
+ * Grouped value heads (--HV): a chain a value head, its q and k rows those of the key head it
+ * shares (tile_products.cuh: key_row, key_heads); a packed batch it does not take.
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  * On an NVIDIA H200 at (8, 4096, 16, 128, 128), about 3 times as fast as FLA's kernels replayed
  * from a CUDA graph (docs/06, "Measured"; plots/data/peers.dat).
@@ -172,18 +174,24 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
 {
     if (check_key_width(p->K))
         return -1;
-    chunk_workspace w = workspace_at(r->workspace, p, s->precise);
-    return s->precise ? warp_specialized_passes<true>(p, w, r) : warp_specialized_passes<false>(p, w, r);
+    /* grouped value heads: the value heads are the pass's heads, heads_per_key of them reading
+       one key head's q and k (tile_products.cuh: key_row) */
+    gdn_device_problem heads = *p;
+    heads.H = r->layout.HV;
+    heads.heads_per_key = (unsigned)(r->layout.HV / p->H);
+    chunk_workspace w = workspace_at(r->workspace, &heads, s->precise);
+    return s->precise ? warp_specialized_passes<true>(&heads, w, r) : warp_specialized_passes<false>(&heads, w, r);
 }
 
 static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
     size_t parts[4];
-    if (workspace_parts(p->B * p->H, p->T, p->K, p->V, s->precise, parts))
+    const size_t heads = p->B * gdn_value_heads(p); /* a chain a value head */
+    if (workspace_parts(heads, p->T, p->K, p->V, s->precise, parts))
         return -1;
     *bytes = parts[0] + parts[1] + parts[2] + parts[3];
     if (*bytes < parts[1] || *bytes < parts[2] || *bytes < parts[3])
-        return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * p->H, p->T);
+        return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", heads, p->T);
     return 0;
 }
 
@@ -196,7 +204,7 @@ static void warp_specialized_resolve_options(const gdn_problem *p, gdn_settings 
 extern "C" const gdn_stage warp_specialized_stage = {
     .name = "06_warp_specialized",
     .idea = "stage 05 on tensor cores: bf16 inputs, mma.sync products, fp32 sums and state",
-    .options = GDN_OPTION_PRECISE,
+    .options = GDN_OPTION_PRECISE | GDN_OPTION_VALUE_HEADS,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
     .resolve_options = warp_specialized_resolve_options,

@@ -238,6 +238,40 @@ START_TEST(values_pay_where_measured)
 }
 END_TEST
 
+/* Grouped value heads (HV a multiple of H): 06 against the oracle and 05_cuda on the same
+ * bf16 inputs, on each of its paths: the chain from W and U (K = 100, the threads copy k and
+ * q; one key head, where no tensor map fits), from v at K = V = 64 and 128 with kernel 3, the
+ * chain with output warps (96 value heads), and --precise. _i: the case. */
+START_TEST(tensor_cores_take_grouped_heads)
+{
+    static const struct {
+        gdn_layout l;
+        int precise;
+        const char *path;
+    } cases[] = {
+        {{.B = 2, .T = 201, .H = 3, .HV = 6, .K = 100, .V = 72, .with_h0 = 1}, 0, "W and U, threads copy"},
+        {{.B = 2, .T = 201, .H = 3, .HV = 12, .K = 64, .V = 64, .with_h0 = 1}, 0, "from v, K = V = 64"},
+        {{.B = 1, .T = 300, .H = 2, .HV = 8, .K = 128, .V = 128, .with_h0 = 1}, 0, "from v, K = V = 128, kernel 3"},
+        {{.B = 1, .T = 130, .H = 24, .HV = 96, .K = 128, .V = 128, .with_h0 = 1}, 0, "output warps"},
+        {{.B = 1, .T = 70, .H = 1, .HV = 4, .K = 128, .V = 128, .with_h0 = 0}, 0, "one key head"},
+        {{.B = 1, .T = 300, .H = 2, .HV = 8, .K = 128, .V = 128, .with_h0 = 1}, 1, "--precise"},
+    };
+    gdn_problem p = test_layout_problem(&cases[_i].l, 4450 + _i);
+    gdn_problem_round_to_bf16(&p);
+    gdn_settings s = {.reps = 1, .threads = 1, .precise = cases[_i].precise};
+    gdn_result tensor = test_run_settings(&warp_specialized_stage, &p, &s);
+    gdn_result fp32 = test_run(&wy_chunked_cuda_stage, &p, 1, 0, 0);
+    char label[160];
+    snprintf(label, sizeof label, "06 HV/H = %zu, %s, against the oracle", cases[_i].l.HV / cases[_i].l.H, cases[_i].path);
+    assert_close(test_against_oracle(&p, &tensor), GDN_TOLERANCE_BF16, label);
+    snprintf(label, sizeof label, "06 HV/H = %zu, %s, against 05_cuda", cases[_i].l.HV / cases[_i].l.H, cases[_i].path);
+    assert_close(test_against_result(&p, &tensor, &fp32), GDN_TOLERANCE_BF16, label);
+    gdn_result_free(&fp32);
+    gdn_result_free(&tensor);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 START_TEST(tensor_cores_refuse_large_keys)
 {
     test_refuses_keys_of_129(&tensor_cores_stage, 0, 4400);
@@ -261,6 +295,7 @@ Suite *tensor_core_stage_suite(void)
     tcase_add_loop_test(cases, tensor_cores_with_extreme_gates_where_output_warps_run, 0, 3);
     tcase_add_loop_test(cases, tensor_cores_with_kernel1_beside_the_chain, 0, 2);
     tcase_add_loop_test(cases, tensor_cores_on_edge_cases, 0, test_edge_case_count - 1);
+    tcase_add_loop_test(cases, tensor_cores_take_grouped_heads, 0, 6);
     tcase_add_test(cases, tensor_cores_refuse_large_keys);
     tcase_add_loop_test(cases, wgmma_layout_matches_the_cpu, 0, 3);
     suite_add_tcase(suite, cases);

@@ -27,10 +27,10 @@ if not os.path.exists(os.path.join(os.path.dirname(gdn_steps.__file__), "libgdn_
 gdn_steps.poison_cuda_outputs = True  # NaN in every output before the kernels run
 
 
-def cuda_problem(B, T, H, K, V, seed, with_h0=False):
+def cuda_problem(B, T, H, K, V, seed, with_h0=False, HV=None):
     """Fresh inputs rounded to bf16 (q, k, v) as the GPU stages read them; on the GPU and, for
     the reference, the same values in float64 on the CPU."""
-    q, k, v, g, beta, h0 = problem(B, T, H, K, V, seed=seed, with_h0=with_h0)
+    q, k, v, g, beta, h0 = problem(B, T, H, K, V, HV=HV, seed=seed, with_h0=with_h0)
     q, k, v = (x.to(torch.bfloat16) for x in (q, k, v))
     on_gpu = [None if x is None else x.cuda() for x in (q, k, v, g, beta, h0)]
     return on_gpu, [None if x is None else x.double() for x in (q, k, v, g, beta, h0)]
@@ -65,6 +65,27 @@ def test_segments_and_precise(stage, segments, precise):
     want_o, want_ht = reference(*exact[:5], h0=exact[5])
     assert relative_error(o.cpu(), want_o) < BF16_BOUND
     assert relative_error(ht.cpu(), want_ht) < BF16_BOUND
+
+
+@pytest.mark.parametrize("B,T,H,HV,K,V,stage,precise", [(2, 201, 3, 6, 100, 72, None, False),
+                                                        (1, 300, 2, 8, 128, 128, "06", False),
+                                                        (1, 300, 2, 8, 128, 128, "06", True),
+                                                        (1, 130, 24, 96, 128, 128, None, False)])
+def test_grouped_value_heads(B, T, H, HV, K, V, stage, precise):
+    """Stage 06 takes grouped value heads (picked for them): against the fp64 recurrence."""
+    (q, k, v, g, beta, h0), exact = cuda_problem(B, T, H, K, V, seed=31 + HV, with_h0=True, HV=HV)
+    o, ht = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True, stage=stage,
+                                             precise=precise)
+    assert o.shape == (B, T, HV, V) and ht.shape == (B, HV, K, V)
+    want_o, want_ht = reference(*exact[:5], h0=exact[5])
+    assert relative_error(o.cpu(), want_o) < BF16_BOUND
+    assert relative_error(ht.cpu(), want_ht) < BF16_BOUND
+
+
+def test_grouped_value_heads_refused_by_other_gpu_stages():
+    (q, k, v, g, beta, _), _ = cuda_problem(1, 64, 2, 64, 64, seed=5, HV=4)
+    with pytest.raises(ValueError, match="grouped value heads"):
+        gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, stage="07")
 
 
 def test_stage_picked_by_shape():
@@ -142,8 +163,8 @@ def test_cuda_errors_before_any_kernel():
     base = dict(q=q, k=k, v=v, g=g, beta=beta)
     cases = [
         ("k is on cpu, q on cuda", dict(base, k=k.cpu())),
-        ("the GPU stages run HV = H only", dict(base, v=torch.cat([v, v], dim=2), g=torch.cat([g, g], dim=2),
-                                                 beta=torch.cat([beta, beta], dim=2))),
+        ("of the GPU stages 06_warp_specialized runs grouped value heads",
+         dict(base, v=torch.cat([v, v], dim=2), g=torch.cat([g, g], dim=2), beta=torch.cat([beta, beta], dim=2), stage="06a")),
         ("cu_seqlens: the GPU stages run B sequences", dict(base, cu_seqlens=torch.tensor([0, 50, 100]))),
         ("chunk: the GPU stages' chunk is fixed", dict(base, chunk=16)),
         ("stage 07 cuts T=100 tokens into at most 2 segments", dict(base, stage="07", segments=3)),
