@@ -334,10 +334,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                          % (HV, H))
     _check("g", g, (B, T, HV), device)
     _check("beta", beta, (B, T, HV), device)
-    grouped_stage = "06_warp_specialized"  # the GPU stage that runs grouped value heads
-    if on_gpu and HV != H and stage is not None and _stage_name(stage, GPU_STAGES, "stage") != grouped_stage:
-        raise ValueError("v has %d heads, q %d: of the GPU stages %s runs grouped value heads (stage=\"06\" or "
-                         "None; CPU tensors take them in every stage)" % (HV, H, grouped_stage))
+    grouped_stages = GPU_STAGES[-2:]  # the GPU stages that run grouped value heads: 06 and 07
+    if on_gpu and HV != H and stage is not None and _stage_name(stage, GPU_STAGES, "stage") not in grouped_stages:
+        raise ValueError("v has %d heads, q %d: of the GPU stages %s run grouped value heads (CPU tensors take them "
+                         "in every stage)" % (HV, H, " and ".join(grouped_stages)))
     if on_gpu and cu_seqlens is not None:
         raise ValueError("cu_seqlens: the GPU stages run B sequences of T tokens only so far (CPU tensors take "
                          "packed batches)")
@@ -389,8 +389,6 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise)
         if segments is not None and forward_name is None:
             forward_name = GPU_STAGES[-1]  # segments are stage 07's: given, they pick it
-        if HV != H and forward_name is None:
-            forward_name = grouped_stage
         forward_name = _cuda_stage(forward_name, call)
         if segments is not None and forward_name != GPU_STAGES[-1]:
             raise ValueError("segments: %s runs each sequence whole; stage 07 cuts them (stage=\"07\")" % forward_name)

@@ -26,6 +26,8 @@
  * 0 .. P-2, plus the scan, 2 K^2 V (P - 1) flops per head; workspace: stage 06's plus
  * P - 1 maps K x (K + V) and P start states K x V per head (fp32).
  * Depth: chunks / P fold steps + P - 1 scan steps + chunks / P replay steps, against chunks.
+ * Grouped value heads (--HV): as in stage 06, a chain a value head, its q and k rows those of
+ * its key head (B HV heads in the counts above); a packed batch it does not take.
  * P: the least modelled time (sequence_parallel_segments, in sequence_parallel.cuh), from B H,
  * T and the SMs; 1 where the heads fill the GPU, so that the stage is stage 06 there.
  * --segments overrides.
@@ -37,7 +39,7 @@
 /* The workspace: stage 06's, then the maps of segments 0 .. P-2, then the start states. */
 static int sequence_parallel_parts(const gdn_problem *p, const gdn_settings *s, size_t bytes[6])
 {
-    const size_t heads = p->B * p->H, P = s->segments;
+    const size_t heads = p->B * gdn_value_heads(p), P = s->segments; /* a chain a value head */
     size_t maps[4] = {heads, P - 1, p->K * (p->K + p->V), sizeof(float)}, starts[4] = {heads, P, p->K * p->V, sizeof(float)};
     if (workspace_parts(heads, p->T, p->K, p->V, s->precise, bytes) || gdn_multiply_sizes(&bytes[4], 4, maps) ||
         gdn_multiply_sizes(&bytes[5], 4, starts))
@@ -53,7 +55,7 @@ static int sequence_parallel_workspace(const gdn_problem *p, const gdn_settings 
     *bytes = 0;
     for (int i = 0; i < 6; i++) {
         if (*bytes + parts[i] < *bytes)
-            return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * p->H, p->T);
+            return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * gdn_value_heads(p), p->T);
         *bytes += parts[i];
     }
     return 0;
@@ -85,20 +87,24 @@ static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_sett
     if (check_key_width(p->K))
         return -1;
     gdn_problem sizes = {};
-    sizes.B = p->B, sizes.T = p->T, sizes.H = p->H, sizes.K = p->K, sizes.V = p->V;
+    sizes.B = p->B, sizes.T = p->T, sizes.H = p->H, sizes.HV = r->layout.HV, sizes.K = p->K, sizes.V = p->V;
     size_t parts[6];
     sequence_parallel_parts(&sizes, s, parts); /* sizes the runner has already checked */
-    chunk_workspace w = workspace_at(r->workspace, p, s->precise);
+    /* grouped value heads, as stage 06 runs them: the value heads are the passes' heads */
+    gdn_device_problem heads = *p;
+    heads.H = r->layout.HV;
+    heads.heads_per_key = (unsigned)(r->layout.HV / p->H);
+    chunk_workspace w = workspace_at(r->workspace, &heads, s->precise);
     float *maps = (float *)((unsigned char *)r->workspace + parts[0] + parts[1] + parts[2] + parts[3]);
     float *starts = maps + parts[4] / sizeof(float);
-    return s->precise ? sequence_parallel_passes<true>(p, s->segments, w, maps, starts, r)
-                      : sequence_parallel_passes<false>(p, s->segments, w, maps, starts, r);
+    return s->precise ? sequence_parallel_passes<true>(&heads, s->segments, w, maps, starts, r)
+                      : sequence_parallel_passes<false>(&heads, s->segments, w, maps, starts, r);
 }
 
 extern "C" const gdn_stage sequence_parallel_stage = {
     .name = "07_sequence_parallel",
     .idea = "stage 06 in three phases (fold segments, scan their maps, replay): parallel along one sequence",
-    .options = GDN_OPTION_PRECISE | GDN_OPTION_SEGMENTS,
+    .options = GDN_OPTION_PRECISE | GDN_OPTION_SEGMENTS | GDN_OPTION_VALUE_HEADS,
     .forward = NULL,
     .counted_flops = sequence_parallel_flops,
     .resolve_options = sequence_parallel_resolve_options,

@@ -70,7 +70,7 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
     const size_t P = s->segments ? s->segments : 1, chunks = chunks_of(p->T);
     const double K = (double)p->K, V = (double)p->V;
     const double folded_tokens = (double)(P > 1 ? segment_chunk(P - 1, P, chunks) * CHUNK : 0);
-    return wy_chunked_flops(p, s) + (double)(p->B * p->H) * (folded_tokens * 4 * K * (K + V) + (double)(P - 1) * 2 * K * K * V);
+    return wy_chunked_flops(p, s) + (double)(p->B * gdn_value_heads(p)) * (folded_tokens * 4 * K * (K + V) + (double)(P - 1) * 2 * K * K * V);
 }
 
 /* The model behind the automatic P, in chunk steps of a one-tile chain block. Each chain
@@ -185,7 +185,7 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
                                : s->precise                              ? chain_blocks_per_sm<true, state_columns>(shallowest)
                                                                          : chain_blocks_per_sm<false, state_columns>(shallowest);
         }
-        s->segments = sequence_parallel_segments(p->B * p->H, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
+        s->segments = sequence_parallel_segments(p->B * gdn_value_heads(p), p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
     }
     if (s->segments > chunks) {
         fprintf(stderr, "07_sequence_parallel: note: %zu segments for %zu chunks of %d tokens; clamped to %zu\n", s->segments,

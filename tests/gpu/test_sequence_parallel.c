@@ -144,6 +144,23 @@ START_TEST(segments_with_extreme_gates)
 }
 END_TEST
 
+/* Grouped value heads (HV a multiple of H): 07 with P automatic, 2 and 5 against the oracle
+ * and 06 on the same bf16 inputs: from v at K = V = 128 and 64 (one key head: the threads copy
+ * k there), W and U at K = 100. _i: the shape. */
+START_TEST(segments_take_grouped_heads)
+{
+    static const gdn_layout shapes[] = {{.B = 1, .T = 2000, .H = 2, .HV = 8, .K = 128, .V = 128, .with_h0 = 1},
+                                        {.B = 1, .T = 1500, .H = 1, .HV = 4, .K = 64, .V = 64, .with_h0 = 1},
+                                        {.B = 2, .T = 700, .H = 3, .HV = 6, .K = 100, .V = 72, .with_h0 = 0}};
+    const size_t segments[] = {0, 2, 5};
+    gdn_problem p = test_layout_problem(&shapes[_i], 5600 + _i);
+    char what[64];
+    snprintf(what, sizeof what, "HV/H = %zu", shapes[_i].HV / shapes[_i].H);
+    check_segments(&p, segments, 3, what);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 START_TEST(segments_refuse_large_keys) { test_refuses_keys_of_129(&sequence_parallel_stage, 2, 5300); }
 END_TEST
 
@@ -230,6 +247,7 @@ Suite *sequence_parallel_suite(void)
     tcase_add_loop_test(cases, segments_with_slow_gates, 0, 3 * (int)(sizeof slow_shapes / sizeof slow_shapes[0]));
     tcase_add_loop_test(cases, segments_with_extreme_gates, 0, 3);
     tcase_add_loop_test(cases, segments_on_edge_cases, 0, test_edge_case_count - 1);
+    tcase_add_loop_test(cases, segments_take_grouped_heads, 0, 3);
     tcase_add_test(cases, segments_refuse_large_keys);
     suite_add_tcase(suite, cases);
     return suite;

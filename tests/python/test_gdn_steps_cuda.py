@@ -70,9 +70,11 @@ def test_segments_and_precise(stage, segments, precise):
 @pytest.mark.parametrize("B,T,H,HV,K,V,stage,precise", [(2, 201, 3, 6, 100, 72, None, False),
                                                         (1, 300, 2, 8, 128, 128, "06", False),
                                                         (1, 300, 2, 8, 128, 128, "06", True),
-                                                        (1, 130, 24, 96, 128, 128, None, False)])
+                                                        (1, 130, 24, 96, 128, 128, None, False),
+                                                        (1, 4096, 1, 4, 128, 128, "07", False),
+                                                        (1, 4096, 2, 4, 64, 64, None, False)])
 def test_grouped_value_heads(B, T, H, HV, K, V, stage, precise):
-    """Stage 06 takes grouped value heads (picked for them): against the fp64 recurrence."""
+    """Stages 06 and 07 take grouped value heads: against the fp64 recurrence."""
     (q, k, v, g, beta, h0), exact = cuda_problem(B, T, H, K, V, seed=31 + HV, with_h0=True, HV=HV)
     o, ht = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True, stage=stage,
                                              precise=precise)
@@ -85,7 +87,7 @@ def test_grouped_value_heads(B, T, H, HV, K, V, stage, precise):
 def test_grouped_value_heads_refused_by_other_gpu_stages():
     (q, k, v, g, beta, _), _ = cuda_problem(1, 64, 2, 64, 64, seed=5, HV=4)
     with pytest.raises(ValueError, match="grouped value heads"):
-        gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, stage="07")
+        gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, stage="06f")
 
 
 def test_stage_picked_by_shape():
@@ -163,7 +165,7 @@ def test_cuda_errors_before_any_kernel():
     base = dict(q=q, k=k, v=v, g=g, beta=beta)
     cases = [
         ("k is on cpu, q on cuda", dict(base, k=k.cpu())),
-        ("of the GPU stages 06_warp_specialized runs grouped value heads",
+        ("of the GPU stages 06_warp_specialized and 07_sequence_parallel run grouped value heads",
          dict(base, v=torch.cat([v, v], dim=2), g=torch.cat([g, g], dim=2), beta=torch.cat([beta, beta], dim=2), stage="06a")),
         ("cu_seqlens: the GPU stages run B sequences", dict(base, cu_seqlens=torch.tensor([0, 50, 100]))),
         ("chunk: the GPU stages' chunk is fixed", dict(base, chunk=16)),
