@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """fla_bench.py -- time FLA's Triton chunk_gated_delta_rule on our problems, the peer users would pick.
 
-    python3 plots/fla_bench.py [--reps N] [--dtypes bf16,fp32] [--peers fla,flashqla,flashqla_exact]
+    python3 plots/fla_bench.py [--reps N] [--dtypes bf16,fp32] [--peers fla,flashqla,flashqla_exact,...]
                                PROBLEM_DIR[:OURS_DIR] ...
 
-PROBLEM_DIR holds q k v g beta [h0] .npy as bin/make_problem writes them (the inputs our
-stages draw for the same sizes and seed). For each problem and dtype, FLA's forward is timed
+PROBLEM_DIR holds q k v g beta [h0] [cu_seqlens] .npy as bin/make_problem writes them (the
+inputs our stages draw for the same sizes and seed), in any layout of docs/contract.md: more
+value heads than key heads (v [B, T, HV, V]), and a packed batch (cu_seqlens, B = 1), which
+every peer is handed as its cu_seqlens. For each problem and dtype, FLA's forward is timed
 eagerly (Python launch overhead included, as users call it) and replayed from a CUDA graph
 (the kernels alone), each the median of --reps runs after warm-up, with CUDA events, and a
 2 x L2-sized buffer overwritten before every run, as our CUDA runner does. With :OURS_DIR
@@ -23,6 +25,13 @@ err_o_vs_ours says how far each is from our stage's o.
 --peers gdn_steps times our own stages in the same process, through the Python package
 (python/gdn_steps, importable: `pip install .`), with the same call, graph and flush code as the
 peers: CUDA tensors, the stage picked by shape (its result lines name it, stage=...).
+
+--peers flashinfer times FlashInfer's GDN prefill (flashinfer.gdn_prefill.chunk_gated_delta_rule,
+CuTe-DSL kernels, exact; `flashinfer` with its context parallelism as users get it, use_cp
+"auto", `flashinfer_nocp` with it off). It takes tokens packed, [B T, heads, D], the decay
+itself (e^g) and beta in fp32, cu_seqlens in int32, and its states transposed, [N, HV, V, K]:
+those are made once, before the timing, as a caller keeping them in that layout would; its
+outputs are turned back into ours only for err_*_vs_ours.
 """
 import argparse
 import math
@@ -51,7 +60,40 @@ def peer_function(peer):
     return chunk_gated_delta_rule, {"auto_cp": peer == "flashqla"}
 
 
-PEER_NAMES = {"fla": "fla_chunk", "flashqla": "flashqla", "flashqla_exact": "flashqla_exact", "gdn_steps": "gdn_steps"}
+def make_run(peer, q, k, v, g, beta, h0, cu_seqlens, scale):
+    """run() -> (o, ht) for the peer on these tensors (FLA's layouts), and ours(o, ht): them in
+    our layouts, o [B, T, HV, V] and ht [N, HV, K, V]"""
+    if peer.startswith("flashinfer"):
+        from flashinfer.gdn_prefill import chunk_gated_delta_rule
+        B, T, H, K = q.shape
+        HV, V = v.shape[2], v.shape[3]
+        N = B if cu_seqlens is None else cu_seqlens.numel() - 1
+        tokens = lambda x: x.reshape(B * T, *x.shape[2:])  # a view: [B, T, ...] is contiguous
+        starts = (torch.arange(0, B + 1, device=q.device) * T if cu_seqlens is None else cu_seqlens).to(torch.int32)
+        lengths = (starts[1:] - starts[:-1]).max().item()
+        alpha, beta32 = tokens(g).float().exp().contiguous(), tokens(beta).float().contiguous()
+        state0 = None if h0 is None else h0.transpose(-1, -2).contiguous()
+        state = torch.empty(N, HV, V, K, dtype=torch.float32, device=q.device)
+        use_cp = "auto" if peer == "flashinfer" else False
+
+        def run():
+            return chunk_gated_delta_rule(tokens(q), tokens(k), tokens(v), g=alpha, beta=beta32, scale=scale,
+                                          initial_state=state0, output_final_state=True, cu_seqlens=starts,
+                                          output_state=state, use_cp=use_cp, max_seqlen=lengths)
+
+        return run, lambda o, ht: (o.reshape(B, T, HV, V), ht.transpose(-1, -2))
+    function, extra = peer_function(peer)
+    if cu_seqlens is not None:
+        extra = dict(extra, cu_seqlens=cu_seqlens)
+
+    def run():
+        return function(q, k, v, g, beta, scale=scale, initial_state=h0, output_final_state=True, **extra)
+
+    return run, lambda o, ht: (o, ht)
+
+
+PEER_NAMES = {"fla": "fla_chunk", "flashqla": "flashqla", "flashqla_exact": "flashqla_exact", "gdn_steps": "gdn_steps",
+              "flashinfer": "flashinfer", "flashinfer_nocp": "flashinfer_nocp"}
 
 
 def median_ms(run, reps, flush):
@@ -84,44 +126,41 @@ def main():
     peers = args.peers.split(",")
     for peer in peers:
         if peer not in PEER_NAMES:
-            sys.exit(f"fla_bench.py: unknown peer '{peer}' (fla, flashqla, flashqla_exact or gdn_steps)")
+            sys.exit(f"fla_bench.py: unknown peer '{peer}' ({', '.join(PEER_NAMES)})")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
     name = torch.cuda.get_device_name(0)
     for spec in args.problems:
         folder, _, ours = spec.partition(":")
         arrays = {}
-        for tensor in ("q", "k", "v", "g", "beta", "h0"):
+        for tensor in ("q", "k", "v", "g", "beta", "h0", "cu_seqlens"):
             try:
                 arrays[tensor] = np.load(f"{folder}/{tensor}.npy")
             except FileNotFoundError:
-                if tensor != "h0":
+                if tensor not in ("h0", "cu_seqlens"):
                     raise
         B, T, H, K = arrays["q"].shape
-        V = arrays["v"].shape[3]
+        HV, V = arrays["v"].shape[2], arrays["v"].shape[3]
+        layout = f"HV={HV}" + (f" sequences={len(arrays['cu_seqlens']) - 1}" if "cu_seqlens" in arrays else "")
         for peer, dtype_name in ((peer, dtype_name) for peer in peers for dtype_name in args.dtypes.split(",")):
             if peer != "fla" and dtype_name != "bf16":
-                continue  # FlashQLA takes bf16 or fp16 inputs only; our GPU stages read bf16
+                continue  # FlashQLA and FlashInfer take bf16 or fp16 inputs only; our GPU stages read bf16
             name_of_peer = PEER_NAMES[peer]
             dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
             q, k, v = (torch.from_numpy(arrays[t]).cuda().to(dtype) for t in ("q", "k", "v"))
             g = torch.from_numpy(arrays["g"]).cuda().float()
             beta = torch.from_numpy(arrays["beta"]).cuda().to(dtype)
             h0 = torch.from_numpy(arrays["h0"]).cuda().float() if "h0" in arrays else None
+            cu_seqlens = torch.from_numpy(arrays["cu_seqlens"]).cuda().long() if "cu_seqlens" in arrays else None
 
             try:
-                function, extra = peer_function(peer)
-
-                def run():
-                    return function(q, k, v, g, beta, scale=1.0 / math.sqrt(K), initial_state=h0,
-                                    output_final_state=True, **extra)
-
+                run, ours_layout = make_run(peer, q, k, v, g, beta, h0, cu_seqlens, 1.0 / math.sqrt(K))
                 for _ in range(3):
                     o, ht = run()
                 torch.cuda.synchronize()
                 times = {"eager": median_ms(run, args.reps, flush)}
             except Exception as error:  # report, do not hide: one line, then the next case
-                print(f"result peer={name_of_peer} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
+                print(f"result peer={name_of_peer} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} {layout} "
                       f"error={type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
                 continue
             try:  # the kernels alone: the same call captured in a CUDA graph and replayed
@@ -138,20 +177,21 @@ def main():
                 torch.cuda.synchronize()
                 times["graph"] = median_ms(graph.replay, args.reps, flush)
             except Exception as error:  # eager stands; say why the graph did not
-                print(f"result peer={name_of_peer} mode=graph dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
+                print(f"result peer={name_of_peer} mode=graph dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} {layout} "
                       f"error={type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
                 o, ht = run()
                 torch.cuda.synchronize()
             check = ""
             if peer == "gdn_steps":
                 import gdn_steps
-                check += f" stage={gdn_steps.gpu_stage_for(B, T, H, K, V)}"
+                check += f" stage={gdn_steps.gpu_stage_for(B, T, H, K, V, HV=HV)}"
             if ours:
+                o, ht = ours_layout(o, ht)
                 o_ours, ht_ours = np.load(f"{ours}/o.npy"), np.load(f"{ours}/ht.npy")
                 check += (f" err_o_vs_ours={relative(o.float().cpu().numpy(), o_ours):.3e}"
                          f" err_ht_vs_ours={relative(ht.float().cpu().numpy(), ht_ours):.3e}")
             for mode, ms in times.items():
-                print(f"result peer={name_of_peer} mode={mode} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} "
+                print(f"result peer={name_of_peer} mode={mode} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} {layout} "
                       f"median_ms={ms:.4f}{check} device=\"{name}\"", flush=True)
 
 

@@ -229,15 +229,16 @@ def _cuda_pick(call):
     return name.value.decode()
 
 
-def gpu_stage_for(B, T, H, K, V, device=None):
-    """The GPU stage chunk_gated_delta_rule picks for CUDA tensors of these sizes (HV = H):
-    "07_sequence_parallel" where stage 07's model of the GPU cuts the sequences into segments,
-    else "06_warp_specialized". The pick reads the sizes and the GPU's SM count only."""
+def gpu_stage_for(B, T, H, K, V, device=None, HV=None):
+    """The GPU stage chunk_gated_delta_rule picks for CUDA tensors of these sizes (HV value
+    heads, H by default): "07_sequence_parallel" where stage 07's model of the GPU cuts the
+    sequences into segments, else "06_warp_specialized". The pick reads the sizes and the GPU's
+    SM count only."""
     device = torch.device("cuda") if device is None else torch.device(device)
     placeholder = torch.zeros(1, device=device)  # the call's tensors: never read by the pick
     address = placeholder.data_ptr()
-    call = _Call(B=B, T=T, H=H, HV=H, K=K, V=V, scale=1.0, q=address, k=address, v=address, g=address, beta=address,
-                 device=placeholder.device.index)
+    call = _Call(B=B, T=T, H=H, HV=HV or H, K=K, V=V, scale=1.0, q=address, k=address, v=address, g=address,
+                 beta=address, device=placeholder.device.index)
     return _cuda_stage(None, call)
 
 
