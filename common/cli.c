@@ -16,7 +16,7 @@
 enum {
     OPTION_B = 256, OPTION_T, OPTION_H, OPTION_K, OPTION_V, OPTION_SEED, OPTION_SCALE, OPTION_IN, OPTION_OUT,
     OPTION_CHECK, OPTION_REPS, OPTION_THREADS, OPTION_H0, OPTION_CHUNK, OPTION_SEGMENTS, OPTION_NO_INPUT_CHECK,
-    OPTION_PRECISE, OPTION_HV, OPTION_LENGTHS, OPTION_HELP
+    OPTION_PRECISE, OPTION_HV, OPTION_LENGTHS, OPTION_BATCH_INVARIANT, OPTION_HELP
 };
 
 static const struct option long_options[] = {
@@ -30,6 +30,7 @@ static const struct option long_options[] = {
     {"segments", required_argument, NULL, OPTION_SEGMENTS},   {"precise", no_argument, NULL, OPTION_PRECISE},
     {"no-input-check", no_argument, NULL, OPTION_NO_INPUT_CHECK},  {"HV", required_argument, NULL, OPTION_HV},
     {"lengths", required_argument, NULL, OPTION_LENGTHS}, {"help", no_argument, NULL, OPTION_HELP},
+    {"batch-invariant", no_argument, NULL, OPTION_BATCH_INVARIANT},
     {NULL, 0, NULL, 0}};
 
 static void print_help(const gdn_stage *stage)
@@ -82,6 +83,9 @@ static void print_help(const gdn_stage *stage)
     if (stage->options & GDN_OPTION_PRECISE)
         printf("  --precise            computed operands (W, the state, Vnew, P) enter bf16 products as\n"
                "                       two bf16 terms each: closer to fp32, about 1.5x the time\n");
+    if (stage->options & GDN_OPTION_BATCH_INVARIANT)
+        printf("  --batch-invariant    a sequence's o and ht the same to the bit whatever the batch and the\n"
+               "                       heads around it: kernel paths chosen from one head's sizes alone\n");
     printf("  --help               this text\n\n");
     if (distributed)
         printf("rank 0 prints one line: result stage=... ranks=... median_ms=... phase1_ms=... [err_ref=...]\n");
@@ -244,6 +248,11 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
             if (!(stage->options & GDN_OPTION_PRECISE))
                 return gdn_set_error("--precise is not an option of %s (see --help)", stage->name);
             s->precise = 1;
+            break;
+        case OPTION_BATCH_INVARIANT:
+            if (!(stage->options & GDN_OPTION_BATCH_INVARIANT))
+                return gdn_set_error("--batch-invariant is not an option of %s (see --help)", stage->name);
+            s->batch_invariant = 1;
             break;
         case OPTION_HV:
             if (!(stage->options & GDN_OPTION_VALUE_HEADS))

@@ -33,6 +33,10 @@ enum {
     /* The layouts of docs/contract.md section 1 beyond HV = H and B equal sequences: */
     GDN_OPTION_VALUE_HEADS = 1u << 5, /* --HV: grouped value heads (HV a multiple of H) */
     GDN_OPTION_PACKED = 1u << 6,      /* --lengths or cu_seqlens.npy: sequences of different lengths in one row */
+    /* --batch-invariant: a sequence's o and ht, to the bit, whatever the batch and the heads
+     * around it: the kernel paths are chosen from the sizes of one head's sequence alone
+     * (stages 06 and 07) */
+    GDN_OPTION_BATCH_INVARIANT = 1u << 7,
 };
 
 typedef struct {
@@ -51,6 +55,7 @@ typedef struct {
     size_t chunk;                  /* --chunk, 0 when not given */
     size_t segments;               /* --segments, 0 when not given */
     int precise;                   /* --precise */
+    int batch_invariant;           /* --batch-invariant */
 } gdn_settings;
 
 struct gdn_device_problem; /* common/device.h: the inputs on the GPU */

@@ -90,7 +90,8 @@ int gdn_library_problem(const gdn_library_call *c, gdn_problem *p, gdn_settings 
     *s = (gdn_settings){.B = p->B, .T = p->T, .H = p->H, .K = p->K, .V = p->V, .reps = 1,
                         .threads = c->threads > 0 ? (int)c->threads : omp_get_max_threads(),
                         .chunk = (size_t)(c->chunk > 0 ? c->chunk : 0),
-                        .segments = (size_t)(c->segments > 0 ? c->segments : 0), .precise = c->precise != 0};
+                        .segments = (size_t)(c->segments > 0 ? c->segments : 0), .precise = c->precise != 0,
+                        .batch_invariant = c->batch_invariant != 0};
     omp_set_num_threads(s->threads);
     return 0;
 }
@@ -107,6 +108,8 @@ int gdn_library_check_options(const gdn_stage *stage, const gdn_library_call *c)
 {
     if (c->precise && !(stage->options & GDN_OPTION_PRECISE))
         return gdn_set_error("%s has no precise mode (stage 06 and 07 have)", stage->name);
+    if (c->batch_invariant && !(stage->options & GDN_OPTION_BATCH_INVARIANT))
+        return gdn_set_error("%s has no batch-invariant mode (stage 06 and 07 have)", stage->name);
     return 0;
 }
 

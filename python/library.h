@@ -24,6 +24,7 @@ typedef struct {
     int64_t sequences;
     int64_t chunk, segments, threads;      /* 0: the stage's default; the OpenMP default */
     int64_t precise;                       /* GPU stages: --precise */
+    int64_t batch_invariant;               /* GPU stages: --batch-invariant */
     int64_t device;                        /* GPU stages: the CUDA device of the tensors */
     void *stream;                          /* GPU stages: the stream to run in (PyTorch's current one) */
 } gdn_library_call;
@@ -35,7 +36,7 @@ int gdn_library_names(const char *wanted, const char *name);
  * a binary would resolve; sizes and options checked. 0, or -1 with the reason. */
 int gdn_library_problem(const gdn_library_call *c, gdn_problem *p, gdn_settings *s);
 
-/* The call's options are the stage's (precise only where the stage has it). */
+/* The call's options are the stage's (precise and batch_invariant only where the stage has them). */
 int gdn_library_check_options(const gdn_stage *stage, const gdn_library_call *c);
 
 /* Frees what gdn_library_problem allocated (the offsets); the tensors are the caller's. */

@@ -387,6 +387,33 @@ START_TEST(layout_bytes_refuse_overflow)
 }
 END_TEST
 
+/* Stages 01 and 05 give a sequence the same bits whatever the batch and the heads around it
+ * (OpenMP runs each (sequence, head) on its own, in the same order; stage 04 does not: it picks
+ * its segments by the heads and threads): what --batch-invariant asks of the GPU stages, and a
+ * check of test_embed_alone and test_same_bits_as_alone, which the GPU suites use for it.
+ * _i: (stage 01 or 05, case). */
+START_TEST(cpu_stages_batch_invariant)
+{
+    const gdn_stage *stages[2] = {&naive_loop_stage, &wy_chunked_stage};
+    static const test_shape alone[2] = {{1, 130, 2, 24, 40}, {1, 70, 1, 16, 16}}, batch[2] = {{3, 130, 5, 24, 40}, {2, 70, 4, 16, 16}};
+    const gdn_stage *stage = stages[_i / 2];
+    gdn_problem p = test_problem(alone[_i % 2], 1, 1470 + 2 * _i), many = test_problem(batch[_i % 2], 1, 1471 + 2 * _i);
+    test_embed_alone(&many, &p);
+    gdn_result by_itself = test_run(stage, &p, 2, 0, 0), in_batch = test_run(stage, &many, 2, 0, 0);
+    long where;
+    ck_assert_msg(test_same_bits_as_alone(&many, &in_batch, &p, &by_itself, &where), "%s: the sequence's bits differ in the batch at %ld",
+                  stage->name, where);
+    /* and the check sees a difference: the sequence's last state value changed */
+    real_t *last = &in_batch.ht[p.H * p.K * p.V - 1];
+    *last = *last == 0 ? 1 : -*last;
+    ck_assert(!test_same_bits_as_alone(&many, &in_batch, &p, &by_itself, &where) && where == (long)(p.T * p.H * p.V));
+    gdn_result_free(&in_batch);
+    gdn_result_free(&by_itself);
+    gdn_problem_free(&many);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 Suite *layouts_suite(void)
 {
     Suite *suite = suite_create("layouts");
@@ -399,6 +426,7 @@ Suite *layouts_suite(void)
     tcase_add_loop_test(stages, cpu_stages_over_ratios_and_mixes, 0, 24);
     tcase_add_loop_test(stages, wy_chunked_packed_every_chunk, 0, 128);
     tcase_add_test(stages, packed_equal_lengths_equal_rows);
+    tcase_add_loop_test(stages, cpu_stages_batch_invariant, 0, 4);
     suite_add_tcase(suite, stages);
     TCase *inputs = tcase_create("inputs");
     tcase_set_timeout(inputs, 60);

@@ -330,3 +330,39 @@ double test_read_field(const char *line, const char *key)
     ck_assert_msg(at != NULL, "no %s in '%s'", key, line);
     return strtod(at + strlen(key), NULL);
 }
+
+void test_embed_alone(gdn_problem *batch, const gdn_problem *alone)
+{
+    const size_t T = alone->T, H = alone->H, K = alone->K, V = alone->V, HB = batch->H;
+    ck_assert(alone->B == 1 && batch->T == T && batch->K == K && batch->V == V && HB >= H && !alone->offsets && !batch->offsets);
+    ck_assert(gdn_value_heads(alone) == H && gdn_value_heads(batch) == HB && (alone->h0 != NULL) == (batch->h0 != NULL));
+    for (size_t t = 0; t < T; t++)
+        for (size_t h = 0; h < H; h++) { /* sequence 0, token t, head h: row t H (alone) and t HB (batch) */
+            const size_t from = t * H + h, to = t * HB + h;
+            memcpy(batch->q + to * K, alone->q + from * K, K * sizeof(real_t));
+            memcpy(batch->k + to * K, alone->k + from * K, K * sizeof(real_t));
+            memcpy(batch->v + to * V, alone->v + from * V, V * sizeof(real_t));
+            batch->g[to] = alone->g[from];
+            batch->beta[to] = alone->beta[from];
+        }
+    if (alone->h0)
+        memcpy(batch->h0, alone->h0, H * K * V * sizeof(real_t)); /* states [N][HV][K][V]: sequence 0's first heads */
+}
+
+int test_same_bits_as_alone(const gdn_problem *batch, const gdn_result *in_batch, const gdn_problem *alone,
+                            const gdn_result *by_itself, long *where)
+{
+    const size_t T = alone->T, H = alone->H, K = alone->K, V = alone->V, HB = batch->H;
+    for (size_t t = 0; t < T; t++)
+        for (size_t h = 0; h < H; h++)
+            if (memcmp(in_batch->o + (t * HB + h) * V, by_itself->o + (t * H + h) * V, V * sizeof(real_t)) != 0) {
+                *where = (long)((t * H + h) * V);
+                return 0;
+            }
+    if (memcmp(in_batch->ht, by_itself->ht, H * K * V * sizeof(real_t)) != 0) {
+        *where = (long)(T * H * V); /* past o: the states */
+        return 0;
+    }
+    *where = -1;
+    return 1;
+}

@@ -64,6 +64,15 @@ extern const char *const test_extreme_gate_names[3];
 void test_set_extreme_gates(gdn_problem *p, int which, uint64_t seed);
 /* A stage that keeps K-wide tiles in shared memory refuses K = 129 with an error naming it. */
 void test_refuses_keys_of_129(const gdn_stage *stage, size_t segments, int case_number);
+/* Batch invariance: copy every input of `alone` (B = 1, plain layout) into sequence 0 and the
+ * first heads of `batch` (plain layout, same T, K and V, at least as many heads), so that those
+ * heads of that sequence are the same problem; and whether a result of `batch` gives them the
+ * same o and ht as a result of `alone`, bit for bit (the first index that differs in *where,
+ * -1 if none). */
+void test_embed_alone(gdn_problem *batch, const gdn_problem *alone);
+int test_same_bits_as_alone(const gdn_problem *batch, const gdn_result *in_batch, const gdn_problem *alone,
+                            const gdn_result *by_itself, long *where);
+
 /* Compare a result with the fp64 oracle, or with another result. */
 gdn_difference test_against_oracle(const gdn_problem *p, const gdn_result *r);
 gdn_difference test_against_result(const gdn_problem *p, const gdn_result *r, const gdn_result *reference);

@@ -48,7 +48,8 @@ class _Call(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in ("B", "T", "H", "HV", "K", "V")] + \
                [("scale", ctypes.c_double)] + \
                [(name, ctypes.c_void_p) for name in ("q", "k", "v", "g", "beta", "h0", "offsets")] + \
-               [(name, ctypes.c_int64) for name in ("sequences", "chunk", "segments", "threads", "precise", "device")] + \
+               [(name, ctypes.c_int64) for name in ("sequences", "chunk", "segments", "threads", "precise", "batch_invariant",
+                                                    "device")] + \
                [("stream", ctypes.c_void_p)]
 
 
@@ -192,11 +193,12 @@ class _GatedDeltaRule(torch.autograd.Function):
         return dq, dk, dv, dg, dbeta, dh0, None, None, None, None, None
 
 
-def _cuda_call(q, k, v, g, beta, h0, scale, segments, precise):
+def _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant=False):
     B, T, H, K = q.shape
     return _Call(B=B, T=T, H=H, HV=v.shape[2], K=K, V=v.shape[3], scale=scale, q=q.data_ptr(), k=k.data_ptr(),
                  v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(), h0=_pointer(h0), offsets=None, sequences=0,
-                 chunk=0, segments=segments or 0, threads=0, precise=int(precise), device=q.device.index,
+                 chunk=0, segments=segments or 0, threads=0, precise=int(precise),
+                 batch_invariant=int(batch_invariant), device=q.device.index,
                  stream=torch.cuda.current_stream(q.device).cuda_stream)
 
 
@@ -206,7 +208,7 @@ _cuda_answers = {}
 
 
 def _cuda_key(what, stage, call):
-    return (what, stage) + tuple(getattr(call, f) for f in ("B", "T", "H", "HV", "K", "V", "segments", "precise",
+    return (what, stage) + tuple(getattr(call, f) for f in ("B", "T", "H", "HV", "K", "V", "segments", "precise", "batch_invariant",
                                                             "device"))
 
 
@@ -242,10 +244,10 @@ def gpu_stage_for(B, T, H, K, V, device=None, HV=None):
     return _cuda_stage(None, call)
 
 
-def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise):
+def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise, batch_invariant=False):
     """o (in bf16 or fp32, as the stage writes it) and ht from a GPU stage, queued in PyTorch's
     current stream; q, k, v bf16, g, beta, h0 fp32, all contiguous on one CUDA device."""
-    call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise)
+    call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant)
     library, name = _cuda_library(), stage.encode()
     key = _cuda_key("workspace", stage, call)
     if key not in _cuda_answers:
@@ -277,8 +279,8 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
     copies in float32 (the GPU backward is a binary so far: bin/10_backward_chunked_cuda)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, beta, h0, scale, stage, backward_stage, segments, precise):
-        o, ht = _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise)
+    def forward(ctx, q, k, v, g, beta, h0, scale, stage, backward_stage, segments, precise, batch_invariant):
+        o, ht = _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise, batch_invariant)
         ctx.save_for_backward(q, k, v, g, beta, h0)
         ctx.settings = (scale, backward_stage)
         return o, ht
@@ -293,7 +295,7 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
         gradients = _GatedDeltaRule.backward(_SavedOnHost(q, k, v, g, beta, h0, scale, backward_stage), d_o, dht)
         moved = [None if x is None else x.to(device=like.device, dtype=like.dtype)
                  for x, like in zip(gradients[:6], saved)]
-        return tuple(moved) + (None,) * 5
+        return tuple(moved) + (None,) * 6
 
 
 class _SavedOnHost:
@@ -311,12 +313,14 @@ def _l2norm(x):
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, cu_seqlens=None, *, stage=None,
-                           backward_stage="10", chunk=None, segments=None, precise=False):
+                           backward_stage="10", chunk=None, segments=None, precise=False, batch_invariant=False):
     """(o, final_state) as FLA's chunk_gated_delta_rule returns them (final_state None unless
     output_final_state). stage picks the forward stage (CPU tensors: 01-05, "05" by default;
     CUDA tensors: 06a .. 06f, 06, 07, by shape by default), backward_stage the one loss.backward()
     runs (09 or 10), chunk the tokens per chunk (05, 1-128), segments stage 04's or 07's, precise
-    the GPU stages' split bf16 operands (docs/precision.md)."""
+    the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths
+    that give a sequence the same bits whatever the batch and heads around it (06 unless stage
+    or segments say 07)."""
     _check("q", q, (None, None, None, None))
     on_gpu, device = q.device.type == "cuda", q.device
     if on_gpu:
@@ -346,6 +350,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         raise ValueError("precise must be True or False, got %r" % (precise,))
     if precise and not on_gpu:
         raise ValueError("precise is an option of the GPU stages (06, 07): it needs CUDA tensors")
+    if batch_invariant not in (False, True):
+        raise ValueError("batch_invariant must be True or False, got %r" % (batch_invariant,))
+    if batch_invariant and not on_gpu:
+        raise ValueError("batch_invariant is an option of the GPU stages (06, 07): CPU stages give a sequence the "
+                         "same bits whatever the batch already")
     offsets = None
     if cu_seqlens is not None:
         if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.device.type != "cpu" or cu_seqlens.dim() != 1:
@@ -387,17 +396,19 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         q, k, v = (x.to(torch.bfloat16).contiguous() for x in (q, k, v))
         g, beta = (x.to(torch.float32).contiguous() for x in (g, beta))
         h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
-        call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise)
+        call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant)
         if segments is not None and forward_name is None:
             forward_name = GPU_STAGES[-1]  # segments are stage 07's: given, they pick it
+        if batch_invariant and forward_name is None:
+            forward_name = GPU_STAGES[-2]  # the pick by shape reads the batch: 06 runs every sequence whole
         forward_name = _cuda_stage(forward_name, call)
         if segments is not None and forward_name != GPU_STAGES[-1]:
             raise ValueError("segments: %s runs each sequence whole; stage 07 cuts them (stage=\"07\")" % forward_name)
         if needs_grad:
             o, ht = _GatedDeltaRuleCuda.apply(q, k, v, g, beta, h0, scale, forward_name, backward_name, segments,
-                                              precise)
+                                              precise, batch_invariant)
         else:
-            o, ht = _cuda_forward(forward_name, q, k, v, g, beta, h0, scale, segments, precise)
+            o, ht = _cuda_forward(forward_name, q, k, v, g, beta, h0, scale, segments, precise, batch_invariant)
         return o.to(out_dtype), (ht if output_final_state else None)
 
     # the compute dtype: float64 runs the double build, anything else float32

@@ -289,19 +289,22 @@ __host__ __device__ static inline bool chain_from_values_pays(size_t K, size_t h
 }
 /* The choice, for every launch of a pass whose chains are `depth` steps deep in all (stage 06:
  * a head's chunks): kernel 1's parts and every chain after it must agree. Elsewhere the chain
- * reads W, U and the decayed keys. */
+ * reads W, U and the decayed keys; and always with `invariant` (--batch-invariant), since
+ * whether v's tensor maps fit and whether the chain from v pays depend on the heads around a
+ * sequence, and the two chains round Vnew differently. */
 template <bool PRECISE>
-static bool chain_from_values(const gdn_device_problem *p, size_t depth)
+static bool chain_from_values(const gdn_device_problem *p, size_t depth, bool invariant = false)
 {
-    return chain_from_values_sizes(p->K, p->V, key_heads(*p), p->T, PRECISE) && chain_from_values_pays(p->K, p->B * p->H, chunks_of(p->T), depth);
+    return !invariant && chain_from_values_sizes(p->K, p->V, key_heads(*p), p->T, PRECISE) &&
+           chain_from_values_pays(p->K, p->B * p->H, chunks_of(p->T), depth);
 }
 /* kernel 2's shape for `runs` segments of every head, in a pass `depth` steps deep */
 template <bool PRECISE, class Columns>
-static chain_shape chain_shape_for(const gdn_device_problem *p, size_t depth, size_t runs, bool outputs)
+static chain_shape chain_shape_for(const gdn_device_problem *p, size_t depth, size_t runs, bool outputs, bool invariant = false)
 {
     const size_t columns = (size_t)Columns::count(round_up16(p->K), round_up16(p->V));
     return chain_launch_shape<PRECISE, Columns>(p->B * p->H * runs * (columns / 16), columns / 16, p->K, outputs,
-                                                chain_from_values<PRECISE>(p, depth));
+                                                chain_from_values<PRECISE>(p, depth, invariant));
 }
 /* whether kernel 2 over one segment of every head makes o itself (and so reads no keys_t) */
 template <bool PRECISE>
@@ -314,22 +317,26 @@ static bool chain_makes_outputs(const gdn_device_problem *p)
  * warps or not): the transform block where they make Vnew from v (chain_from_values; the
  * output warps' chain always does), else W, U and the decayed keys */
 template <bool PRECISE>
-static int chunk_parts_for(const gdn_device_problem *p, size_t depth)
+static int chunk_parts_for(const gdn_device_problem *p, size_t depth, bool invariant = false)
 {
-    return chain_from_values<PRECISE>(p, depth) ? WRITE_TRANSFORM : WRITE_KEYS_T | WRITE_W_AND_U;
+    return chain_from_values<PRECISE>(p, depth, invariant) ? WRITE_TRANSFORM : WRITE_KEYS_T | WRITE_W_AND_U;
 }
 
 /* Kernel 2 over segments 0 .. runs-1 of every head, carrying the state Columns. With `r`
  * (state_columns), where the blocks are MAX_CHAIN_TILES wide and hold a whole head of K = V =
- * 128, the block also makes o (chunk_states_outputs_kernel), and *outputs_done says so. */
+ * 128, the block also makes o (chunk_states_outputs_kernel), and *outputs_done says so; never
+ * with `invariant` (--batch-invariant: whether they run depends on the heads, and their wgmma
+ * sums o in another order than kernel 3). The other choices here (block widths, ring depth,
+ * staged stores) change where each state column is computed, not how: the same products in
+ * the same order. */
 template <bool PRECISE, class Columns>
 static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments, size_t depth, gdn_device_result *r = NULL,
-                               bool *outputs_done = NULL, cudaStream_t stream = 0)
+                               bool *outputs_done = NULL, cudaStream_t stream = 0, bool invariant = false)
 {
     const size_t columns = (size_t)Columns::count(round_up16(p->K), round_up16(p->V)), runs = segments.runs;
     const size_t output_bytes = output_block_bytes();
-    const bool outputs = r && outputs_done && outputs_possible<PRECISE, Columns>(p); /* if the blocks are 8 tiles wide */
-    const chain_shape shape = chain_shape_for<PRECISE, Columns>(p, depth, runs, outputs);
+    const bool outputs = !invariant && r && outputs_done && outputs_possible<PRECISE, Columns>(p); /* if the blocks are 8 tiles wide */
+    const chain_shape shape = chain_shape_for<PRECISE, Columns>(p, depth, runs, outputs, invariant);
     const size_t block_columns = 16 * (size_t)shape.tiles;
     unsigned blocks;
     if (gdn_blocks_for(p->B * p->H * runs * ((columns + block_columns - 1) / block_columns), 1, &blocks))

@@ -155,17 +155,19 @@ static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, 
     return outputs_done ? 0 : gdn_set_error("kernel 1 beside the chain: the chain made no o (its blocks carry no output warps here)");
 }
 
+/* invariant (--batch-invariant): the paths a sequence's bits do not depend on the batch in (the
+   chain from W and U, kernel 3; launch_chunk_states) */
 template <bool PRECISE>
-static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
+static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r, bool invariant)
 {
     const chain_segments whole = {1, 1, p->h0, r->ht}; /* one segment: the whole sequence from h0 */
-    const int parts = chunk_parts_for<PRECISE>(p, chunks_of(p->T));
+    const int parts = chunk_parts_for<PRECISE>(p, chunks_of(p->T), invariant);
     bool outputs_done;
     if constexpr (!PRECISE)
-        if (const size_t split = kernel1_split_chunk(p))
+        if (const size_t split = invariant ? 0 : kernel1_split_chunk(p))
             return kernel1_beside_chain(p, w, whole, r, split);
     if (launch_prepare_chunks<PRECISE>(p, w, parts) ||
-        launch_chunk_states<PRECISE, state_columns>(p, w, whole, chunks_of(p->T), r, &outputs_done))
+        launch_chunk_states<PRECISE, state_columns>(p, w, whole, chunks_of(p->T), r, &outputs_done, 0, invariant))
         return -1;
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
 }
@@ -180,7 +182,8 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
     heads.H = r->layout.HV;
     heads.heads_per_key = (unsigned)(r->layout.HV / p->H);
     chunk_workspace w = workspace_at(r->workspace, &heads, s->precise);
-    return s->precise ? warp_specialized_passes<true>(&heads, w, r) : warp_specialized_passes<false>(&heads, w, r);
+    const bool invariant = s->batch_invariant != 0;
+    return s->precise ? warp_specialized_passes<true>(&heads, w, r, invariant) : warp_specialized_passes<false>(&heads, w, r, invariant);
 }
 
 static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
@@ -204,7 +207,7 @@ static void warp_specialized_resolve_options(const gdn_problem *p, gdn_settings 
 extern "C" const gdn_stage warp_specialized_stage = {
     .name = "06_warp_specialized",
     .idea = "stage 05 on tensor cores: bf16 inputs, mma.sync products, fp32 sums and state",
-    .options = GDN_OPTION_PRECISE | GDN_OPTION_VALUE_HEADS,
+    .options = GDN_OPTION_PRECISE | GDN_OPTION_VALUE_HEADS | GDN_OPTION_BATCH_INVARIANT,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
     .resolve_options = warp_specialized_resolve_options,

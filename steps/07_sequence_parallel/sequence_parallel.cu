@@ -61,22 +61,25 @@ static int sequence_parallel_workspace(const gdn_problem *p, const gdn_settings 
     return 0;
 }
 
+/* invariant (--batch-invariant): stage 06's paths for it (launch_chunk_states), P from one
+   head's sequence (sequence_parallel_resolve_options) */
 template <bool PRECISE>
 static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk_workspace w, float *maps, float *starts,
-                                    gdn_device_result *r)
+                                    gdn_device_result *r, bool invariant)
 {
     bool outputs_done;
     const size_t depth = sequence_parallel_depth(chunks_of(p->T), P);
-    if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, depth)))
+    if (launch_prepare_chunks<PRECISE>(p, w, chunk_parts_for<PRECISE>(p, depth, invariant)))
         return -1;
     if (P == 1) { /* stage 06 */
         const chain_segments whole = {1, 1, p->h0, r->ht};
-        if (launch_chunk_states<PRECISE, state_columns>(p, w, whole, depth, r, &outputs_done))
+        if (launch_chunk_states<PRECISE, state_columns>(p, w, whole, depth, r, &outputs_done, 0, invariant))
             return -1;
     } else {
         const chain_segments fold = {P, P - 1, NULL, maps}, replay = {P, P, starts, r->ht};
-        if (launch_chunk_states<PRECISE, folded_columns>(p, w, fold, depth) || launch_scan_on_tensor_cores(p, P, maps, starts) ||
-            launch_chunk_states<PRECISE, state_columns>(p, w, replay, depth, r, &outputs_done))
+        if (launch_chunk_states<PRECISE, folded_columns>(p, w, fold, depth, NULL, NULL, 0, invariant) ||
+            launch_scan_on_tensor_cores(p, P, maps, starts) ||
+            launch_chunk_states<PRECISE, state_columns>(p, w, replay, depth, r, &outputs_done, 0, invariant))
             return -1;
     }
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
@@ -97,14 +100,15 @@ static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_sett
     chunk_workspace w = workspace_at(r->workspace, &heads, s->precise);
     float *maps = (float *)((unsigned char *)r->workspace + parts[0] + parts[1] + parts[2] + parts[3]);
     float *starts = maps + parts[4] / sizeof(float);
-    return s->precise ? sequence_parallel_passes<true>(&heads, s->segments, w, maps, starts, r)
-                      : sequence_parallel_passes<false>(&heads, s->segments, w, maps, starts, r);
+    const bool invariant = s->batch_invariant != 0;
+    return s->precise ? sequence_parallel_passes<true>(&heads, s->segments, w, maps, starts, r, invariant)
+                      : sequence_parallel_passes<false>(&heads, s->segments, w, maps, starts, r, invariant);
 }
 
 extern "C" const gdn_stage sequence_parallel_stage = {
     .name = "07_sequence_parallel",
     .idea = "stage 06 in three phases (fold segments, scan their maps, replay): parallel along one sequence",
-    .options = GDN_OPTION_PRECISE | GDN_OPTION_SEGMENTS | GDN_OPTION_VALUE_HEADS,
+    .options = GDN_OPTION_PRECISE | GDN_OPTION_SEGMENTS | GDN_OPTION_VALUE_HEADS | GDN_OPTION_BATCH_INVARIANT,
     .forward = NULL,
     .counted_flops = sequence_parallel_flops,
     .resolve_options = sequence_parallel_resolve_options,

@@ -178,14 +178,17 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
          * blocks outnumber the SMs, the only case in which blocks an SM matter */
         /* 06's slots for these sizes (at K = V = 64 those of the chain from v, which runs where
            blocks outnumber SMs, the one case the count matters: chain_from_values_pays) */
-        const bool from_values = chain_from_values_sizes(p->K, p->V, p->H, p->T, s->precise);
+        const bool from_values = !s->batch_invariant && chain_from_values_sizes(p->K, p->V, p->H, p->T, s->precise);
         for (int i = 0; i < CHAIN_WIDTHS; i++) { /* 1, 2, 4 and 8 tiles; 0: a width stage 06 does not make */
             const chain_shape shallowest = two_slot_shape(1 << i, p->K, s->precise, true, from_values);
             blocks_per_sm[i] = (1 << i) > widest_chain_tiles(s->precise) ? 0
                                : s->precise                              ? chain_blocks_per_sm<true, state_columns>(shallowest)
                                                                          : chain_blocks_per_sm<false, state_columns>(shallowest);
         }
-        s->segments = sequence_parallel_segments(p->B * gdn_value_heads(p), p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
+        /* --batch-invariant: as for one head alone, so that a sequence is cut the same whatever
+           runs beside it (the fold, the scan and the replay round differently from one chain) */
+        const size_t heads = s->batch_invariant ? 1 : p->B * gdn_value_heads(p);
+        s->segments = sequence_parallel_segments(heads, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
     }
     if (s->segments > chunks) {
         fprintf(stderr, "07_sequence_parallel: note: %zu segments for %zu chunks of %d tokens; clamped to %zu\n", s->segments,

@@ -161,6 +161,38 @@ START_TEST(segments_take_grouped_heads)
 }
 END_TEST
 
+/* --batch-invariant: one sequence's o and ht, alone and inside a batch, to the bit, in both
+ * modes: P is chosen for one head's sequence, where by default the batch's heads would run it
+ * whole and the sequence alone cut. _i: the case. */
+START_TEST(segments_batch_invariant)
+{
+    static const test_shape alone[] = {{1, 8192, 1, 128, 128}, {1, 4000, 2, 64, 64}};
+    static const test_shape batch[] = {{2, 8192, 64, 128, 128}, {4, 4000, 32, 64, 64}};
+    gdn_problem p = test_problem(alone[_i], 1, 5610 + 2 * _i), many = test_problem(batch[_i], 1, 5611 + 2 * _i);
+    test_embed_alone(&many, &p);
+    gdn_problem_round_to_bf16(&p);
+    gdn_problem_round_to_bf16(&many);
+    for (int precise = 0; precise <= 1; precise++) {
+        gdn_settings s = {.reps = 1, .threads = 1, .precise = precise, .batch_invariant = 1};
+        gdn_result by_itself = test_run_settings(&sequence_parallel_stage, &p, &s);
+        const size_t P = s.segments;
+        s = (gdn_settings){.reps = 1, .threads = 1, .precise = precise, .batch_invariant = 1};
+        gdn_result in_batch = test_run_settings(&sequence_parallel_stage, &many, &s);
+        ck_assert_msg(s.segments == P, "--batch-invariant: P = %zu alone, %zu in the batch", P, s.segments);
+        char label[120];
+        snprintf(label, sizeof label, "07 --batch-invariant%s P=%zu alone against the oracle", precise ? " --precise" : "", P);
+        assert_close(test_against_oracle(&p, &by_itself), GDN_TOLERANCE_BF16, label);
+        long where;
+        ck_assert_msg(test_same_bits_as_alone(&many, &in_batch, &p, &by_itself, &where),
+                      "07 --batch-invariant%s P=%zu: the sequence's bits differ in the batch at %ld", precise ? " --precise" : "", P, where);
+        gdn_result_free(&in_batch);
+        gdn_result_free(&by_itself);
+    }
+    gdn_problem_free(&many);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 START_TEST(segments_refuse_large_keys) { test_refuses_keys_of_129(&sequence_parallel_stage, 2, 5300); }
 END_TEST
 
@@ -248,6 +280,7 @@ Suite *sequence_parallel_suite(void)
     tcase_add_loop_test(cases, segments_with_extreme_gates, 0, 3);
     tcase_add_loop_test(cases, segments_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_loop_test(cases, segments_take_grouped_heads, 0, 3);
+    tcase_add_loop_test(cases, segments_batch_invariant, 0, 2);
     tcase_add_test(cases, segments_refuse_large_keys);
     suite_add_tcase(suite, cases);
     return suite;

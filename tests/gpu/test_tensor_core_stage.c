@@ -272,6 +272,43 @@ START_TEST(tensor_cores_take_grouped_heads)
 }
 END_TEST
 
+/* --batch-invariant: one sequence's o and ht, alone and inside a batch, to the bit, in both
+ * modes, where the default mode takes another path in the batch (each case says which). _i:
+ * the case. */
+START_TEST(tensor_cores_batch_invariant)
+{
+    static const struct {
+        test_shape alone, batch;
+        const char *paths;
+    } cases[] = {
+        {{1, 1000, 2, 128, 128}, {1, 1000, 96, 128, 128}, "alone: from v, kernel 3; in 96 heads: output warps"},
+        {{1, 1000, 2, 64, 64}, {8, 1000, 16, 64, 64}, "alone: W and U; in 8 x 16 heads: from v"},
+        {{1, 300, 1, 128, 128}, {4, 300, 8, 128, 128}, "alone: one head, no tensor maps; in 4 x 8 heads: from v"},
+    };
+    gdn_problem alone = test_problem(cases[_i].alone, 1, 4460 + 2 * _i), batch = test_problem(cases[_i].batch, 1, 4461 + 2 * _i);
+    test_embed_alone(&batch, &alone);
+    gdn_problem_round_to_bf16(&alone);
+    gdn_problem_round_to_bf16(&batch);
+    for (int precise = 0; precise <= 1; precise++) {
+        gdn_settings s = {.reps = 1, .threads = 1, .precise = precise, .batch_invariant = 1};
+        gdn_result by_itself = test_run_settings(&warp_specialized_stage, &alone, &s);
+        s = (gdn_settings){.reps = 1, .threads = 1, .precise = precise, .batch_invariant = 1};
+        gdn_result in_batch = test_run_settings(&warp_specialized_stage, &batch, &s);
+        char label[160];
+        snprintf(label, sizeof label, "06 --batch-invariant%s alone against the oracle (%s)", precise ? " --precise" : "", cases[_i].paths);
+        assert_close(test_against_oracle(&alone, &by_itself), GDN_TOLERANCE_BF16, label);
+        long where;
+        ck_assert_msg(test_same_bits_as_alone(&batch, &in_batch, &alone, &by_itself, &where),
+                      "06 --batch-invariant%s: the sequence's bits differ in the batch at %ld (%s)", precise ? " --precise" : "", where,
+                      cases[_i].paths);
+        gdn_result_free(&in_batch);
+        gdn_result_free(&by_itself);
+    }
+    gdn_problem_free(&batch);
+    gdn_problem_free(&alone);
+}
+END_TEST
+
 START_TEST(tensor_cores_refuse_large_keys)
 {
     test_refuses_keys_of_129(&tensor_cores_stage, 0, 4400);
@@ -296,6 +333,7 @@ Suite *tensor_core_stage_suite(void)
     tcase_add_loop_test(cases, tensor_cores_with_kernel1_beside_the_chain, 0, 2);
     tcase_add_loop_test(cases, tensor_cores_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_loop_test(cases, tensor_cores_take_grouped_heads, 0, 6);
+    tcase_add_loop_test(cases, tensor_cores_batch_invariant, 0, 3);
     tcase_add_test(cases, tensor_cores_refuse_large_keys);
     tcase_add_loop_test(cases, wgmma_layout_matches_the_cpu, 0, 3);
     suite_add_tcase(suite, cases);
