@@ -90,6 +90,19 @@ def test_grouped_value_heads_refused_by_other_gpu_stages():
         gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, stage="06f")
 
 
+@pytest.mark.parametrize("K,stage", [(64, None), (128, None), (128, "07")])
+def test_batch_invariant(K, stage):
+    """batch_invariant=True: two heads of one sequence give the same bits alone and inside a
+    batch of 4 x 16 heads, whose default paths differ from theirs."""
+    (q, k, v, g, beta, h0), _ = cuda_problem(4, 1000, 16, K, K, seed=43 + K, with_h0=True)
+    alone = [x[:1, :, :2].contiguous() for x in (q, k, v, g, beta)]
+    o_all, ht_all = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                                     stage=stage, batch_invariant=True)
+    o_one, ht_one = gdn_steps.chunk_gated_delta_rule(*alone, initial_state=h0[:1, :2].contiguous(), output_final_state=True,
+                                                     stage=stage, batch_invariant=True)
+    assert torch.equal(o_all[:1, :, :2], o_one) and torch.equal(ht_all[:1, :2], ht_one)
+
+
 def test_stage_picked_by_shape():
     """Many heads fill the GPU by themselves: 06. One long sequence does not: 07 cuts it."""
     assert gdn_steps.gpu_stage_for(64, 1024, 64, 128, 128) == "06_warp_specialized"
@@ -173,6 +186,7 @@ def test_cuda_errors_before_any_kernel():
         ("stage='05': not one of", dict(base, stage="05")),
         ("06a_tensor_cores has no precise mode", dict(base, stage="06a", precise=True)),
         ("segments: 06_warp_specialized runs each sequence whole", dict(base, stage="06", segments=1)),
+        ("06a_tensor_cores has no batch-invariant mode", dict(base, stage="06a", batch_invariant=True)),
         ("initial_state has shape [1, 2, 64, 32]", dict(base, initial_state=h0[..., :32].contiguous())),
     ]
     for message, arguments in cases:
