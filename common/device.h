@@ -38,7 +38,8 @@ typedef struct gdn_device_problem {
  * that take them say so in their options (GDN_OPTION_VALUE_HEADS, GDN_OPTION_PACKED) and find
  * them in gdn_device_result; the others are never handed anything but HV = H and no offsets.
  * (Not in gdn_device_problem: kernels take that by value, and a larger one moves their
- * parameters, which changes the machine code of every stage, even of those that ignore it.) */
+ * parameters, which changes the machine code of every stage, even of those that ignore it;
+ * heads_per_key fits in its padding, where nothing moves.) */
 typedef struct gdn_device_layout {
     size_t HV;
     const size_t *offsets;
