@@ -69,14 +69,18 @@ __device__ __forceinline__ static void make_new_values(int warp, const bf16 *W, 
     clear(acc);
     warp_product(acc, W, LDK, S_t, LDK, 16 * warp, 0, KP);
 #pragma unroll
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < 2; j++) {
+        /* the lane's four values of n-tile j in one 8-byte load (their index is a multiple of 4) */
+        const uint2 four = *(const uint2 *)(U_t + 8 * j * CHUNK + u_fragment_index<bf16>(threadIdx.x % 32, warp));
+        const bf16 *mine = (const bf16 *)&four;
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int i = fragment_row(16 * warp, r), c = fragment_column(0, j, r);
-            const bf16 value = __float2bfloat16_rn(to_float(U_t[8 * j * CHUNK + u_fragment_index<bf16>(threadIdx.x % 32, warp) + r]) - acc[j][r]);
+            const bf16 value = __float2bfloat16_rn(to_float(mine[r]) - acc[j][r]);
             Vnew_t[c * TOKEN_STRIDE + i] = value;
             new_values_t[c * TOKEN_STRIDE + i] = value;
         }
+    }
 }
 
 /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15), in the accumulators */
