@@ -306,9 +306,19 @@ class _SavedOnHost:
         self.settings = (scale, backward_stage, None)
 
 
-def _l2norm(x):
-    """FLA's l2norm: x / sqrt(sum x^2 + 1e-6) over the last dimension."""
-    return x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
+def _l2norm(x, fixed_order=False):
+    """FLA's l2norm: x / sqrt(sum x^2 + 1e-6) over the last dimension. fixed_order: the squares
+    summed pairwise by halving, elementwise steps whose order does not depend on how many rows
+    there are (a PyTorch reduction may split a row differently for another row count, and so
+    round a sequence's q and k differently in another batch: batch_invariant)."""
+    if not fixed_order:
+        return x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
+    squares = x * x
+    while squares.shape[-1] > 1:
+        if squares.shape[-1] % 2:
+            squares = torch.nn.functional.pad(squares, (0, 1))
+        squares = squares[..., 0::2] + squares[..., 1::2]
+    return x / torch.sqrt(squares + 1e-6)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
@@ -392,7 +402,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         # the GPU stages' dtypes: q, k, v in bf16, the gates, beta and the state in fp32
         out_dtype = v.dtype
         if use_qk_l2norm_in_kernel:  # in fp32, before the rounding to bf16 (a PyTorch op, not in the kernel)
-            q, k = _l2norm(q.float()), _l2norm(k.float())
+            q, k = _l2norm(q.float(), batch_invariant), _l2norm(k.float(), batch_invariant)
         q, k, v = (x.to(torch.bfloat16).contiguous() for x in (q, k, v))
         g, beta = (x.to(torch.float32).contiguous() for x in (g, beta))
         h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()

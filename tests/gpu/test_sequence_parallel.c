@@ -163,7 +163,9 @@ END_TEST
 
 /* --batch-invariant: one sequence's o and ht, alone and inside a batch, to the bit, in both
  * modes: P is chosen for one head's sequence, where by default the batch's heads would run it
- * whole and the sequence alone cut. _i: the case. */
+ * whole and the sequence alone cut. (--precise takes neither the chain from v nor output warps
+ * by default either: its half checks the choices that move work, not those that round.) _i:
+ * the case. */
 START_TEST(segments_batch_invariant)
 {
     static const test_shape alone[] = {{1, 8192, 1, 128, 128}, {1, 4000, 2, 64, 64}};
@@ -176,6 +178,7 @@ START_TEST(segments_batch_invariant)
         gdn_settings s = {.reps = 1, .threads = 1, .precise = precise, .batch_invariant = 1};
         gdn_result by_itself = test_run_settings(&sequence_parallel_stage, &p, &s);
         const size_t P = s.segments;
+        ck_assert_msg(P > 1, "--batch-invariant: one head of T = %zu runs whole (P = 1): the case cuts nothing", p.T);
         s = (gdn_settings){.reps = 1, .threads = 1, .precise = precise, .batch_invariant = 1};
         gdn_result in_batch = test_run_settings(&sequence_parallel_stage, &many, &s);
         ck_assert_msg(s.segments == P, "--batch-invariant: P = %zu alone, %zu in the batch", P, s.segments);

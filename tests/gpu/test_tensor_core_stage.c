@@ -273,8 +273,9 @@ START_TEST(tensor_cores_take_grouped_heads)
 END_TEST
 
 /* --batch-invariant: one sequence's o and ht, alone and inside a batch, to the bit, in both
- * modes, where the default mode takes another path in the batch (each case says which). _i:
- * the case. */
+ * modes, where the default mode takes another path in the batch (each case says which;
+ * --precise takes neither the chain from v nor output warps by default, so its half checks the
+ * choices that move work, not those that round). _i: the case. */
 START_TEST(tensor_cores_batch_invariant)
 {
     static const struct {

@@ -90,17 +90,20 @@ def test_grouped_value_heads_refused_by_other_gpu_stages():
         gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, stage="06f")
 
 
-@pytest.mark.parametrize("K,stage", [(64, None), (128, None), (128, "07")])
-def test_batch_invariant(K, stage):
-    """batch_invariant=True: two heads of one sequence give the same bits alone and inside a
-    batch of 4 x 16 heads, whose default paths differ from theirs."""
-    (q, k, v, g, beta, h0), _ = cuda_problem(4, 1000, 16, K, K, seed=43 + K, with_h0=True)
-    alone = [x[:1, :, :2].contiguous() for x in (q, k, v, g, beta)]
-    o_all, ht_all = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
-                                                     stage=stage, batch_invariant=True)
-    o_one, ht_one = gdn_steps.chunk_gated_delta_rule(*alone, initial_state=h0[:1, :2].contiguous(), output_final_state=True,
-                                                     stage=stage, batch_invariant=True)
-    assert torch.equal(o_all[:1, :, :2], o_one) and torch.equal(ht_all[:1, :2], ht_one)
+@pytest.mark.parametrize("B,T,H,K,heads,stage,l2norm", [(4, 1000, 16, 64, 2, None, False),  # alone W and U, batch from v
+                                                          (6, 1000, 16, 128, 2, None, False),  # batch: output warps
+                                                          (6, 300, 16, 128, 2, None, True),  # q, k normalised
+                                                          (2, 8192, 16, 128, 1, "07", False)])  # alone cut, batch whole
+def test_batch_invariant(B, T, H, K, heads, stage, l2norm):
+    """batch_invariant=True: the first heads of one sequence give the same bits alone and inside
+    a batch whose default paths differ from theirs (the comments say how)."""
+    (q, k, v, g, beta, h0), _ = cuda_problem(B, T, H, K, K, seed=43 + K + T, with_h0=True)
+    alone = [x[:1, :, :heads].contiguous() for x in (q, k, v, g, beta)]
+    o_all, ht_all = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True, stage=stage,
+                                                     use_qk_l2norm_in_kernel=l2norm, batch_invariant=True)
+    o_one, ht_one = gdn_steps.chunk_gated_delta_rule(*alone, initial_state=h0[:1, :heads].contiguous(), output_final_state=True,
+                                                     stage=stage, use_qk_l2norm_in_kernel=l2norm, batch_invariant=True)
+    assert torch.equal(o_all[:1, :, :heads], o_one) and torch.equal(ht_all[:1, :heads], ht_one)
 
 
 def test_stage_picked_by_shape():
