@@ -4,47 +4,28 @@
  * (the plan: chain_ring.cuh). Its producer warp fills the ring; each consumer warp runs the
  * chunk step of its columns (eq. 13-15): S0 to B fragments by movmatrix (and S0^T out for
  * kernel 3), Vnew = U - W S0, Vnew to B fragments (and Vnew^T out), S = exp(gamma_C) S +
- * Kdec^T Vnew. Where the chain makes Vnew from v (FROM_VALUES), the same products take the k
- * tile in W's place: Y = K S0, Z = diag(beta) V - diag(beta e^gamma) Y, Vnew = Tm Z, and S =
- * exp(gamma_C) S + K^T (diag(d) Vnew); its ring slot (values_slot_bytes, below) holds the k
- * and v tiles and the transform block. The state the block carries is its Columns (state_columns:
- * S; chain_ring.cuh). The step is compiled with its key tiles and strides known where
- * that pays (chunk_step), and the ring's slot and pass are counted, not divided. Two entries,
- * each bound by its widest block: chunk_states_kernel (W and U) and
- * chunk_states_from_values_kernel (Vnew from v); the third, with output warps, is
- * fused_outputs.cuh's chunk_states_outputs_kernel.
+ * Kdec^T Vnew. From v (FROM_VALUES) the same products take the k tile in W's place: Y = K S0,
+ * Z = diag(beta) V - diag(beta e^gamma) Y, Vnew = Tm Z, S = exp(gamma_C) S + K^T (diag(d)
+ * Vnew). Two entries, chunk_states_kernel (W and U) and chunk_states_from_values_kernel; the
+ * third, with output warps, is fused_outputs.cuh's.
  *
  * Cost and bound: per chunk and consumer warp, two dependent MMA chains (Vnew's, depth K; the
  * update's, depth 64; from v, Z and Tm's products, four deep, between them) on 8 or 16
  * columns; T / 64 steps one after the other. Where blocks are few a step's latency is the
- * time; where they fill the GPU, the slots' bytes and S0^T's and Vnew^T's.
- * Budget at K = V = 128, default mode (nvcc -Xptxas -v: no spills; shared memory from the
- * launchers' formulas), on an H200 SM (64 K registers, 227 KB shared): a block per (head,
- * segment, 128 state columns) where such blocks give 95 % of the SMs a block, 70 % with output
- * warps (not --precise; widest_blocks_percent), else 64 where they fill the GPU, else 32 or
- * 16; a producer warp and consumer warps: at 128 and 64 columns eight and four, 16 columns
- * (two MMA n-tiles) each, 155 registers (160 with plain stores); at 32 or 16 columns two per
- * 16 columns, 143 registers (172 with plain stores; the chunk step compiled for the 4 or 8 key
- * tiles of K = 64 or 128, chunk_step); so 288, 160, 160 or 96 threads. At 128 columns 3 ring
- * slots and the staging tiles take 205 KB: 1 block an SM; at 64 columns 4 slots and the
- * staging tiles 198 KB: 1 block an SM (two slots, 112 KB, 2 blocks an SM, where that saves a
- * wave: chain_launch_shape). Making Vnew from v (K = V = 128 or 64: chain_from_values), the
- * same blocks with slots of the k tile, the transform block and the block's v tile (43 KB at
- * 128 columns, 29 KB at 16: values_slot_bytes), 168 registers at two n-tiles a warp, 164 and
- * 144 (staged) at one. With output warps: fused_outputs.cuh.
+ * time; where they fill the GPU, the slots' bytes and S0^T's and Vnew^T's. Each block
+ * width's threads, registers, ring slots and shared memory: docs/06, "06e: consumer warps
+ * that own their columns" and "06: Vnew from v, and the launch rules".
  *
  * Included by warp_specialized.cuh.
  */
 #pragma once
 
-/* A ring slot of the chain that makes Vnew from v itself (FROM_VALUES: chain_from_values), as
- * the chain with output warps does: the chunk's k tile in W's place and layout (a tensor copy,
- * its row padded by the next 8 keys, never read), the transform block, the decay, and the v
- * tile: the block's columns of v (where the first columns have no values, those right of
- * them, at most V: values_tile_columns) and the 8 after them, so that a row is an odd multiple of 8 bytes
- * and the lanes' 4-byte loads of a fragment's pairs fall in 32 different banks (and the box
- * is never wider than a row of all heads, which H >= 2 gives: a wider box faults). Each part
- * from a 128-byte boundary, as tensor copies want. */
+/* A ring slot of the chain that makes Vnew from v (FROM_VALUES: chain_from_values): the
+ * chunk's k tile in W's place and layout (its rows padded by the next 8 keys, never read), the
+ * transform block, the decay, and the v tile: the block's columns of v (values_tile_columns)
+ * and the 8 after them, so that the lanes' 4-byte loads of a fragment's pairs fall in 32
+ * different banks (and the box is never wider than a row of all heads, which H >= 2 gives: a
+ * wider box faults). Each part from a 128-byte boundary, as tensor copies want. */
 __host__ __device__ static inline size_t values_slot_transform_offset(size_t K) { return chain_w_bytes(K); }
 __host__ __device__ static inline size_t values_slot_decay_offset(size_t K) { return chain_w_bytes(K) + TRANSFORM_BYTES; }
 __host__ __device__ static inline size_t values_slot_values_offset(size_t K) { return values_slot_decay_offset(K) + 128; }
@@ -65,10 +46,9 @@ typedef struct {
     int slot_bytes, stages;
 } chain_ring;
 
-/* The producer's lane: each chunk's operands into the ring, as far ahead as the ring allows.
- * W and U: W (and W_low), the decayed keys, this block's rows of U_t (its state columns that
- * have values, from value_column0: the columns before carry none) and the decay. From v
- * (FROM_VALUES): the k tile, the transform block, the decay and the block's v tile. */
+/* The producer's lane: each chunk's operands into the ring, as far ahead as the ring allows:
+ * W (and W_low), the decayed keys, this block's rows of U_t (its columns from value_column0)
+ * and the decay; from v, the k tile, the transform block, the decay and the block's v tile. */
 template <chain_operands OPERANDS>
 __device__ __forceinline__ static void fill_chain_ring(const gdn_device_problem &p, const chunk_workspace &w, const chain_place &at,
                                                        const chain_ring &ring, int value_column0, const CUtensorMap *k_map,
@@ -119,11 +99,10 @@ __device__ __forceinline__ static void fill_chain_ring(const gdn_device_problem 
     }
 }
 
-/* From v (eq. 13 regrouped, as the output warps' chain does: chain_states_role): `values`
- * holds Y = K S0 for this warp's NTILES n-tiles and leaves as Vnew = U - W S0 = Tm Z, Z =
- * diag(beta) V - diag(beta e^gamma) Y. Tm (swizzled) and beta, beta e^gamma from the slot's
- * transform block; this warp's columns of the v tile, rows LDV_STEP bf16 apart (none where
- * the columns have no values: `identity`). */
+/* From v (eq. 13 regrouped, as chain_states_role): `values` holds Y = K S0 for this warp's
+ * NTILES n-tiles and leaves as Vnew = Tm Z, Z = diag(beta) V - diag(beta e^gamma) Y; Tm and
+ * the factors from the slot's transform block, V from this warp's columns of the v tile, rows
+ * LDV_STEP bf16 apart (none where the columns have no values: `identity`). */
 template <int NTILES>
 __device__ __forceinline__ static void new_values_from_transform(float (&values)[NTILES][4][4], const bf16 *Tm, const float *beta,
                                                                  const float *scaled_beta, const bf16 *values_tile, int LDV_STEP,
@@ -167,9 +146,8 @@ __device__ __forceinline__ static void new_values_from_transform(float (&values)
 /* S = exp(gamma_C) S + Kdec^T Vnew (eq. 15) for this warp's NTILES n-tiles: key m-tiles 16 q
  * .., depth 64; each A fragment of the decayed keys (keys_t, rows TOKEN_STRIDE apart) serves
  * every n-tile, and `value` holds Vnew's B fragments (value_low their low terms with
- * SPLIT_W_AND_U). From v (TRANSFORM_AND_V): K^T (diag(d) Vnew), K^T's fragments from the k
- * tile (`keys`, rows LDK_STEP apart) by ldmatrix.trans, `decayed_value` diag(d) Vnew's.
- * TILES: the key tiles where the compiler knows them (chain_block's chunk_step), else 0 and KP. */
+ * SPLIT_W_AND_U). From v (TRANSFORM_AND_V): K^T (diag(d) Vnew), K^T's fragments by
+ * ldmatrix.trans from the k tile (`keys`). TILES: the key tiles where known, else 0 and KP. */
 template <chain_operands OPERANDS, int NTILES, int TILES, int VALUE_TILES, int LOW_TILES, int DECAYED_TILES>
 __device__ __forceinline__ static void update_state(float (&S)[NTILES][MAX_K / 16][4], float decay, const bf16 *keys_t, const bf16 *keys,
                                                     int LDK_STEP, int KP, const uint32_t (&value)[VALUE_TILES][4][2],
@@ -280,10 +258,9 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     float S[NTILES][KEY_TILES][4]; /* n-tile u, m-tile q: rows 16 q + g (+ 8), columns column0 + 8 u + 2t (+ 1) */
     for_each_state_element<NTILES>(column0, [&](int u, int q, int r, int m, int c) { S[u][q][r] = Columns::start(segments, head, segment, m, c, K, V); });
 
-    /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring:
-       counted: dividing a 64-bit j puts some 20 dependent instructions before each wait
-       (docs/06, "06e: consumer warps that own their columns"; chain_states_role counts the same way); 32 bits
-       hold a segment's steps (T / 64 chunks) */
+    /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring,
+       both counted: a 64-bit division would sit before each wait (docs/06, "06e: consumer warps
+       that own their columns"); 32 bits hold a segment's steps */
     const int steps = (int)(end - first);
     for (int j = 0, s = 0, pass = 0; j < steps; j++) {
         const unsigned char *slot = slots + s * slot_bytes;
@@ -298,12 +275,9 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         const bf16 *const values_tile = (const bf16 *)(slot + values_slot_values_offset(K)) + (column0 - values_first); /* (not read where identity) */
         barrier_wait(&full[s], (uint32_t)pass & 1);
         /* One chunk step of this warp's columns. TILES: the key tiles (KP / 16) where the
-         * compiler is told them, 4 or 8 (K = 64, 128); 0: any K, a test per tile. The test
-         * is a branch between the tiles, and code does not move across it: with TILES known
-         * the loops have no branches, so the independent products of different key tiles
-         * interleave (the update's four depth steps of one tile wait on each other; those of
-         * the next tile need not wait for them), and their shared-memory loads are issued
-         * early. */
+         * compiler is told them (K = 64, 128); 0: any K, a test per tile, a branch that code
+         * does not move across. With TILES known the loops have no branches, so the independent
+         * products of different key tiles interleave and their loads issue early. */
         auto chunk_step = [&](auto known_tiles, auto known_values_stride) {
             constexpr int TILES = decltype(known_tiles)::value, VALUES_STRIDE = decltype(known_values_stride)::value;
             /* with the key tiles known, so is the stride of W's (or the k tile's) rows, and
@@ -369,8 +343,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             }
             if constexpr (FROM_VALUES) /* values holds Y = K S0; Vnew = Tm Z from it */
                 new_values_from_transform<NTILES>(values, Tm, beta, scaled_beta, values_tile, LDV_STEP, identity);
-            /* the B fragments of Vnew (the update's, FROM_VALUES: of diag(d) Vnew, the keys being
-               as given there) */
+            /* the B fragments of Vnew (FROM_VALUES: of diag(d) Vnew, the update's keys as given) */
             uint32_t value[NTILES][4][2], value_low[PRECISE ? NTILES : 1][4][2], decayed_value[FROM_VALUES ? NTILES : 1][4][2];
 #pragma unroll
             for (int u = 0; u < NTILES; u++) {
@@ -435,8 +408,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         if (has_columns) {
             if constexpr (FROM_VALUES && SPECIALIZED) {
                 /* made at K = V = 64 and 128 only (chain_from_values_sizes): 4 or 8 key tiles,
-                   and the v tile's stride that of one of the kernel's two block widths
-                   (chain_ntiles: 1 or 2 tiles) */
+                   and the v tile's stride of one of the kernel's two block widths (chain_ntiles) */
                 constexpr int NARROW = values_tile_stride(16), WIDE = values_tile_stride(32);
                 if (KP == 64 && LDV == NARROW)
                     chunk_step(std::integral_constant<int, 4>{}, std::integral_constant<int, NARROW>{});
@@ -476,9 +448,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     });
 }
 
-/* Kernel 2's two entries (the third, with output warps: fused_outputs.cuh). Each is bound by
- * its widest block: 2 tiles of two one-n-tile warps each (5 warps with the producer),
- * widest_chain_tiles tiles of one two-n-tile warp each (9 warps, 5 with --precise). ptxas
+/* Kernel 2's two entries (the third: fused_outputs.cuh), each bound by its widest block: 2
+ * tiles of two one-n-tile warps, or widest_chain_tiles of one two-n-tile warp each. ptxas
  * reads the bound even where it caps nothing (docs/06, "06: Vnew from v, and the launch rules"). */
 template <bool PRECISE, bool STAGED, class Columns, int NTILES>
 static __global__ void __launch_bounds__(chain_block_threads(NTILES == 1 ? 2 : widest_chain_tiles(PRECISE)), 1)

@@ -1,17 +1,11 @@
 /* chain_ring.cuh -- kernel 2's structure: the serial chain over chunks as a producer warp, a
  * ring of shared-memory slots and consumer warps that keep S in their registers.
  *
- * The chain is the one serial part of docs/05's split (eq. 13-15): per chunk, Vnew = U - W S0
- * and S = exp(gamma_C) S + Kdec^T Vnew, T / 64 steps one after the other. Where its blocks are
- * few its time is the number of steps times one step's latency, so nothing on a step's path
- * waits for anything it does not need: the producer brings each chunk's operands into the ring
- * ahead of use (bulk copies by the TMA unit, counted on mbarriers), and each consumer warp
- * keeps its columns of S in MMA accumulators for the whole sequence and runs every step of
- * them alone, with no block barrier in the loop. Where the blocks fill the GPU its bytes are
- * the time, and S0^T and Vnew^T leave by bulk stores. This file holds the plan (below), the
- * segments (a sequence's pieces, each chained from its own start), the ring's sizes, the block
- * widths and the fragment helpers; chain.cuh holds the loop and the kernels, and with them
- * the budget of registers and shared memory.
+ * The chain is the one serial part of docs/05's split (eq. 13-15), T / 64 steps one after the
+ * other. Where its blocks are few its time is the steps times one step's latency, so nothing
+ * on a step's path waits for anything it does not need; where they fill the GPU its bytes are
+ * the time. Here: the plan (below), segments, the ring's sizes, block widths and fragment
+ * helpers; chain.cuh holds the loop, the kernels and their budget.
  *
  * Cost: per chunk and consumer warp, Vnew's product (64 x K by K x 8 or 16 columns) and the
  * update's (K x 64 by 64 x 8 or 16), two dependent MMA chains; per head T / 64 such steps,
@@ -22,49 +16,39 @@
 #pragma once
 
 /* ---- kernel 2: the chain, warp-specialized: a producer warp and chains in registers ----
- * One block per (head, segment, 16 x tiles columns of S), serial over chunks. The block has
- * 2 x tiles consumer warps (tiles of them in the widest blocks: chain_ntiles) and one
- * producer warp:
+ * One block per (head, segment, 16 x tiles columns of S), serial over chunks, with 2 x tiles
+ * consumer warps (tiles of them in the widest blocks: chain_ntiles) and one producer warp:
  *   the producer (its lane 0) brings each chunk's W, decayed keys, the block's rows of U and
- *     the decay into a ring of `stages` slots with three bulk copies (cp.async.bulk, the TMA
- *     unit: one instruction per contiguous piece, no thread copies 16 bytes at a time), and
- *     runs ahead of the consumers as far as the ring allows;
- *   consumer warp c owns 8 NTILES columns of the state, column0 .. column0 + 8 NTILES - 1,
- *     all K rows, in its MMA accumulators (NTILES n-tiles of K / 16 m-tiles of 16 x 8), for
- *     the whole run, and does every step of its columns alone: no warp waits for another,
- *     only for data. With two n-tiles, each A fragment it loads serves two MMAs.
+ *     the decay into a ring of `stages` slots by bulk copies (the TMA unit: one instruction a
+ *     contiguous piece), as far ahead of the consumers as the ring allows;
+ *   consumer warp c owns 8 NTILES state columns, all K rows, in its MMA accumulators for the
+ *     whole run, and does every step of them alone: it waits only for data. With two
+ *     n-tiles, each A fragment it loads serves two MMAs.
  * Per chunk, per consumer warp (eq. 13-15):
- *   S0 in bf16 as B fragments: the accumulators hold S by rows (lane: rows g, g + 8, columns
- *     2t, 2t + 1), a B fragment wants it by columns (rows 2t, 2t + 1 of column g): the 8 x 8
- *     transpose within the warp's registers is one instruction, movmatrix.trans; the same
- *     fragments, stored as 4-byte pairs, are S0^T for kernel 3
+ *   S0 in bf16 as B fragments: the accumulators hold S by rows (rows g, g + 8, columns 2t,
+ *     2t + 1), a B fragment wants it by columns (rows 2t, 2t + 1 of column g): one
+ *     movmatrix.trans; the same fragments, stored as 4-byte pairs, are S0^T for kernel 3
  *   Vnew = U - W S0                     64 tokens x 8 NTILES columns, depth K (A: W from the slot)
  *   Vnew in bf16 as B fragments, by movmatrix again (and Vnew^T for kernel 3)
  *   S = exp(gamma_C) S + Kdec^T Vnew    K x 8 NTILES, depth 64 (A: the decayed keys from the slot;
- *                                       with output warps K^T (diag(d) Vnew), A: the slot's k tile)
- * S0^T and Vnew^T leave one of two ways (chain_launch_shape picks):
- *   where blocks are few (fewer than SMs), the chain's step latency is the time: the pairs go
- *     from the registers straight to global memory;
- *   where the blocks fill the GPU, memory traffic is the time, and each 4-byte pair is half
- *     of a 32-byte sector, the other half written by the next instruction: with STAGED the
- *     pairs go into the warp's staging tiles, and each tile leaves by one bulk store (its rows
- *     are contiguous in the workspace), whole lines, while the update runs. Through the TMA
- *     unit, which also brings the ring's slots in, these stores slow the few-block chain
- *     (docs/06, "06: Vnew from v, and the launch rules"), so it keeps the plain stores.
- * Nothing of S or Vnew goes through shared memory but on its way out, and there is no block
- * barrier in the loop:
- * the ring's two mbarriers per slot are the only waits. "full": the producer's arrival
- * with the slot's byte count, completed by the bulk copies' bytes; "empty": one arrival per
- * consumer thread when it has read the slot, which the producer waits for before refilling it
- * (every reader arrives itself, rather than one lane per warp after a __syncwarp, so that each
- * read is ordered before the refill by the reader's own release: compute-sanitizer's racecheck
- * follows that, and reports the one-lane form as a race with the refill).
+ *                                       from v K^T (diag(d) Vnew), A: the slot's k tile)
+ * S0^T and Vnew^T leave one of two ways (chain_launch_shape picks): where blocks are fewer
+ * than the SMs the step's latency is the time, and the pairs go from the registers straight
+ * to global memory; where they fill the GPU, bytes are the time, and a 4-byte pair is half a
+ * 32-byte sector, so with STAGED the pairs go into the warp's staging tiles and each tile
+ * leaves by one bulk store, whole lines, while the update runs (through the TMA unit, which
+ * also fills the ring, those stores slow the few-block chain: docs/06, "06: Vnew from v, and
+ * the launch rules").
+ * The ring's two mbarriers a slot are the only waits in the loop: "full", the producer's
+ * arrival with the slot's byte count, completed by the copies' bytes; "empty", one arrival
+ * per consumer thread once it has read the slot, which the producer waits for before
+ * refilling it. Every reader arrives itself, not one lane a warp after a __syncwarp, so that
+ * its own release orders its reads before the refill, as racecheck follows it.
  *
- * Segments: here one per head, chunks 0 .. chunks from h0, writing ht; the kernel takes P
- * segments of whole chunks a head (chain_segments), each from its own start state, so that a
- * sequence can also be cut into pieces that run at once.
- * The state a block carries is a template parameter, Columns: which columns it has, where
- * they start and where the segment's end goes. Here it is S (state_columns, below); another
+ * Segments: here one per head, from h0, writing ht; the kernel takes P segments of whole
+ * chunks a head (chain_segments), each from its own start state, so that a sequence can be
+ * cut into pieces that run at once. The state a block carries is its Columns (which columns
+ * it has, where they start, where the segment's end goes): here S (state_columns); another
  * type with the same members gives the same loop another state. */
 typedef struct {
     size_t count;          /* P: segments per head; 1 in this stage */
@@ -75,10 +59,9 @@ typedef struct {
                               SMs these leave idle): set by launch_chunk_states */
 } chain_segments;
 
-/* Stage 06's state: S, V columns (VP, padded to whole tiles), each from the segment's start,
- * every column with values; each chunk's S0 and Vnew feed o (HAS_OUTPUTS: S0^T and Vnew^T
- * out, or output warps), and the last segment writes ht. WIDE_STEP_KNOWN: whether the two-n-
- * tile step from v is compiled for its tiles at K = V = 64 (chain_block). */
+/* Stage 06's state: S, VP columns from the segment's start, every one with values; each
+ * chunk's S0 and Vnew feed o (HAS_OUTPUTS), and the last segment writes ht. WIDE_STEP_KNOWN:
+ * whether the two-n-tile step from v is compiled for its tiles at K = V = 64 (chain_block). */
 struct state_columns {
     static constexpr bool HAS_OUTPUTS = true, WIDE_STEP_KNOWN = false;
     __host__ __device__ static int count(int KP, int VP) { return (void)KP, VP; }
@@ -97,18 +80,16 @@ struct state_columns {
     }
 };
 
-/* What a chain block reads each chunk: W and U (bf16), W and U with their low terms
- * (--precise: W_low, U in fp32), or the transform block and the chunk's k and v tiles (Vnew
- * made from v: chain_from_values) */
+/* What a chain block reads each chunk: W and U, W and U with low terms (--precise), or the
+ * transform block and the chunk's k and v tiles (Vnew made from v: chain_from_values) */
 enum chain_operands { W_AND_U, SPLIT_W_AND_U, TRANSFORM_AND_V };
 
 /* First chunk of segment s of P (s = P gives the end): whole chunks, as equal as they come. */
 __host__ __device__ static inline size_t segment_chunk(size_t s, size_t P, size_t chunks) { return s * chunks / P; }
 
-/* Where a chain block is: its head and segment, its chunks first .. end - 1, and its state
- * columns block_column0 .. + block_columns - 1 (tiles 16-column tiles; a head's columns in
- * groups of block_columns, a group per block, the groups of one segment, then the segments of
- * one head, then the heads) */
+/* Where a chain block is: its head and segment, its chunks first .. end - 1, its state
+ * columns block_column0 .. + block_columns - 1 (blocks ordered by column group, then segment,
+ * then head) */
 typedef struct {
     size_t head, segment, first, end;
     int block_column0, block_columns, tiles;
@@ -124,26 +105,23 @@ __device__ __forceinline__ static chain_place place_chain_block(const chain_segm
     return at;
 }
 
-/* With STAGED, a consumer warp's staging tiles for its rows of S0^T and Vnew^T (and their
- * low terms with --precise): the workspace's rows, key_stride(K) and TOKEN_STRIDE bf16, in
- * which the lanes' 4-byte writes fall in 32 different banks; 16 rows for each 16-column tile
- * of the block. */
+/* With STAGED, a consumer warp's staging tiles for its rows of S0^T and Vnew^T (and low
+ * terms): the workspace's rows, key_stride(K) and TOKEN_STRIDE bf16, in which the lanes'
+ * 4-byte writes fall in 32 different banks; 16 rows a 16-column tile. */
 __host__ __device__ static inline size_t chain_staging_bytes(size_t K, bool precise, int tiles)
 {
     return (size_t)16 * tiles * (key_stride(K) + TOKEN_STRIDE) * sizeof(bf16) * (precise ? 2 : 1);
 }
 /* n-tiles (8 state columns each, the n of m16n8k16) a consumer warp carries. One, so two
- * warps a 16-column tile, where blocks are few and the chain's latency is the time: more
- * warps, shorter steps. Two in blocks of 4 and 8 tiles, made only where the blocks (about)
- * fill the GPU (chain_tiles): there throughput is the time, and a warp that carries both
- * halves of a tile loads each A fragment of W and of the decayed keys once for two MMAs,
- * where two warps load it twice (5-12 % less time a pass on an NVIDIA H200: docs/06, "06: Vnew from v, and the launch rules"). */
+ * warps a 16-column tile, where blocks are few and latency is the time: shorter steps. Two in
+ * blocks of 4 and 8 tiles, made only where the blocks fill the GPU (chain_tiles): there
+ * throughput is the time, and one warp loads each A fragment of W and of the keys once for
+ * two MMAs (5-12 % less time a pass: docs/06, "06: Vnew from v, and the launch rules"). */
 __host__ __device__ constexpr int chain_ntiles(int tiles) { return tiles >= 4 ? 2 : 1; }
 /* threads of a chain block of `tiles` 16-column tiles: its consumer warps and one producer */
 __host__ __device__ constexpr int chain_block_threads(int tiles) { return 32 * (CONSUMER_WARPS_PER_TILE * tiles / chain_ntiles(tiles) + 1); }
-/* The widest chain block: MAX_CHAIN_TILES tiles, or 4 with --precise, whose ring slots and
- * staging tiles hold two terms: 8 staged tiles at K = 128 would take more shared memory than
- * an SM has. */
+/* The widest chain block: MAX_CHAIN_TILES tiles, or half with --precise, whose slots and
+ * staging tiles hold two terms: the widest would not fit an SM at K = 128. */
 __host__ __device__ constexpr int widest_chain_tiles(bool precise) { return precise ? MAX_CHAIN_TILES / 2 : MAX_CHAIN_TILES; }
 
 /* x - bf16(x), rounded: the low term of the two-term split (--precise) */

@@ -176,10 +176,9 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     float S[NTILES][KEY_TILES][4]; /* n-tile u, m-tile q: rows 16 q + g (+ 8), columns column0 + 8 u + 2t (+ 1) */
     for_each_state_element<NTILES>(column0, [&](int u, int q, int r, int m, int c) { S[u][q][r] = Columns::start(segments, head, segment, m, c, K, V); });
 
-    /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring:
-       counted: dividing a 64-bit j puts some 20 dependent instructions before each wait
-       (docs/06, "06e: consumer warps that own their columns"; chain_states_role counts the same way); 32 bits
-       hold a segment's steps (T / 64 chunks) */
+    /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring,
+       both counted: a 64-bit division would sit before each wait (docs/06, "06e: consumer warps
+       that own their columns"); 32 bits hold a segment's steps */
     const int steps = (int)(end - first);
     for (int j = 0, s = 0, pass = 0; j < steps; j++) {
         const unsigned char *slot = slots + s * slot_bytes;
@@ -188,12 +187,9 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         const chain_u_type<PRECISE> *U_t = (const chain_u_type<PRECISE> *)(slot + u_offset) + (column0 - block_column0) * CHUNK; /* this warp's rows */
         barrier_wait(&full[s], (uint32_t)pass & 1);
         /* One chunk step of this warp's columns. TILES: the key tiles (KP / 16) where the
-         * compiler is told them, 4 or 8 (K = 64, 128); 0: any K, a test per tile. The test
-         * is a branch between the tiles, and code does not move across it: with TILES known
-         * the loops have no branches, so the independent products of different key tiles
-         * interleave (the update's four depth steps of one tile wait on each other; those of
-         * the next tile need not wait for them), and their shared-memory loads are issued
-         * early. */
+         * compiler is told them (K = 64, 128); 0: any K, a test per tile, a branch that code
+         * does not move across. With TILES known the loops have no branches, so the independent
+         * products of different key tiles interleave and their loads issue early. */
         auto chunk_step = [&](auto known_tiles) {
             constexpr int TILES = decltype(known_tiles)::value;
             /* with the key tiles known, so is the stride of W's rows: each fragment's address is

@@ -1,23 +1,16 @@
 /* chunk_outputs.cuh -- kernel 3: o for every chunk at once, where the chain's output warps do
  * not make it.
  *
- * o = scale (exp(gamma) Q S0 + P Vnew), P = lower(Q K^T exp(gamma_i - gamma_j)) (eq. 14): once
- * the chain has left S0^T and Vnew^T of every chunk in the workspace, every (head, chunk) is
- * independent. A block per (head, chunk, 128 or 64 columns of o), 8 warps: P first, from q and
- * k alone (tensor copies where the boxes fit), while S0^T and Vnew^T land by one bulk copy
- * each; then Q S0 and P Vnew on tensor cores (mma.sync), the causal ones skipping their zero
- * blocks, and o out in bf16 through a staging tile, in whole rows (fp32 with --precise). Where
- * all its blocks fit on the GPU at once they are placed while the chain runs
- * (outputs_beside_chain): each sums its gates from g itself, makes P, and waits only for S0^T
- * and Vnew^T.
+ * Once the chain has left S0^T and Vnew^T of every chunk in the workspace, o (eq. 14) of
+ * every (head, chunk) is independent. A block per (head, chunk, 128 or 64 columns of o), 8
+ * warps: P first, from q and k alone, while S0^T and Vnew^T land; then Q S0 and P Vnew on
+ * mma.sync, and o out in bf16 through a staging tile. Where all its blocks fit on the GPU at
+ * once they run beside the chain (outputs_beside_chain) and wait only for S0^T and Vnew^T.
  *
  * Cost: per chunk and 128 columns of o, Q K^T (64 x 64 x K, causal), Q S0 (64 x K x 128) and P
  * Vnew (64 x 64 x 128, causal); it reads q, k, S0^T and Vnew^T (bf16) and writes o (bf16).
  * Every (head, chunk) is independent: its time is its work and bytes spread over the SMs.
- * Budget at K = V = 128, default mode (nvcc -Xptxas -v: no spills), on an H200 SM (64 K
- * registers, 227 KB shared): 256 threads, 59 registers (62 compiled for K = V = 128), 96 KB:
- * 2 blocks an SM; 64 columns where V is not a multiple of 128: 46 registers, 40 for K = V =
- * 64.
+ * Budget: docs/06, "06c: kernel 3 by the TMA unit".
  *
  * Included by warp_specialized.cuh.
  */
@@ -49,26 +42,22 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4), output_column = COLUMNS / 2 * (warp / 4);
     const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16;
     const bf16 *S0_t = w.states_t + head_chunk * VP * LDK, *new_values_t = w.new_values_t + head_chunk * VP * TOKEN_STRIDE;
-    /* the tiles from a 128-byte boundary, as tensor copies want (q lands at 512 bytes past it,
-     * k at 128 LDK bytes past q); the launch adds 128 bytes for the shift */
+    /* the tiles from a 128-byte boundary, as tensor copies want; the launch adds 128 bytes for the shift */
     double *gamma = (double *)SHARED_AT_128_BYTES(shared); /* common/bulk_copy.cuh */
     bf16 *q = (bf16 *)(gamma + CHUNK), *k = q + CHUNK * LDK, *S = k + CHUNK * LDK, *Vnew = S + COLUMNS * LDK;
     bf16 *P = Vnew + COLUMNS * TOKEN_STRIDE;
     /* --precise: the low bf16 terms of S0, Vnew and P */
     bf16 *S_low = P + CHUNK * TOKEN_STRIDE, *Vnew_low = S_low + COLUMNS * LDK, *P_low = Vnew_low + COLUMNS * TOKEN_STRIDE;
 
-    /* S0^T and Vnew^T rows of this block's columns: kernel 2 stored them padded as these tiles
-     * are, so each tile is one contiguous piece and comes by one bulk copy (the TMA unit),
-     * issued by one thread, where 256 threads would make 16-byte copies and their addresses */
+    /* S0^T and Vnew^T rows of this block's columns, stored padded as these tiles are: each tile
+     * is one piece and comes by one bulk copy (the TMA unit), issued by one thread */
     __shared__ uint64_t tiles_landed, keys_landed;
     const int columns = VP - (int)column0 < COLUMNS ? VP - (int)column0 : COLUMNS;
     const size_t low_states = PRECISE ? w.states_low_t - w.states_t : 0, low_values = PRECISE ? w.new_values_low_t - w.new_values_t : 0;
-    /* q and k: a head's 64 rows of a chunk lie H K values apart in the input, so they are no
-     * one piece; a tensor map (made by the launch, make_token_tile_map) describes that layout,
-     * and one tensor copy each brings the tile, already padded: the box is LDK wide, so each
-     * row brings 8 more values, the next head's first keys (or, for the last head, zeros from
-     * past the row), into the padding, and the rows past T land as zeros. Where the box does
-     * not fit (keys_by_tensor_map) the threads copy the tiles (copy_tile). */
+    /* q and k: a head's 64 rows of a chunk lie H K values apart, so a tensor map
+     * (make_token_tile_map) describes that layout and one tensor copy each brings the tile
+     * padded: the LDK-wide box brings 8 more values a row into the padding, and rows past T
+     * land as zeros. Where the box does not fit (keys_by_tensor_map) the threads copy. */
     const bool keys_by_map = keys_by_tensor_map(key_count, key_heads(p), p.T);
     /* S0^T and Vnew^T come by one bulk copy each, issued by thread 0 once the chain has ended */
     const auto copy_chain_tiles = [&] {
@@ -173,13 +162,11 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
         warp_product(acc, P, TOKEN_STRIDE, Vnew_low, TOKEN_STRIDE, tile_row, output_column, causal_depth(tile_row));
         warp_product(acc, P_low, TOKEN_STRIDE, Vnew, TOKEN_STRIDE, tile_row, output_column, causal_depth(tile_row));
     }
-    /* o leaves in bf16, as FLA writes it (half the bytes of fp32), or with --precise in fp32
-     * (a bf16 o would undo what the two terms gained). In bf16 with V a multiple of 8 it goes
-     * through a staging tile, as kernel 1's W and U do: a lane's fragment is 4-byte pairs in 8
-     * rows, half of each 32-byte sector of a direct store; from the tile the block stores whole
-     * rows, 16 bytes a thread. The tile takes the place of q onwards (q, k, S0, Vnew and P are
-     * spent by then), row stride COLUMNS + 8 so that a fragment's 8 rows fall on different
-     * banks. */
+    /* o leaves in bf16, as FLA writes it, or with --precise in fp32 (a bf16 o would undo what
+     * the two terms gained). In bf16 with V a multiple of 8 it goes through a staging tile, as
+     * kernel 1's W and U do, and the block stores whole rows, 16 bytes a thread. The tile takes
+     * the place of q onwards (spent by then), row stride COLUMNS + 8 so that a fragment's 8
+     * rows fall on different banks. */
     if (!PRECISE && p.V % 8 == 0) { /* (p.V: with V a constant the path below would be unreachable code, a warning) */
         constexpr int OUTPUT_STRIDE = COLUMNS + 8, ROW_PIECES = COLUMNS / 8;
         static_assert(CHUNK * OUTPUT_STRIDE <= (COLUMNS + CHUNK) * TOKEN_STRIDE, "the staging tile is no larger than Vnew and P, so it fits in the tiles from q on");
@@ -202,8 +189,7 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
         }
         return;
     }
-    /* Otherwise a lane's two neighbours in a row go out as one store (4 or 8 bytes) where V is
-     * even, so the pair is aligned. */
+    /* Otherwise a lane's two neighbours in a row go out as one store where V is even (aligned). */
 #pragma unroll
     for (int j = 0; j < TILES; j++)
 #pragma unroll

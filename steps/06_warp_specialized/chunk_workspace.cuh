@@ -4,21 +4,13 @@
  * Stage 05's split (docs/05, eq. 9-15) does everything that does not depend on the state in
  * kernel 1, for every chunk at once, and hands it to the serial chain through global memory.
  * A chunk's chain block is laid out as the chain's ring slot, so that a few bulk copies bring
- * it in: W, the A of Vnew = U - W S0 (eq. 13); the keys decayed to the chunk's end,
- * transposed, the A of the update S += Kdec^T Vnew (eq. 15); U transposed, stored in the order
- * the chain's lanes read it as MMA fragments (u_fragment_index: 16-byte loads, no bank
- * conflict); exp(gamma_C). Where the chain makes Vnew from v (Vnew = Tm Z, eq. 13 regrouped)
- * it reads the chunk's transform block instead: Tm's strictly lower part in wgmma's swizzled
- * layout and the factors beta, beta e^gamma, d: 8,960 bytes, about a quarter of W and U's at
- * K = V = 128. The chain writes S0^T and Vnew^T of every chunk for kernel 3, rows padded as
- * kernel 3's tiles are, so each comes back by one bulk copy. Everything the products read is
- * bf16, as FLA keeps it (U too: it is rounded to bf16 as Vnew anyway); --precise keeps U in
- * fp32 and adds the low terms of S0 and Vnew (and W_low in the chain block).
+ * it in; a chain that makes Vnew from v reads the chunk's smaller transform block instead. The
+ * chain writes S0^T and Vnew^T for kernel 3 with rows padded as kernel 3's tiles are, so each
+ * comes back by one bulk copy.
  *
- * Cost: the workspace is the stage's memory traffic between kernels: per chunk kernel 1 writes
- * W, the decayed keys and U (2 K + V values a token) or the transform block alone, the chain
- * reads them and writes S0^T and Vnew^T (K V + 64 V values a chunk), kernel 3 reads those; sizes:
- * workspace_parts, one function for the runner's allocation and the pointers.
+ * Cost: the stage's memory traffic between kernels: per chunk kernel 1 writes W, the decayed
+ * keys and U (2 K + V values a token) or the transform block, the chain reads them and writes
+ * S0^T and Vnew^T (K V + 64 V values a chunk), kernel 3 reads those (sizes: workspace_parts).
  *
  * Included by warp_specialized.cuh.
  */
@@ -34,26 +26,21 @@
  *                                         each 8 rows in the chain's fragment order
  *                                         (u_fragment_index; fp32 with --precise: chain_u_type)
  *   decay    fp32 [4]                    exp(gamma_C) and padding
- * Kernel 1 writes the parts its launch asks for (chunk_parts_for; the chain with output warps
- * reads only the decay, and the chunk's transform block, below). Zeros past the chunk's
+ * Kernel 1 writes the parts its launch asks for (chunk_parts_for). Zeros past the chunk's
  * tokens, past K and past V. */
-/* U in bf16, as FLA stores it: it is rounded to bf16 as Vnew = U - W S0 anyway before the
- * state update and the output use it, and bf16 halves what kernel 1 writes of it and the
- * chain reads. --precise keeps it fp32. */
+/* U in bf16, as FLA stores it: Vnew = U - W S0 is rounded to bf16 anyway, and bf16 halves
+ * U's bytes. --precise keeps it fp32. */
 template <bool PRECISE> using chain_u_type = std::conditional_t<PRECISE, float, bf16>;
 __host__ __device__ static inline size_t chain_u_size(bool precise) /* the same, chosen at run time */
 {
     return precise ? sizeof(chain_u_type<true>) : sizeof(chain_u_type<false>);
 }
-/* U_t in the order the chain reads it. The chain's consumer warp reads an
- * n-tile of U_t (8 columns of U: 8 rows of 64 tokens, 512 values) as MMA fragments: lane 4g + t
- * takes, for each token tile i, the four values at tokens 16 i + g, 16 i + g + 8 of columns 2t,
- * 2t + 1 (r = 0 .. 3, the accumulator's order). Stored row by row, those would be 16 reads of
- * 2 bytes a lane, the 4 lanes of a g 128 bytes apart: 4-way bank conflicts. Stored in fragment
- * order, a lane's 16 values lie together, [i][r], in 16-byte pieces (2 token tiles a piece in
- * bf16, 1 in fp32), piece p of lane l at piece 32 p + l of the n-tile: 2 (or 4) loads of 16
- * bytes a lane, consecutive lanes on consecutive bytes. Kernel 1 writes each value there;
- * nothing else reads U. The index in its n-tile of the first of lane's four values of tile i: */
+/* U_t in the order the chain reads it. A consumer warp reads an n-tile of U_t (8 columns of
+ * U, 64 tokens each) as MMA fragments: lane 4g + t takes, for each token tile i, tokens 16 i +
+ * g and + 8 of columns 2t, 2t + 1. Row by row those are 2-byte reads with 4-way bank
+ * conflicts; in fragment order a lane's 16 values lie together, [i][r], in 16-byte pieces,
+ * piece p of lane l at piece 32 p + l: consecutive lanes read consecutive bytes. The index in
+ * its n-tile of the first of lane's four values of tile i: */
 template <typename T> __host__ __device__ constexpr int u_tiles_a_piece(void) { return 16 / (4 * (int)sizeof(T)); }
 template <typename T> __host__ __device__ constexpr int u_fragment_index(int lane, int i)
 {
@@ -67,9 +54,8 @@ __device__ __forceinline__ static uint32_t pack_bf16(float low_column, float hig
     const __nv_bfloat162 pair = __floats2bfloat162_rn(low_column, high_column);
     return *(const uint32_t *)&pair;
 }
-/* four values of U into their place in U_t (u_fragment_index): one 8- or 16-byte store (the bf16
-   four as one 64-bit integer: a uint2 is a struct, and nvcc splits its assignment into two
-   4-byte stores, each with a four-way bank conflict at the fragment order's 16-byte stride) */
+/* four values of U into their place in U_t: one 8- or 16-byte store (bf16: one 64-bit integer,
+   since nvcc splits a uint2's assignment into two 4-byte stores, each bank-conflicted) */
 __device__ __forceinline__ static void store_four(bf16 *to, const float (&four)[4])
 {
     *(uint64_t *)to = (uint64_t)pack_bf16(four[2], four[3]) << 32 | pack_bf16(four[0], four[1]);
@@ -88,13 +74,12 @@ __host__ __device__ static inline size_t chain_decay_offset(size_t K, size_t V, 
 {
     return chain_u_offset(K, precise) + (size_t)round_up16(V) * CHUNK * chain_u_size(precise);
 }
-/* A chunk's transform block: what the chain with output warps reads of it instead of W and U,
- * since it makes Vnew from v itself (docs/06, "06f: output warps in the chain's block"):
+/* A chunk's transform block, which a chain that makes Vnew from v (Vnew = Tm Z, eq. 13
+ * regrouped) reads instead of W and U, about a quarter of their bytes at K = V = 128:
  *   Tm     bf16 [64][64]   Tm's strictly lower part, in wgmma's 128-byte-swizzled layout
  *                          (one panel: swizzled_offset), its rows the tokens i of Vnew
  *   beta, scaled_beta, d   fp32 [64] each: beta_i, beta_i e^gamma_i, e^(gamma_C - gamma_i)
- * 8,960 bytes, about a quarter of W and U's at K = V = 128. The transform blocks follow the chain
- * blocks in the workspace, one after another (chunk_workspace). */
+ * The transform blocks follow the chain blocks in the workspace (chunk_workspace). */
 constexpr size_t TRANSFORM_TM_BYTES = (size_t)CHUNK * CHUNK * sizeof(bf16), TRANSFORM_BYTES = TRANSFORM_TM_BYTES + 3 * CHUNK * sizeof(float);
 __host__ __device__ static inline size_t chain_block_bytes(size_t K, size_t V, bool precise) { return chain_decay_offset(K, V, precise) + 4 * sizeof(float); }
 /* what one chain block of `tiles` 16-column tiles copies of it per chunk: W (and W_low),
@@ -107,9 +92,8 @@ typedef struct {
     double *gamma;         /* [heads T] */
     unsigned char *chain;  /* [heads chunks] chain blocks */
     unsigned char *transforms; /* [heads chunks] transform blocks (TRANSFORM_BYTES), after the chain blocks */
-    /* [heads chunks] a flag a chunk, after the transform blocks: where kernel 1 runs beside the
-       chain (kernel1_beside_chain), 1 once the chunk's transform block, gamma and decay are
-       written, for chunks ready_from on; ready NULL elsewhere (nothing waits) */
+    /* [heads chunks] a flag a chunk, after the transform blocks: beside the chain
+       (kernel1_beside_chain), 1 once a chunk from ready_from on is written; NULL elsewhere */
     unsigned *ready;
     size_t ready_from;
     bf16 *states_t;        /* [heads chunks][round_up16(V)][key_stride(K)]: S0 transposed, for kernel 3 */
@@ -119,11 +103,10 @@ typedef struct {
     bf16 *states_low_t, *new_values_low_t; /* --precise only, same shapes: what bf16 rounded away */
 } chunk_workspace;
 
-/* The bytes of the workspace's four parts, in order: gamma (rounded up to 16 bytes, so the
- * chain blocks after it are aligned for 16-byte copies), the chain blocks and the transform
- * blocks and the ready flags, S0^T and Vnew^T
- * (twice each with --precise: the low terms follow). One function for the size the runner
- * allocates and for the pointers into it, so the two cannot disagree. -1 on overflow. */
+/* The bytes of the workspace's four parts: gamma (rounded up to 16 bytes, so that the chain
+ * blocks are aligned for 16-byte copies), the chain blocks with the transform blocks and the
+ * ready flags, S0^T, Vnew^T (twice each with --precise). One function for the runner's
+ * allocation and the pointers into it, so the two cannot disagree. -1 on overflow. */
 static int workspace_parts(size_t heads, size_t T, size_t K, size_t V, bool precise, size_t bytes[4])
 {
     const size_t terms = precise ? 2 : 1, chunks = chunks_of(T);

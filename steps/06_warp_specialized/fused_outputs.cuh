@@ -1,53 +1,32 @@
 /* fused_outputs.cuh -- at K = V = 128, kernel 3's work inside the chain's block: output warps,
  * and the chain's products, by wgmma.
  *
- * o's formula (eq. 14) needs a chunk's S0 and Vnew, and a chain block of 8 tiles (128 columns)
- * holds a head's whole state at K = V = 128, so both are on the SM already, in the chain's
- * staging tiles. Eight output warps in the same block make o there (chunk_outputs_role): S0^T
- * and Vnew^T never go to global memory and back (52 KB each way a chunk), and kernel 3 does
- * not run. They make it by wgmma (sm_90a): a warpgroup multiplies 64 x 16 by 16 x N from
- * shared memory in one instruction and reads each operand once for its 64 rows, where
- * mma.sync warps read S0^T and Vnew^T once per 16 rows. The chain's warps in that block use
- * wgmma too (chain_states_role): S^T is one m64n128 accumulator a warpgroup, and Vnew is made
- * from v,
- *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0   (eq. 13 regrouped)
- * so kernel 1 writes only Tm and its factors (about a quarter of W and U's bytes) and the
- * chain reads v's tile beside the q and k tiles it shares with the output warps. Each role's
- * waits are mbarriers and named barriers of its own; setmaxnreg gives each warpgroup the
- * registers its role needs.
+ * o's formula (eq. 14) needs a chunk's S0 and Vnew, and a chain block of 8 tiles holds a
+ * head's whole state at K = V = 128, so both are on the SM already, in the chain's staging
+ * tiles. Eight output warps in the same block make o there (chunk_outputs_role): S0^T and
+ * Vnew^T never go to global memory and back, and kernel 3 does not run. They make it by wgmma
+ * (sm_90a), which reads each operand once for a warpgroup's 64 rows; the chain's warps in
+ * that block use wgmma too (chain_states_role) and make Vnew from v (eq. 13 regrouped), so
+ * kernel 1 writes only the transform block. Each role waits on mbarriers and named barriers
+ * of its own; setmaxnreg gives each warpgroup the registers its role needs.
  *
  * Cost per chunk: the chain's K S0, Tm Z and K^T (diag(d) Vnew) (8 + 4 + 4 wgmma a warpgroup),
  * the output warps' Q K^T, Q S0 and P Vnew (8 + 8 + 4 a warpgroup); the step is serial, and
- * these blocks run where they give 70 % of the SMs a block (widest_blocks_percent: at fewer
- * heads narrower chain blocks and kernel 3 run instead).
- * Budget (nvcc -Xptxas -v: no spills), on an H200 SM (64 K registers, 227 KB shared): 640
- * threads (the chain's two warpgroups, the output warps' two, the producer's), 177 KB: two
- * ring slots with the transform block, q, k and v for each, the P tile and the staging
- * tiles; 1 block an SM; registers set by warpgroup with setmaxnreg from 96: the chain 152, the
- * output warps 72, the producer's warpgroup 32.
+ * the output warps' path sets its pace. These blocks run where they give 70 % of the SMs a
+ * block (widest_blocks_percent). Budget: docs/06, "06f: output warps in the chain's block".
  *
  * Included by warp_specialized.cuh.
  */
 #pragma once
 /* ---- output warps in the chain's block (OUTPUTS): kernel 3's work where S0^T and Vnew^T are ----
- * A chain block of MAX_CHAIN_TILES tiles holds a whole head's state at K = V = 128, so its
- * staging tiles hold all of S0^T and Vnew^T for a chunk: eight more warps can form the chunk's
- * o from them there, and neither goes to global memory and back (52 KB each way a chunk).
- * Eight, as two warpgroups that make o by wgmma (chunk_outputs_role), 64 columns each: S0^T
- * and Vnew^T are staged in wgmma's swizzled layout, and q and k come swizzled by the TMA unit.
- * The block: warps 0 .. 7 the chain (two warpgroups, by wgmma too: chain_states_role), 8 ..
- * 15 the output warps (two), 16 and 17 the producer's (a lane of 16 brings the transform block
- * and the decay, a lane of 17 q, k and v and o out, each slot's two parts on barriers of their
- * own; the warpgroup's other two warps leave at once). Registers by warpgroup (setmaxnreg; every thread starts with
- * 65,536 / 640, 96 in whole units of 8): the chain 152 a thread, the output warps 72 (with
- * every address made where it is used: made_here), the producer's warpgroup 32: 61,440 of
- * the block's 61,440. ptxas gives each role the budget set where it begins only if no role's
- * code is reached from another's: each returns where it ends. Shared memory: the chain's ring
- * of two slots (the transform blocks, each from a 1024-byte boundary: output_slot_bytes), the
- * output warps' P tile, the staging tiles, and for each slot the chunk's q, k and v (the
- * layout: output_block_bytes); 177 KB. The chain takes the keys as given, from the slot's k
- * tile, as S += K^T (diag(d) Vnew), not the decayed keys, and makes Vnew from the v tile and
- * the transform block (chain_states_role, below). */
+ * Warps 0 .. 7 the chain (two warpgroups: chain_states_role), 8 .. 15 the output warps (two
+ * warpgroups of 64 columns of o: chunk_outputs_role), 16 .. 19 the producer's warpgroup (a
+ * lane of 16 brings the transform block and the decay, a lane of 17 q, k and v and takes o
+ * out, each slot's two parts on barriers of their own; the other two warps leave at once).
+ * S0^T and Vnew^T are staged in wgmma's swizzled layout, and q, k and v come swizzled by the
+ * TMA unit. Registers by warpgroup (setmaxnreg, from OUTPUT_START_REGISTERS): the chain's, the
+ * output warps' (every address made where it is used: made_here) and the producer's sum to
+ * the block's; each role returns where it ends (below). Shared memory: output_block_bytes. */
 enum { OUTPUT_WARPS = 8, OUTPUT_PRODUCER_WARP = 16, OUTPUT_BLOCK_THREADS = 640, OUTPUT_CHAIN_REGISTERS = 152, OUTPUT_ROLE_REGISTERS = 72,
        OUTPUT_PRODUCER_REGISTERS = 32, OUTPUT_STAGES = 2 /* the ring's slots: two fit */ };
 /* the states output warps make o for: a whole head's in one block of MAX_CHAIN_TILES tiles,
@@ -57,8 +36,7 @@ __host__ __device__ constexpr bool output_warps_shape(size_t K, size_t V) { retu
 constexpr int OUTPUT_START_REGISTERS = 65536 / OUTPUT_BLOCK_THREADS / 8 * 8;
 static_assert((int)OUTPUT_PRODUCER_WARP == (int)MAX_CHAIN_TILES + (int)OUTPUT_WARPS, "warps: the chain's, the output warps, the producer");
 /* setmaxnreg.inc waits for registers the block's other warpgroups gave back: a block never has
-   more than it was launched with (65,536 / 640, 96 a thread), so the roles' budgets must fit
-   that, not merely the SM's 65,536 (docs/06, "06f: output warps in the chain's block") */
+   more than it was launched with, so the roles' budgets must fit that (docs/06, "Pitfalls") */
 static_assert(OUTPUT_CHAIN_REGISTERS * 256 + OUTPUT_ROLE_REGISTERS * 32 * OUTPUT_WARPS + OUTPUT_PRODUCER_REGISTERS * 128
                   <= OUTPUT_START_REGISTERS * OUTPUT_BLOCK_THREADS,
               "the warpgroups' registers fit the block's");
@@ -70,11 +48,9 @@ constexpr bool HAVE_SETMAXNREG = true;
 #else
 constexpr bool HAVE_SETMAXNREG = false;
 #endif
-/* the register budget of this thread's warpgroup (PTX "setmaxnreg"), from the launch's
-   OUTPUT_START_REGISTERS: .inc to raise it, .dec to lower it, picked here from the two
-   counts, since an .inc to fewer registers than the warps hold is undefined (docs/06,
-   "06f: output warps in the chain's block"). Every warp of the warpgroup executes it; an increase waits
-   until the registers are free */
+/* the register budget of this thread's warpgroup (PTX "setmaxnreg"): .inc or .dec, picked from
+   the two counts, since an .inc to fewer registers than the warps hold is undefined (docs/06,
+   "Pitfalls"). Every warp of the warpgroup executes it; an increase waits for free registers */
 template <int REGISTERS> __device__ __forceinline__ static void set_max_registers(void)
 {
     if constexpr (HAVE_SETMAXNREG && REGISTERS > OUTPUT_START_REGISTERS)
@@ -82,10 +58,9 @@ template <int REGISTERS> __device__ __forceinline__ static void set_max_register
     else if constexpr (HAVE_SETMAXNREG && REGISTERS < OUTPUT_START_REGISTERS)
         decrease_registers<REGISTERS>();
 }
-/* Where kernel 1 runs beside the chain (kernel1_beside_chain), its chunks from w.ready_from on
-   may not be written yet when the chain reaches them: wait for the chunk's flag (an acquire at
-   GPU scope, so that its transform block, gamma and decay, written before the flag's release,
-   are seen); elsewhere (w.ready NULL) kernel 1 ended before this kernel began */
+/* Beside kernel 1 (kernel1_beside_chain), a chunk from w.ready_from on may not be written yet:
+   wait for its flag, an acquire at GPU scope, so that what kernel 1 wrote before its release
+   is seen; elsewhere (w.ready NULL) kernel 1 ended before this kernel began */
 __device__ __forceinline__ static void wait_until_prepared(const chunk_workspace &w, size_t head, size_t chunks, size_t chunk)
 {
     if (!w.ready || chunk < w.ready_from)
@@ -99,13 +74,11 @@ __device__ __forceinline__ static void output_warps_sync(void) { named_barrier_s
 
 /* ---- the output warps' wgmma: common/wgmma.cuh (the swizzle, the descriptors, the instructions) ---- */
 constexpr int OUTPUT_TILE = CHUNK * 16 * MAX_CHAIN_TILES; /* bf16 of a q or k tile, 64 tokens x 128 keys */
-/* The block's shared memory with OUTPUTS, from a 1024-byte boundary (each part on one, for
- * wgmma's swizzled tiles): the ring of OUTPUT_STAGES slots, each a chunk's transform block and
- * its decay, then their full and empty barriers; the output warps' P tile (64 x 64 bf16,
- * swizzled); the staging tiles, where the chain leaves S0^T and Vnew^T for the output warps
- * (swizzled); for each slot the chunk's q, k and v tiles (OUTPUT_TILE bf16 each, swizzled by
- * the TMA unit), then their full and empty barriers (one each a slot), three more barriers,
- * and two chunks' gamma. */
+/* The block's shared memory, each part from a 1024-byte boundary for wgmma's swizzled tiles:
+ * the ring of OUTPUT_STAGES slots, each a chunk's transform block and decay, and their full
+ * and empty barriers; the output warps' P tile (64 x 64 bf16); the staging tiles of S0^T and
+ * Vnew^T; for each slot the chunk's q, k and v tiles (OUTPUT_TILE bf16 each), then their
+ * barriers (output_barriers) and two chunks' gamma. */
 constexpr int OUTPUT_TILES_PER_SLOT = 3; /* q, k, v */
 __host__ __device__ static inline size_t output_slot_bytes(void) { return (TRANSFORM_BYTES + 4 * sizeof(float) + 1023) / 1024 * 1024; }
 __host__ __device__ static inline size_t output_ring_bytes(void)
@@ -127,9 +100,8 @@ __host__ __device__ static inline size_t output_block_bytes(void)
 static_assert((16 * MAX_CHAIN_TILES) * (16 * MAX_CHAIN_TILES + CHUNK) * 2 <=
                   MAX_CHAIN_TILES * 16 * (16 * MAX_CHAIN_TILES + KEY_STRIDE_PADDING + TOKEN_STRIDE) * 2,
               "the output warps' operands fit the staging tiles");
-/* The barriers after the slots' q, k and v tiles (output_block_bytes): tiles_full[OUTPUT_STAGES],
- * tiles_empty[OUTPUT_STAGES], staged_full, states_free, values_free; at a constant from the
- * tiles, so that the output warps hold no register for each */
+/* The barriers after the slots' q, k and v tiles: tiles_full and tiles_empty a slot, staged_full,
+ * states_free, values_free; at a constant from the tiles, so that no register holds each */
 __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
 {
     return (uint64_t *)(output_tiles + OUTPUT_TILES_PER_SLOT * OUTPUT_STAGES * OUTPUT_TILE);
@@ -137,25 +109,18 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
 
 /* The output warps' loop over the block's chunks, by wgmma. Output warpgroup h (warps 8 .. 11,
  * 12 .. 15) takes columns 64 h .. + 63 of the chunk's o, all 64 rows (warp r of it rows 16 r
- * .. + 15, as wgmma's accumulators), K = V = 128 (the only shape that runs this):
+ * .. + 15, as wgmma's accumulators), K = V = 128:
  *     P = lower(Q K^T exp(gamma_i - gamma_j)), o = scale (exp(gamma) Q S0 + P Vnew)    (eq. 14)
- * Warpgroup h makes tokens 32 h .. + 31 of P for all 64 rows (8 m64n32k16 products from the
- * swizzled q and k tiles), masks and scales them and writes them in bf16 into the P tile
- * (swizzled, a place of its own: output_p_tile_offset); after one barrier each warpgroup reads all of P there
- * as P Vnew's A, so P is made once. Q S0 reads q and the chain's S0^T, P Vnew the P tile and
- * the chain's Vnew^T, each staged swizzled (the chain's stores: swizzled_address). A
- * warpgroup's wgmma reads each operand once for its 64 rows, where mma.sync warps would read
- * S0^T and Vnew^T once per 16 rows: about half the shared-memory bytes a chunk, and far fewer
- * product instructions (docs/06, "06f: output warps in the chain's block"). Not causal: a 64-row product has
- * no zero blocks to skip. The sums are
- * taken k by k in the mma.sync warps' order, and o measures bit for bit theirs (docs/06,
- * "06f: output warps in the chain's block").
- * Per chunk the warps wait for the slot's q and k, make P, wait for the chain's staging
- * tiles, add Q S0 and let the chain write the next S0^T (states_free), then P Vnew and let it
- * write the next Vnew^T (values_free); o goes into the warp's own part of the q tile
- * (swizzled) once every output warp is done reading q, and the q and k tiles are released:
- * the producer's q and k lane stores o out from there by tensor stores before the slot's next
- * q comes, so that no output warp waits on o's loads and stores. */
+ * Warpgroup h makes tokens 32 h .. + 31 of P for all 64 rows, masks and scales them into the
+ * swizzled P tile, and after one barrier each warpgroup reads all of P as P Vnew's A: P is
+ * made once. wgmma reads each operand once for 64 rows, where mma.sync warps read S0^T and
+ * Vnew^T once per 16 (docs/06, "06f: output warps in the chain's block"); a 64-row product
+ * has no zero blocks to skip.
+ * Per chunk: wait for the slot's q and k, make P, wait for the staging tiles, add Q S0 and
+ * let the chain write the next S0^T (states_free), then P Vnew and let it write the next
+ * Vnew^T (values_free); o goes into the warp's part of the q tile once every output warp has
+ * read q, and the producer's q lane stores it out by tensor stores, so that no output warp
+ * spends a load or store on o. */
 template <bool BESIDE> /* kernel 1 beside the chain: chunks may have to be waited for (wait_until_prepared) */
 __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chunk_workspace &w, size_t head, size_t first, size_t end,
                                           unsigned char *slots)
@@ -207,10 +172,9 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
             for (int kk = 0; kk < SIZE / 16; kk++)
                 wgmma_64x32x16(scores, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
                                descriptor_here(k + swizzled_offset(CHUNK, token0, 16 * kk)), kk > 0);
-            /* e^(gamma_i - gamma_l) = 2^(gamma_i log2 e - gamma_l log2 e): this lane's two rows' and eight
-               tokens' exponents once a chunk, in float (gamma is summed within the chunk, so they are
-               small: a relative error of about 1e-7 of their size in each), then one 2^x an element;
-               made while the products run */
+            /* e^(gamma_i - gamma_l) = 2^(gamma_i log2 e - gamma_l log2 e): the exponents of this lane's
+               two rows and eight tokens in float, made while the products run (gamma is summed within
+               the chunk, so they are small), then one 2^x an element */
             const float row_exponent[2] = {(float)(gamma[upper] * LOG2_E), (float)(gamma[lower] * LOG2_E)};
             float token_exponent[CHUNK / 2 / 8][2];
 #pragma unroll
@@ -236,8 +200,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
             output_warps_sync();           /* P is whole */
         }
         /* the next chunk's gamma, from global memory: loaded here, Q S0, P Vnew and o's stores hide
-           its latency; loaded after P Vnew, the next chunk's first barrier would wait for it
-           (docs/06, "06f: output warps in the chain's block") */
+           its latency (docs/06, "06f: output warps in the chain's block") */
         gamma_next = gamma_of(chunk + 1);
         float acc[SIZE / 2 / 8][4];
         barrier_wait(staged_full, (uint32_t)(j & 1)); /* S0^T and Vnew^T of this chunk */
@@ -290,28 +253,20 @@ __device__ __forceinline__ static void chain_warpgroup_sync(int warpgroup)
 }
 
 /* The chain's two warpgroups with output warps (K = V = 128), by wgmma. The state is kept
- * transposed, S^T (128 state columns x 128 keys), as the accumulators of one m64n128 product a
- * warpgroup: warpgroup h holds state columns 64 h .. + 63, its warp w columns 16 w .. + 15 (as
- * in the mma.sync chain: chain.cuh), lane 4g + t rows (columns of S) 16 w + g and + 8 and keys
- * 8 j + 2t, + 1. Vnew is made from v, not from W and U: with W = Tm diag(beta
- * e^gamma) K and U = Tm diag(beta) V (eq. 12),
- *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0            (eq. 13)
- * so kernel 1 writes only Tm (in bf16, about a quarter of W and U's bytes) and the factors,
- * and the chain reads v's tile beside the q and k tiles it shares with the output
- * warps. Per chunk:
+ * transposed, S^T, as the accumulators of one m64n128 product a warpgroup: warpgroup h holds
+ * state columns 64 h .. + 63, its warp w columns 16 w .. + 15, lane 4g + t rows (columns of
+ * S) 16 w + g and + 8 and keys 8 j + 2t, + 1. Vnew is made from v (eq. 13 regrouped):
+ *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0
+ * so the chain reads v's tile beside the q and k tiles it shares with the output warps. Per
+ * chunk:
  *     Y^T = S0^T K^T               8 m64n64k16, A = S0^T in bf16 from the staging tile the
- *                                  chain writes for the output warps anyway (swizzled); B =
- *                                  the k tile (swizzled, K-major)
- *     Z^T = V^T diag(beta) - Y^T diag(beta e^gamma)   in fp32, a column a token; V^T's pairs
- *                                  by ldmatrix.trans from the v tile
+ *                                  chain writes for the output warps anyway; B = the k tile
+ *     Z^T = V^T diag(beta) - Y^T diag(beta e^gamma)   in fp32; V^T's pairs by ldmatrix.trans
  *     Vnew^T = Z^T + Z^T lower(Tm)^T   4 m64n64k16: D starts as Z^T (Tm's diagonal of ones,
- *                                  in fp32), A = Z^T in bf16 from the registers (a product's
- *                                  sums are the next one's A), B = Tm's strictly lower part
+ *                                  in fp32), A = Z^T in bf16 from the registers, B = Tm
  *     S^T = decay S^T + (Vnew^T diag(d)) K      4 m64n128k16, A from Vnew^T's accumulators
- *                                  scaled by d (a column of A a token), B = the k tile read
- *                                  N-major (its rows the depth)
- * S0^T and Vnew^T go to the output warps' staging tiles (swizzled), where chunk_outputs_role
- * reads them. */
+ *                                  scaled by d, B = the k tile read N-major
+ * S0^T and Vnew^T go to the staging tiles, where chunk_outputs_role reads them. */
 __device__ static void chain_states_role(const gdn_device_problem &p, const chain_segments &segments, size_t head, size_t segment,
                                          size_t first, size_t end, unsigned char *slots, int stages)
 {
@@ -344,9 +299,8 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
         barrier_wait(&full[s], (uint32_t)pass & 1);
         if (j > 0) /* the output warps have read the last chunk's S0^T */
             barrier_wait(states_free, (uint32_t)((j - 1) & 1));
-        /* S0^T in bf16 into the staging tile: the output warps' S0^T, and this warpgroup's A of
-           Y's products (from shared memory: held in registers beside S and Vnew, the 32
-           registers of its fragments make ptxas serialize the products) */
+        /* S0^T in bf16 into the staging tile: the output warps' S0^T and the A of Y's products
+           (held in registers beside S and Vnew, its fragments would make ptxas serialize them) */
         const uint32_t states_row = swizzled_address(states_staged, SIZE, column0 + g, 2 * t); /* piece jj % 8: XOR (swizzled_address) */
 #pragma unroll
         for (int jj = 0; jj < SIZE / 8; jj++) {
@@ -365,10 +319,9 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
         for (int kk = 0; kk < SIZE / 16; kk++)
             wgmma_64x64x16(values, descriptor_here(states_staged + swizzled_offset(SIZE, 64 * warpgroup, 16 * kk)),
                            descriptor_here(key_tile + swizzled_offset(CHUNK, 0, 16 * kk)), kk > 0);
-        /* V^T's pairs while the products run: ldmatrix.trans of an 8 x 8 block of v (8 tokens x
-           8 columns, its rows 16 bytes of the swizzled tile) hands lane 4g + t column g, tokens
-           2t, 2t + 1, as the accumulators hold Y^T; matrix m of a load: tokens 8 (2 i + m / 2),
-           columns column0 + 8 (m % 2) */
+        /* V^T's pairs while the products run: ldmatrix.trans of an 8 x 8 block of v (8 tokens x 8
+           columns) hands lane 4g + t column g, tokens 2t, 2t + 1, as the accumulators hold Y^T;
+           matrix m of a load: tokens 8 (2 i + m / 2), columns column0 + 8 (m % 2) */
         uint32_t value_pairs[CHUNK / 16][4]; /* [i][m] */
 #pragma unroll
         for (int i = 0; i < CHUNK / 16; i++) {
@@ -448,18 +401,10 @@ __device__ static void chain_states_role(const gdn_device_problem &p, const chai
         }
 }
 
-/* A chain block (kernel 2). NTILES: chain_ntiles of the block's tiles; STAGED: S0^T and
- * Vnew^T leave by bulk stores. OUTPUTS: they do not leave; output warps in the block take
- * them from the staging tiles and do kernel 3's work (chunk_outputs_role, above), so that
- * kernel 3 does not run. */
-
 /* Kernel 2 with output warps: one block a (head, segment), the whole state of K = V = 128 and
- * the chunk's o (the roles: above; the warps and the shared memory: "output warps in the
- * chain's block"). Tensor maps of o (in bf16), q, k and v. BESIDE: kernel 1 runs beside it
- * (kernel1_beside_chain), and it waits for each chunk's flag from w.ready_from. An entry of
- * its own, with its own parameters, so that it leaves the other chain kernels' code alone: in
- * one entry with them, one shift moves in the PTX and ptxas schedules the one-tile chain 5 %
- * slower on an NVIDIA H200 (docs/06, "06f: output warps in the chain's block"). */
+ * the chunk's o. Tensor maps of o (bf16), q, k and v. BESIDE: kernel 1 runs beside it
+ * (kernel1_beside_chain), so it waits for each chunk's flag from w.ready_from. An entry of its
+ * own, so that it leaves the other chain kernels' machine code alone (docs/06, "Pitfalls"). */
 template <bool BESIDE>
 static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
@@ -483,12 +428,10 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     /* from a 1024-byte boundary, for the swizzled tiles (output_tiles) */
     unsigned char *slots = SHARED_AT_1024_BYTES(ring);
     uint64_t *full = (uint64_t *)(slots + stages * slot_bytes), *empty = full + stages;
-    /* each slot's q, k and v tiles, then the hand-over barriers between the chain's warps and
-       the output warps: staging tiles written (staged_full), S0^T and Vnew^T read
-       (states_free, values_free); before them the tiles' own barriers a slot (tiles_full,
-       tiles_empty): a slot's transform block (full, empty) is free once the chain has made
-       Vnew, its q, k and v once the output warps have made o and the chain its update
-       (docs/06, "06f: output warps in the chain's block") */
+    /* a slot's transform block (full, empty) is free once the chain has made Vnew, its q, k and
+       v tiles (tiles_full, tiles_empty) once the output warps have made o and the chain its
+       update; the hand-over between them: staging tiles written (staged_full), S0^T and Vnew^T
+       read (states_free, values_free) */
     bf16 *const output_tiles = (bf16 *)(slots + output_tiles_offset());
     uint64_t *const tiles_full = output_barriers(output_tiles), *const tiles_empty = tiles_full + stages;
     uint64_t *const staged_full = tiles_empty + stages, *const states_free = staged_full + 1, *const values_free = staged_full + 2;
@@ -510,17 +453,16 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     if (segments.outputs_early && threadIdx.x == 0)
         let_next_kernel_start();
 
-    /* Each role returns where it ends, so that the chain's code below is reached only after
-       its registers grew (ptxas allocates by those regions) */
+    /* Each role returns where it ends: ptxas gives a role the budget set where it begins only
+       if no role's code is reached from another's */
     if (warp >= OUTPUT_PRODUCER_WARP) { /* the producer's warpgroup */
         set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* it gives registers back */
         if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q, k and v (kernel 3's tensor copies) */
             const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
             const int b = (int)(head / p.H), h = (int)(head % p.H), key_head = h / (int)p.heads_per_key; /* q and k: its key head's */
-            /* and takes o out: the output warps leave chunk c's o in its slot's q tile, in q's
-               swizzled layout, and the slot is empty (tiles_empty) once they and the chain's
-               update are done with it; two tensor stores (o's map: q's boxes) write it, rows
-               past T dropped, and once they have read the tile the slot takes the next q */
+            /* and takes o out: chunk c's o lies in its slot's q tile (swizzled) once tiles_empty
+               says the output warps and the chain are done; two tensor stores write it (rows past
+               T dropped), and once they have read the tile the slot takes the next q */
             const auto store_o = [&](size_t c) {
                 const int s = (int)((c - first) % stages);
                 barrier_wait(&tiles_empty[s], (uint32_t)(((c - first) / stages) & 1));

@@ -2,23 +2,17 @@
  *
  * The kernels are fixed; how the GPU is best filled with them depends on the shape (heads,
  * chunks, K and V) and the GPU (its SMs, and the occupancy query's answer for each kernel).
- * These functions decide, for every pass of the chain over a head's segments:
- *   kernel 1's instance (launch_prepare_chunks): four blocks an SM where V is one slice, K = V
- *     = 64 or 128 compiled known; the transform block alone, six an SM, where the chains make
- *     Vnew from v;
- *   kernel 2's shape (chain_launch_shape): the widest block that still gives nearly every SM
- *     a block, the deepest ring that fits unless two slots save a wave, staged stores where
- *     the blocks fill the GPU;
- *   whether the chain makes Vnew from v (chain_from_values: at K = V = 128, and at 64 where
- *     heads x chunks outweigh the chain's depth) and whether it carries output warps
+ * These functions decide, for every pass:
+ *   kernel 1's instance (launch_prepare_chunks);
+ *   kernel 2's shape (chain_launch_shape): block width, ring depth, staged stores;
+ *   whether the chain makes Vnew from v (chain_from_values) and carries output warps
  *     (chain_makes_outputs);
  *   kernel 3's columns (output_columns), and whether it runs beside the chain
  *     (outputs_beside_chain, outputs_may_start_early).
- * Each rule cites where docs/06 measures it (NVIDIA H200). The chain and kernel 3 are launched by
- * CUDA_LAUNCH_AFTER_PREVIOUS (programmatic dependent launch: common/cuda_check.h; the fused
- * chain beside kernel 1 in a stream of its own instead): the GPU places their blocks as the
- * last blocks of the kernel before them exit, and a block waits (wait_for_previous_kernel)
- * only before it reads what that kernel wrote.
+ * Each rule cites where docs/06 measures it. The chain and kernel 3 are launched by
+ * CUDA_LAUNCH_AFTER_PREVIOUS (programmatic dependent launch: common/cuda_check.h): the GPU
+ * places their blocks as the last blocks of the kernel before them exit, and a block waits
+ * (wait_for_previous_kernel) only before it reads what that kernel wrote.
  *
  * Cost: host work alone, a few occupancy queries and tensor-map encodings a pass.
  *
@@ -57,10 +51,8 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
     if (tiles_by_tensor_map(p->K, p->V, keys.H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, key_stride(p->K)) ||
                                                         make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
         return -1;
-    /* four blocks an SM where the occupancy query says their shared memory fits (and V is one
-     * slice, as that kernel assumes): fewer rounds of blocks than three an SM give (docs/06,
-     * "06d: kernel 1 tuned"). At K = V = 128 four fit because the tiles share
-     * their places (tm_place_bytes) */
+    /* four blocks an SM where the occupancy query says they fit and V is one slice, as that
+     * kernel assumes: fewer rounds of blocks than three (docs/06, "06d: kernel 1 tuned") */
     auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
     size_t launch_bytes = bytes;
     const auto transform_only = p->K == 64 ? prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 64> : prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>;
@@ -92,25 +84,22 @@ __host__ __device__ static inline size_t chain_shared_bytes(size_t K, bool preci
            2 * (size_t)stages * sizeof(uint64_t) + (staged ? chain_staging_bytes(K, precise, tiles) : 0);
 }
 /* How kernel 2 is launched: tiles per block and ring slots, and the shared memory that takes.
- * Tiles (chain_tiles): the most (8, 4, 2, 1; at most 4 with --precise: widest_chain_tiles) that
- * divide a head's tiles (tiles_per_run) and still leave a block for every SM: wider blocks
- * share each copy of W and the decayed keys among more columns, but when blocks are few the
- * chain's latency is the time, and more blocks on more SMs shorten it. 8 tiles (128 columns, a
- * whole head at K = V = 128) where they leave a block for nearly every SM, or fewer where they
- * carry output warps, which take kernel 3's pass away (widest_blocks_percent): one block a
- * head with a few SMs idle still runs faster than two 64-column blocks an SM (docs/06, "06: Vnew from v, and the launch rules"). Slots (chain_shape_of): as many as fit on an SM, up to 4, so that
- * the producer runs up to three chunks ahead, unless fewer save a wave (below). Staged stores
- * (chunk_states_kernel) where the blocks fill the GPU, and always in 8-tile blocks, whose 128
- * columns' stores from registers slow the chain (docs/06, "06: Vnew from v, and the launch rules"). */
+ * Tiles (chain_tiles): the most (up to widest_chain_tiles) that divide a head's tiles and
+ * still leave a block for every SM: wider blocks share each copy of W and the keys among more
+ * columns, but where blocks are few the chain's latency is the time, and more blocks on more
+ * SMs shorten it. 8 tiles, a whole head at K = V = 128, where they leave a block for nearly
+ * every SM, or fewer where they carry output warps (widest_blocks_percent). Slots
+ * (chain_shape_of): as many as fit, up to 4, unless two save a wave. Staged stores where the
+ * blocks fill the GPU, and always in 8-tile blocks, whose stores from registers slow the chain
+ * (docs/06, "06: Vnew from v, and the launch rules", for each rule). */
 typedef struct {
     int tiles, stages;
     bool staged, from_values; /* from_values: values slots (chain_from_values) */
     size_t bytes;
 } chain_shape;
 
-/* The share of the SMs 8-tile blocks must leave a block for. With output warps the 8-tile
- * block also does kernel 3's work, and fewer SMs busy is worth that: at 96 heads the blocks
- * with output warps beat twice as many 64-column blocks and kernel 3 (docs/06, "06: Vnew from v, and the launch rules"). */
+/* The share of the SMs 8-tile blocks must leave a block for: less with output warps, whose
+ * blocks also do kernel 3's work (docs/06, "06: Vnew from v, and the launch rules"). */
 static int widest_blocks_percent(bool outputs) { return outputs ? 70 : 95; }
 static int chain_tiles(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, int widest, bool outputs)
 {
@@ -153,9 +142,8 @@ static chain_shape two_slot_shape(int tiles, size_t K, bool precise, bool staged
     return shape;
 }
 
-/* Kernel 2 as made for a shape: its blocks' tiles (chain_ntiles), staged or not (never where
- * the state feeds no outputs: that chain stores nothing, and its kernel refuses STAGED by a
- * static_assert, so it is never instantiated) */
+/* Kernel 2 as made for a shape: its n-tiles (chain_ntiles), staged or not (never where the
+ * state feeds no outputs: its kernel refuses STAGED by a static_assert) */
 typedef void (*chain_kernel)(gdn_device_problem, chunk_workspace, chain_segments, int);
 template <bool PRECISE, class Columns>
 static chain_kernel chain_kernel_for(chain_shape shape)
@@ -186,12 +174,11 @@ static size_t chain_blocks_per_sm(chain_shape shape)
     return per_sm < 1 ? 1 : (size_t)per_sm;
 }
 
-/* The launch's shape: chain_tiles' width and the ring's depth: the deepest ring that fits
- * (chain_shape_of), unless two slots, the most blocks an SM, run the blocks in fewer waves.
- * A block alone on its SM is latency-bound and the producer's lead hides its copies, so the
- * deepest ring pays there. Where the blocks outnumber what the GPU holds at once, they must
- * share SMs, and two slots share best (both measured in docs/06, "06: Vnew from v, and the launch rules"). Staged where the
- * blocks are at least the SMs, or 8 tiles wide (where the state feeds outputs). `outputs`: 8-tile blocks
+/* The launch's shape: chain_tiles' width and the deepest ring that fits, unless two slots,
+ * the most blocks an SM, run the blocks in fewer waves: a block alone on its SM is bound by
+ * latency, which the producer's lead hides, and blocks that must share SMs share best with
+ * two slots (docs/06, "06: Vnew from v, and the launch rules"). Staged where the blocks are at
+ * least the SMs, or 8 tiles wide (where the state feeds outputs). `outputs`: 8-tile blocks
  * would carry output warps (chain_tiles). */
 template <bool PRECISE, class Columns>
 static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_run, size_t K, bool outputs, bool from_values)
@@ -210,8 +197,8 @@ static chain_shape chain_launch_shape(size_t one_tile_blocks, size_t tiles_per_r
 }
 
 /* Kernel 3's columns of o a block: 128 where V is a multiple of 128 (no block half empty) and
- * not --precise (whose low terms would double the block's 98 KB of shared memory at K = 128);
- * else 64. Its blocks: one per head, chunk and that many columns. */
+ * not --precise (whose low terms would double the block's shared memory); else 64. Its
+ * blocks: one per head, chunk and that many columns. */
 template <bool PRECISE>
 static size_t output_columns(const gdn_device_problem *p)
 {
@@ -222,22 +209,20 @@ static size_t output_blocks(const gdn_device_problem *p, size_t columns)
     return p->B * p->H * chunks_of(p->T) * ((p->V + columns - 1) / columns);
 }
 
-/* Kernel 3 beside the chain (docs/06, "06: Vnew from v, and the launch rules"): where all of kernel
- * 3's blocks fit on the GPU at once (a block per head, chunk and 128 or 64 columns of o,
- * launch_chunk_outputs; at least two an SM at any K <= 128), they are placed while the chain
- * runs, sum their gates from g and make P there, and wait only for S0^T and Vnew^T. Elsewhere
- * they come in waves after the chain, and each block copies S0^T and Vnew^T first (the order
- * beside the chain takes 1 to 3 % longer there on an NVIDIA H200). */
+/* Kernel 3 beside the chain (docs/06, "06: Vnew from v, and the launch rules"): where all of
+ * kernel 3's blocks fit on the GPU at once (two an SM at any K <= 128), they are placed while
+ * the chain runs, sum their gates and make P there, and wait only for S0^T and Vnew^T.
+ * Elsewhere they come in waves after the chain and copy S0^T and Vnew^T first (the order
+ * beside the chain takes 1 to 3 % longer there). */
 template <bool PRECISE>
 static bool outputs_beside_chain(const gdn_device_problem *p)
 {
     return !PRECISE && output_blocks(p, output_columns<PRECISE>(p)) <= 2 * (size_t)gdn_sm_count();
 }
-/* The chain lets kernel 3 start (griddepcontrol.launch_dependents, at its start) where kernel 3
- * runs beside it and the chain's blocks are all on the GPU at once, so that kernel 3's take
- * only room they leave: where the chain runs in waves its later blocks would share SMs with
- * them, and early blocks that take room from the last waves of the kernel before slow the
- * pass (docs/06, "Measured and not kept"). */
+/* The chain lets kernel 3 start (griddepcontrol.launch_dependents) where kernel 3 runs beside
+ * it and the chain's blocks are all on the GPU at once, so that kernel 3's take only room they
+ * leave: early blocks that take room from a kernel still running in waves slow the pass
+ * (docs/06, "Measured and not kept"). */
 template <bool PRECISE, class Columns>
 static bool outputs_may_start_early(const gdn_device_problem *p, chain_shape shape, unsigned blocks)
 {
@@ -263,35 +248,30 @@ static_assert(chain_ntiles(1) == 1 && chain_ntiles(2) == 1 && chain_ntiles(4) ==
                   one_n_tile_from_values_compiled(64, values_tile_stride(values_tile_columns(1, 64))) &&
                   one_n_tile_from_values_compiled(64, values_tile_stride(values_tile_columns(2, 64))),
               "the one-n-tile blocks that make Vnew from v (1 or 2 tiles, K = V = 64 or 128) run a step compiled for them");
-/* Whether the chain can make Vnew from v as the one with output warps does (FROM_VALUES: Vnew
- * = Tm Z, eq. 13 regrouped), so that kernel 1 writes the transform block alone and no W, U or
- * decayed keys, for every launch: where k and v come by tensor maps (their boxes fit:
- * tiles_by_tensor_map), not with --precise (whose W, S and Vnew carry low terms), and at K =
- * V = 64 or 128, the sizes its step and kernel 1's transform-only instance are compiled for
- * (an instance compiled for K = V = 128 is wrong at V = 48 or 64, sizes the GPU suites run). */
+/* Whether the chain can make Vnew from v (Vnew = Tm Z, eq. 13 regrouped), so that kernel 1
+ * writes the transform block alone: where k and v come by tensor maps, not with --precise
+ * (whose W, S and Vnew carry low terms), and at K = V = 64 or 128, the sizes its step and
+ * kernel 1's transform-only instance are compiled for (docs/06, "Pitfalls"). */
 __host__ __device__ static inline bool chain_from_values_sizes(size_t K, size_t V, size_t H, size_t T, bool precise)
 {
     return !precise && K == V && (K == 64 || K == MAX_K) && tiles_by_tensor_map(K, V, H, T);
 }
-/* Whether it pays. The trade: kernel 1's W, U and keys (2 K + V values a token) against a longer
- * chain step (Z, and Tm's products, four deep). At K = V = 128 it wins at every shape
- * measured. At K = V = 64 the bytes are fewer and the step shorter, and it wins only where
- * kernel 1's work, spread over the GPU, outweighs the steps the chain adds on its critical
- * path. The first grows as heads x chunks, the second as the pass's `depth`, the chain steps
- * on its serial path (a head's chunks, where one chain runs each head whole), so from v where
- * heads x chunks >= VALUES_AT_64_HEADS x depth. VALUES_AT_64_HEADS: the equivalent heads
- * (heads x chunks / depth) from which the chain from v pays at K = V = 64, set between the
- * losses and the wins measured on an NVIDIA H200 (docs/06, "06: Vnew from v, and the launch rules"). */
+/* Whether it pays: kernel 1's W, U and keys against a longer chain step (Z, and Tm's
+ * products). At K = V = 128 it wins at every shape measured; at 64 only where kernel 1's work,
+ * spread over the GPU, outweighs the steps the chain adds on its serial path. The first grows
+ * as heads x chunks, the second as the pass's `depth` (a head's chunks where one chain runs
+ * each head whole), so from v where heads x chunks >= VALUES_AT_64_HEADS x depth, a threshold
+ * set between the losses and the wins measured (docs/06, "06: Vnew from v, and the launch
+ * rules"). */
 enum { VALUES_AT_64_HEADS = 24 };
 __host__ __device__ static inline bool chain_from_values_pays(size_t K, size_t heads, size_t chunks, size_t depth)
 {
     return K == MAX_K || heads * chunks >= (size_t)VALUES_AT_64_HEADS * depth;
 }
-/* The choice, for every launch of a pass whose chains are `depth` steps deep in all (stage 06:
- * a head's chunks): kernel 1's parts and every chain after it must agree. Elsewhere the chain
- * reads W, U and the decayed keys; and always with `invariant` (--batch-invariant), since
- * whether v's tensor maps fit and whether the chain from v pays depend on the heads around a
- * sequence, and the two chains round Vnew differently. */
+/* The choice, for every launch of a pass whose chains are `depth` steps deep (here a head's
+ * chunks): kernel 1's parts and every chain after it must agree. Never with `invariant`
+ * (--batch-invariant): whether it is taken depends on the heads around a sequence, and the two
+ * chains round Vnew differently. */
 template <bool PRECISE>
 static bool chain_from_values(const gdn_device_problem *p, size_t depth, bool invariant = false)
 {
@@ -313,9 +293,8 @@ static bool chain_makes_outputs(const gdn_device_problem *p)
     return outputs_possible<PRECISE, state_columns>(p) && chain_shape_for<PRECISE, state_columns>(p, chunks_of(p->T), 1, true).tiles == MAX_CHAIN_TILES;
 }
 
-/* What kernel 1 writes for the chains that follow it in a pass `depth` steps deep (with output
- * warps or not): the transform block where they make Vnew from v (chain_from_values; the
- * output warps' chain always does), else W, U and the decayed keys */
+/* What kernel 1 writes for the chains that follow it in a pass `depth` steps deep: the
+ * transform block where they make Vnew from v (chain_from_values), else W, U and the keys */
 template <bool PRECISE>
 static int chunk_parts_for(const gdn_device_problem *p, size_t depth, bool invariant = false)
 {
@@ -323,12 +302,10 @@ static int chunk_parts_for(const gdn_device_problem *p, size_t depth, bool invar
 }
 
 /* Kernel 2 over segments 0 .. runs-1 of every head, carrying the state Columns. With `r`
- * (state_columns), where the blocks are MAX_CHAIN_TILES wide and hold a whole head of K = V =
- * 128, the block also makes o (chunk_states_outputs_kernel), and *outputs_done says so; never
- * with `invariant` (--batch-invariant: whether they run depends on the heads, and their wgmma
- * sums o in another order than kernel 3). The other choices here (block widths, ring depth,
- * staged stores) change where each state column is computed, not how: the same products in
- * the same order. */
+ * (state_columns), where the blocks are MAX_CHAIN_TILES wide, the block also makes o
+ * (chunk_states_outputs_kernel), and *outputs_done says so; never with `invariant`: whether it
+ * runs depends on the heads, and its wgmma sums o in another order than kernel 3. Block
+ * widths, ring depth and staged stores change where a state column is computed, not how. */
 template <bool PRECISE, class Columns>
 static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, chain_segments segments, size_t depth, gdn_device_result *r = NULL,
                                bool *outputs_done = NULL, cudaStream_t stream = 0, bool invariant = false)
@@ -354,8 +331,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             if (make_token_tile_map(&q_map, p->q_bf16, &keys, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, 64, true) ||
                 make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_token_tile_map(&v_map, p->v_bf16, p, p->V, 64, true))
                 return -1;
-            /* two ring slots, passed at run time: with the depth known to the compiler this
-               kernel runs 5 % slower on an NVIDIA H200 (docs/06, "Pitfalls") */
+            /* two ring slots, passed at run time: a depth known to the compiler slows it (docs/06, "Pitfalls") */
             if (stream) /* beside kernel 1 (kernel1_beside_chain): in a stream of its own, after kernel 1's first launch */
                 CUDA_LAUNCH_WITH_SHARED_ON(stream, chunk_states_outputs_kernel<true>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
                                            OUTPUT_STAGES, o_map, q_map, k_map, v_map);
@@ -371,8 +347,7 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
         if (shape.from_values) {
             const int values_stride = values_tile_stride(values_tile_columns(shape.tiles, p->V));
             /* the one-n-tile blocks' step is compiled for K = 64 and 128 and two v-tile strides only
-               (chain_block): never run it on another (the blocks made are those:
-               one_n_tile_from_values_compiled, above) */
+               (one_n_tile_from_values_compiled): never run it on another */
             if (chain_ntiles(shape.tiles) == 1 && !one_n_tile_from_values_compiled(p->K, values_stride))
                 return gdn_set_error("the chain from v: K = %zu and a v tile of stride %d, where its step is compiled for K = 64 or %d and strides %d or %d",
                                      p->K, values_stride, (int)MAX_K, values_tile_stride(16), values_tile_stride(32));

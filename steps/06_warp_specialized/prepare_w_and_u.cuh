@@ -2,11 +2,10 @@
  * state, for every chunk at once, its copies by the TMA unit and its tiles sharing places.
  *
  * A block per (head, chunk), 8 warps, each making a 16 x 32 part of every 64 x 64 product. In
- * order (docs/05): the gates' running sums gamma (eq. 9, in double), by the one warp that has
- * no block of K K^T on or below the diagonal, while the others make K K^T on tensor cores; I +
- * M from it (eq. 10); Tm = (I + M)^-1 (eq. 11): its 16 x 16 diagonal blocks inverted in fp32
- * by two warps (stage 05's blocked solve) while the six others decay the keys to the chunk's
- * end (eq. 15), then the blocks joined by doubling on tensor cores, in tf32
+ * order (docs/05): the gates' sums gamma (eq. 9, in double) by the one warp with no block of
+ * K K^T on or below the diagonal, while the others make K K^T; I + M (eq. 10); Tm = (I +
+ * M)^-1 (eq. 11), its diagonal blocks inverted in fp32 by two warps while the others decay
+ * the keys (eq. 15), then joined by doubling on tensor cores, in tf32
  * (join_diagonal_blocks_tf32); last W = Tm (beta e^gamma K) and U = Tm (beta V) (eq. 12). k
  * and v come by tensor copies where their boxes fit, v after the solve, in the place of its
  * scratch; W and U leave through staging tiles by bulk stores, U in the chain's fragment
@@ -30,24 +29,20 @@
 /* ---- kernel 1's tiles: the solve's strides, the shared places, v by slices ---- */
 
 /* Row strides of the solve's fp32 tiles, in floats. Tm's is 4 mod 32, so that both tf32
- * fragment loads (rows g, columns t: 4g + t; rows t, columns g) fall in 32 different banks
- * (05's 65 gives two-way conflicts). The join's scratch Y is only ever a B operand (rows t,
- * t + 4 of column g) and the target of float2 stores (rows g, columns 2t): at 4 mod 32 both
- * are two-way conflicted (rows t and t + 1 four banks apart; by ncu on an NVIDIA H200, 128
- * excessive wavefronts a chunk); at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
+ * fragment loads (rows g, columns t: 4g + t; rows t, columns g) fall in 32 different banks.
+ * The join's scratch Y is a B operand (rows t, t + 4 of column g) and the target of float2
+ * stores (rows g, columns 2t): at 4 mod 32 both would be two-way conflicted (ncu: 128
+ * excessive wavefronts a chunk), at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
 constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 8;
-/* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit on an SM at
- * K = V = 128, which a place of its own for each tile would not allow (docs/06, "06d: kernel 1 tuned"):
+/* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit an SM at
+ * K = V = 128 (docs/06, "06d: kernel 1 tuned"):
  *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
- *               strictly lower part scaled), and once W is made, U's staging tile in
- *               Tm_keys' place;
- *   the keys:   k's tile, and W's staging tile in its place, a 64-column pass at a time;
- *   the values: the solve's scratch (32 x JOIN_STRIDE floats), then v's tile, which is loaded
- *               only after the solve. */
+ *               strictly lower part scaled), U's staging tile in Tm_keys' once W is made;
+ *   the keys:   k's tile, then W's staging tile, a 64-column pass at a time;
+ *   the values: the solve's scratch, then v's tile, loaded after the solve. */
 /* kernel 1's staging tile for U_t: 64 of its rows, laid out as in the chain block */
 __host__ __device__ constexpr size_t u_stage_bytes(bool precise) { return (size_t)CHUNK * CHUNK * (precise ? sizeof(float) : sizeof(bf16)); }
-/* Tm's place holds Tm, then Tm_values and, after them, Tm_keys or (once W is made) U's
- * staging tile: room for the larger of each */
+/* Tm's place: the larger of Tm and Tm_values with the larger of Tm_keys and U's staging tile */
 __host__ __device__ constexpr size_t tm_place_bytes(bool precise)
 {
     constexpr size_t tm = CHUNK * SOLVE_STRIDE * sizeof(float), scaled_tile = CHUNK * TOKEN_STRIDE * sizeof(bf16);
@@ -67,10 +62,9 @@ __host__ __device__ static inline bool tiles_by_tensor_map(size_t K, size_t V, s
 constexpr int VALUE_SLICE = 128;
 __host__ __device__ static inline int value_stride(size_t V) { return key_stride(V < VALUE_SLICE ? V : VALUE_SLICE); }
 
-/* The same product with B row major, B[k][n] (stride ldb), for the n-tiles left of column
- * `columns` (a multiple of 16): ldmatrix.trans hands each lane the pair (rows 2t, 2t + 1,
- * column g) of an 8 x 8 matrix stored by rows, which is a B fragment, so B needs no
- * transposed copy. */
+/* warp_product with B row major, B[k][n] (stride ldb), for the n-tiles left of column
+ * `columns` (a multiple of 16): ldmatrix.trans hands each lane a B fragment of an 8 x 8
+ * matrix stored by rows, so W = Tm K and U = Tm V need no transposed copy of K or V. */
 template <int TILES>
 __device__ __forceinline__ static void warp_product_rows(float (&acc)[TILES][4], const bf16 *A, int lda, const bf16 *B, int ldb,
                                                          int row0, int col0, int columns, int depth)
@@ -105,22 +99,17 @@ constexpr int JOIN_COLUMN_WARPS = 4; /* the warps that make the second level's X
 
 /* Tm = (I + M)^-1 from the inverses of its 16 x 16 diagonal blocks (eq. 11), by doubling: a
  * unit lower triangular [[L_bb, 0], [L_ab, L_aa]] has the inverse [[X_bb, 0], [X_ab, X_aa]]
- * with X_ab = -X_aa L_ab X_bb. Level 1 joins the 16 x 16 pairs (0, 1) and (2, 3) into the two
- * 32 x 32 diagonal inverses, level 2 joins those into the whole; each level is two products
- * on tensor cores (tf32), Y = L_ab X_bb and X_ab = -X_aa Y. Stage 05 joins the blocks one
- * block row at a time with scalar loops: six barriers, and in this kernel a third of its
- * instructions. The zeros above the diagonal are in Tm, so no product needs a mask; the k-steps
- * that meet a known zero block of X_bb or X_aa (lower triangular) are skipped, exactly, as the
- * causal products skip K K^T's (causal_tiles).
- * A warp makes whole columns of X_ab: Y's same columns are then its own, so it keeps them in
- * its own columns of scratch (32 x JOIN_STRIDE floats) and goes on after a __syncwarp, where
- * one tile a warp would need a block barrier between the two products; and each A fragment it
- * loads serves both its tiles. Level 1: warp p < 2 joins pair p alone (both 8-column tiles of
- * its 16 x 16 X_ab), so the only warp that reads its L_ab is the one that overwrites it. Level
- * 2: warp c < 4 makes columns 8c .. 8c + 8 of the 32 x 32 X_ab (both 16-row tiles); L_ab is
- * read by all four, so the block meets before any writes X_ab over it: a block barrier, which
- * compute-sanitizer's racecheck follows, where across a named barrier of the four it reports
- * hazards it cannot tell from real ones (docs/06, "Pitfalls"). */
+ * with X_ab = -X_aa L_ab X_bb. Level 1 joins the pairs (0, 1) and (2, 3) into the two 32 x 32
+ * diagonal inverses, level 2 joins those; each level is two tf32 products, Y = L_ab X_bb and
+ * X_ab = -X_aa Y, where stage 05's scalar loops take a third of this kernel's instructions.
+ * The zeros above the diagonal are in Tm, so no product needs a mask, and the k-steps that
+ * meet a known zero block of X_bb or X_aa are skipped.
+ * A warp makes whole columns of X_ab, so Y's same columns are its own: a __syncwarp separates
+ * the two products, not a block barrier. Level 1: warp p < 2 joins pair p alone, so the only
+ * warp that reads its L_ab overwrites it. Level 2: warp c < 4 makes columns 8c .. 8c + 8; all
+ * four read L_ab, so the block meets before any overwrites it, at a block barrier: across a
+ * named barrier of the four racecheck reports hazards it cannot tell from real ones (docs/06,
+ * "Pitfalls"). */
 __device__ static void join_diagonal_blocks_tf32(float *Tm, float *scratch)
 {
     const int warp = threadIdx.x / 32;
@@ -207,19 +196,16 @@ __device__ __forceinline__ static float decay_to_chunk_end(const double *gamma, 
     return token < n ? expf((float)(gamma[n - 1] - gamma[token])) : 0.0f;
 }
 
-/* BLOCKS: the blocks an SM should hold, which caps the registers (__launch_bounds__): 3 (at
- * most 85 registers), or 4 where four blocks' shared memory fits too (53 KB a block at K = V =
- * 128: tm_place_bytes; at most 64 registers); 2 with --precise. At 4, V is one slice
- * (VALUE_SLICE): without the loop over later slices and their copies 64 registers suffice (with
- * them ptxas spills 20 bytes). */
+/* BLOCKS: the blocks an SM should hold, which caps the registers (__launch_bounds__): 3, or 4
+ * where four blocks' shared memory fits too (tm_place_bytes), 2 with --precise. At 4, V is one
+ * slice (VALUE_SLICE): with the loop over later slices ptxas would spill 20 bytes. */
 template <bool PRECISE, int BLOCKS, int SIZE>
 static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
                                                                                 const __grid_constant__ CUtensorMap k_map,
                                                                                 const __grid_constant__ CUtensorMap v_map)
 {
     extern __shared__ double shared[];
-    /* SIZE: K = V = SIZE known to the compiler (64 or 128, where the launch sees them), so
-     * the strides, the passes and the loops' bounds are constants; 0: as the problem says */
+    /* SIZE: K = V = SIZE known to the compiler (64 or 128), so strides and bounds are constants; 0: as given */
     const size_t key_count = SIZE ? (size_t)SIZE : p.K, V = SIZE ? (size_t)SIZE : p.V;
     const int K = (int)key_count, KP = round_up16(key_count), LDK = key_stride(key_count);
     /* the block's (head, chunk), 32-bit as blockIdx.x is: registers are few at four blocks an SM */
@@ -233,19 +219,16 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
     unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(key_count, V, PRECISE);
     const bf16 *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
     const int VP = round_up16(V), LDV = value_stride(V);
-    /* from a 128-byte boundary, as tensor copies want (the keys land 128-byte aligned past the
-     * gates and Tm); the launch adds 128 bytes for the shift */
+    /* from a 128-byte boundary, as tensor copies want; the launch adds 128 bytes for the shift */
     double *gamma = (double *)SHARED_AT_128_BYTES(shared); /* common/bulk_copy.cuh */
     float *beta = (float *)(gamma + CHUNK), *scaled_beta = beta + CHUNK, *Tm = scaled_beta + CHUNK;
     bf16 *keys = (bf16 *)((unsigned char *)Tm + tm_place_bytes(PRECISE)), *values = keys + CHUNK * LDK;
     bf16 *Tm_values = (bf16 *)Tm, *Tm_keys = Tm_values + CHUNK * TOKEN_STRIDE; /* in Tm's place, once Tm is read */
 
     /* k and v in, asynchronously: the keys now, waited for before K K^T; the values once the
-     * solve is done with their place (its scratch), waited for only before U = Tm (beta V),
-     * so their copy runs under the rounding of Tm, the decayed keys and W. Where the boxes fit
-     * (tiles_by_tensor_map), one tensor copy each, on an mbarrier each, as kernel 3 takes q
-     * and k (the values' box is the first slice's tile: columns past it are padding, never
-     * read); else the threads copy them. */
+     * solve is done with their place, waited for only before U, so their copy runs under the
+     * rounding of Tm, the decayed keys and W. Where the boxes fit, one tensor copy each on an
+     * mbarrier (the values' box is the first slice's tile); else the threads copy them. */
     const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
     const bool by_map = tiles_by_tensor_map(key_count, V, p.H, p.T);
     static_assert((CHUNK * sizeof(double) + 2 * CHUNK * sizeof(float) + tm_place_bytes(PRECISE)) % 128 == 0,
@@ -262,11 +245,10 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
         copy_tile(keys, LDK, CHUNK, n, K, KP, k16 + first_token * K, token_stride * K);
         __pipeline_commit();
     }
-    /* The gates' sums (eq. 9) by warp 4 alone, from its own loads (tokens 2 lane and 2 lane +
-     * 1), while the other warps make K K^T, in which warp 4 has no block below the diagonal
-     * (its rows 0-15, its columns 32-63); the block meets after the products, where I + M
-     * needs the sums, so no warp waits for the gates before K K^T. The block barrier here only
-     * publishes the mbarriers' initialization; warp 4's loads are in flight across it. */
+    /* The gates' sums (eq. 9) by warp 4 alone (tokens 2 lane and 2 lane + 1), which has no
+     * block of K K^T on or below the diagonal, while the other warps make K K^T: no warp waits
+     * for the gates before its products. The barrier below only publishes the mbarriers'
+     * initialization; warp 4's loads are in flight across it. */
     constexpr int GATES_WARP = 4;
     static_assert(GATES_WARP / 4 * 32 >= 16 * (GATES_WARP % 4) + 16, "the gates' warp has no K K^T block on or below the diagonal");
     double gate_first = 0.0, gate_second = 0.0;
@@ -298,10 +280,9 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
     warp_product(acc, keys, LDK, keys, LDK, tile_row, tile_column, KP, causal_tiles(tile_row, tile_column)); /* its l < i blocks */
     __syncthreads(); /* the gates' sums are here */
     /* the gates of the thread's two rows, read once, and of its two columns in each 16 x 8
-     * tile, read before the tile's stores: the stores into Tm between them would otherwise make
-     * the compiler read them again for every element (the rows' betas serve U's diagonal term
-     * too, below). All eight columns' gates at once hold 16 registers more, which six blocks
-     * an SM (40 registers) do not have. */
+     * tile, read before the tile's stores, which would otherwise make the compiler read them
+     * again for every element (the rows' betas serve U's diagonal term too). All eight
+     * columns' gates at once would take registers that six blocks an SM do not have. */
     double row_gamma[2];
     float row_beta[2];
 #pragma unroll
@@ -322,13 +303,10 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
     }
     __syncthreads();
     /* The keys decayed to the chunk's end, transposed (eq. 15), by warps 2-7 while warps 0 and
-     * 1 invert the diagonal blocks (64 threads, 15 dependent rows: the other six warps would
-     * otherwise wait at its barrier); the keys' place is theirs until W's staging tile
-     * takes it. Zero past the chunk (decay 0) and past K (the keys' tile is zero there:
-     * copy_tile's zeros; a tensor copy's K is KP). Worker: token worker % 64 (its one
-     * exponential), key columns c0 .. c0 + 8 for c0 = 8 (worker / 64), + 24, ...: one 16-byte
-     * read of its keys each; consecutive threads write consecutive tokens of each keys_t row
-     * (coalesced). */
+     * 1 invert the diagonal blocks, which would otherwise keep them waiting. Zero past the
+     * chunk (decay 0) and past K (the keys' tile is zero there). Worker: token worker % 64 (one
+     * exponential), key columns c0 .. c0 + 8 for c0 = 8 (worker / 64), + 24, ...: a 16-byte
+     * read each; consecutive threads write consecutive tokens of a keys_t row (coalesced). */
     static_assert(SOLVE_BLOCKS * SOLVE_BLOCK == CHUNK && (THREADS - CHUNK) % CHUNK == 0, "the inversion takes the first 64 threads");
     if (threadIdx.x >= CHUNK) {
         constexpr int KEY_WORKERS = THREADS - CHUNK, COLUMN_STEP = KEY_WORKERS / CHUNK * 8;
@@ -350,17 +328,15 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
     join_diagonal_blocks_tf32(Tm, (float *)values);
     fence_shared_for_bulk_store(); /* the scratch's accesses before the values' tensor copy (common/bulk_copy.cuh) */
     /* W = Tm (beta e^gamma K) and U = Tm (beta V) (eq. 12) as (Tm diag(beta e^gamma)) K and (Tm
-     * diag(beta)) V: the scaling goes into Tm's columns, so K and V enter the products as they
-     * are, row major, and ldmatrix.trans makes their B fragments (stage 05 writes scaled,
-     * transposed copies, which measure a fifth of this kernel's time on an NVIDIA H200). Past
-     * the chunk both scales are zero, so W's and U's rows there come out zero. Tm's diagonal is
-     * 1, so row i of W is beta_i e^gamma_i k_i plus the rest; that term is added in fp32 below
-     * and the products take Tm's strictly lower part: in bf16 the diagonal would round beta_i
-     * once for the whole row, an error no sum averages away (at T = 1 it is the whole of U). */
-    /* into Tm's own place, so each thread reads its 16 elements first, and writes them after
-     * a barrier: the bf16 pair (keys' scale, values' scale) of each in one register. Thread:
-     * column l of rows first_row, first_row + 4, ..., so its column's two scales are read once
-     * and its elements lie at fixed offsets from one address (no index arithmetic per element) */
+     * diag(beta)) V: the scales go into Tm's columns, so K and V enter as they lie and
+     * ldmatrix.trans makes their B fragments, where stage 05 writes scaled, transposed copies
+     * (docs/06, "06d: kernel 1 tuned"). Past the chunk both scales are zero, and so are W's and
+     * U's rows. The products take Tm's strictly lower part, and the diagonal's term, beta_i
+     * e^gamma_i k_i, is added in fp32 below: in bf16 it would round beta_i once for the whole
+     * row, an error no sum averages away. */
+    /* into Tm's own place: each thread reads its 16 elements (column l of rows first_row, + 4,
+     * ...: its column's scales read once, fixed offsets from one address), then writes them
+     * after a barrier, the bf16 pair (keys' scale, values' scale) of each in one register */
     static_assert(THREADS % CHUNK == 0, "each thread keeps one column of Tm (and one token of keys_t below)");
     constexpr int PER_THREAD = CHUNK * CHUNK / THREADS, ROW_STEP = THREADS / CHUNK;
     const int l = threadIdx.x % CHUNK, first_row = threadIdx.x / CHUNK;
@@ -391,15 +367,12 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
     }
     __syncthreads();
 
-    /* each warp 16 rows and 32 of every 64 columns of [W | U]; K and V are zero past K and
-     * V in shared memory, so W's columns K .. KP and U's V .. VP come out zero, as kernel 2
-     * needs them (W is its A, U_t rows its 16-column tiles). Both leave through a staging
-     * tile: a lane's fragment is a few 4-byte pieces in 8 rows, half of each 32-byte sector of
-     * a direct store; from the staging tile one bulk store (the TMA unit) writes it out in
-     * whole lines (U's staging tile is laid out as U_t, in the chain's fragment order:
-     * u_fragment_index). W's staging tile is the keys' own place: a
-     * pass of 64 columns reads only its own columns of the keys, so after a barrier its W
-     * columns can take their place (the diagonal's term, a key, is read before it). */
+    /* each warp 16 rows and 32 of every 64 columns of [W | U]; K and V are zero past K and V,
+     * so W's columns K .. KP and U's V .. VP come out zero, as kernel 2 needs them. Both leave
+     * through a staging tile (a lane's fragment would fill half of each 32-byte sector of a
+     * direct store) by one bulk store, whole lines; U's is laid out as U_t (u_fragment_index).
+     * W's is the keys' own place: a 64-column pass reads only its own columns of the keys, so
+     * after a barrier its W columns take their place (the diagonal's term read before it). */
     bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K));
     bf16 *W_stage = keys; /* [64][LDK]: W as it is in the chain block */
     chain_u_type<PRECISE> *U_stage = (chain_u_type<PRECISE> *)Tm_keys; /* 64 rows of U_t at a time, in fragment order */
@@ -436,10 +409,9 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
                         *(uint32_t *)&W_stage[i * LDK + out] = sums[j][r / 2];
                 }
     }
-    /* W out by one bulk store (the TMA unit: whole lines, and no thread spends its loads and
-       stores on the copy; W's rows are contiguous in the chain block as in the staging tile).
-       Every writer fences its stores for the async proxy, then the barrier (common/bulk_copy.cuh).
-       The keys' place is not written again, so nothing waits for the store until the end. */
+    /* W out by one bulk store, its rows contiguous in the chain block as in the staging tile:
+       every writer fences for the async proxy, then the barrier (common/bulk_copy.cuh). The
+       keys' place is not written again, so nothing waits for the store until the end. */
     fence_shared_for_bulk_store();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -450,9 +422,8 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
         barrier_wait(&values_landed, 0);
     else
         __pipeline_wait_prior(0); /* the values */
-    /* U, VALUE_SLICE columns of v at a time (one slice, already here, for V <= VALUE_SLICE),
-     * 64 columns a pass: each warp's 32 into the staging tile, then the block's 64 rows of
-     * U_t out */
+    /* U, VALUE_SLICE columns of v at a time (one, already here, for V <= VALUE_SLICE), 64
+     * columns a pass: each warp's 32 into the staging tile, then 64 rows of U_t out */
     constexpr bool ONE_SLICE = BLOCKS == 4; /* the launch makes four only for V <= VALUE_SLICE */
     for (int slice = 0; slice < (ONE_SLICE ? 1 : VP); slice += VALUE_SLICE) {
         const int width = VP - slice < VALUE_SLICE ? VP - slice : VALUE_SLICE;
@@ -476,9 +447,8 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
                     const int out = fragment_column(column0, j, 0), row = fragment_row(tile_row, 0);
                     if (out >= width) /* width is a multiple of 16: the whole n-tile is past it */
                         continue;
-                    /* this lane's fragment of n-tile j holds U at tokens row, row + 8 of columns out,
-                     * out + 1: the four values lane (4g + t) of the chain reads for token tile
-                     * tile_row / 16 of that n-tile, one store (u_fragment_index) */
+                    /* this lane's fragment of n-tile j, tokens row, row + 8 of columns out, out + 1:
+                     * the chain lane's four values of token tile tile_row / 16 (u_fragment_index) */
                     const __nv_bfloat162 top = *(const __nv_bfloat162 *)&values[row * LDV + out];
                     const __nv_bfloat162 bottom = *(const __nv_bfloat162 *)&values[(row + 8) * LDV + out];
                     const float four[4] = {acc[j][0] + row_beta[0] * __low2float(top), acc[j][1] + row_beta[0] * __high2float(top),
@@ -490,9 +460,8 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
             fence_shared_for_bulk_store();
             __syncthreads();
             const int rows = width - pass < 64 ? width - pass : 64; /* rows of U_t: columns of U */
-            if (threadIdx.x == 0) { /* the staging tile is laid out as U_t: one bulk store, as W (the
-                                       address made here: kept from above, it takes a register, and
-                                       ptxas spills 8 bytes at K = V = 128) */
+            if (threadIdx.x == 0) { /* one bulk store, as W (the address made here: kept from
+                                       above, it takes a register and ptxas spills 8 bytes) */
                 chain_u_type<PRECISE> *U_t = (chain_u_type<PRECISE> *)(chain + chain_u_offset(K, PRECISE));
                 bulk_store(U_t + (size_t)(slice + pass) * CHUNK, U_stage, (uint32_t)(rows * CHUNK * sizeof(chain_u_type<PRECISE>)));
                 bulk_store_commit();

@@ -1,27 +1,21 @@
 /* tile_products.cuh -- the sizes every kernel of stage 06 shares, and one warp's tensor-core
  * products from shared memory.
  *
- * A chunk is CHUNK = 64 tokens, fixed (stage 05's solve is built for it). Every matrix product
- * of eq. 10-15 is a sum of mma.sync.m16n8k16 instructions (common/mma_sync.cuh): a warp
- * multiplies a 16 x 16 bf16 tile of A by a 16 x 8 one of B into 16 x 8 fp32 sums, its
- * fragments loaded by ldmatrix, 8 rows of 16 bytes a phase. So tiles in shared memory have
- * row strides of K + 8 (key_stride) and 64 + 8 (TOKEN_STRIDE) bf16, K a multiple of 16: an
- * odd number of 16-byte units, which puts those 8 rows in 8 different groups of 4 banks, no
- * conflict. warp_product takes B transposed (Bt[n][k]: K K^T and Q K^T, the keys as they
- * lie); each A fragment a warp loads serves all its n-tiles.
- * The causal products (P, M and Tm's strictly lower part are zero above the diagonal, eq. 10,
- * 12 and 14) skip the n-tiles and the depth that meet only zeros (causal_tiles, causal_depth):
- * 20 of the 32 n-tiles of a 64 x 64 product remain. copy_tile brings a strided tile in by
- * cp.async where no tensor map fits. A gate factor e^(gamma_i - gamma_l) is one 2^x
- * (exp2_approx, common/fast_exp.cuh: ex2.approx) where expf takes about 18 instructions.
+ * A chunk is CHUNK = 64 tokens, fixed (stage 05's solve is built for it). Every product of
+ * eq. 10-15 is a sum of mma.sync.m16n8k16 (common/mma_sync.cuh), its fragments loaded by
+ * ldmatrix, 8 rows of 16 bytes a phase: tile rows of K + 8 (key_stride) and 64 + 8
+ * (TOKEN_STRIDE) bf16, an odd number of 16-byte units, put those 8 rows in 8 different groups
+ * of 4 banks, no conflict. The causal products skip the tiles that meet only zeros
+ * (causal_tiles); copy_tile brings a strided tile in where no tensor map fits. A gate factor
+ * e^(gamma_i - gamma_l) is one ex2.approx (exp2_approx, common/fast_exp.cuh) where expf takes
+ * about 18 instructions.
  *
  * Included by warp_specialized.cuh.
  */
 #pragma once
 typedef __nv_bfloat16 bf16;
-/* kernel 2: 1, 2, 4 or MAX_CHAIN_TILES = 8 tiles of 16 state columns per block, a producer
- * warp and consumer warps of 8 columns, two a tile (of 16 columns, one a tile, in blocks of 4
- * or 8 tiles: chain_ntiles); a ring of 2 to 4 slots */
+/* kernel 2: up to MAX_CHAIN_TILES tiles of 16 state columns a block, a producer warp and two
+ * consumer warps a tile (one in the widest blocks: chain_ntiles) */
 enum { CHUNK = 64, MAX_K = 128, THREADS = 256, MAX_CHAIN_TILES = 8, CONSUMER_WARPS_PER_TILE = 2 };
 static_assert((int)CHUNK == (int)SOLVE_CHUNK, "kernel 1's chunk is the solve's");
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
@@ -29,16 +23,15 @@ constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of 64-token tiles */
 __host__ __device__ static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
 constexpr int KEY_STRIDE_PADDING = 8; /* bf16 past a K-wide tile's row: 16 bytes */
 __host__ __device__ static inline int key_stride(size_t K) { return round_up16(K) + KEY_STRIDE_PADDING; } /* bf16 row stride of K-wide tiles */
-/* Kernel 3 takes q and k by tensor copies (make_token_tile_map) where the box fits: K a
- * multiple of 16, so that the box's columns past K are padding, never read, and the input's
- * strides are whole 16 bytes; at least two heads, so that a row of all heads (H K) is at least
- * one padded tile wide (K + 8); at least one chunk of tokens. Otherwise the threads copy. */
+/* q and k by tensor copies (make_token_tile_map) where the box fits: K a multiple of 16 (the
+ * box's columns past K are padding, never read; the strides whole 16 bytes), two heads or
+ * more (a row of all heads is at least K + 8 wide), a chunk of tokens or more; else the
+ * threads copy. */
 __host__ __device__ static inline bool keys_by_tensor_map(size_t K, size_t H, size_t T) { return K % 16 == 0 && H >= 2 && T >= 64; }
 __host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK - 1) / CHUNK; }
-/* Grouped value heads: the stage runs value heads as its p.H heads, and heads_per_key of them
- * read one key head's q and k (common/device.h). The key heads, and head h's q and k row for
- * token t of row b: key head h / heads_per_key, its tokens key_heads rows apart. 32-bit where
- * the counts fit a grid, as they do here: a 64-bit division is a routine of its own. */
+/* Grouped value heads: the stage's p.H heads are value heads, heads_per_key of them reading
+ * one key head's q and k (common/device.h): head h's row for token t of row b is key head h /
+ * heads_per_key's, tokens key_heads rows apart. 32-bit: a 64-bit division is a routine. */
 __host__ __device__ static inline unsigned key_heads(const gdn_device_problem &p) { return (unsigned)p.H / p.heads_per_key; }
 __host__ __device__ static inline size_t key_row(const gdn_device_problem &p, size_t b, size_t t, unsigned h)
 {
@@ -47,12 +40,11 @@ __host__ __device__ static inline size_t key_row(const gdn_device_problem &p, si
 
 /* ---- one warp's tensor-core products ---- */
 
-/* acc[j] += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 + 8 j .. + 8), j < tiles (TILES
- * unless told fewer; the others are left as they are): A row major (stride lda), B given
- * transposed, Bt[n][k] (stride ldb). depth: a multiple of 16; TILES and tiles even; rows
- * 16-byte aligned. A's four 8 x 8 quarters (rows +0/+8, columns +0/+8) are its fragment's four
- * registers; two n-tiles of B^T (rows +0/+8 of Bt, columns +0/+8) are the two registers of
- * each of two B fragments. */
+/* acc[j] += A[row0 .. + 16)[0 .. depth) B[0 .. depth)[col0 + 8 j .. + 8) for j < tiles (the
+ * others left as they are): A row major (stride lda), B given transposed, Bt[n][k] (stride
+ * ldb), so K K^T and Q K^T take the keys as they lie. depth a multiple of 16, TILES and tiles
+ * even, rows 16-byte aligned. One ldmatrix loads A's four 8 x 8 quarters, another two n-tiles
+ * of Bt; each A fragment serves all n-tiles. */
 template <int TILES>
 __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], const bf16 *A, int lda, const bf16 *Bt, int ldb,
                                                     int row0, int col0, int depth, int tiles = TILES)
@@ -82,10 +74,8 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
 
 /* The causal products (M and P are zero where l > i, Tm's strictly lower part where l >= i:
  * eq. 10, 12 and 14): a warp's rows row0 .. row0 + 15 hold entries only in columns l < row0 +
- * 16. So of its n-tiles col0 + 8 j only those left of that column need a product (4, 2 or 0
- * of the 4 of a 16 x 32 part of 64 x 64: 20 of the 32 n-tiles of the 8 warps), and a product
- * with such a factor on the left needs depth row0 + 16 only, not the chunk's 64 (the output
- * warps' products are 64-row wgmma, which has no zero blocks to skip: fused_outputs.cuh) */
+ * 16, so only its n-tiles left of that column need a product (20 of the 32 of a 64 x 64
+ * product), and a product with such a factor on the left needs depth row0 + 16, not 64 */
 __device__ __forceinline__ static int causal_tiles(int row0, int col0)
 {
     const int tiles = (row0 + 16 - col0) / 8;
@@ -94,15 +84,12 @@ __device__ __forceinline__ static int causal_tiles(int row0, int col0)
 __device__ __forceinline__ static int causal_depth(int row0) { return row0 + 16; }
 
 
-/* A tile of tile_rows rows of bf16 into shared memory (row stride ld, in bf16): row i is the
- * `width` values at first_row + i row_stride, zero for rows i >= rows and for columns width ..
- * padded. Where width is a multiple of 8 (and so the rows 16-byte aligned), by cp.async:
- * 16-byte pieces go from global to shared memory without passing through registers, and the
- * thread goes on at once (staged through registers, every load would be issued before the
- * first store); the zeros are stored directly. Else 2-byte copies, synchronous.
- * The caller commits the copies (__pipeline_commit), waits for them (__pipeline_wait_prior)
- * and then syncs the block. Piece e = i per_row + c of thread e % THREADS: (i, c) advance by
- * a fixed step, one division at the start, not two per piece. ld, padded: multiples of 8. */
+/* A tile of tile_rows rows of bf16 into shared memory (row stride ld): row i is the `width`
+ * values at first_row + i row_stride, zero for rows i >= rows and columns width .. padded (ld,
+ * padded: multiples of 8). Where width is a multiple of 8, by cp.async: 16-byte pieces skip
+ * the registers and the thread goes on at once; else 2-byte copies. The caller commits, waits
+ * (__pipeline_wait_prior) and syncs the block. A thread's pieces (i, c) advance by a fixed
+ * step: one division at the start, not two a piece. */
 __device__ static void copy_tile(bf16 *tile, int ld, int tile_rows, int rows, int width, int padded, const bf16 *first_row,
                                  size_t row_stride)
 {

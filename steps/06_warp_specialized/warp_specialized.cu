@@ -4,42 +4,27 @@
  * 1 does the state-independent work of every chunk in parallel, kernel 2 runs only Vnew = U -
  * W S0 and the state update on the serial chain, kernel 3 makes every chunk's o in parallel),
  * and do every matrix product on tensor cores: with mma.sync.m16n8k16 a warp multiplies a
- * 16 x 16 bf16 tile by a 16 x 8 one into 16 x 8 fp32 sums in one instruction, where stage 05
- * spends 256 FMAs of its 32 lanes' time. Inputs q, k, v are bf16 (the driver rounds them, the
- * runner converts them untimed); gates, betas, h0, ht, the triangular solve and every sum stay
- * fp32 (gamma in double, as in 05).
+ * 16 x 16 bf16 tile by a 16 x 8 one into 16 x 8 fp32 sums in one instruction. Inputs q, k, v
+ * are bf16 (the driver rounds them, the runner converts them untimed); gates, betas, h0, ht,
+ * the triangular solve and every sum stay fp32 (gamma in double, as in 05).
  * The chain is warp-specialized: a producer warp fills a ring of shared-memory slots by bulk
  * copies (the TMA unit) counted on mbarriers, and consumer warps keep S in their MMA
  * accumulators for the whole sequence, with no block barrier in the loop. At K = V = 128 one
- * block holds a head's whole state, and output warps in it make o by wgmma (four warps
- * multiply 64 x 16 by 16 x N from shared memory in one instruction) from the S0^T and Vnew^T
- * the chain leaves in shared memory, so neither goes through global memory and kernel 3 does
- * not run; that chain's products are wgmma too. Where it pays (K = V = 128 always, 64 where
- * heads x chunks outweigh the chain's depth) the chain makes Vnew from v,
+ * block holds a head's whole state, and output warps in it make o by wgmma from the S0^T and
+ * Vnew^T the chain leaves in shared memory, so neither goes through global memory and kernel 3
+ * does not run. Where it pays the chain makes Vnew from v,
  *     Vnew = U - W S0 = Tm Z,   Z = diag(beta) V - diag(beta e^gamma) K S0   (eq. 13 regrouped)
- * so kernel 1 writes only Tm and its factors (about a quarter of W and U's bytes), and
- * where the fused blocks leave enough SMs idle it runs there, beside the chain. The chain
- * kernel also runs a sequence as segments, each from its own start state (one here).
+ * so kernel 1 writes only Tm and its factors, and where the fused blocks leave enough SMs
+ * idle it runs beside the chain. The chain kernel also runs a sequence as segments, each from
+ * its own start state (one here).
  *
- * Where bf16 rounding enters (each a relative 2^-9 on one operand of a product, with fp32
- * sums): the inputs; the strictly lower part of Tm diag(beta e^gamma) and Tm diag(beta), the A
- * of W = Tm (beta e^gamma K) and U = Tm (beta V) (the diagonal's term is added in fp32; FLA
- * rounds Tm and the scaled keys and values instead); W; U, kept in bf16 between kernel 1 and
- * the chain as FLA keeps it (fp32 with --precise); where the chain makes Vnew = Tm Z itself
- * (with output warps, at K = V = 128, and at 64 where it pays: chain_from_values), the
- * strictly lower part of Tm and Z = diag(beta) V - diag(beta e^gamma) K S0 instead of those
- * four (Z's diagonal term in fp32), and d Vnew where it enters the update; the joins of the
- * triangular solve on tensor cores, in tf32 (2^-11); the state S where it enters Vnew = U - W
- * S, and Vnew where it enters the state update (d Vnew with output warps) and the output (the
- * fp32 state itself is never rounded; FLA stores it in bf16 between chunks); P = Q K^T
- * e^(gamma_i - gamma_j) before P Vnew; and o itself, written in bf16 as FLA writes it (the
- * runner widens it for the checks and --out).
- * --precise splits the computed operands W, S, Vnew, S0 and P into two bf16 terms each, x =
- * bf16(x) + bf16(x - bf16(x)), and adds the cross products: 1.6 times the time at K = V = 128
- * on an NVIDIA H200. Measured errors against the fp64 oracle on the same bf16 inputs: docs/06_warp_specialized.md.
+ * Precision: each bf16 rounding is a relative 2^-9 on one operand of a product, summed in
+ * fp32; the state itself is never rounded, and o is written in bf16 as FLA writes it. --precise
+ * splits the computed operands W, S, Vnew, S0 and P into two bf16 terms each, x = bf16(x) +
+ * bf16(x - bf16(x)), and adds the cross products. Where each rounding enters, the errors
+ * measured and what --precise costs: docs/06, "Precision".
  *
- * Read in this order (warp_specialized.cuh includes them; each kernel's file gives its
- * register and shared-memory budget):
+ * Read in this order (warp_specialized.cuh includes them):
  *   ../../common/mma_sync.cuh  ldmatrix, movmatrix and mma.sync (bf16, tf32): the fragments
  *   ../../common/fast_exp.cuh  exp2_approx, exp_approx: e^x by ex2.approx
  *   tile_products.cuh          the constants, a warp's products, copy_tile
@@ -52,12 +37,10 @@
  *   launch_rules.cuh           host: tensor maps, block shapes, the launch choices
  *   warp_specialized.cu        this file: kernel 1 beside the chain, the passes, the stage
  *
- * Cost: the flops of stage 05 (wy_chunked_flops), on tensor cores (where the chain makes Vnew
- * from v one 64 x 64 x V product a chunk fewer: W's product goes, U's becomes the chain's Tm
- * Z, and K S0 takes W S0's place); workspace per token: gamma (double) and, per chunk, W, the
- * decayed keys and U (bf16; U fp32 with --precise), the transform block, S0 and Vnew (bf16).
- * Depth: T / 64 chunk steps of kernel 2, each two 64-deep MMA chains per warp (from v, Z and
- * Tm's products, four deep, lengthen the step).
+ * Cost: the flops of stage 05 (wy_chunked_flops), on tensor cores (from v one 64 x 64 x V
+ * product a chunk fewer: W's goes, U's becomes the chain's Tm Z); the workspace:
+ * chunk_workspace.cuh. Bound: the chain's T / 64 steps where heads are few, each two 64-deep
+ * MMA chains per warp (from v, Z and Tm's products lengthen it); bytes where they fill the GPU.
  * Grouped value heads (--HV): a chain a value head, its q and k rows those of the key head it
  * shares (tile_products.cuh: key_row, key_heads); a packed batch it does not take.
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
@@ -68,30 +51,24 @@
  */
 #include "warp_specialized.cuh"
 
-/* Kernel 1 beside the chain (docs/06, "06: Vnew from v, and the launch rules"). Where the chain's
- * blocks with output warps, one a head, leave SMs idle (heads between 70 % of the SMs, where
- * those blocks start, and the SMs less MIN_IDLE_SMS), kernel 1 runs in two launches: chunks 0
- * .. split - 1 of every head on every SM first; then the fused kernel and the rest of kernel 1
- * at once, in two streams, the fused kernel's of the higher priority so that its blocks are
- * placed first (one an SM) and kernel 1's second launch takes the SMs they leave. That launch
- * makes the chunks in the chain's order (every head's chunk c before any head's c + 1) and
- * flags each (w.ready); the chain's producer and the output warps wait for a chunk's flag
- * before they read it (wait_until_prepared). Nothing can wait forever: kernel 1 waits for
- * nothing, and the fused blocks wait only for it; it is launched first, so that where kernels
- * run one at a time (a sanitizer, CUDA_LAUNCH_BLOCKING) it ends before the chain begins. Were
- * kernel 1's blocks placed first after all, the pass would only be as slow as the two launches
- * one after the other.
+/* Kernel 1 beside the chain (docs/06, "06: Vnew from v, and the launch rules"). Where the
+ * fused blocks, one a head, leave SMs idle (heads between 70 % of the SMs and the SMs less
+ * MIN_IDLE_SMS), kernel 1 runs in two launches: chunks 0 .. split - 1 of every head on every
+ * SM first; then the fused kernel and the rest of kernel 1 at once, in two streams, the fused
+ * kernel's of higher priority so that its blocks are placed first and kernel 1's second launch
+ * takes the SMs they leave. That launch makes the chunks in the chain's order and flags each
+ * (w.ready); the chain's producer and the output warps wait for a chunk's flag before they
+ * read it (wait_until_prepared). Nothing can wait forever: kernel 1 waits for nothing, and it
+ * is launched first, so that where kernels run one at a time (a sanitizer,
+ * CUDA_LAUNCH_BLOCKING) it ends before the chain begins; were its blocks placed first after
+ * all, the pass would only be as slow as the two launches in turn.
  * The split: the second launch makes a chunk of every head in heads / (idle SMs x
- * KERNEL1_CHUNKS_PER_SM_US) us, the chain takes one in CHAIN_STEP_US, so the second launch
- * falls behind by their ratio a chunk, and must start at the chunk from which it falls no
- * further behind than the chain's end: split = chunks (1 - idle x rate x step / heads), and
- * RAMP_CHUNKS more. KERNEL1_CHUNKS_PER_SM_US is kernel 1's rate alone and CHAIN_STEP_US the
- * chain's step beside kernel 1, both measured on an NVIDIA H200; RAMP_CHUNKS is fitted to
- * sweeps of the split on the same machine, whose best splits it meets within a chunk or two
- * (docs/06, "06: Vnew from v, and the launch rules"): a split too early leaves the chain waiting
- * for flags, which costs more than the idle SMs of one too late. At least MIN_CHUNKS chunks:
- * the second launch, the streams' events and the flags' memset cost about 10 us a pass, which
- * shorter sequences do not repay. */
+ * KERNEL1_CHUNKS_PER_SM_US) us, the chain one in CHAIN_STEP_US (both rates measured), so the
+ * second launch falls behind by their ratio a chunk and must start where it falls no further
+ * behind than the chain's end: split = chunks (1 - idle x rate x step / heads), plus
+ * RAMP_CHUNKS, fitted to sweeps of the split. A split too early leaves the chain waiting for
+ * flags, which costs more than the idle SMs of one too late. At least MIN_CHUNKS chunks: the
+ * second launch, the events and the flags' memset cost more than shorter sequences repay. */
 constexpr double KERNEL1_CHUNKS_PER_SM_US = 0.662, CHAIN_STEP_US = 3.24, RAMP_CHUNKS = 9.0;
 constexpr size_t MIN_IDLE_SMS = 16, MIN_CHUNKS = 64;
 /* the first chunk of kernel 1's second launch, or 0 where kernel 1 does not run beside the
