@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""fla_backward_bench.py -- time the peers' GDN backward on our problems, side by side in one process.
+
+    python3 plots/fla_backward_bench.py [--reps N] [--peers fla,flashqla] PROBLEM_DIR[:OURS_DIR] ...
+
+PROBLEM_DIR holds q k v g beta [h0] do dht .npy as bin/make_problem writes them (the inputs and
+the cotangents our backward stages draw for the same sizes and seed). For each peer, in bf16 as
+the peers run (g, beta and the states in fp32): the forward once with inputs that require
+gradients, then
+  backward:  torch.autograd.grad of (o, ht) with cotangents (do, dht) to q, k, v, g, beta and
+             h0, the graph kept (retain_graph), so that each run is the backward alone;
+  forward+backward: the forward and that grad, from fresh leaves each run;
+each the median of --reps runs after warm-up, CUDA events, a 2 x L2-sized buffer overwritten
+before every run (plots/fla_bench.py's flush). With :OURS_DIR (a backward stage's --out folder)
+each peer's gradients are compared with ours (relative L2): proof of the same problem, and how
+far a bf16 backward is from our fp32 one. Prints one `result peer=... mode=...` line a
+measurement, or one line saying why a peer did not run.
+
+Peers: fla (FLA's chunk_gated_delta_rule, its Triton kernels: backend dispatch off), flashqla
+(FlashQLA's fused TileLang kernels, K = V = 128). FLA's backward on Hopper refuses Triton
+versions with a known miscompile unless tilelang is importable: its refusal is printed as it
+comes.
+"""
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+os.environ["FLA_DISABLE_BACKEND_DISPATCH"] = "1"  # FLA's own kernels, not FlashQLA's through FLA
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fla_bench import median_ms, peer_function, relative  # noqa: E402 (the same timing and flush)
+
+GRADIENTS = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--peers", default="fla,flashqla")
+    parser.add_argument("problems", nargs="+")
+    args = parser.parse_args()
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    name = torch.cuda.get_device_name(0)
+    for spec in args.problems:
+        folder, _, ours = spec.partition(":")
+        arrays = {t: np.load(f"{folder}/{t}.npy") for t in ("q", "k", "v", "g", "beta", "do", "dht")}
+        if os.path.exists(f"{folder}/h0.npy"):
+            arrays["h0"] = np.load(f"{folder}/h0.npy")
+        B, T, H, K = arrays["q"].shape
+        HV, V = arrays["v"].shape[2], arrays["v"].shape[3]
+        sizes = f"B={B} T={T} H={H} HV={HV} K={K} V={V}"
+        for peer in args.peers.split(","):
+            try:
+                function, extra = peer_function(peer)
+                leaves = {t: torch.from_numpy(arrays[t]).cuda() for t in ("q", "k", "v")}
+                leaves = {t: x.to(torch.bfloat16) for t, x in leaves.items()}
+                leaves["g"] = torch.from_numpy(arrays["g"]).cuda().float()
+                leaves["beta"] = torch.from_numpy(arrays["beta"]).cuda().to(torch.bfloat16)
+                if "h0" in arrays:
+                    leaves["h0"] = torch.from_numpy(arrays["h0"]).cuda().float()
+                do = torch.from_numpy(arrays["do"]).cuda().to(torch.bfloat16)
+                dht = torch.from_numpy(arrays["dht"]).cuda().float()
+
+                def forward(inputs):
+                    return function(inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"],
+                                    scale=1.0 / math.sqrt(K), initial_state=inputs.get("h0"), output_final_state=True,
+                                    **extra)
+
+                def fresh():
+                    return {t: x.detach().clone().requires_grad_(True) for t, x in leaves.items()}
+
+                inputs = fresh()
+                o, ht = forward(inputs)
+                order = [t for t in ("q", "k", "v", "g", "beta", "h0") if t in inputs]
+
+                def backward():
+                    return torch.autograd.grad((o, ht), [inputs[t] for t in order], (do, dht), retain_graph=True)
+
+                def forward_backward():
+                    again = fresh()
+                    o2, ht2 = forward(again)
+                    return torch.autograd.grad((o2, ht2), [again[t] for t in order], (do, dht))
+
+                for _ in range(3):
+                    grads = backward()
+                    forward_backward()
+                torch.cuda.synchronize()
+                times = {"backward": median_ms(backward, args.reps, flush),
+                         "forward_backward": median_ms(forward_backward, args.reps, flush)}
+            except Exception as error:  # report, do not hide: one line, then the next peer
+                message = str(error).splitlines()[0] if str(error) else ""
+                print(f"result peer={peer} {sizes} error={type(error).__name__}: {message}", flush=True)
+                continue
+            check = ""
+            if ours:
+                for t, gradient in zip(order, grads):
+                    mine = f"{ours}/d{t}.npy"
+                    if os.path.exists(mine):
+                        check += f" err_d{t}_vs_ours={relative(gradient.float().cpu().numpy(), np.load(mine)):.3e}"
+            for mode, ms in times.items():
+                print(f"result peer={peer} mode={mode} dtype=bf16 {sizes} median_ms={ms:.4f}{check} device=\"{name}\"",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
