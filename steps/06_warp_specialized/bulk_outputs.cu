@@ -48,31 +48,8 @@ extern "C" { /* stage 05's flop count: the same algebra */
 #include "chunk_workspace.cuh"     /* the workspace and the chain block's layout */
 #include "simple_prepare.cuh"      /* kernel 1 */
 #include "producer_chain.cuh"      /* kernel 2 */
-#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, run after the chain */
-
-/* Kernel 3 with COLUMNS columns of o a block, after the chain (programmatic dependent launch:
- * its blocks wait for the chain's S0^T and Vnew^T, wait_for_previous_kernel) */
-template <int COLUMNS>
-static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
-{
-    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE;
-    const size_t bytes = 128 + M * sizeof(double) + (2 * M * LDK + COLUMNS * LDK + COLUMNS * LDT + M * LDT) * sizeof(bf16);
-    unsigned blocks;
-    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + COLUMNS - 1) / COLUMNS), 1, &blocks))
-        return -1;
-    if (!r->o_bf16)
-        return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
-    CUtensorMap q_map = {}, k_map = {}; /* unused (zero) where the threads copy q and k */
-    if (keys_by_tensor_map(p->K, p->H, p->T) &&
-        (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K))))
-        return -1;
-    /* K = V = COLUMNS compiled with them known */
-    auto chunk_outputs = p->K == COLUMNS && p->V == COLUMNS ? chunk_outputs_kernel<false, COLUMNS, COLUMNS> : chunk_outputs_kernel<false, COLUMNS, 0>;
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map,
-                               false /* after the chain, not beside it (06's launch rules) */);
-    r->o_in_bf16 = 1;
-    return 0;
-}
+#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, */
+#include "outputs_after_chain.cuh" /* run after the chain */
 
 /* kernel 1, the chain, kernel 3 with 128 columns of o a block where V is a multiple of 128 (no
    block half empty), else 64 */
@@ -91,25 +68,7 @@ static int bulk_outputs_forward(const gdn_device_problem *p, const gdn_settings 
     const size_t chain_bytes = ring_barriers_offset(K) + 2 * CHAIN_STAGES * sizeof(uint64_t);
     CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, prepare_blocks, THREADS, prepare_bytes, *p, w);
     CUDA_LAUNCH_WITH_SHARED(chunk_states_kernel, state_blocks, PRODUCER_CHAIN_THREADS, chain_bytes, *p, w, r->ht);
-    return V % 128 == 0 ? launch_chunk_outputs_by<128>(p, w, r) : launch_chunk_outputs_by<64>(p, w, r);
-}
-
-static int bulk_outputs_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
-{
-    (void)s;
-    size_t parts[4];
-    if (workspace_parts(p->B * p->H, p->T, p->K, p->V, false, parts))
-        return -1;
-    *bytes = parts[0] + parts[1] + parts[2] + parts[3];
-    if (*bytes < parts[1] || *bytes < parts[2] || *bytes < parts[3])
-        return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * p->H, p->T);
-    return 0;
-}
-
-static void bulk_outputs_resolve_options(const gdn_problem *p, gdn_settings *s)
-{
-    (void)p;
-    s->chunk = CHUNK; /* fixed here; stage 05's flop count reads it */
+    return launch_outputs_after_chain<false>(p, w, r);
 }
 
 extern "C" const gdn_stage bulk_outputs_stage = {
@@ -118,9 +77,9 @@ extern "C" const gdn_stage bulk_outputs_stage = {
     .options = 0,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
-    .resolve_options = bulk_outputs_resolve_options,
+    .resolve_options = chunk_resolve_options,
     .device_forward = bulk_outputs_forward,
-    .device_workspace_bytes = bulk_outputs_workspace,
+    .device_workspace_bytes = chunk_workspace_bytes,
     .runner = &gdn_cuda_runner,
     .bf16_inputs = 1,
 };

@@ -121,6 +121,26 @@ static int workspace_parts(size_t heads, size_t T, size_t K, size_t V, bool prec
     return 0;
 }
 
+/* The workspace's bytes for a problem (a stage descriptor's device_workspace_bytes), a chain a
+ * value head; -1 on overflow */
+static inline int chunk_workspace_bytes(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+{
+    size_t parts[4];
+    const size_t heads = p->B * gdn_value_heads(p);
+    if (workspace_parts(heads, p->T, p->K, p->V, s->precise, parts))
+        return -1;
+    *bytes = parts[0] + parts[1] + parts[2] + parts[3];
+    if (*bytes < parts[1] || *bytes < parts[2] || *bytes < parts[3])
+        return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", heads, p->T);
+    return 0;
+}
+/* the chunk, fixed at CHUNK (stage 05's flop count reads it) */
+static inline void chunk_resolve_options(const gdn_problem *p, gdn_settings *s)
+{
+    (void)p;
+    s->chunk = CHUNK;
+}
+
 static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, bool precise)
 {
     size_t bytes[4];

@@ -50,7 +50,8 @@ extern "C" { /* stage 05's flop count: the same algebra */
 #include "chain_ring.cuh"          /* kernel 2's ring, segments and fragment helpers */
 #include "fused_outputs.cuh"       /* kernel 2 with output warps at K = V = 128 */
 #include "chain_w_and_u.cuh"       /* kernel 2 */
-#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, run after the chain */
+#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, */
+#include "outputs_after_chain.cuh" /* run after the chain */
 
 /* Kernel 1 for every chunk, writing `parts`: four blocks an SM where the occupancy query says
  * their shared memory fits (and V is one slice, as that instance assumes), K = V = 64 or 128
@@ -100,32 +101,6 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, g
     return 0;
 }
 
-/* Kernel 3 with COLUMNS columns of o a block, after the chain (programmatic dependent launch:
- * its blocks wait for the chain's S0^T and Vnew^T, wait_for_previous_kernel); o in fp32 with
- * --precise */
-template <bool PRECISE, int COLUMNS>
-static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
-{
-    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE, terms = PRECISE ? 2 : 1;
-    const size_t bytes = 128 + M * sizeof(double) + (2 * M * LDK + terms * (COLUMNS * LDK + COLUMNS * LDT + M * LDT)) * sizeof(bf16);
-    unsigned blocks;
-    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + COLUMNS - 1) / COLUMNS), 1, &blocks))
-        return -1;
-    if (!PRECISE && !r->o_bf16)
-        return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
-    CUtensorMap q_map = {}, k_map = {}; /* unused (zero) where the threads copy q and k */
-    if (keys_by_tensor_map(p->K, p->H, p->T) &&
-        (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K))))
-        return -1;
-    /* K = V = COLUMNS compiled with them known (default mode) */
-    constexpr int SIZE = PRECISE ? 0 : COLUMNS;
-    auto chunk_outputs = SIZE && p->K == SIZE && p->V == SIZE ? chunk_outputs_kernel<PRECISE, COLUMNS, SIZE> : chunk_outputs_kernel<PRECISE, COLUMNS, 0>;
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map,
-                               false /* after the chain, not beside it (06's launch rules) */);
-    r->o_in_bf16 = !PRECISE;
-    return 0;
-}
-
 /* Whether the chain carries output warps: K = V = 128, q and k by tensor maps, the block's
  * shared memory there, not --precise, and heads that give 70 % of the SMs a block (one a head) */
 static bool output_warps_run(const gdn_device_problem *p, bool precise)
@@ -169,10 +144,7 @@ static int output_warps_passes(const gdn_device_problem *p, chunk_workspace w, g
         return output_warps_pass(p, w, r);
     if (launch_prepare_chunks<PRECISE>(p, w, WRITE_KEYS_T | WRITE_W_AND_U) || launch_chunk_states<PRECISE>(p, w, r))
         return -1;
-    if constexpr (!PRECISE)
-        if (p->V % 128 == 0)
-            return launch_chunk_outputs_by<false, 128>(p, w, r);
-    return launch_chunk_outputs_by<PRECISE, 64>(p, w, r);
+    return launch_outputs_after_chain<PRECISE>(p, w, r);
 }
 
 static int output_warps_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
@@ -183,32 +155,15 @@ static int output_warps_forward(const gdn_device_problem *p, const gdn_settings 
     return s->precise ? output_warps_passes<true>(p, w, r) : output_warps_passes<false>(p, w, r);
 }
 
-static int output_warps_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
-{
-    size_t parts[4];
-    if (workspace_parts(p->B * p->H, p->T, p->K, p->V, s->precise, parts))
-        return -1;
-    *bytes = parts[0] + parts[1] + parts[2] + parts[3];
-    if (*bytes < parts[1] || *bytes < parts[2] || *bytes < parts[3])
-        return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * p->H, p->T);
-    return 0;
-}
-
-static void output_warps_resolve_options(const gdn_problem *p, gdn_settings *s)
-{
-    (void)p;
-    s->chunk = CHUNK; /* fixed here; stage 05's flop count reads it */
-}
-
 extern "C" const gdn_stage output_warps_stage = {
     .name = "06f_output_warps",
     .idea = "06e with output warps in the chain's block at K = V = 128: o by wgmma, no kernel 3",
     .options = GDN_OPTION_PRECISE,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
-    .resolve_options = output_warps_resolve_options,
+    .resolve_options = chunk_resolve_options,
     .device_forward = output_warps_forward,
-    .device_workspace_bytes = output_warps_workspace,
+    .device_workspace_bytes = chunk_workspace_bytes,
     .runner = &gdn_cuda_runner,
     .bf16_inputs = 1,
 };

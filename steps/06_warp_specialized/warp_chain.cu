@@ -46,7 +46,8 @@ extern "C" { /* stage 05's flop count: the same algebra */
 #include "prepare_w_and_u.cuh"     /* kernel 1 and its launch */
 #include "chain_ring.cuh"          /* kernel 2's ring, segments and fragment helpers */
 #include "chain_w_and_u.cuh"       /* kernel 2 */
-#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, run after the chain */
+#include "chunk_outputs.cuh"       /* kernel 3: stage 06's, */
+#include "outputs_after_chain.cuh" /* run after the chain */
 
 /* Kernel 2: a block per (head, 32 state columns) where V's tiles pair up, else 16; two
  * consumer warps a 16-column tile and the producer; 3 ring slots; S0^T and Vnew^T through
@@ -68,32 +69,6 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, g
     return 0;
 }
 
-/* Kernel 3 with COLUMNS columns of o a block, after the chain (programmatic dependent launch:
- * its blocks wait for the chain's S0^T and Vnew^T, wait_for_previous_kernel); o in fp32 with
- * --precise */
-template <bool PRECISE, int COLUMNS>
-static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace w, gdn_device_result *r)
-{
-    const size_t M = CHUNK, LDK = key_stride(p->K), LDT = TOKEN_STRIDE, terms = PRECISE ? 2 : 1;
-    const size_t bytes = 128 + M * sizeof(double) + (2 * M * LDK + terms * (COLUMNS * LDK + COLUMNS * LDT + M * LDT)) * sizeof(bf16);
-    unsigned blocks;
-    if (gdn_blocks_for(p->B * p->H * chunks_of(p->T) * ((p->V + COLUMNS - 1) / COLUMNS), 1, &blocks))
-        return -1;
-    if (!PRECISE && !r->o_bf16)
-        return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
-    CUtensorMap q_map = {}, k_map = {}; /* unused (zero) where the threads copy q and k */
-    if (keys_by_tensor_map(p->K, p->H, p->T) &&
-        (make_token_tile_map(&q_map, p->q_bf16, p, p->K, key_stride(p->K)) || make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K))))
-        return -1;
-    /* K = V = COLUMNS compiled with them known (default mode) */
-    constexpr int SIZE = PRECISE ? 0 : COLUMNS;
-    auto chunk_outputs = SIZE && p->K == SIZE && p->V == SIZE ? chunk_outputs_kernel<PRECISE, COLUMNS, SIZE> : chunk_outputs_kernel<PRECISE, COLUMNS, 0>;
-    CUDA_LAUNCH_AFTER_PREVIOUS(chunk_outputs, blocks, THREADS, bytes, *p, w, r->o, (bf16 *)r->o_bf16, q_map, k_map,
-                               false /* after the chain, not beside it (06's launch rules) */);
-    r->o_in_bf16 = !PRECISE;
-    return 0;
-}
-
 /* kernel 1, the chain, kernel 3 with 128 columns of o a block where V is a multiple of 128 (no
    block half empty) and not --precise, else 64 */
 template <bool PRECISE>
@@ -101,10 +76,7 @@ static int warp_chain_passes(const gdn_device_problem *p, chunk_workspace w, gdn
 {
     if (launch_prepare_chunks<PRECISE>(p, w) || launch_chunk_states<PRECISE>(p, w, r))
         return -1;
-    if constexpr (!PRECISE)
-        if (p->V % 128 == 0)
-            return launch_chunk_outputs_by<false, 128>(p, w, r);
-    return launch_chunk_outputs_by<PRECISE, 64>(p, w, r);
+    return launch_outputs_after_chain<PRECISE>(p, w, r);
 }
 
 static int warp_chain_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
@@ -115,32 +87,15 @@ static int warp_chain_forward(const gdn_device_problem *p, const gdn_settings *s
     return s->precise ? warp_chain_passes<true>(p, w, r) : warp_chain_passes<false>(p, w, r);
 }
 
-static int warp_chain_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
-{
-    size_t parts[4];
-    if (workspace_parts(p->B * p->H, p->T, p->K, p->V, s->precise, parts))
-        return -1;
-    *bytes = parts[0] + parts[1] + parts[2] + parts[3];
-    if (*bytes < parts[1] || *bytes < parts[2] || *bytes < parts[3])
-        return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * p->H, p->T);
-    return 0;
-}
-
-static void warp_chain_resolve_options(const gdn_problem *p, gdn_settings *s)
-{
-    (void)p;
-    s->chunk = CHUNK; /* fixed here; stage 05's flop count reads it */
-}
-
 extern "C" const gdn_stage warp_chain_stage = {
     .name = "06e_warp_chain",
     .idea = "06d with consumer warps that own their columns of S: fragments by movmatrix, no barrier",
     .options = GDN_OPTION_PRECISE,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
-    .resolve_options = warp_chain_resolve_options,
+    .resolve_options = chunk_resolve_options,
     .device_forward = warp_chain_forward,
-    .device_workspace_bytes = warp_chain_workspace,
+    .device_workspace_bytes = chunk_workspace_bytes,
     .runner = &gdn_cuda_runner,
     .bf16_inputs = 1,
 };

@@ -163,33 +163,15 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
     return s->precise ? warp_specialized_passes<true>(&heads, w, r, invariant) : warp_specialized_passes<false>(&heads, w, r, invariant);
 }
 
-static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
-{
-    size_t parts[4];
-    const size_t heads = p->B * gdn_value_heads(p); /* a chain a value head */
-    if (workspace_parts(heads, p->T, p->K, p->V, s->precise, parts))
-        return -1;
-    *bytes = parts[0] + parts[1] + parts[2] + parts[3];
-    if (*bytes < parts[1] || *bytes < parts[2] || *bytes < parts[3])
-        return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", heads, p->T);
-    return 0;
-}
-
-static void warp_specialized_resolve_options(const gdn_problem *p, gdn_settings *s)
-{
-    (void)p;
-    s->chunk = CHUNK; /* fixed here; stage 05's flop count reads it */
-}
-
 extern "C" const gdn_stage warp_specialized_stage = {
     .name = "06_warp_specialized",
     .idea = "stage 05 on tensor cores: bf16 inputs, mma.sync products, fp32 sums and state",
     .options = GDN_OPTION_PRECISE | GDN_OPTION_VALUE_HEADS | GDN_OPTION_BATCH_INVARIANT,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
-    .resolve_options = warp_specialized_resolve_options,
+    .resolve_options = chunk_resolve_options,
     .device_forward = warp_specialized_forward,
-    .device_workspace_bytes = warp_specialized_workspace,
+    .device_workspace_bytes = chunk_workspace_bytes,
     .runner = &gdn_cuda_runner,
     .bf16_inputs = 1,
 };
