@@ -150,7 +150,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         barrier_init_fence(); /* visible to the TMA unit */
     }
     __syncthreads(); /* the block's only barrier */
-    wait_for_previous_kernel(); /* kernel 1's W, keys and U (or the scan's starts) */
+    wait_for_previous_kernel(); /* kernel 1's W, keys and U (and the segments' start states, where a kernel made them) */
     if (segments.outputs_early && threadIdx.x == 0) /* kernel 3's blocks may be placed now */
         let_next_kernel_start();
 
