@@ -136,6 +136,7 @@ static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_
 
     c->p.B = host->B, c->p.T = host->T, c->p.H = host->H, c->p.K = host->K, c->p.V = host->V;
     c->r.layout.HV = gdn_value_heads(host), c->r.layout.sequences = gdn_sequences(host);
+    c->r.layout.longest = gdn_longest_sequence(host);
     c->p.scale = (float)host->scale;
     c->p.heads_per_key = 1;
     if (host->offsets) {

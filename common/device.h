@@ -44,6 +44,7 @@ typedef struct gdn_device_layout {
     size_t HV;
     const size_t *offsets;
     size_t sequences;
+    size_t longest; /* the longest sequence's tokens (T without offsets), known on the host */
 } gdn_device_layout;
 
 typedef struct gdn_device_result {

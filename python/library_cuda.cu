@@ -142,7 +142,7 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
         result.o = o, result.ht = ht, result.o_bf16 = o_bf16;
         result.workspace = workspace, result.workspace_bytes = (size_t)workspace_bytes;
         /* grouped value heads as given, no packed batch: gdn_check_layout refused a stage that takes neither */
-        result.layout.HV = gdn_value_heads(&p), result.layout.sequences = p.B;
+        result.layout.HV = gdn_value_heads(&p), result.layout.sequences = p.B, result.layout.longest = p.T;
         gdn_set_pass_stream((cudaStream_t)c->stream);
         status = stage->device_forward(&device, &s, &result);
         gdn_set_pass_stream(NULL);

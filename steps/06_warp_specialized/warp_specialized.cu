@@ -42,7 +42,8 @@
  * chunk_workspace.cuh. Bound: the chain's T / 64 steps where heads are few, each two 64-deep
  * MMA chains per warp (from v, Z and Tm's products lengthen it); bytes where they fill the GPU.
  * Grouped value heads (--HV): a chain a value head, its q and k rows those of the key head it
- * shares (tile_products.cuh: key_row, key_heads); a packed batch it does not take.
+ * shares (tile_products.cuh: key_row, key_heads). A packed batch (--lengths): rows padded to the
+ * longest sequence (packed_forward).
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  * On an NVIDIA H200 at (8, 4096, 16, 128, 128), about 3 times as fast as FLA's kernels replayed
  * from a CUDA graph (docs/06, "Measured"; plots/data/peers.dat).
@@ -149,12 +150,10 @@ static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace 
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
 }
 
-static int warp_specialized_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
+/* The passes on B rows of T tokens (no offsets). Grouped value heads: the value heads are the
+   pass's heads, heads_per_key of them reading one key head's q and k (tile_products.cuh: key_row) */
+static int rows_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
-    if (check_key_width(p->K))
-        return -1;
-    /* grouped value heads: the value heads are the pass's heads, heads_per_key of them reading
-       one key head's q and k (tile_products.cuh: key_row) */
     gdn_device_problem heads = *p;
     heads.H = r->layout.HV;
     heads.heads_per_key = (unsigned)(r->layout.HV / p->H);
@@ -163,15 +162,121 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
     return s->precise ? warp_specialized_passes<true>(&heads, w, r, invariant) : warp_specialized_passes<false>(&heads, w, r, invariant);
 }
 
+/* A packed batch (--lengths, cu_seqlens) runs as N rows of the longest sequence's tokens: each
+ * sequence gathered into its row and padded with tokens that change nothing (q, k and v zero,
+ * g = 0: no decay, beta = 0: no write), the passes of B rows run, and each row's real tokens'
+ * o scattered back; ht is the rows' last states, in the batch's order already. The padding's
+ * work is the price: N x longest tokens for the sum of the lengths (docs/06, "Grouped value
+ * heads, packed batches"). The padded inputs and o follow the passes' workspace (padded_parts). */
+static size_t padded_parts(size_t N, size_t longest, size_t H, size_t HV, size_t K, size_t V, size_t bytes[4])
+{
+    const size_t tokens = N * longest, round = 256;
+    bytes[0] = (tokens * H * K * sizeof(bf16) + round - 1) / round * round;  /* q, and k after it */
+    bytes[1] = (tokens * HV * V * sizeof(bf16) + round - 1) / round * round; /* v */
+    bytes[2] = (tokens * HV * sizeof(float) + round - 1) / round * round;    /* g, and beta after it */
+    bytes[3] = (tokens * HV * V * sizeof(float) + round - 1) / round * round; /* o (fp32, or bf16 in its place) */
+    return 2 * bytes[0] + bytes[1] + 2 * bytes[2] + bytes[3];
+}
+/* row n's token t (position n longest + t) from the packed batch's position offsets[n] + t, or
+   a padding token past the sequence; a block a position */
+static __global__ void gather_padded(gdn_device_problem p, const size_t *offsets, size_t longest, size_t HV, bf16 *q, bf16 *k,
+                                     bf16 *v, float *g, float *beta)
+{
+    const size_t n = blockIdx.x / longest, t = blockIdx.x % longest, to = blockIdx.x, from = offsets[n] + t;
+    const bool real = t < offsets[n + 1] - offsets[n];
+    const size_t keys = p.H * p.K, values = HV * p.V;
+    const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
+    const bf16 zero = __float2bfloat16_rn(0.0f);
+    for (size_t e = threadIdx.x; e < keys; e += blockDim.x) {
+        q[to * keys + e] = real ? q16[from * keys + e] : zero;
+        k[to * keys + e] = real ? k16[from * keys + e] : zero;
+    }
+    for (size_t e = threadIdx.x; e < values; e += blockDim.x)
+        v[to * values + e] = real ? v16[from * values + e] : zero;
+    for (size_t e = threadIdx.x; e < HV; e += blockDim.x) {
+        g[to * HV + e] = real ? p.g[from * HV + e] : 0.0f;
+        beta[to * HV + e] = real ? p.beta[from * HV + e] : 0.0f;
+    }
+}
+/* the real tokens' o back into the packed batch, in bf16 or fp32 as the passes wrote it */
+static __global__ void scatter_outputs(const size_t *offsets, size_t longest, size_t values, const float *padded, float *o,
+                                       unsigned short *o16, int in_bf16)
+{
+    const size_t n = blockIdx.x / longest, t = blockIdx.x % longest, from = blockIdx.x, to = offsets[n] + t;
+    if (t >= offsets[n + 1] - offsets[n])
+        return;
+    const unsigned short *padded16 = (const unsigned short *)padded;
+    for (size_t e = threadIdx.x; e < values; e += blockDim.x) {
+        if (in_bf16)
+            o16[to * values + e] = padded16[from * values + e];
+        else
+            o[to * values + e] = padded[from * values + e];
+    }
+}
+static int packed_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
+{
+    const size_t N = r->layout.sequences, longest = r->layout.longest, HV = r->layout.HV;
+    size_t rows_parts[4], bytes[4];
+    if (workspace_parts(N * HV, longest, p->K, p->V, s->precise, rows_parts))
+        return -1;
+    unsigned char *at = (unsigned char *)r->workspace + rows_parts[0] + rows_parts[1] + rows_parts[2] + rows_parts[3];
+    padded_parts(N, longest, p->H, HV, p->K, p->V, bytes);
+    bf16 *q = (bf16 *)at, *k = (bf16 *)(at + bytes[0]), *v = (bf16 *)(at + 2 * bytes[0]);
+    float *g = (float *)(at + 2 * bytes[0] + bytes[1]), *beta = (float *)((unsigned char *)g + bytes[2]);
+    float *o = (float *)((unsigned char *)beta + bytes[2]);
+    unsigned blocks;
+    if (gdn_blocks_for(N * longest, 1, &blocks))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED(gather_padded, blocks, 256, 0, *p, r->layout.offsets, longest, HV, q, k, v, g, beta);
+    gdn_device_problem rows = *p;
+    rows.B = N, rows.T = longest;
+    rows.q_bf16 = (const unsigned short *)q, rows.k_bf16 = (const unsigned short *)k, rows.v_bf16 = (const unsigned short *)v;
+    rows.g = g, rows.beta = beta, rows.q = rows.k = rows.v = NULL; /* the passes read the bf16 ones */
+    gdn_device_result padded = *r;
+    padded.o = o, padded.o_bf16 = (unsigned short *)o; /* one place: a pass writes o in one of the two */
+    padded.layout.offsets = NULL, padded.layout.longest = longest;
+    padded.o_in_bf16 = 0;
+    if (rows_forward(&rows, s, &padded))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED(scatter_outputs, blocks, 256, 0, r->layout.offsets, longest, HV * p->V, o, r->o, r->o_bf16, padded.o_in_bf16);
+    r->o_in_bf16 = padded.o_in_bf16;
+    return 0;
+}
+
+static int warp_specialized_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
+{
+    if (check_key_width(p->K))
+        return -1;
+    return r->layout.offsets ? packed_forward(p, s, r) : rows_forward(p, s, r);
+}
+
+/* the workspace: the passes' (chunk_workspace_bytes), and for a packed batch its N rows' and
+   the padded inputs and o after it */
+static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+{
+    if (!p->offsets)
+        return chunk_workspace_bytes(p, s, bytes);
+    gdn_problem rows = *p;
+    rows.B = gdn_sequences(p), rows.T = gdn_longest_sequence(p), rows.offsets = NULL, rows.sequences = 0;
+    size_t padded[4];
+    if (chunk_workspace_bytes(&rows, s, bytes))
+        return -1;
+    const size_t extra = padded_parts(rows.B, rows.T, p->H, gdn_value_heads(p), p->K, p->V, padded);
+    if (*bytes + extra < *bytes)
+        return gdn_set_error("the workspace of %zu sequences of up to %zu tokens overflows size_t", rows.B, rows.T);
+    *bytes += extra;
+    return 0;
+}
+
 extern "C" const gdn_stage warp_specialized_stage = {
     .name = "06_warp_specialized",
     .idea = "stage 05 on tensor cores: bf16 inputs, mma.sync products, fp32 sums and state",
-    .options = GDN_OPTION_PRECISE | GDN_OPTION_VALUE_HEADS | GDN_OPTION_BATCH_INVARIANT,
+    .options = GDN_OPTION_PRECISE | GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED | GDN_OPTION_BATCH_INVARIANT,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,
     .resolve_options = chunk_resolve_options,
     .device_forward = warp_specialized_forward,
-    .device_workspace_bytes = chunk_workspace_bytes,
+    .device_workspace_bytes = warp_specialized_workspace,
     .runner = &gdn_cuda_runner,
     .bf16_inputs = 1,
 };

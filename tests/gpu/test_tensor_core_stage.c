@@ -272,6 +272,39 @@ START_TEST(tensor_cores_take_grouped_heads)
 }
 END_TEST
 
+/* A packed batch (sequences of different lengths in one row, each with its own state): 06
+ * against the oracle on the same bf16 inputs, on the chain from W and U (K = 100), from v and
+ * kernel 3 (K = V = 64), with output warps (K = V = 128, 4 x 32 value heads), with grouped value
+ * heads and --precise. _i: the case. */
+START_TEST(tensor_cores_take_packed_batches)
+{
+    static size_t around_a_chunk[4] = {1, 63, 64, 65}, mixed[6] = {300, 1, 129, 64, 17, 200}, four[4] = {700, 64, 190, 5};
+    static const struct {
+        gdn_layout l;
+        int precise;
+        const char *path;
+    } cases[] = {
+        {{.H = 3, .HV = 3, .K = 100, .V = 72, .with_h0 = 1, .sequences = 4, .lengths = around_a_chunk}, 0, "W and U"},
+        {{.H = 2, .HV = 8, .K = 64, .V = 64, .with_h0 = 1, .sequences = 6, .lengths = mixed}, 0, "from v, grouped"},
+        {{.H = 8, .HV = 32, .K = 128, .V = 128, .with_h0 = 1, .sequences = 4, .lengths = four}, 0, "output warps, grouped"},
+        {{.H = 2, .HV = 4, .K = 128, .V = 128, .with_h0 = 0, .sequences = 6, .lengths = mixed}, 1, "--precise"},
+    };
+    gdn_layout l = cases[_i].l;
+    l.B = 1, l.T = 0;
+    for (size_t n = 0; n < l.sequences; n++)
+        l.T += l.lengths[n];
+    gdn_problem p = test_layout_problem(&l, 4470 + _i);
+    gdn_problem_round_to_bf16(&p);
+    gdn_settings s = {.reps = 1, .threads = 1, .precise = cases[_i].precise};
+    gdn_result packed = test_run_settings(&warp_specialized_stage, &p, &s);
+    char label[120];
+    snprintf(label, sizeof label, "06, a packed batch of %zu sequences, %s, against the oracle", l.sequences, cases[_i].path);
+    assert_close(test_against_oracle(&p, &packed), GDN_TOLERANCE_BF16, label);
+    gdn_result_free(&packed);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 /* --batch-invariant: one sequence's o and ht, alone and inside a batch, to the bit, in both
  * modes, where the default mode takes another path in the batch (each case says which;
  * --precise takes neither the chain from v nor output warps by default, so its half checks the
@@ -334,6 +367,7 @@ Suite *tensor_core_stage_suite(void)
     tcase_add_loop_test(cases, tensor_cores_with_kernel1_beside_the_chain, 0, 2);
     tcase_add_loop_test(cases, tensor_cores_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_loop_test(cases, tensor_cores_take_grouped_heads, 0, 6);
+    tcase_add_loop_test(cases, tensor_cores_take_packed_batches, 0, 4);
     tcase_add_loop_test(cases, tensor_cores_batch_invariant, 0, 3);
     tcase_add_test(cases, tensor_cores_refuse_large_keys);
     tcase_add_loop_test(cases, wgmma_layout_matches_the_cpu, 0, 3);
