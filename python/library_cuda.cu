@@ -64,6 +64,8 @@ static int prepare(const char *stage_name, const gdn_library_call *c, const gdn_
         return gdn_set_error("no GPU stage '%s' (there are %s)", stage_name, gdn_library_cuda_stages());
     if (gdn_library_check_options(*stage, c) || gdn_library_problem(c, p, s) || gdn_check_layout(*stage, p))
         return -1;
+    if (p->offsets) /* (its offsets would have to reach the GPU, and its longest sequence the host) */
+        return gdn_set_error("cu_seqlens: the library's GPU path takes B rows of T tokens only");
     if (!gdn_cuda_device_present())
         return -1;
     /* stage 06 makes its side streams once, on the device current then (warp_specialized.cu) */
@@ -141,7 +143,7 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
         gdn_device_result result = {};
         result.o = o, result.ht = ht, result.o_bf16 = o_bf16;
         result.workspace = workspace, result.workspace_bytes = (size_t)workspace_bytes;
-        /* grouped value heads as given, no packed batch: gdn_check_layout refused a stage that takes neither */
+        /* grouped value heads as given (gdn_check_layout refused a stage without them); no packed batch (above) */
         result.layout.HV = gdn_value_heads(&p), result.layout.sequences = p.B, result.layout.longest = p.T;
         gdn_set_pass_stream((cudaStream_t)c->stream);
         status = stage->device_forward(&device, &s, &result);

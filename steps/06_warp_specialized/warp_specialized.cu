@@ -168,14 +168,19 @@ static int rows_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_
  * o scattered back; ht is the rows' last states, in the batch's order already. The padding's
  * work is the price: N x longest tokens for the sum of the lengths (docs/06, "Grouped value
  * heads, packed batches"). The padded inputs and o follow the passes' workspace (padded_parts). */
-static size_t padded_parts(size_t N, size_t longest, size_t H, size_t HV, size_t K, size_t V, size_t bytes[4])
+static int padded_parts(size_t N, size_t longest, size_t H, size_t HV, size_t K, size_t V, size_t bytes[4], size_t *total)
 {
-    const size_t tokens = N * longest, round = 256;
-    bytes[0] = (tokens * H * K * sizeof(bf16) + round - 1) / round * round;  /* q, and k after it */
-    bytes[1] = (tokens * HV * V * sizeof(bf16) + round - 1) / round * round; /* v */
-    bytes[2] = (tokens * HV * sizeof(float) + round - 1) / round * round;    /* g, and beta after it */
-    bytes[3] = (tokens * HV * V * sizeof(float) + round - 1) / round * round; /* o (fp32, or bf16 in its place) */
-    return 2 * bytes[0] + bytes[1] + 2 * bytes[2] + bytes[3];
+    size_t q[5] = {N, longest, H, K, sizeof(bf16)}, v[5] = {N, longest, HV, V, sizeof(bf16)}, g[4] = {N, longest, HV, sizeof(float)},
+           o[5] = {N, longest, HV, V, sizeof(float)};
+    if (gdn_multiply_sizes(&bytes[0], 5, q) || gdn_multiply_sizes(&bytes[1], 5, v) || gdn_multiply_sizes(&bytes[2], 4, g) ||
+        gdn_multiply_sizes(&bytes[3], 5, o))
+        return -1;
+    for (int i = 0; i < 4; i++) /* q (and k after it), v, g (and beta after it), o (fp32, or bf16 in its place) */
+        bytes[i] = (bytes[i] + 255) / 256 * 256;
+    *total = 2 * bytes[0] + bytes[1] + 2 * bytes[2] + bytes[3];
+    if (*total < bytes[3])
+        return gdn_set_error("the padded rows of %zu sequences of %zu tokens overflow size_t", N, longest);
+    return 0;
 }
 /* row n's token t (position n longest + t) from the packed batch's position offsets[n] + t, or
    a padding token past the sequence; a block a position */
@@ -216,11 +221,22 @@ static __global__ void scatter_outputs(const size_t *offsets, size_t longest, si
 static int packed_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     const size_t N = r->layout.sequences, longest = r->layout.longest, HV = r->layout.HV;
-    size_t rows_parts[4], bytes[4];
-    if (workspace_parts(N * HV, longest, p->K, p->V, s->precise, rows_parts))
+    gdn_device_problem rows = *p;
+    rows.B = N, rows.T = longest;
+    if (N * longest == p->T) { /* every length the same: the row is N rows already, nothing to pad */
+        gdn_device_result as_rows = *r;
+        as_rows.layout.offsets = NULL;
+        const int status = rows_forward(&rows, s, &as_rows);
+        r->o_in_bf16 = as_rows.o_in_bf16;
+        return status;
+    }
+    if (!s->precise && !r->o_bf16)
+        return gdn_set_error("stage 06 writes o in bf16: the runner made no room for it");
+    size_t rows_parts[4], bytes[4], total;
+    if (workspace_parts(N * HV, longest, p->K, p->V, s->precise, rows_parts) ||
+        padded_parts(N, longest, p->H, HV, p->K, p->V, bytes, &total))
         return -1;
     unsigned char *at = (unsigned char *)r->workspace + rows_parts[0] + rows_parts[1] + rows_parts[2] + rows_parts[3];
-    padded_parts(N, longest, p->H, HV, p->K, p->V, bytes);
     bf16 *q = (bf16 *)at, *k = (bf16 *)(at + bytes[0]), *v = (bf16 *)(at + 2 * bytes[0]);
     float *g = (float *)(at + 2 * bytes[0] + bytes[1]), *beta = (float *)((unsigned char *)g + bytes[2]);
     float *o = (float *)((unsigned char *)beta + bytes[2]);
@@ -228,8 +244,6 @@ static int packed_forward(const gdn_device_problem *p, const gdn_settings *s, gd
     if (gdn_blocks_for(N * longest, 1, &blocks))
         return -1;
     CUDA_LAUNCH_WITH_SHARED(gather_padded, blocks, 256, 0, *p, r->layout.offsets, longest, HV, q, k, v, g, beta);
-    gdn_device_problem rows = *p;
-    rows.B = N, rows.T = longest;
     rows.q_bf16 = (const unsigned short *)q, rows.k_bf16 = (const unsigned short *)k, rows.v_bf16 = (const unsigned short *)v;
     rows.g = g, rows.beta = beta, rows.q = rows.k = rows.v = NULL; /* the passes read the bf16 ones */
     gdn_device_result padded = *r;
@@ -258,10 +272,11 @@ static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *
         return chunk_workspace_bytes(p, s, bytes);
     gdn_problem rows = *p;
     rows.B = gdn_sequences(p), rows.T = gdn_longest_sequence(p), rows.offsets = NULL, rows.sequences = 0;
-    size_t padded[4];
-    if (chunk_workspace_bytes(&rows, s, bytes))
+    if (rows.B * rows.T == p->T) /* every length the same: no padding (packed_forward) */
+        return chunk_workspace_bytes(&rows, s, bytes);
+    size_t padded[4], extra;
+    if (chunk_workspace_bytes(&rows, s, bytes) || padded_parts(rows.B, rows.T, p->H, gdn_value_heads(p), p->K, p->V, padded, &extra))
         return -1;
-    const size_t extra = padded_parts(rows.B, rows.T, p->H, gdn_value_heads(p), p->K, p->V, padded);
     if (*bytes + extra < *bytes)
         return gdn_set_error("the workspace of %zu sequences of up to %zu tokens overflows size_t", rows.B, rows.T);
     *bytes += extra;

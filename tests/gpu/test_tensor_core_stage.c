@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../../common/device.h"
 #include "../../steps/06_warp_specialized/warp_specialized.h"
@@ -305,6 +306,39 @@ START_TEST(tensor_cores_take_packed_batches)
 }
 END_TEST
 
+/* --batch-invariant with a packed batch: a sequence alone and as the first of a packed batch
+ * of other lengths (run as rows padded to the longest), the same bits, in both modes */
+START_TEST(tensor_cores_batch_invariant_packed)
+{
+    static const size_t lengths[3] = {300, 1000, 17};
+    const gdn_layout packed_layout = {.B = 1, .T = 1317, .H = 2, .K = 128, .V = 128, .with_h0 = 1, .sequences = 3, .lengths = lengths};
+    const test_shape alone_shape = {1, 300, 2, 128, 128};
+    gdn_problem alone = test_problem(alone_shape, 1, 4480), packed = test_layout_problem(&packed_layout, 4481);
+    const size_t T = 300, H = 2, K = 128, V = 128; /* sequence 0 is positions 0 .. 299: alone's rows, as they lie */
+    memcpy(packed.q, alone.q, T * H * K * sizeof(real_t));
+    memcpy(packed.k, alone.k, T * H * K * sizeof(real_t));
+    memcpy(packed.v, alone.v, T * H * V * sizeof(real_t));
+    memcpy(packed.g, alone.g, T * H * sizeof(real_t));
+    memcpy(packed.beta, alone.beta, T * H * sizeof(real_t));
+    memcpy(packed.h0, alone.h0, H * K * V * sizeof(real_t));
+    gdn_problem_round_to_bf16(&alone);
+    gdn_problem_round_to_bf16(&packed);
+    for (int precise = 0; precise <= 1; precise++) {
+        gdn_settings s = {.reps = 1, .threads = 1, .precise = precise, .batch_invariant = 1};
+        gdn_result by_itself = test_run_settings(&warp_specialized_stage, &alone, &s);
+        s = (gdn_settings){.reps = 1, .threads = 1, .precise = precise, .batch_invariant = 1};
+        gdn_result in_batch = test_run_settings(&warp_specialized_stage, &packed, &s);
+        long where;
+        ck_assert_msg(test_same_bits_as_alone(&packed, &in_batch, &alone, &by_itself, &where),
+                      "06 --batch-invariant%s: the sequence's bits differ in the packed batch at %ld", precise ? " --precise" : "", where);
+        gdn_result_free(&in_batch);
+        gdn_result_free(&by_itself);
+    }
+    gdn_problem_free(&packed);
+    gdn_problem_free(&alone);
+}
+END_TEST
+
 /* --batch-invariant: one sequence's o and ht, alone and inside a batch, to the bit, in both
  * modes, where the default mode takes another path in the batch (each case says which;
  * --precise takes neither the chain from v nor output warps by default, so its half checks the
@@ -369,6 +403,7 @@ Suite *tensor_core_stage_suite(void)
     tcase_add_loop_test(cases, tensor_cores_take_grouped_heads, 0, 6);
     tcase_add_loop_test(cases, tensor_cores_take_packed_batches, 0, 4);
     tcase_add_loop_test(cases, tensor_cores_batch_invariant, 0, 3);
+    tcase_add_test(cases, tensor_cores_batch_invariant_packed);
     tcase_add_test(cases, tensor_cores_refuse_large_keys);
     tcase_add_loop_test(cases, wgmma_layout_matches_the_cpu, 0, 3);
     suite_add_tcase(suite, cases);
