@@ -195,6 +195,176 @@ __device__ __forceinline__ static float decay_to_chunk_end(const double *gamma, 
     return token < n ? expf((float)(gamma[n - 1] - gamma[token])) : 0.0f;
 }
 
+/* The keys decayed to the chunk's end, transposed (eq. 15), into keys_t, by the threads past
+ * the first 64 (warps 2-7) while warps 0 and 1 invert the diagonal blocks. Zero past the chunk
+ * (decay 0) and past K (the keys' tile is zero there). Worker: token worker % 64 (one
+ * exponential), key columns c0 .. c0 + 8 for c0 = 8 (worker / 64), + 24, ...: a 16-byte read
+ * each; consecutive threads write consecutive tokens of a keys_t row (coalesced). */
+__device__ __forceinline__ static void write_decayed_keys(bf16 *keys_t, const bf16 *keys, int LDK, int KP, const double *gamma, int n)
+{
+    constexpr int KEY_WORKERS = THREADS - CHUNK, COLUMN_STEP = KEY_WORKERS / CHUNK * 8;
+    const int worker = threadIdx.x - CHUNK, token = worker % CHUNK;
+    const float decay = decay_to_chunk_end(gamma, n, token);
+    for (int c0 = worker / CHUNK * 8; c0 < KP; c0 += COLUMN_STEP) {
+        const uint4 raw = *(const uint4 *)(keys + token * LDK + c0);
+        const bf16 *pieces = (const bf16 *)&raw;
+        bf16 *token_column = keys_t + c0 * TOKEN_STRIDE + token; /* keys_t[c0][token] */
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            token_column[q * TOKEN_STRIDE] = __float2bfloat16_rn(__bfloat162float(pieces[q]) * decay);
+    }
+}
+
+/* The transform block, what the chains that make Vnew from v read (chain_from_values): Tm's
+ * strictly lower part in bf16 (swizzled rows) and three factors a token: beta, beta e^gamma and
+ * the decay to the chunk's end. `block`: the (head, chunk)'s index; `flag`: raise its ready
+ * flag once every write is done (kernel 1 beside the chain). */
+__device__ __forceinline__ static void write_transform_block(const chunk_workspace &w, size_t block, bool flag, const float *Tm,
+                                                             const float *beta, const float *scaled_beta, const double *gamma, int n)
+{
+    bf16 *const transform = (bf16 *)(w.transforms + block * TRANSFORM_BYTES);
+    /* Tm's strictly lower part in bf16, eight columns a thread, one 16-byte store each (a
+       row's eight fill its swizzled 128-byte line). Of each eight lanes (one wavefront of
+       16-byte reads) four read half of one row and four the other half of the next (the
+       row's low bit flipped by the piece's bit 2): rows SOLVE_STRIDE floats apart start 4
+       banks apart, so the eight reads meet no conflict, where one row's meet two by two */
+    for (int piece = threadIdx.x; piece < CHUNK * CHUNK / 8; piece += THREADS) {
+        static_assert(SOLVE_STRIDE % 32 == 4 && THREADS % 32 == 0, "a row's reads 4 banks from the row before");
+        const int i = (piece / 8) ^ (piece / 4 % 2), c0 = piece % 8 * 8;
+        const float4 left = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0], right = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0 + 4];
+        const float row[8] = {left.x, left.y, left.z, left.w, right.x, right.y, right.z, right.w};
+        uint32_t pairs[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            pairs[e] = pack_bf16(c0 + 2 * e < i ? row[2 * e] : 0.0f, c0 + 2 * e + 1 < i ? row[2 * e + 1] : 0.0f);
+        *(uint4 *)&transform[swizzled_offset(CHUNK, i, c0)] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    }
+    if (threadIdx.x < CHUNK) { /* the factors */
+        float *const factors = (float *)(transform + CHUNK * CHUNK);
+        const int token = threadIdx.x;
+        factors[token] = beta[token];
+        factors[CHUNK + token] = scaled_beta[token];
+        factors[2 * CHUNK + token] = decay_to_chunk_end(gamma, n, token);
+    }
+    if (flag) { /* the chain may take the chunk: its flag, after every write */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence(); /* the block's writes (seen through the barrier) before the flag, at GPU scope */
+            store_release_gpu(w.ready + block, 1u);
+        }
+    }
+}
+
+/* W = (L diag(beta e^gamma)) K + diag(beta e^gamma) K, L Tm's strictly lower part (eq. 12: the
+ * diagonal's term in fp32), rounded to bf16 (and its low terms with --precise), 64 columns a pass into the keys' own
+ * place, then out by one bulk store. Each warp makes rows tile_row .. + 16 and 32 of every 64
+ * columns. */
+template <bool PRECISE>
+__device__ __forceinline__ static void make_w(unsigned char *chain, int K, int KP, int LDK, bf16 *keys, const bf16 *Tm_keys,
+                                              const float *scaled_beta, int tile_row, int tile_column)
+{
+    float acc[4][4];
+    bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K));
+    bf16 *W_stage = keys; /* [64][LDK]: W as it is in the chain block */
+    for (int pass = 0; pass < KP; pass += 64) { /* W, every warp in every pass (the barrier) */
+        const int column0 = pass + tile_column;
+        uint32_t sums[4][2]; /* the warp's W, rounded, as bf16 pairs */
+        if (column0 < KP) {
+            clear(acc);
+            warp_product_rows(acc, Tm_keys, TOKEN_STRIDE, keys, LDK, tile_row, column0, KP, causal_depth(tile_row));
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r += 2) { /* sums r and r + 1 are neighbours in a row: one 4-byte store */
+                    const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
+                    if (out >= KP)
+                        continue;
+                    const __nv_bfloat162 key = *(const __nv_bfloat162 *)&keys[i * LDK + out]; /* the diagonal's term */
+                    const float first = acc[j][r] + scaled_beta[i] * __low2float(key), second = acc[j][r + 1] + scaled_beta[i] * __high2float(key);
+                    sums[j][r / 2] = pack_bf16(first, second);
+                    if (PRECISE) { /* the low terms go straight out: --precise is the slow mode anyway */
+                        const __nv_bfloat162 high = *(const __nv_bfloat162 *)&sums[j][r / 2];
+                        *(__nv_bfloat162 *)&W_low[i * LDK + out] = __floats2bfloat162_rn(first - __low2float(high), second - __high2float(high));
+                    }
+                }
+        }
+        __syncthreads(); /* every read of this pass's keys done */
+        if (column0 < KP)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r += 2) {
+                    const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
+                    if (out < KP)
+                        *(uint32_t *)&W_stage[i * LDK + out] = sums[j][r / 2];
+                }
+    }
+    /* W out by one bulk store, its rows contiguous in the chain block as in the staging tile:
+       every writer fences for the async proxy, then the barrier (common/bulk_copy.cuh). The
+       keys' place is not written again, so nothing waits for the store until the end. */
+    fence_shared_for_bulk_store();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        bulk_store(W, W_stage, (uint32_t)(CHUNK * LDK * sizeof(bf16)));
+        bulk_store_commit();
+    }
+}
+
+/* U = (L diag(beta)) V + diag(beta) V (eq. 12), VALUE_SLICE columns of v at a time (one,
+ * already here, for V <= VALUE_SLICE: ONE_SLICE), 64 columns a pass: each warp's 32 into the
+ * staging tile in the chain's fragment order (u_fragment_index), then 64 rows of U_t out by
+ * one bulk store. */
+template <bool PRECISE, bool ONE_SLICE>
+__device__ __forceinline__ static void make_u(unsigned char *chain, int K, size_t V, int VP, int LDV, bf16 *values, const bf16 *Tm_values,
+                                              chain_u_type<PRECISE> *U_stage, const float (&row_beta)[2], int n, const bf16 *v16,
+                                              size_t first_token, size_t token_stride, int tile_row, int tile_column)
+{
+    float acc[4][4];
+    for (int slice = 0; slice < (ONE_SLICE ? 1 : VP); slice += VALUE_SLICE) {
+        const int width = VP - slice < VALUE_SLICE ? VP - slice : VALUE_SLICE;
+        if (!ONE_SLICE && slice > 0) {
+            __syncthreads(); /* every read of the last slice is done */
+            copy_tile(values, LDV, CHUNK, n, (int)(V - slice < VALUE_SLICE ? V - slice : VALUE_SLICE), width,
+                      v16 + first_token * V + slice, token_stride * V);
+            __pipeline_commit();
+            __pipeline_wait_prior(0);
+        }
+        for (int pass = 0; pass < width; pass += 64) {
+            const int column0 = pass + tile_column;
+            if (threadIdx.x == 0)
+                bulk_store_wait_read(); /* the staging tile's last rows are out (W's too: one wait for all) */
+            __syncthreads(); /* (and the slice is here) */
+            if (column0 < width) {
+                clear(acc);
+                warp_product_rows(acc, Tm_values, TOKEN_STRIDE, values, LDV, tile_row, column0, width, causal_depth(tile_row));
+#pragma unroll
+                for (int j = 0; j < 4; j++) { /* + the diagonal's term, beta_i v_i */
+                    const int out = fragment_column(column0, j, 0), row = fragment_row(tile_row, 0);
+                    if (out >= width) /* width is a multiple of 16: the whole n-tile is past it */
+                        continue;
+                    /* this lane's fragment of n-tile j, tokens row, row + 8 of columns out, out + 1:
+                     * the chain lane's four values of token tile tile_row / 16 (u_fragment_index) */
+                    const __nv_bfloat162 top = *(const __nv_bfloat162 *)&values[row * LDV + out];
+                    const __nv_bfloat162 bottom = *(const __nv_bfloat162 *)&values[(row + 8) * LDV + out];
+                    const float four[4] = {acc[j][0] + row_beta[0] * __low2float(top), acc[j][1] + row_beta[0] * __high2float(top),
+                                           acc[j][2] + row_beta[1] * __low2float(bottom), acc[j][3] + row_beta[1] * __high2float(bottom)};
+                    const int n_tile = (out - pass) / 8;
+                    store_four(U_stage + n_tile * 8 * CHUNK + u_fragment_index<chain_u_type<PRECISE>>(threadIdx.x % 32, tile_row / 16), four);
+                }
+            }
+            fence_shared_for_bulk_store();
+            __syncthreads();
+            const int rows = width - pass < 64 ? width - pass : 64; /* rows of U_t: columns of U */
+            if (threadIdx.x == 0) { /* one bulk store, as W (the address made here: kept from
+                                       above, it takes a register and ptxas spills 8 bytes) */
+                chain_u_type<PRECISE> *U_t = (chain_u_type<PRECISE> *)(chain + chain_u_offset(K, PRECISE));
+                bulk_store(U_t + (size_t)(slice + pass) * CHUNK, U_stage, (uint32_t)(rows * CHUNK * sizeof(chain_u_type<PRECISE>)));
+                bulk_store_commit();
+            }
+        }
+    }
+}
+
 /* BLOCKS: the blocks an SM should hold, which caps the registers (__launch_bounds__): 3, or 4
  * where four blocks' shared memory fits too (tm_place_bytes), 2 with --precise. At 4, V is one
  * slice (VALUE_SLICE): with the loop over later slices ptxas would spill 20 bytes. At
@@ -312,26 +482,10 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
         }
     }
     __syncthreads();
-    /* The keys decayed to the chunk's end, transposed (eq. 15), by warps 2-7 while warps 0 and
-     * 1 invert the diagonal blocks, which would otherwise keep them waiting. Zero past the
-     * chunk (decay 0) and past K (the keys' tile is zero there). Worker: token worker % 64 (one
-     * exponential), key columns c0 .. c0 + 8 for c0 = 8 (worker / 64), + 24, ...: a 16-byte
-     * read each; consecutive threads write consecutive tokens of a keys_t row (coalesced). */
+    /* the decayed keys by warps 2-7 while warps 0 and 1 invert the diagonal blocks, which would otherwise keep them waiting */
     static_assert(SOLVE_BLOCKS * SOLVE_BLOCK == CHUNK && (THREADS - CHUNK) % CHUNK == 0, "the inversion takes the first 64 threads");
-    if (!TRANSFORM_ONLY && threadIdx.x >= CHUNK && (parts & WRITE_KEYS_T)) {
-        constexpr int KEY_WORKERS = THREADS - CHUNK, COLUMN_STEP = KEY_WORKERS / CHUNK * 8;
-        const int worker = threadIdx.x - CHUNK, token = worker % CHUNK;
-        bf16 *keys_t = (bf16 *)(chain + chain_keys_offset(K, PRECISE));
-        const float decay = decay_to_chunk_end(gamma, n, token);
-        for (int c0 = worker / CHUNK * 8; c0 < KP; c0 += COLUMN_STEP) {
-            const uint4 raw = *(const uint4 *)(keys + token * LDK + c0);
-            const bf16 *pieces = (const bf16 *)&raw;
-            bf16 *token_column = keys_t + c0 * TOKEN_STRIDE + token; /* keys_t[c0][token] */
-#pragma unroll
-            for (int q = 0; q < 8; q++)
-                token_column[q * TOKEN_STRIDE] = __float2bfloat16_rn(__bfloat162float(pieces[q]) * decay);
-        }
-    }
+    if (!TRANSFORM_ONLY && threadIdx.x >= CHUNK && (parts & WRITE_KEYS_T))
+        write_decayed_keys((bf16 *)(chain + chain_keys_offset(K, PRECISE)), keys, LDK, KP, gamma, n);
     invert_diagonal_blocks<SOLVE_STRIDE>(Tm); /* Tm = (I + M)^-1 (eq. 11): the diagonal blocks in fp32, */
     __syncthreads();
     /* the rest on tensor cores, its scratch in the values' place (transform block alone: the keys', read by now) */
@@ -354,37 +508,7 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
     const int l = threadIdx.x % CHUNK, first_row = threadIdx.x / CHUNK;
     const float keys_scale = scaled_beta[l], values_scale = beta[l];
     if (TRANSFORM_ONLY || (parts & WRITE_TRANSFORM)) { /* the transform block (the chains from v) */
-        bf16 *const transform = (bf16 *)(w.transforms + ((size_t)head * chunks + chunk) * TRANSFORM_BYTES);
-        /* Tm's strictly lower part in bf16, eight columns a thread, one 16-byte store each (a
-           row's eight fill its swizzled 128-byte line). Of each eight lanes (one wavefront of
-           16-byte reads) four read half of one row and four the other half of the next (the
-           row's low bit flipped by the piece's bit 2): rows SOLVE_STRIDE floats apart start 4
-           banks apart, so the eight reads meet no conflict, where one row's meet two by two */
-        for (int piece = threadIdx.x; piece < CHUNK * CHUNK / 8; piece += THREADS) {
-            static_assert(SOLVE_STRIDE % 32 == 4 && THREADS % 32 == 0, "a row's reads 4 banks from the row before");
-            const int i = (piece / 8) ^ (piece / 4 % 2), c0 = piece % 8 * 8;
-            const float4 left = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0], right = *(const float4 *)&Tm[i * SOLVE_STRIDE + c0 + 4];
-            const float row[8] = {left.x, left.y, left.z, left.w, right.x, right.y, right.z, right.w};
-            uint32_t pairs[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                pairs[e] = pack_bf16(c0 + 2 * e < i ? row[2 * e] : 0.0f, c0 + 2 * e + 1 < i ? row[2 * e + 1] : 0.0f);
-            *(uint4 *)&transform[swizzled_offset(CHUNK, i, c0)] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-        }
-        if (threadIdx.x < CHUNK) { /* the factors */
-            float *const factors = (float *)(transform + CHUNK * CHUNK);
-            const int token = threadIdx.x;
-            factors[token] = beta[token];
-            factors[CHUNK + token] = scaled_beta[token];
-            factors[2 * CHUNK + token] = decay_to_chunk_end(gamma, n, token);
-        }
-        if (beside_chain && chunk >= w.ready_from) { /* the chain may take the chunk: its flag, after every write */
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                __threadfence(); /* the block's writes (seen through the barrier) before the flag, at GPU scope */
-                store_release_gpu(w.ready + (size_t)head * chunks + chunk, 1u);
-            }
-        }
+        write_transform_block(w, (size_t)head * chunks + chunk, beside_chain && chunk >= w.ready_from, Tm, beta, scaled_beta, gamma, n);
         if (TRANSFORM_ONLY || !(parts & WRITE_W_AND_U)) /* that chain makes Vnew from v itself */
             return;
     }
@@ -420,51 +544,8 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
      * direct store) by one bulk store, whole lines; U's is laid out as U_t (u_fragment_index).
      * W's is the keys' own place: a 64-column pass reads only its own columns of the keys, so
      * after a barrier its W columns take their place (the diagonal's term read before it). */
-    bf16 *W = (bf16 *)chain, *W_low = (bf16 *)(chain + chain_w_bytes(K));
-    bf16 *W_stage = keys; /* [64][LDK]: W as it is in the chain block */
     chain_u_type<PRECISE> *U_stage = (chain_u_type<PRECISE> *)Tm_keys; /* 64 rows of U_t at a time, in fragment order */
-    for (int pass = 0; pass < KP; pass += 64) { /* W, every warp in every pass (the barrier) */
-        const int column0 = pass + tile_column;
-        uint32_t sums[4][2]; /* the warp's W, rounded, as bf16 pairs */
-        if (column0 < KP) {
-            clear(acc);
-            warp_product_rows(acc, Tm_keys, TOKEN_STRIDE, keys, LDK, tile_row, column0, KP, causal_depth(tile_row));
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r += 2) { /* sums r and r + 1 are neighbours in a row: one 4-byte store */
-                    const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
-                    if (out >= KP)
-                        continue;
-                    const __nv_bfloat162 key = *(const __nv_bfloat162 *)&keys[i * LDK + out]; /* the diagonal's term */
-                    const float first = acc[j][r] + scaled_beta[i] * __low2float(key), second = acc[j][r + 1] + scaled_beta[i] * __high2float(key);
-                    sums[j][r / 2] = pack_bf16(first, second);
-                    if (PRECISE) { /* the low terms go straight out: --precise is the slow mode anyway */
-                        const __nv_bfloat162 high = *(const __nv_bfloat162 *)&sums[j][r / 2];
-                        *(__nv_bfloat162 *)&W_low[i * LDK + out] = __floats2bfloat162_rn(first - __low2float(high), second - __high2float(high));
-                    }
-                }
-        }
-        __syncthreads(); /* every read of this pass's keys done */
-        if (column0 < KP)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r += 2) {
-                    const int i = fragment_row(tile_row, r), out = fragment_column(column0, j, r);
-                    if (out < KP)
-                        *(uint32_t *)&W_stage[i * LDK + out] = sums[j][r / 2];
-                }
-    }
-    /* W out by one bulk store, its rows contiguous in the chain block as in the staging tile:
-       every writer fences for the async proxy, then the barrier (common/bulk_copy.cuh). The
-       keys' place is not written again, so nothing waits for the store until the end. */
-    fence_shared_for_bulk_store();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        bulk_store(W, W_stage, (uint32_t)(CHUNK * LDK * sizeof(bf16)));
-        bulk_store_commit();
-    }
+    make_w<PRECISE>(chain, K, KP, LDK, keys, Tm_keys, scaled_beta, tile_row, tile_column);
     if (by_map)
         barrier_wait(&values_landed, 0);
     else
@@ -472,49 +553,7 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
     /* U, VALUE_SLICE columns of v at a time (one, already here, for V <= VALUE_SLICE), 64
      * columns a pass: each warp's 32 into the staging tile, then 64 rows of U_t out */
     constexpr bool ONE_SLICE = BLOCKS == 4; /* the launch makes four only for V <= VALUE_SLICE */
-    for (int slice = 0; slice < (ONE_SLICE ? 1 : VP); slice += VALUE_SLICE) {
-        const int width = VP - slice < VALUE_SLICE ? VP - slice : VALUE_SLICE;
-        if (!ONE_SLICE && slice > 0) {
-            __syncthreads(); /* every read of the last slice is done */
-            copy_tile(values, LDV, CHUNK, n, (int)(V - slice < VALUE_SLICE ? V - slice : VALUE_SLICE), width,
-                      v16 + first_token * V + slice, token_stride * V);
-            __pipeline_commit();
-            __pipeline_wait_prior(0);
-        }
-        for (int pass = 0; pass < width; pass += 64) {
-            const int column0 = pass + tile_column;
-            if (threadIdx.x == 0)
-                bulk_store_wait_read(); /* the staging tile's last rows are out (W's too: one wait for all) */
-            __syncthreads(); /* (and the slice is here) */
-            if (column0 < width) {
-                clear(acc);
-                warp_product_rows(acc, Tm_values, TOKEN_STRIDE, values, LDV, tile_row, column0, width, causal_depth(tile_row));
-#pragma unroll
-                for (int j = 0; j < 4; j++) { /* + the diagonal's term, beta_i v_i */
-                    const int out = fragment_column(column0, j, 0), row = fragment_row(tile_row, 0);
-                    if (out >= width) /* width is a multiple of 16: the whole n-tile is past it */
-                        continue;
-                    /* this lane's fragment of n-tile j, tokens row, row + 8 of columns out, out + 1:
-                     * the chain lane's four values of token tile tile_row / 16 (u_fragment_index) */
-                    const __nv_bfloat162 top = *(const __nv_bfloat162 *)&values[row * LDV + out];
-                    const __nv_bfloat162 bottom = *(const __nv_bfloat162 *)&values[(row + 8) * LDV + out];
-                    const float four[4] = {acc[j][0] + row_beta[0] * __low2float(top), acc[j][1] + row_beta[0] * __high2float(top),
-                                           acc[j][2] + row_beta[1] * __low2float(bottom), acc[j][3] + row_beta[1] * __high2float(bottom)};
-                    const int n_tile = (out - pass) / 8;
-                    store_four(U_stage + n_tile * 8 * CHUNK + u_fragment_index<chain_u_type<PRECISE>>(threadIdx.x % 32, tile_row / 16), four);
-                }
-            }
-            fence_shared_for_bulk_store();
-            __syncthreads();
-            const int rows = width - pass < 64 ? width - pass : 64; /* rows of U_t: columns of U */
-            if (threadIdx.x == 0) { /* one bulk store, as W (the address made here: kept from
-                                       above, it takes a register and ptxas spills 8 bytes) */
-                chain_u_type<PRECISE> *U_t = (chain_u_type<PRECISE> *)(chain + chain_u_offset(K, PRECISE));
-                bulk_store(U_t + (size_t)(slice + pass) * CHUNK, U_stage, (uint32_t)(rows * CHUNK * sizeof(chain_u_type<PRECISE>)));
-                bulk_store_commit();
-            }
-        }
-    }
+    make_u<PRECISE, ONE_SLICE>(chain, K, V, VP, LDV, values, Tm_values, U_stage, row_beta, n, v16, first_token, token_stride, tile_row, tile_column);
     if (threadIdx.x == 0)
         bulk_store_wait(); /* the block's shared memory stays until its stores have read it */
 }
