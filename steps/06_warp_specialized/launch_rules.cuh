@@ -53,22 +53,22 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
         return -1;
     /* four blocks an SM where the occupancy query says they fit and V is one slice, as that
      * kernel assumes: fewer rounds of blocks than three (docs/06, "06d: kernel 1 tuned") */
-    auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
+    auto prepare_chunks = prepare_chunks_kernel<PRECISE ? PREPARE_PRECISE : PREPARE_SLICES, 0>;
     size_t launch_bytes = bytes;
-    const auto transform_only = p->K == 64 ? prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 64> : prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>;
+    const auto transform_only = p->K == 64 ? prepare_chunks_kernel<PREPARE_TRANSFORM, 64> : prepare_chunks_kernel<PREPARE_TRANSFORM, 128>;
     if (!PRECISE && parts == WRITE_TRANSFORM && p->K == p->V && (p->K == 64 || p->K == 128) && /* those instances know K = V */
-        kernel_blocks_per_sm(transform_only, THREADS, transform_only_bytes) >= TRANSFORM_BLOCKS) {
+        kernel_blocks_per_sm(transform_only, THREADS, transform_only_bytes) >= prepare_blocks(PREPARE_TRANSFORM)) {
         /* the transform block alone (the chains that make Vnew from v): six blocks an SM */
         prepare_chunks = transform_only;
         launch_bytes = transform_only_bytes;
-    } else if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
+    } else if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<PREPARE_ONE_SLICE, 0>, THREADS, bytes) >= 4) {
         /* K = V = 64 or 128, the common sizes, compiled with them known */
         const bool square = p->K == p->V;
-        prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<false, 4, 64>
-                         : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
-                                                 : prepare_chunks_kernel<false, 4, 0>;
+        prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<PREPARE_ONE_SLICE, 64>
+                         : square && p->K == 128 ? prepare_chunks_kernel<PREPARE_ONE_SLICE, 128>
+                                                 : prepare_chunks_kernel<PREPARE_ONE_SLICE, 0>;
     }
-    if (w.ready && prepare_chunks != prepare_chunks_kernel<false, TRANSFORM_BLOCKS, 128>)
+    if (w.ready && prepare_chunks != prepare_chunks_kernel<PREPARE_TRANSFORM, 128>)
         return gdn_set_error("kernel 1 beside the chain: only its transform-block instance runs by chunk windows");
     CUDA_LAUNCH_WITH_SHARED_ON(stream, prepare_chunks, blocks, THREADS, launch_bytes, *p, w, k_map, v_map, parts, (unsigned)first_chunk);
     return 0;

@@ -70,12 +70,12 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
     if (tiles_by_tensor_map(p->K, p->V, p->H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
                                                         make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
         return -1;
-    auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
-    if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
+    auto prepare_chunks = prepare_chunks_kernel<PRECISE ? PREPARE_PRECISE : PREPARE_SLICES, 0>;
+    if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<PREPARE_ONE_SLICE, 0>, THREADS, bytes) >= 4) {
         const bool square = p->K == p->V;
-        prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<false, 4, 64>
-                         : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
-                                                 : prepare_chunks_kernel<false, 4, 0>;
+        prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<PREPARE_ONE_SLICE, 64>
+                         : square && p->K == 128 ? prepare_chunks_kernel<PREPARE_ONE_SLICE, 128>
+                                                 : prepare_chunks_kernel<PREPARE_ONE_SLICE, 0>;
     }
     CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map, parts, 0u);
     return 0;

@@ -365,24 +365,29 @@ __device__ __forceinline__ static void make_u(unsigned char *chain, int K, size_
     }
 }
 
-/* BLOCKS: the blocks an SM should hold, which caps the registers (__launch_bounds__): 3, or 4
- * where four blocks' shared memory fits too (tm_place_bytes), 2 with --precise. At 4, V is one
- * slice (VALUE_SLICE): with the loop over later slices ptxas would spill 20 bytes. At
- * TRANSFORM_BLOCKS the kernel writes the transform block alone: without W, U, the decayed keys
- * and the values' tile (the join's scratch in the keys' place) six blocks fit an SM (docs/06,
- * "06: Vnew from v, and the launch rules"). */
-constexpr int TRANSFORM_BLOCKS = 6;
-/* (that instance returns after the transform block: nvcc would call the loops after it unreachable) */
+/* Kernel 1's variants, each built for the blocks an SM it should hold, which caps its registers
+ * (__launch_bounds__, prepare_blocks): PREPARE_SLICES, V in slices of VALUE_SLICE columns, 3;
+ * PREPARE_ONE_SLICE, V one slice, where four blocks' shared memory fits too (tm_place_bytes), 4
+ * (with the loop over later slices ptxas would spill 20 bytes); PREPARE_PRECISE, --precise, 2;
+ * PREPARE_TRANSFORM, the transform block alone: without W, U, the decayed keys and the values'
+ * tile (the join's scratch in the keys' place), 6 (docs/06, "06: Vnew from v, and the launch
+ * rules"). */
+enum prepare_variant { PREPARE_SLICES, PREPARE_ONE_SLICE, PREPARE_PRECISE, PREPARE_TRANSFORM };
+__host__ __device__ constexpr int prepare_blocks(prepare_variant variant)
+{
+    return variant == PREPARE_PRECISE ? 2 : variant == PREPARE_ONE_SLICE ? 4 : variant == PREPARE_TRANSFORM ? 6 : 3;
+}
+/* (PREPARE_TRANSFORM returns after the transform block: nvcc would call the loops after it unreachable) */
 #pragma nv_diag_suppress 128
-template <bool PRECISE, int BLOCKS, int SIZE>
-static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
+/* SIZE: K = V = SIZE known to the compiler (64 or 128), so strides and bounds are constants; 0: as given */
+template <prepare_variant VARIANT, int SIZE>
+static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
                                                                                           const __grid_constant__ CUtensorMap k_map,
                                                                                           const __grid_constant__ CUtensorMap v_map, int parts,
                                                                                           unsigned first_chunk)
 {
     extern __shared__ double shared[];
-    /* SIZE: K = V = SIZE known to the compiler (64 or 128), so strides and bounds are constants; 0: as given */
-    constexpr bool TRANSFORM_ONLY = BLOCKS == TRANSFORM_BLOCKS;
+    constexpr bool PRECISE = VARIANT == PREPARE_PRECISE, TRANSFORM_ONLY = VARIANT == PREPARE_TRANSFORM;
     const size_t key_count = SIZE ? (size_t)SIZE : p.K, V = SIZE ? (size_t)SIZE : p.V;
     const int K = (int)key_count, KP = round_up16(key_count), LDK = key_stride(key_count);
     /* the block's (head, chunk), 32-bit as blockIdx.x is: registers are few at four blocks an SM.
@@ -552,8 +557,7 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
         __pipeline_wait_prior(0); /* the values */
     /* U, VALUE_SLICE columns of v at a time (one, already here, for V <= VALUE_SLICE), 64
      * columns a pass: each warp's 32 into the staging tile, then 64 rows of U_t out */
-    constexpr bool ONE_SLICE = BLOCKS == 4; /* the launch makes four only for V <= VALUE_SLICE */
-    make_u<PRECISE, ONE_SLICE>(chain, K, V, VP, LDV, values, Tm_values, U_stage, row_beta, n, v16, first_token, token_stride, tile_row, tile_column);
+    make_u<PRECISE, VARIANT == PREPARE_ONE_SLICE>(chain, K, V, VP, LDV, values, Tm_values, U_stage, row_beta, n, v16, first_token, token_stride, tile_row, tile_column);
     if (threadIdx.x == 0)
         bulk_store_wait(); /* the block's shared memory stays until its stores have read it */
 }

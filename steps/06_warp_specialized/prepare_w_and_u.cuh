@@ -326,16 +326,23 @@ __device__ __forceinline__ static void make_u(unsigned char *chain, int K, size_
     }
 }
 
-/* BLOCKS: the blocks an SM should hold, which caps the registers (__launch_bounds__): 3, or 4
- * where four blocks' shared memory fits too (tm_place_bytes), 2 with --precise. At 4, V is one
- * slice (VALUE_SLICE): with the loop over later slices ptxas would spill 20 bytes. */
-template <bool PRECISE, int BLOCKS, int SIZE>
-static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
+/* Kernel 1's variants, each built for the blocks an SM it should hold, which caps its registers
+ * (__launch_bounds__, prepare_blocks): PREPARE_SLICES, V in slices of VALUE_SLICE columns, 3;
+ * PREPARE_ONE_SLICE, V one slice, where four blocks' shared memory fits too (tm_place_bytes), 4
+ * (with the loop over later slices ptxas would spill 20 bytes); PREPARE_PRECISE, --precise, 2. */
+enum prepare_variant { PREPARE_SLICES, PREPARE_ONE_SLICE, PREPARE_PRECISE };
+__host__ __device__ constexpr int prepare_blocks(prepare_variant variant)
+{
+    return variant == PREPARE_PRECISE ? 2 : variant == PREPARE_ONE_SLICE ? 4 : 3;
+}
+/* SIZE: K = V = SIZE known to the compiler (64 or 128), so strides and bounds are constants; 0: as given */
+template <prepare_variant VARIANT, int SIZE>
+static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepare_chunks_kernel(gdn_device_problem p, chunk_workspace w,
                                                                                 const __grid_constant__ CUtensorMap k_map,
                                                                                 const __grid_constant__ CUtensorMap v_map)
 {
     extern __shared__ double shared[];
-    /* SIZE: K = V = SIZE known to the compiler (64 or 128), so strides and bounds are constants; 0: as given */
+    constexpr bool PRECISE = VARIANT == PREPARE_PRECISE;
     const size_t key_count = SIZE ? (size_t)SIZE : p.K, V = SIZE ? (size_t)SIZE : p.V;
     const int K = (int)key_count, KP = round_up16(key_count), LDK = key_stride(key_count);
     /* the block's (head, chunk), 32-bit as blockIdx.x is: registers are few at four blocks an SM */
@@ -495,8 +502,7 @@ static __global__ void __launch_bounds__(THREADS, BLOCKS) prepare_chunks_kernel(
         __pipeline_wait_prior(0); /* the values */
     /* U, VALUE_SLICE columns of v at a time (one, already here, for V <= VALUE_SLICE), 64
      * columns a pass: each warp's 32 into the staging tile, then 64 rows of U_t out */
-    constexpr bool ONE_SLICE = BLOCKS == 4; /* the launch makes four only for V <= VALUE_SLICE */
-    make_u<PRECISE, ONE_SLICE>(chain, K, V, VP, LDV, values, Tm_values, U_stage, row_beta, n, v16, first_token, token_stride, tile_row, tile_column);
+    make_u<PRECISE, VARIANT == PREPARE_ONE_SLICE>(chain, K, V, VP, LDV, values, Tm_values, U_stage, row_beta, n, v16, first_token, token_stride, tile_row, tile_column);
     if (threadIdx.x == 0)
         bulk_store_wait(); /* the block's shared memory stays until its stores have read it */
 }
@@ -518,12 +524,12 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w)
     if (tiles_by_tensor_map(p->K, p->V, p->H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, p, p->K, key_stride(p->K)) ||
                                                         make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
         return -1;
-    auto prepare_chunks = prepare_chunks_kernel<PRECISE, PRECISE ? 2 : 3, 0>;
-    if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<false, 4, 0>, THREADS, bytes) >= 4) {
+    auto prepare_chunks = prepare_chunks_kernel<PRECISE ? PREPARE_PRECISE : PREPARE_SLICES, 0>;
+    if (!PRECISE && p->V <= VALUE_SLICE && kernel_blocks_per_sm(prepare_chunks_kernel<PREPARE_ONE_SLICE, 0>, THREADS, bytes) >= 4) {
         const bool square = p->K == p->V;
-        prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<false, 4, 64>
-                         : square && p->K == 128 ? prepare_chunks_kernel<false, 4, 128>
-                                                 : prepare_chunks_kernel<false, 4, 0>;
+        prepare_chunks = square && p->K == 64    ? prepare_chunks_kernel<PREPARE_ONE_SLICE, 64>
+                         : square && p->K == 128 ? prepare_chunks_kernel<PREPARE_ONE_SLICE, 128>
+                                                 : prepare_chunks_kernel<PREPARE_ONE_SLICE, 0>;
     }
     CUDA_LAUNCH_WITH_SHARED(prepare_chunks, blocks, THREADS, bytes, *p, w, k_map, v_map);
     return 0;
