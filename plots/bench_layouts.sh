@@ -7,7 +7,7 @@
 # (plots/fla_bench.py), beside our stage's binary and the same stage through the Python
 # package (CUDA graph too). Shapes: the K = V = 128 ones of docs/06 and docs/07, grouped value
 # heads as in FlashQLA's published H200 table (4096 x 8 with 4 key and 16 value heads, 1 x 32768
-# with 2 and 8), a packed batch (28672 + 4096 tokens: ours as rows padded to the longest; the package
+# with 2 and 8), a packed batch (28672 + 4096 tokens: ours as rows padded to the longest, 06 or 07 as for those rows; the package
 # refuses cu_seqlens on CUDA tensors), and K = V = 64, where only FLA and we run.
 #
 #   sh plots/bench_layouts.sh bin plots/data   (a CUDA device, PyTorch, FLA, FlashInfer, flash-qla,
@@ -38,8 +38,11 @@ for shape in "8x4096 8 4096 16 16 128 128" "4x4096 4 4096 64 64 128 128" "1x8192
     else
         "$bin"/make_problem --B "$2" --T "$3" --H "$4" --HV "$5" --K "$6" --V "$7" --seed 7 "$work/p" > /dev/null
     fi
-    stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($2, $3, $4, $6, $7, HV=$5))")
-    [ $# -eq 8 ] && stage=06_warp_specialized # the stage that takes a packed batch (rows padded to the longest)
+    rows_B=$2 rows_T=$3
+    if [ $# -eq 8 ]; then # a packed batch runs as rows padded to its longest sequence: the stage for those rows
+        rows_B=$(printf '%s\n' "$8" | tr ',' '\n' | wc -l) rows_T=$(printf '%s\n' "$8" | tr ',' '\n' | sort -n | tail -1)
+    fi
+    stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($rows_B, $rows_T, $4, $6, $7, HV=$5))")
     # ours: the binary (a shape it refuses: then FLA's o is the reference for the errors)
     binary=$("$bin/$stage" --in "$work/p" --reps 20 --out "$work/o" 2>&1 | grep '^result' || true)
     ms_binary=$(field median_ms "$binary")

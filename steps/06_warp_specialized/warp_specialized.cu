@@ -35,6 +35,7 @@
  *   chain.cuh                  chain_block, its producer and update, and the two other chain kernels
  *   chunk_outputs.cuh          kernel 3: o where the output warps do not make it
  *   launch_rules.cuh           host: tensor maps, block shapes, the launch choices
+ *   padded_rows.cuh            a packed batch as rows padded to its longest sequence
  *   warp_specialized.cu        this file: kernel 1 beside the chain, the passes, the stage
  *
  * Cost: the flops of stage 05 (wy_chunked_flops), on tensor cores (from v one 64 x 64 x V
@@ -43,7 +44,7 @@
  * MMA chains per warp (from v, Z and Tm's products lengthen it); bytes where they fill the GPU.
  * Grouped value heads (--HV): a chain a value head, its q and k rows those of the key head it
  * shares (tile_products.cuh: key_row, key_heads). A packed batch (--lengths): rows padded to the
- * longest sequence (packed_forward).
+ * longest sequence (padded_rows.cuh: packed_forward).
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  * On an NVIDIA H200 at (8, 4096, 16, 128, 128), about 3 times as fast as FLA's kernels replayed
  * from a CUDA graph (docs/06, "Measured"; plots/data/peers.dat).
@@ -162,125 +163,18 @@ static int rows_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_
     return s->precise ? warp_specialized_passes<true>(&heads, w, r, invariant) : warp_specialized_passes<false>(&heads, w, r, invariant);
 }
 
-/* A packed batch (--lengths, cu_seqlens) runs as N rows of the longest sequence's tokens: each
- * sequence gathered into its row and padded with tokens that change nothing (q, k and v zero,
- * g = 0: no decay, beta = 0: no write), the passes of B rows run, and each row's real tokens'
- * o scattered back; ht is the rows' last states, in the batch's order already. The padding's
- * work is the price: N x longest tokens for the sum of the lengths (docs/06, "Grouped value
- * heads, packed batches"). The padded inputs and o follow the passes' workspace (padded_parts). */
-static int padded_parts(size_t N, size_t longest, size_t H, size_t HV, size_t K, size_t V, size_t bytes[4], size_t *total)
-{
-    size_t q[5] = {N, longest, H, K, sizeof(bf16)}, v[5] = {N, longest, HV, V, sizeof(bf16)}, g[4] = {N, longest, HV, sizeof(float)},
-           o[5] = {N, longest, HV, V, sizeof(float)};
-    if (gdn_multiply_sizes(&bytes[0], 5, q) || gdn_multiply_sizes(&bytes[1], 5, v) || gdn_multiply_sizes(&bytes[2], 4, g) ||
-        gdn_multiply_sizes(&bytes[3], 5, o))
-        return -1;
-    for (int i = 0; i < 4; i++) /* q (and k after it), v, g (and beta after it), o (fp32, or bf16 in its place) */
-        bytes[i] = (bytes[i] + 255) / 256 * 256;
-    *total = 2 * bytes[0] + bytes[1] + 2 * bytes[2] + bytes[3];
-    if (*total < bytes[3])
-        return gdn_set_error("the padded rows of %zu sequences of %zu tokens overflow size_t", N, longest);
-    return 0;
-}
-/* row n's token t (position n longest + t) from the packed batch's position offsets[n] + t, or
-   a padding token past the sequence; a block a position */
-static __global__ void gather_padded(gdn_device_problem p, const size_t *offsets, size_t longest, size_t HV, bf16 *q, bf16 *k,
-                                     bf16 *v, float *g, float *beta)
-{
-    const size_t n = blockIdx.x / longest, t = blockIdx.x % longest, to = blockIdx.x, from = offsets[n] + t;
-    const bool real = t < offsets[n + 1] - offsets[n];
-    const size_t keys = p.H * p.K, values = HV * p.V;
-    const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
-    const bf16 zero = __float2bfloat16_rn(0.0f);
-    for (size_t e = threadIdx.x; e < keys; e += blockDim.x) {
-        q[to * keys + e] = real ? q16[from * keys + e] : zero;
-        k[to * keys + e] = real ? k16[from * keys + e] : zero;
-    }
-    for (size_t e = threadIdx.x; e < values; e += blockDim.x)
-        v[to * values + e] = real ? v16[from * values + e] : zero;
-    for (size_t e = threadIdx.x; e < HV; e += blockDim.x) {
-        g[to * HV + e] = real ? p.g[from * HV + e] : 0.0f;
-        beta[to * HV + e] = real ? p.beta[from * HV + e] : 0.0f;
-    }
-}
-/* the real tokens' o back into the packed batch, in bf16 or fp32 as the passes wrote it */
-static __global__ void scatter_outputs(const size_t *offsets, size_t longest, size_t values, const float *padded, float *o,
-                                       unsigned short *o16, int in_bf16)
-{
-    const size_t n = blockIdx.x / longest, t = blockIdx.x % longest, from = blockIdx.x, to = offsets[n] + t;
-    if (t >= offsets[n + 1] - offsets[n])
-        return;
-    const unsigned short *padded16 = (const unsigned short *)padded;
-    for (size_t e = threadIdx.x; e < values; e += blockDim.x) {
-        if (in_bf16)
-            o16[to * values + e] = padded16[from * values + e];
-        else
-            o[to * values + e] = padded[from * values + e];
-    }
-}
-static int packed_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
-{
-    const size_t N = r->layout.sequences, longest = r->layout.longest, HV = r->layout.HV;
-    gdn_device_problem rows = *p;
-    rows.B = N, rows.T = longest;
-    if (N * longest == p->T) { /* every length the same: the row is N rows already, nothing to pad */
-        gdn_device_result as_rows = *r;
-        as_rows.layout.offsets = NULL;
-        const int status = rows_forward(&rows, s, &as_rows);
-        r->o_in_bf16 = as_rows.o_in_bf16;
-        return status;
-    }
-    if (!s->precise && !r->o_bf16)
-        return gdn_set_error("stage 06 writes o in bf16: the runner made no room for it");
-    size_t rows_parts[4], bytes[4], total;
-    if (workspace_parts(N * HV, longest, p->K, p->V, s->precise, rows_parts) ||
-        padded_parts(N, longest, p->H, HV, p->K, p->V, bytes, &total))
-        return -1;
-    unsigned char *at = (unsigned char *)r->workspace + rows_parts[0] + rows_parts[1] + rows_parts[2] + rows_parts[3];
-    bf16 *q = (bf16 *)at, *k = (bf16 *)(at + bytes[0]), *v = (bf16 *)(at + 2 * bytes[0]);
-    float *g = (float *)(at + 2 * bytes[0] + bytes[1]), *beta = (float *)((unsigned char *)g + bytes[2]);
-    float *o = (float *)((unsigned char *)beta + bytes[2]);
-    unsigned blocks;
-    if (gdn_blocks_for(N * longest, 1, &blocks))
-        return -1;
-    CUDA_LAUNCH_WITH_SHARED(gather_padded, blocks, 256, 0, *p, r->layout.offsets, longest, HV, q, k, v, g, beta);
-    rows.q_bf16 = (const unsigned short *)q, rows.k_bf16 = (const unsigned short *)k, rows.v_bf16 = (const unsigned short *)v;
-    rows.g = g, rows.beta = beta, rows.q = rows.k = rows.v = NULL; /* the passes read the bf16 ones */
-    gdn_device_result padded = *r;
-    padded.o = o, padded.o_bf16 = (unsigned short *)o; /* one place: a pass writes o in one of the two */
-    padded.layout.offsets = NULL, padded.layout.longest = longest;
-    padded.o_in_bf16 = 0;
-    if (rows_forward(&rows, s, &padded))
-        return -1;
-    CUDA_LAUNCH_WITH_SHARED(scatter_outputs, blocks, 256, 0, r->layout.offsets, longest, HV * p->V, o, r->o, r->o_bf16, padded.o_in_bf16);
-    r->o_in_bf16 = padded.o_in_bf16;
-    return 0;
-}
-
 static int warp_specialized_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     if (check_key_width(p->K))
         return -1;
-    return r->layout.offsets ? packed_forward(p, s, r) : rows_forward(p, s, r);
+    return r->layout.offsets ? packed_forward(p, s, r, chunk_workspace_bytes, rows_forward) : rows_forward(p, s, r);
 }
 
 /* the workspace: the passes' (chunk_workspace_bytes), and for a packed batch its N rows' and
-   the padded inputs and o after it */
+   the padded inputs and o after them (padded_rows.cuh) */
 static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
-    if (!p->offsets)
-        return chunk_workspace_bytes(p, s, bytes);
-    gdn_problem rows = *p;
-    rows.B = gdn_sequences(p), rows.T = gdn_longest_sequence(p), rows.offsets = NULL, rows.sequences = 0;
-    if (rows.B * rows.T == p->T) /* every length the same: no padding (packed_forward) */
-        return chunk_workspace_bytes(&rows, s, bytes);
-    size_t padded[4], extra;
-    if (chunk_workspace_bytes(&rows, s, bytes) || padded_parts(rows.B, rows.T, p->H, gdn_value_heads(p), p->K, p->V, padded, &extra))
-        return -1;
-    if (*bytes + extra < *bytes)
-        return gdn_set_error("the workspace of %zu sequences of up to %zu tokens overflows size_t", rows.B, rows.T);
-    *bytes += extra;
-    return 0;
+    return p->offsets ? padded_workspace_bytes(p, s, chunk_workspace_bytes, bytes) : chunk_workspace_bytes(p, s, bytes);
 }
 
 extern "C" const gdn_stage warp_specialized_stage = {

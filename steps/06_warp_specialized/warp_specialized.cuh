@@ -46,3 +46,4 @@ extern "C" { /* stage 05's flop count: the same algebra */
 #include "chain.cuh"
 #include "chunk_outputs.cuh"
 #include "launch_rules.cuh"
+#include "padded_rows.cuh"

@@ -27,7 +27,8 @@
  * P - 1 maps K x (K + V) and P start states K x V per head (fp32).
  * Depth: chunks / P fold steps + P - 1 scan steps + chunks / P replay steps, against chunks.
  * Grouped value heads (--HV): as in stage 06, a chain a value head, its q and k rows those of
- * its key head (B HV heads in the counts above); a packed batch it does not take.
+ * its key head (B HV heads in the counts above). A packed batch: as stage 06, rows padded to
+ * the longest sequence (padded_rows.cuh), P chosen for those rows.
  * P: the least modelled time (sequence_parallel_segments, in sequence_parallel.cuh), from B H,
  * T and the SMs; 1 where the heads fill the GPU, so that the stage is stage 06 there.
  * --segments overrides.
@@ -47,7 +48,7 @@ static int sequence_parallel_parts(const gdn_problem *p, const gdn_settings *s, 
     return 0;
 }
 
-static int sequence_parallel_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+static int rows_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
     size_t parts[6];
     if (sequence_parallel_parts(p, s, parts))
@@ -59,6 +60,12 @@ static int sequence_parallel_workspace(const gdn_problem *p, const gdn_settings 
         *bytes += parts[i];
     }
     return 0;
+}
+
+/* a packed batch: its padded rows' workspace and the padded parts after it (padded_rows.cuh) */
+static int sequence_parallel_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+{
+    return p->offsets ? padded_workspace_bytes(p, s, rows_workspace, bytes) : rows_workspace(p, s, bytes);
 }
 
 /* invariant (--batch-invariant): stage 06's paths for it (launch_chunk_states), P from one
@@ -85,10 +92,9 @@ static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk
     return outputs_done ? 0 : launch_chunk_outputs<PRECISE>(p, w, r);
 }
 
-static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
+/* the passes on B rows of T tokens (no offsets) */
+static int rows_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
-    if (check_key_width(p->K))
-        return -1;
     gdn_problem sizes = {};
     sizes.B = p->B, sizes.T = p->T, sizes.H = p->H, sizes.HV = r->layout.HV, sizes.K = p->K, sizes.V = p->V;
     size_t parts[6];
@@ -105,10 +111,24 @@ static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_sett
                       : sequence_parallel_passes<false>(&heads, s->segments, w, maps, starts, r, invariant);
 }
 
+/* A packed batch runs as stage 06 runs it, as rows padded to its longest sequence, P chosen
+ * for those rows (sequence_parallel_resolve_options). Not with --batch-invariant: P would
+ * follow the batch's longest sequence, so a sequence's segments would change with the batch. */
+static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
+{
+    if (check_key_width(p->K))
+        return -1;
+    if (!r->layout.offsets)
+        return rows_forward(p, s, r);
+    if (s->batch_invariant)
+        return gdn_set_error("--batch-invariant with a packed batch: the segments would follow the longest sequence (stage 06 takes it)");
+    return packed_forward(p, s, r, rows_workspace, rows_forward);
+}
+
 extern "C" const gdn_stage sequence_parallel_stage = {
     .name = "07_sequence_parallel",
     .idea = "stage 06 in three phases (fold segments, scan their maps, replay): parallel along one sequence",
-    .options = GDN_OPTION_PRECISE | GDN_OPTION_SEGMENTS | GDN_OPTION_VALUE_HEADS | GDN_OPTION_BATCH_INVARIANT,
+    .options = GDN_OPTION_PRECISE | GDN_OPTION_SEGMENTS | GDN_OPTION_VALUE_HEADS | GDN_OPTION_PACKED | GDN_OPTION_BATCH_INVARIANT,
     .forward = NULL,
     .counted_flops = sequence_parallel_flops,
     .resolve_options = sequence_parallel_resolve_options,

@@ -67,10 +67,11 @@ static_assert(1 << (CHAIN_WIDTHS - 1) == MAX_CHAIN_TILES, "one blocks_per_sm ent
  * chunks of segments 0 .. P-2) and the scan. */
 static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *s)
 {
-    const size_t P = s->segments ? s->segments : 1, chunks = chunks_of(p->T);
+    const gdn_problem rows = p->offsets ? padded_rows_of(p) : *p; /* a packed batch: its padded rows (padded_rows.cuh) */
+    const size_t P = s->segments ? s->segments : 1, chunks = chunks_of(rows.T);
     const double K = (double)p->K, V = (double)p->V;
     const double folded_tokens = (double)(P > 1 ? segment_chunk(P - 1, P, chunks) * CHUNK : 0);
-    return wy_chunked_flops(p, s) + (double)(p->B * gdn_value_heads(p)) * (folded_tokens * 4 * K * (K + V) + (double)(P - 1) * 2 * K * K * V);
+    return wy_chunked_flops(p, s) + (double)(rows.B * gdn_value_heads(p)) * (folded_tokens * 4 * K * (K + V) + (double)(P - 1) * 2 * K * K * V);
 }
 
 /* The model behind the automatic P, in chunk steps of a one-tile chain block. Each chain
@@ -168,7 +169,8 @@ extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, s
 static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings *s)
 {
     s->chunk = CHUNK;
-    const size_t chunks = chunks_of(p->T);
+    const gdn_problem rows = p->offsets ? padded_rows_of(p) : *p; /* a packed batch: its padded rows (padded_rows.cuh) */
+    const size_t chunks = chunks_of(rows.T);
     if (s->segments == 0) {
         const int sms = gdn_sm_count();
         size_t blocks_per_sm[CHAIN_WIDTHS];
@@ -178,7 +180,7 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
          * blocks outnumber the SMs, the only case in which blocks an SM matter */
         /* 06's slots for these sizes (at K = V = 64 those of the chain from v, which runs where
            blocks outnumber SMs, the one case the count matters: chain_from_values_pays) */
-        const bool from_values = !s->batch_invariant && chain_from_values_sizes(p->K, p->V, p->H, p->T, s->precise);
+        const bool from_values = !s->batch_invariant && chain_from_values_sizes(p->K, p->V, p->H, rows.T, s->precise);
         for (int i = 0; i < CHAIN_WIDTHS; i++) { /* 1, 2, 4 and 8 tiles; 0: a width stage 06 does not make */
             const chain_shape shallowest = two_slot_shape(1 << i, p->K, s->precise, true, from_values);
             blocks_per_sm[i] = (1 << i) > widest_chain_tiles(s->precise) ? 0
@@ -187,7 +189,7 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
         }
         /* --batch-invariant: as for one head alone, so that a sequence is cut the same whatever
            runs beside it (the fold, the scan and the replay round differently from one chain) */
-        const size_t heads = s->batch_invariant ? 1 : p->B * gdn_value_heads(p);
+        const size_t heads = s->batch_invariant ? 1 : rows.B * gdn_value_heads(p);
         s->segments = sequence_parallel_segments(heads, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
     }
     if (s->segments > chunks) {

@@ -6,6 +6,7 @@
  * P is 1 where the heads fill the GPU (that part runs without a GPU too). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../common/oracle.h"
 
@@ -196,6 +197,47 @@ START_TEST(segments_batch_invariant)
 }
 END_TEST
 
+/* A packed batch, run as stage 06 runs it (rows padded to the longest sequence), P automatic,
+ * 2 and 5, against the oracle and 06: one long sequence among short ones around a chunk's
+ * length, with grouped value heads (K = V = 128: the replay's output warps), two sequences at K =
+ * V = 64 (the chain from v), and K = 100, V = 72. _i: the case. */
+START_TEST(segments_take_packed_batches)
+{
+    static const size_t long_and_short[6] = {2000, 1, 63, 64, 65, 300}, two[2] = {1800, 420};
+    static const gdn_layout layouts[] = {
+        {.B = 1, .H = 2, .HV = 8, .K = 128, .V = 128, .with_h0 = 1, .sequences = 6, .lengths = long_and_short},
+        {.B = 1, .H = 1, .HV = 2, .K = 64, .V = 64, .with_h0 = 1, .sequences = 2, .lengths = two},
+        {.B = 1, .H = 3, .HV = 3, .K = 100, .V = 72, .with_h0 = 0, .sequences = 6, .lengths = long_and_short}};
+    gdn_layout l = layouts[_i];
+    l.T = 0;
+    for (size_t n = 0; n < l.sequences; n++)
+        l.T += l.lengths[n];
+    const size_t segments[] = {0, 2, 5};
+    gdn_problem p = test_layout_problem(&l, 5620 + _i);
+    char what[80];
+    snprintf(what, sizeof what, "a packed batch of %zu sequences, HV/H = %zu", l.sequences, l.HV / l.H);
+    check_segments(&p, segments, 3, what);
+    gdn_problem_free(&p);
+}
+END_TEST
+
+/* --batch-invariant refuses a packed batch by name: its P would follow the longest sequence */
+START_TEST(segments_refuse_batch_invariant_packed)
+{
+    static const size_t lengths[2] = {300, 100};
+    const gdn_layout l = {.B = 1, .T = 400, .H = 1, .K = 64, .V = 64, .sequences = 2, .lengths = lengths};
+    gdn_problem p = test_layout_problem(&l, 5630);
+    gdn_problem_round_to_bf16(&p);
+    gdn_result r;
+    ck_assert_int_eq(gdn_result_alloc(&r, &p), 0);
+    gdn_settings s = {.reps = 1, .threads = 1, .batch_invariant = 1};
+    ck_assert_int_ne(gdn_stage_run_once(&sequence_parallel_stage, &p, &s, &r), 0);
+    ck_assert_msg(strstr(gdn_last_error(), "--batch-invariant with a packed batch") != NULL, "%s", gdn_last_error());
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 START_TEST(segments_refuse_large_keys) { test_refuses_keys_of_129(&sequence_parallel_stage, 2, 5300); }
 END_TEST
 
@@ -284,6 +326,8 @@ Suite *sequence_parallel_suite(void)
     tcase_add_loop_test(cases, segments_on_edge_cases, 0, test_edge_case_count - 1);
     tcase_add_loop_test(cases, segments_take_grouped_heads, 0, 3);
     tcase_add_loop_test(cases, segments_batch_invariant, 0, 2);
+    tcase_add_loop_test(cases, segments_take_packed_batches, 0, 3);
+    tcase_add_test(cases, segments_refuse_batch_invariant_packed);
     tcase_add_test(cases, segments_refuse_large_keys);
     suite_add_tcase(suite, cases);
     return suite;
