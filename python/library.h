@@ -27,6 +27,7 @@ typedef struct {
     int64_t batch_invariant;               /* GPU stages: --batch-invariant */
     int64_t device;                        /* GPU stages: the CUDA device of the tensors */
     void *stream;                          /* GPU stages: the stream to run in (PyTorch's current one) */
+    const int64_t *device_offsets;         /* GPU stages, a packed batch: `offsets` in GPU memory too */
 } gdn_library_call;
 
 /* A stage matches its full name ("05_wy_chunked") or its number ("05", "06a"). */

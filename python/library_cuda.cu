@@ -64,8 +64,9 @@ static int prepare(const char *stage_name, const gdn_library_call *c, const gdn_
         return gdn_set_error("no GPU stage '%s' (there are %s)", stage_name, gdn_library_cuda_stages());
     if (gdn_library_check_options(*stage, c) || gdn_library_problem(c, p, s) || gdn_check_layout(*stage, p))
         return -1;
-    if (p->offsets) /* (its offsets would have to reach the GPU, and its longest sequence the host) */
-        return gdn_set_error("cu_seqlens: the library's GPU path takes B rows of T tokens only");
+    /* a packed batch: its offsets on the host (sizes, the stage's choices) and on the GPU (the kernels) */
+    if (p->offsets && !c->device_offsets)
+        return gdn_set_error("cu_seqlens: its offsets are needed in GPU memory as well");
     if (!gdn_cuda_device_present())
         return -1;
     /* stage 06 makes its side streams once, on the device current then (warp_specialized.cu) */
@@ -117,7 +118,7 @@ extern "C" int gdn_library_cuda_workspace(const char *stage_name, const gdn_libr
 }
 
 /* Queues the pass into c->stream: o in bf16 (o_bf16) or fp32 (o), as the stage writes it
- * (*o_in_bf16 says which), and ht fp32 [B, H, K, V]. */
+ * (*o_in_bf16 says which), and ht fp32 [N, HV, K, V]. */
 extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_library_call *c, void *workspace,
                                         int64_t workspace_bytes, float *o, unsigned short *o_bf16, float *ht,
                                         int *o_in_bf16)
@@ -143,8 +144,12 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
         gdn_device_result result = {};
         result.o = o, result.ht = ht, result.o_bf16 = o_bf16;
         result.workspace = workspace, result.workspace_bytes = (size_t)workspace_bytes;
-        /* grouped value heads as given (gdn_check_layout refused a stage without them); no packed batch (above) */
-        result.layout.HV = gdn_value_heads(&p), result.layout.sequences = p.B, result.layout.longest = p.T;
+        /* grouped value heads and a packed batch as given (gdn_check_layout refused a stage without
+           them); the GPU's offsets are int64, size_t's width */
+        static_assert(sizeof(size_t) == sizeof(int64_t), "the offsets are read as size_t");
+        result.layout.HV = gdn_value_heads(&p), result.layout.sequences = gdn_sequences(&p);
+        result.layout.longest = gdn_longest_sequence(&p);
+        result.layout.offsets = p.offsets ? (const size_t *)c->device_offsets : NULL;
         gdn_set_pass_stream((cudaStream_t)c->stream);
         status = stage->device_forward(&device, &s, &result);
         gdn_set_pass_stream(NULL);

@@ -16,7 +16,9 @@ CUDA tensors run a GPU stage (python/library_cuda.cu) in PyTorch's current strea
 no host copies, no synchronisation, so the call can be captured in a CUDA graph. The stage is
 picked by shape (07 where it cuts sequences into segments, else 06) unless stage= names one of
 06a .. 06f, 06, 07. They read q, k, v in bf16 (converted first where given in another dtype) and
-g, beta, initial_state in fp32; o comes back in v's dtype, final_state in fp32, as FLA's.
+g, beta, initial_state in fp32; o comes back in v's dtype, final_state in fp32, as FLA's. A
+packed batch runs on 06 and 07 as rows padded to its longest sequence; its offsets are read on
+the host too (cu_seqlens_cpu, or a copy that waits for the GPU).
 
 loss.backward() runs the backward stage 10 (or 09, backward_stage="09"), on the CPU: for CUDA
 tensors on host copies (it synchronises). Every argument is checked before anything runs: a
@@ -50,7 +52,7 @@ class _Call(ctypes.Structure):
                [(name, ctypes.c_void_p) for name in ("q", "k", "v", "g", "beta", "h0", "offsets")] + \
                [(name, ctypes.c_int64) for name in ("sequences", "chunk", "segments", "threads", "precise", "batch_invariant",
                                                     "device")] + \
-               [("stream", ctypes.c_void_p)]
+               [(name, ctypes.c_void_p) for name in ("stream", "device_offsets")]
 
 
 _libraries = {}
@@ -193,13 +195,15 @@ class _GatedDeltaRule(torch.autograd.Function):
         return dq, dk, dv, dg, dbeta, dh0, None, None, None, None, None
 
 
-def _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant=False):
+def _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant=False, packed=None):
+    """packed: None, or a packed batch's offsets as (int64 on the host, int64 on q's device)"""
     B, T, H, K = q.shape
+    host, device = packed if packed is not None else (None, None)
     return _Call(B=B, T=T, H=H, HV=v.shape[2], K=K, V=v.shape[3], scale=scale, q=q.data_ptr(), k=k.data_ptr(),
-                 v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(), h0=_pointer(h0), offsets=None, sequences=0,
-                 chunk=0, segments=segments or 0, threads=0, precise=int(precise),
-                 batch_invariant=int(batch_invariant), device=q.device.index,
-                 stream=torch.cuda.current_stream(q.device).cuda_stream)
+                 v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(), h0=_pointer(h0), offsets=_pointer(host),
+                 sequences=0 if host is None else host.numel() - 1, chunk=0, segments=segments or 0, threads=0,
+                 precise=int(precise), batch_invariant=int(batch_invariant), device=q.device.index,
+                 stream=torch.cuda.current_stream(q.device).cuda_stream, device_offsets=_pointer(device))
 
 
 # What the library answered for a call's sizes and options (the stage picked, the workspace's
@@ -207,16 +211,17 @@ def _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant=F
 _cuda_answers = {}
 
 
-def _cuda_key(what, stage, call):
-    return (what, stage) + tuple(getattr(call, f) for f in ("B", "T", "H", "HV", "K", "V", "segments", "precise", "batch_invariant",
-                                                            "device"))
+def _cuda_key(what, stage, call, longest=0):
+    """longest: a packed batch's longest sequence (with the sequences, what its padded rows depend on)"""
+    return (what, stage, longest) + tuple(getattr(call, f) for f in ("B", "T", "H", "HV", "K", "V", "sequences", "segments",
+                                                                     "precise", "batch_invariant", "device"))
 
 
-def _cuda_stage(stage, call):
+def _cuda_stage(stage, call, longest=0):
     """The GPU stage's full name: stage= as given, else picked by shape (07 or 06)."""
     if stage is not None:
         return _stage_name(stage, GPU_STAGES, "stage")
-    key = _cuda_key("pick", None, call)
+    key = _cuda_key("pick", None, call, longest)
     if key not in _cuda_answers:
         _cuda_answers[key] = _cuda_pick(call)
     return _cuda_answers[key]
@@ -244,12 +249,18 @@ def gpu_stage_for(B, T, H, K, V, device=None, HV=None):
     return _cuda_stage(None, call)
 
 
-def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise, batch_invariant=False):
+def _longest(packed):
+    """a packed batch's longest sequence (0 for none), from its offsets on the host"""
+    return 0 if packed is None else int((packed[0][1:] - packed[0][:-1]).max())
+
+
+def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise, batch_invariant=False, packed=None):
     """o (in bf16 or fp32, as the stage writes it) and ht from a GPU stage, queued in PyTorch's
-    current stream; q, k, v bf16, g, beta, h0 fp32, all contiguous on one CUDA device."""
-    call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant)
+    current stream; q, k, v bf16, g, beta, h0 fp32, all contiguous on one CUDA device; packed: a
+    packed batch's offsets (_cuda_call)."""
+    call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant, packed)
     library, name = _cuda_library(), stage.encode()
-    key = _cuda_key("workspace", stage, call)
+    key = _cuda_key("workspace", stage, call, _longest(packed))
     if key not in _cuda_answers:
         answer = ctypes.c_int64(0)
         with _native_lock, torch.cuda.device(q.device):  # every check before any kernel: a bad call raises here
@@ -261,7 +272,8 @@ def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise, batch_i
     workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=q.device)
     o_bf16 = torch.empty(v.shape, dtype=torch.bfloat16, device=q.device)
     o = torch.empty(v.shape, dtype=torch.float32, device=q.device)
-    ht = torch.empty((q.shape[0], v.shape[2], q.shape[3], v.shape[3]), dtype=torch.float32, device=q.device)
+    N = q.shape[0] if packed is None else packed[0].numel() - 1
+    ht = torch.empty((N, v.shape[2], q.shape[3], v.shape[3]), dtype=torch.float32, device=q.device)
     if poison_cuda_outputs:
         for x in (o_bf16, o, ht):
             x.fill_(float("nan"))
@@ -322,7 +334,7 @@ def _l2norm(x, fixed_order=False):
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, *, stage=None,
+                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, *, cu_seqlens_cpu=None, stage=None,
                            backward_stage="10", chunk=None, segments=None, precise=False, batch_invariant=False):
     """(o, final_state) as FLA's chunk_gated_delta_rule returns them (final_state None unless
     output_final_state). stage picks the forward stage (CPU tensors: 01-05, "05" by default;
@@ -330,7 +342,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     runs (09 or 10), chunk the tokens per chunk (05, 1-128), segments stage 04's or 07's, precise
     the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths
     that give a sequence the same bits whatever the batch and heads around it (06 unless stage
-    or segments say 07)."""
+    or segments say 07). cu_seqlens may be on the CPU or on q's device; with CUDA tensors the
+    offsets are read on the host too (sizes, the stage's choices): pass cu_seqlens_cpu, a CPU copy,
+    to spare the call that copy's wait (a call to capture in a CUDA graph must)."""
     _check("q", q, (None, None, None, None))
     on_gpu, device = q.device.type == "cuda", q.device
     if on_gpu:
@@ -353,9 +367,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     if on_gpu and HV != H and stage is not None and _stage_name(stage, GPU_STAGES, "stage") not in grouped_stages:
         raise ValueError("v has %d heads, q %d: of the GPU stages %s run grouped value heads (CPU tensors take them "
                          "in every stage)" % (HV, H, " and ".join(grouped_stages)))
-    if on_gpu and cu_seqlens is not None:
-        raise ValueError("cu_seqlens: the GPU stages run B sequences of T tokens only so far (CPU tensors take "
-                         "packed batches)")
+    if on_gpu and cu_seqlens is not None and stage is not None and _stage_name(stage, GPU_STAGES, "stage") not in grouped_stages:
+        raise ValueError("cu_seqlens: of the GPU stages %s run packed batches (CPU tensors take them in every stage)"
+                         % " and ".join(grouped_stages))
     if on_gpu and precise not in (False, True):
         raise ValueError("precise must be True or False, got %r" % (precise,))
     if precise and not on_gpu:
@@ -365,15 +379,31 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     if batch_invariant and not on_gpu:
         raise ValueError("batch_invariant is an option of the GPU stages (06, 07): CPU stages give a sequence the "
                          "same bits whatever the batch already")
-    offsets = None
+    if cu_seqlens_cpu is not None and cu_seqlens is None:
+        raise ValueError("cu_seqlens_cpu is a CPU copy of cu_seqlens: give cu_seqlens too")
+    offsets = device_offsets = None
     if cu_seqlens is not None:
-        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.device.type != "cpu" or cu_seqlens.dim() != 1:
-            raise ValueError("cu_seqlens must be a one-dimensional CPU tensor of N + 1 offsets")
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or \
+                (cu_seqlens.device.type != "cpu" and cu_seqlens.device != device):
+            raise ValueError("cu_seqlens must be a one-dimensional tensor of N + 1 offsets on the CPU%s"
+                             % (" or on q's device (%s)" % device if on_gpu else ""))
         if cu_seqlens.dtype not in (torch.int32, torch.int64):
             raise TypeError("cu_seqlens must be int32 or int64, got %s" % cu_seqlens.dtype)
+        if cu_seqlens_cpu is not None:
+            if not isinstance(cu_seqlens_cpu, torch.Tensor) or cu_seqlens_cpu.device.type != "cpu" or \
+                    cu_seqlens_cpu.dtype not in (torch.int32, torch.int64) or cu_seqlens_cpu.shape != cu_seqlens.shape:
+                raise ValueError("cu_seqlens_cpu must be an int32 or int64 CPU tensor shaped as cu_seqlens (%s)"
+                                 % list(cu_seqlens.shape))
+            if cu_seqlens.device.type == "cpu" and not torch.equal(cu_seqlens.to(torch.int64), cu_seqlens_cpu.to(torch.int64)):
+                raise ValueError("cu_seqlens_cpu differs from cu_seqlens")
         if B != 1:
             raise ValueError("with cu_seqlens the sequences are packed into one row: q's B must be 1, got %d" % B)
-        offsets = cu_seqlens.to(torch.int64).contiguous()
+        # the offsets on the host: cu_seqlens itself, its CPU copy, or a copy made here (a wait for the GPU)
+        host = cu_seqlens if cu_seqlens.device.type == "cpu" else cu_seqlens_cpu if cu_seqlens_cpu is not None else \
+            cu_seqlens.cpu()
+        offsets = host.to(torch.int64).contiguous()
+        if on_gpu:  # and on the GPU, as the kernels read them (int64, size_t's width)
+            device_offsets = cu_seqlens.to(device=device, dtype=torch.int64).contiguous()
         if offsets.numel() < 2 or int(offsets[0]) != 0 or int(offsets[-1]) != T or \
                 bool((offsets[1:] <= offsets[:-1]).any()):
             raise ValueError("cu_seqlens must rise from 0 to T=%d, every sequence at least one token: got %s"
@@ -389,9 +419,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         raise ValueError("chunk: the GPU stages' chunk is fixed (%d tokens)" % GPU_CHUNK)
     if segments is not None and not (integer(segments) and 1 <= segments <= T):
         raise ValueError("segments must be an integer from 1 to T=%d, got %r" % (T, segments))
-    if segments is not None and on_gpu and segments > -(-T // GPU_CHUNK):
-        raise ValueError("segments=%d: stage 07 cuts T=%d tokens into at most %d segments (one a chunk of %d)"
-                         % (segments, T, -(-T // GPU_CHUNK), GPU_CHUNK))
+    longest = T if offsets is None else int((offsets[1:] - offsets[:-1]).max())  # a packed batch runs as rows this long
+    if segments is not None and on_gpu and segments > -(-longest // GPU_CHUNK):
+        raise ValueError("segments=%d: stage 07 cuts %d tokens into at most %d segments (one a chunk of %d)"
+                         % (segments, longest, -(-longest // GPU_CHUNK), GPU_CHUNK))
     scale = 1.0 / math.sqrt(K) if scale is None else float(scale)
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError("scale must be positive and finite, got %r" % scale)
@@ -406,19 +437,29 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         q, k, v = (x.to(torch.bfloat16).contiguous() for x in (q, k, v))
         g, beta = (x.to(torch.float32).contiguous() for x in (g, beta))
         h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
-        call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant)
+        packed = None if offsets is None else (offsets, device_offsets)
+        call = _cuda_call(q, k, v, g, beta, h0, scale, segments, precise, batch_invariant, packed)
         if segments is not None and forward_name is None:
             forward_name = GPU_STAGES[-1]  # segments are stage 07's: given, they pick it
         if batch_invariant and forward_name is None:
             forward_name = GPU_STAGES[-2]  # the pick by shape reads the batch: 06 runs every sequence whole
-        forward_name = _cuda_stage(forward_name, call)
+        forward_name = _cuda_stage(forward_name, call, _longest(packed))
         if segments is not None and forward_name != GPU_STAGES[-1]:
             raise ValueError("segments: %s runs each sequence whole; stage 07 cuts them (stage=\"07\")" % forward_name)
-        if needs_grad:
+        if needs_grad and packed is None:
             o, ht = _GatedDeltaRuleCuda.apply(q, k, v, g, beta, h0, scale, forward_name, backward_name, segments,
                                               precise, batch_invariant)
+        elif needs_grad:  # the backward takes B rows: a packed batch runs one sequence at a time, as on the CPU
+            pieces = []
+            for n, (start, end) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
+                sliced = [x[:, start:end].contiguous() for x in (q, k, v, g, beta)]
+                state = None if h0 is None else h0[n:n + 1].contiguous()
+                cut = None if segments is None else min(segments, -(-(end - start) // GPU_CHUNK))
+                pieces.append(_GatedDeltaRuleCuda.apply(*sliced, state, scale, forward_name, backward_name, cut, precise,
+                                                        batch_invariant))
+            o, ht = torch.cat([piece[0] for piece in pieces], dim=1), torch.cat([piece[1] for piece in pieces], dim=0)
         else:
-            o, ht = _cuda_forward(forward_name, q, k, v, g, beta, h0, scale, segments, precise, batch_invariant)
+            o, ht = _cuda_forward(forward_name, q, k, v, g, beta, h0, scale, segments, precise, batch_invariant, packed)
         return o.to(out_dtype), (ht if output_final_state else None)
 
     # the compute dtype: float64 runs the double build, anything else float32

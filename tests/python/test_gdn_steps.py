@@ -211,7 +211,12 @@ def bad_cases():
         ("chunk must be an integer from 1 to 128", dict(base, chunk=0)),
         ("chunk must be an integer from 1 to 128", dict(base, chunk=True)),
         ("segments must be an integer from 1 to T=10", dict(base, segments=2 ** 63)),
-        ("cu_seqlens must be a one-dimensional CPU tensor", dict(base, cu_seqlens=torch.tensor([[0, 10]]))),
+        ("cu_seqlens must be a one-dimensional tensor of N + 1 offsets on the CPU", dict(base, cu_seqlens=torch.tensor([[0, 10]]))),
+        ("cu_seqlens_cpu is a CPU copy of cu_seqlens: give cu_seqlens too", dict(base, cu_seqlens_cpu=torch.tensor([0, 10]))),
+        ("cu_seqlens_cpu differs from cu_seqlens", dict(base, cu_seqlens=torch.tensor([0, 4, 10]),
+                                                        cu_seqlens_cpu=torch.tensor([0, 5, 10]))),
+        ("cu_seqlens_cpu must be an int32 or int64 CPU tensor shaped as cu_seqlens",
+         dict(base, cu_seqlens=torch.tensor([0, 4, 10]), cu_seqlens_cpu=torch.tensor([0, 10]))),
         ("scale must be positive and finite", dict(base, scale=-1.0)),
         ("k must be a torch.Tensor", dict(base, k=[1, 2, 3])),
     ]

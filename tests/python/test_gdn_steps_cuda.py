@@ -84,6 +84,43 @@ def test_grouped_value_heads(B, T, H, HV, K, V, stage, precise):
     assert relative_error(ht.cpu(), want_ht) < BF16_BOUND
 
 
+@pytest.mark.parametrize("lengths,H,HV,K,V,stage,where", [([300, 1, 63, 64, 65], 2, 4, 128, 128, None, "cuda"),
+                                                          ([300, 1, 63, 64, 65], 2, 4, 128, 128, "07", "cuda+cpu"),
+                                                          ([1800, 420], 1, 2, 64, 64, None, "cpu"),
+                                                          ([100, 100, 100], 3, 3, 100, 72, "06", "cuda")])
+def test_packed_batches(lengths, H, HV, K, V, stage, where):
+    """cu_seqlens through 06 and 07 (rows padded to the longest sequence): on the GPU, with its
+    CPU copy, or on the CPU; against the fp64 recurrence sequence by sequence."""
+    T = sum(lengths)
+    (q, k, v, g, beta, h0), exact = cuda_problem(1, T, H, K, V, seed=61 + T, with_h0=True, HV=HV)
+    h0 = torch.randn(len(lengths), HV, K, V, generator=torch.Generator().manual_seed(62)).cuda()
+    offsets = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32)
+    given = dict(cu_seqlens=offsets.cuda()) if where == "cuda" else dict(cu_seqlens=offsets) if where == "cpu" else \
+        dict(cu_seqlens=offsets.cuda(), cu_seqlens_cpu=offsets)
+    o, ht = gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True, stage=stage,
+                                             segments=3 if stage == "07" else None, **given)
+    assert o.shape == (1, T, HV, V) and ht.shape == (len(lengths), HV, K, V)
+    want_o, want_ht = reference(*exact[:5], h0=h0.cpu().double(), cu_seqlens=offsets)
+    assert relative_error(o.cpu(), want_o) < BF16_BOUND
+    assert relative_error(ht.cpu(), want_ht) < BF16_BOUND
+
+
+def test_packed_batch_gradients_on_cuda_tensors():
+    """loss.backward() with cu_seqlens on CUDA tensors: the CPU path's gradients on the same values."""
+    (q, k, v, g, beta, _), _ = cuda_problem(1, 150, 2, 64, 32, seed=63)
+    offsets = torch.tensor([0, 1, 70, 150])
+    h0 = torch.randn(3, 2, 64, 32, generator=torch.Generator().manual_seed(64)).cuda()
+    leaves_gpu = [x.float().requires_grad_() for x in (q, k, v, g, beta, h0)]
+    leaves_cpu = [x.detach().cpu().requires_grad_() for x in leaves_gpu]
+    weights = torch.randn(1, 150, 2, 32, generator=torch.Generator().manual_seed(65))
+    for leaves, where in ((leaves_gpu, "cuda"), (leaves_cpu, "cpu")):
+        o, ht = gdn_steps.chunk_gated_delta_rule(*leaves[:5], initial_state=leaves[5], output_final_state=True,
+                                                 cu_seqlens=offsets.to(where))
+        ((o * weights.to(where)).sum() + ht.sum()).backward()
+    for name, a, b in zip(("q", "k", "v", "g", "beta", "h0"), leaves_gpu, leaves_cpu):
+        assert relative_error(a.grad.cpu(), b.grad) < BF16_BOUND, name
+
+
 def test_grouped_value_heads_refused_by_other_gpu_stages():
     (q, k, v, g, beta, _), _ = cuda_problem(1, 64, 2, 64, 64, seed=5, HV=4)
     with pytest.raises(ValueError, match="grouped value heads"):
@@ -183,9 +220,12 @@ def test_cuda_errors_before_any_kernel():
         ("k is on cpu, q on cuda", dict(base, k=k.cpu())),
         ("of the GPU stages 06_warp_specialized and 07_sequence_parallel run grouped value heads",
          dict(base, v=torch.cat([v, v], dim=2), g=torch.cat([g, g], dim=2), beta=torch.cat([beta, beta], dim=2), stage="06a")),
-        ("cu_seqlens: the GPU stages run B sequences", dict(base, cu_seqlens=torch.tensor([0, 50, 100]))),
+        ("cu_seqlens: of the GPU stages 06_warp_specialized and 07_sequence_parallel run packed batches",
+         dict(base, cu_seqlens=torch.tensor([0, 50, 100]), stage="06f")),
+        ("cu_seqlens must be a one-dimensional tensor of N + 1 offsets on the CPU or on q's device",
+         dict(base, cu_seqlens=torch.tensor([[0, 50, 100]], device="cuda"))),
         ("chunk: the GPU stages' chunk is fixed", dict(base, chunk=16)),
-        ("stage 07 cuts T=100 tokens into at most 2 segments", dict(base, stage="07", segments=3)),
+        ("stage 07 cuts 100 tokens into at most 2 segments", dict(base, stage="07", segments=3)),
         ("stage='05': not one of", dict(base, stage="05")),
         ("06a_tensor_cores has no precise mode", dict(base, stage="06a", precise=True)),
         ("segments: 06_warp_specialized runs each sequence whole", dict(base, stage="06", segments=1)),
