@@ -8,7 +8,7 @@
 # package (CUDA graph too). Shapes: the K = V = 128 ones of docs/06 and docs/07, grouped value
 # heads as in FlashQLA's published H200 table (4096 x 8 with 4 key and 16 value heads, 1 x 32768
 # with 2 and 8), a packed batch (28672 + 4096 tokens: ours as rows padded to the longest, 06 or 07 as for those rows; the package
-# refuses cu_seqlens on CUDA tensors), and K = V = 64, where only FLA and we run.
+# given cu_seqlens_cpu as well, so that its graph never waits for the GPU), and K = V = 64, where only FLA and we run.
 #
 #   sh plots/bench_layouts.sh bin plots/data   (a CUDA device, PyTorch, FLA, FlashInfer, flash-qla,
 #                                               the package importable: pip install --target build/python .)
