@@ -45,6 +45,9 @@ typedef struct gdn_device_layout {
     const size_t *offsets;
     size_t sequences;
     size_t longest; /* the longest sequence's tokens (T without offsets), known on the host */
+    /* B rows padded from a packed batch (stages 06 and 07: padded_rows.cuh): that batch's
+       offsets, row b holding offsets[b + 1] - offsets[b] real tokens; NULL for any other rows */
+    const size_t *padded_from;
 } gdn_device_layout;
 
 typedef struct gdn_device_result {

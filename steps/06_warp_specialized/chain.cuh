@@ -213,7 +213,8 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     /* consumers: the chain's warps, 0 .. consumers - 1; the producer is warp `consumers` */
     const int consumers = blockDim.x / 32 - 1;
     const size_t V = p.V, chunks = chunks_of(p.T), P = segments.count;
-    const chain_place at = place_chain_block(segments, chunks, columns, 8 * NTILES * consumers);
+    chain_place at = place_chain_block(segments, chunks, columns, 8 * NTILES * consumers);
+    end_at_real_tokens(at, w, p.H, p.T);
     const size_t segment = at.segment, head = at.head, first = at.first, end = at.end;
     const int block_column0 = at.block_column0, block_columns = at.block_columns, tiles = at.tiles;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;

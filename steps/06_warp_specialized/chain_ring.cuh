@@ -105,6 +105,15 @@ __device__ __forceinline__ static chain_place place_chain_block(const chain_segm
     return at;
 }
 
+/* A padded row's block ends at the row's last real chunk (row_tokens); where its chunks are all
+   padding it runs none, and its end is its start: the padding would leave the state as it is */
+__device__ __forceinline__ static void end_at_real_tokens(chain_place &at, const chunk_workspace &w, size_t H, size_t T)
+{
+    const size_t real = chunks_of(row_tokens(w, at.head / H, T));
+    at.end = at.end < real ? at.end : real;
+    at.first = at.first < at.end ? at.first : at.end;
+}
+
 /* With STAGED, a consumer warp's staging tiles for its rows of S0^T and Vnew^T (and low
  * terms): the workspace's rows, key_stride(K) and TOKEN_STRIDE bf16, in which the lanes'
  * 4-byte writes fall in 32 different banks; 16 rows a 16-column tile. */

@@ -38,6 +38,8 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
     const size_t column0 = blockIdx.x % tiles_per_chunk * COLUMNS, head_chunk = blockIdx.x / tiles_per_chunk;
     const size_t head = head_chunk / chunks, chunk = head_chunk % chunks, t0 = chunk * CHUNK;
     const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
+    if (t0 >= row_tokens(w, b, p.T)) /* a padded row's padding: no o to make */
+        return;
     const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4), output_column = COLUMNS / 2 * (warp / 4);
     const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16;

@@ -101,7 +101,18 @@ typedef struct {
     /* (rows padded as kernel 3's tiles are, so that a tile comes in by one bulk copy; the
        padding holds whatever a staged chain left there, and is never read) */
     bf16 *states_low_t, *new_values_low_t; /* --precise only, same shapes: what bf16 rounded away */
+    /* rows padded from a packed batch (gdn_device_layout.padded_from): row b's real tokens end at
+       row_offsets[b + 1] - row_offsets[b] (row_tokens); NULL: every row is T tokens */
+    const size_t *row_offsets;
 } chunk_workspace;
+
+/* Row b's real tokens: past them a padded row holds tokens that change nothing (padded_rows.cuh),
+ * so no kernel runs the chunks that hold only those: kernel 1 and kernel 3 return, and a chain
+ * block ends at its row's last real chunk (end_at_real_tokens), its state carried unchanged. */
+__host__ __device__ static inline size_t row_tokens(const chunk_workspace &w, size_t b, size_t T)
+{
+    return w.row_offsets ? w.row_offsets[b + 1] - w.row_offsets[b] : T;
+}
 
 /* The bytes of the workspace's four parts: gamma (rounded up to 16 bytes, so that the chain
  * blocks are aligned for 16-byte copies), the chain blocks with the transform blocks and the
@@ -155,5 +166,6 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     w.new_values_t = w.states_t + bytes[2] / sizeof(bf16);
     w.states_low_t = precise ? w.states_t + bytes[2] / 2 / sizeof(bf16) : NULL;
     w.new_values_low_t = precise ? w.new_values_t + bytes[3] / 2 / sizeof(bf16) : NULL;
+    w.row_offsets = NULL;
     return w;
 }

@@ -419,7 +419,8 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     const int K = (int)p.K, VP = round_up16(p.V);
     const int consumers = MAX_CHAIN_TILES, block_columns = 16 * MAX_CHAIN_TILES; /* the chain's warps, 0 .. consumers - 1 */
     const size_t V = p.V, chunks = chunks_of(p.T);
-    const chain_place at = place_chain_block(segments, chunks, VP, block_columns);
+    chain_place at = place_chain_block(segments, chunks, VP, block_columns);
+    end_at_real_tokens(at, w, p.H, p.T);
     const size_t segment = at.segment, head = at.head, first = at.first, end = at.end;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int slot_bytes = (int)output_slot_bytes();

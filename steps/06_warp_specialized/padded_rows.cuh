@@ -8,9 +8,13 @@
  * chunks start at its first token, as FLA's do, so its chunks and their sums are those it has
  * alone.
  *
- * Cost: the padding's work, N x longest tokens for the sum of the lengths (none where every
- * length is the same: the packed row is N rows already), and two copies of the inputs and o,
- * bound by memory. Workspace: the stage's own for the N rows, then the padded inputs and o
+ * The padding is not run: the passes' workspace carries the batch's offsets (row_offsets),
+ * kernel 1 and kernel 3 return at a chunk of padding alone, and a chain block ends at its row's
+ * last real chunk (chunk_workspace.cuh: row_tokens; chain_ring.cuh: end_at_real_tokens).
+ *
+ * Cost: two copies of the inputs and o, bound by memory (none where every length is the same:
+ * the packed row is N rows already), and blocks for N x longest tokens, those of padding
+ * returning at once. Workspace: the stage's own for the N rows, then the padded inputs and o
  * (padded_parts).
  *
  * Included by warp_specialized.cuh (stages 06 and 07 take packed batches through it).
@@ -147,6 +151,7 @@ static inline int packed_forward(const gdn_device_problem *p, const gdn_settings
     gdn_device_result padded = *r;
     padded.o = o, padded.o_bf16 = (unsigned short *)o; /* one place: a pass writes o in one of the two */
     padded.layout.offsets = NULL, padded.layout.sequences = N, padded.layout.longest = longest;
+    padded.layout.padded_from = r->layout.offsets; /* the passes run no chunk of padding alone (row_tokens) */
     padded.o_in_bf16 = 0;
     if (rows_forward(&rows, s, &padded))
         return -1;

@@ -398,6 +398,8 @@ static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepa
     const unsigned head = beside_chain ? blockIdx.x % heads : blockIdx.x / chunks;
     const unsigned b = head / (unsigned)p.H, h = head % (unsigned)p.H;
     const size_t t0 = (size_t)chunk * CHUNK;
+    if (t0 >= row_tokens(w, b, p.T)) /* a padded row's padding: nothing to prepare */
+        return;
     const size_t row0 = (size_t)head * p.T + t0;
     const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4);
