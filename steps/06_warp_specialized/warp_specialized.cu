@@ -29,6 +29,7 @@
  *   ../../common/fast_exp.cuh  exp2_approx, exp_approx: e^x by ex2.approx
  *   tile_products.cuh          the constants, a warp's products, copy_tile
  *   chunk_workspace.cuh        the workspace between the kernels, the chain block's layout
+ *   prepare_phases.cuh         kernel 1's tiles and phases: the solve's joins, the decayed keys, W, U
  *   prepare_chunks.cuh         kernel 1: gates, K K^T, the solve, W and U or the transform block
  *   chain_ring.cuh             kernel 2's structure: the ring, segments, sizes, fragment helpers
  *   fused_outputs.cuh          the block with output warps at K = V = 128: its roles (wgmma), its kernel
