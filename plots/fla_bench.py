@@ -186,7 +186,8 @@ def main():
             check = ""
             if peer == "gdn_steps":
                 import gdn_steps
-                check += f" stage={gdn_steps.gpu_stage_for(B, T, H, K, V, HV=HV)}"
+                rows = (B, T) if cu_seqlens is None else (cu_seqlens.numel() - 1, int((cu_seqlens[1:] - cu_seqlens[:-1]).max()))
+                check += f" stage={gdn_steps.gpu_stage_for(*rows, H, K, V, HV=HV)}"  # a packed batch: the stage of its padded rows
             if ours:
                 o, ht = ours_layout(o, ht)
                 o_ours, ht_ours = np.load(f"{ours}/o.npy"), np.load(f"{ours}/ht.npy")

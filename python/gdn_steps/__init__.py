@@ -17,8 +17,8 @@ no host copies, no synchronisation, so the call can be captured in a CUDA graph.
 picked by shape (07 where it cuts sequences into segments, else 06) unless stage= names one of
 06a .. 06f, 06, 07. They read q, k, v in bf16 (converted first where given in another dtype) and
 g, beta, initial_state in fp32; o comes back in v's dtype, final_state in fp32, as FLA's. A
-packed batch runs on 06 and 07 as rows padded to its longest sequence; its offsets are read on
-the host too (cu_seqlens_cpu, or a copy that waits for the GPU).
+packed batch runs on 06 and 07 as rows padded to its longest sequence; its offsets are needed
+on the host and on the GPU (cu_seqlens on q's device with cu_seqlens_cpu: no copy, no wait).
 
 loss.backward() runs the backward stage 10 (or 09, backward_stage="09"), on the CPU: for CUDA
 tensors on host copies (it synchronises). Every argument is checked before anything runs: a
@@ -304,7 +304,15 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
         q, k, v, g, beta, h0 = (None if x is None else x.detach().cpu().float() for x in saved)
         d_o = None if d_o is None else d_o.detach().cpu().float().contiguous()
         dht = None if dht is None else dht.detach().cpu().float().contiguous()
-        gradients = _GatedDeltaRule.backward(_SavedOnHost(q, k, v, g, beta, h0, scale, backward_stage), d_o, dht)
+        # the backward stages take one key head per value head: q and k repeated for each, their
+        # gradients summed back over the value heads that share them (as the CPU path's autograd does)
+        B, T, H, K = q.shape
+        group = v.shape[2] // H
+        if group > 1:
+            q, k = (x.repeat_interleave(group, dim=2).contiguous() for x in (q, k))
+        gradients = list(_GatedDeltaRule.backward(_SavedOnHost(q, k, v, g, beta, h0, scale, backward_stage), d_o, dht))
+        if group > 1:
+            gradients[0], gradients[1] = (x.view(B, T, H, group, K).sum(dim=3) for x in gradients[:2])
         moved = [None if x is None else x.to(device=like.device, dtype=like.dtype)
                  for x, like in zip(gradients[:6], saved)]
         return tuple(moved) + (None,) * 6
@@ -343,8 +351,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths
     that give a sequence the same bits whatever the batch and heads around it (06 unless stage
     or segments say 07). cu_seqlens may be on the CPU or on q's device; with CUDA tensors the
-    offsets are read on the host too (sizes, the stage's choices): pass cu_seqlens_cpu, a CPU copy,
-    to spare the call that copy's wait (a call to capture in a CUDA graph must)."""
+    offsets are needed on both: a call to capture in a CUDA graph passes cu_seqlens on q's device
+    and cu_seqlens_cpu, its CPU copy (any other way copies them, which waits for the GPU)."""
     _check("q", q, (None, None, None, None))
     on_gpu, device = q.device.type == "cuda", q.device
     if on_gpu:
@@ -381,6 +389,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                          "same bits whatever the batch already")
     if cu_seqlens_cpu is not None and cu_seqlens is None:
         raise ValueError("cu_seqlens_cpu is a CPU copy of cu_seqlens: give cu_seqlens too")
+    if on_gpu and cu_seqlens is not None and torch.cuda.is_current_stream_capturing() and \
+            (not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.device.type == "cpu" or cu_seqlens_cpu is None):
+        raise ValueError("cu_seqlens in a CUDA-graph capture: pass it on q's device and its CPU copy as cu_seqlens_cpu "
+                         "(a copy either way would wait for the GPU)")
     offsets = device_offsets = None
     if cu_seqlens is not None:
         if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or \
@@ -443,6 +455,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             forward_name = GPU_STAGES[-1]  # segments are stage 07's: given, they pick it
         if batch_invariant and forward_name is None:
             forward_name = GPU_STAGES[-2]  # the pick by shape reads the batch: 06 runs every sequence whole
+        if batch_invariant and packed is not None and forward_name == GPU_STAGES[-1]:
+            raise ValueError("batch_invariant with cu_seqlens: stage 07's segments would follow the longest sequence "
+                             "(stage 06 takes it)")
         forward_name = _cuda_stage(forward_name, call, _longest(packed))
         if segments is not None and forward_name != GPU_STAGES[-1]:
             raise ValueError("segments: %s runs each sequence whole; stage 07 cuts them (stage=\"07\")" % forward_name)

@@ -62,9 +62,19 @@ static int rows_workspace(const gdn_problem *p, const gdn_settings *s, size_t *b
     return 0;
 }
 
-/* a packed batch: its padded rows' workspace and the padded parts after it (padded_rows.cuh) */
+/* --batch-invariant with a packed batch: P would follow the batch's longest sequence, so a
+   sequence's segments would change with the batch (stage 06, which does not cut, takes it) */
+static int refuse_invariant_packed(void)
+{
+    return gdn_set_error("--batch-invariant with a packed batch: the segments would follow the longest sequence (stage 06 takes it)");
+}
+
+/* a packed batch: its padded rows' workspace and the padded parts after it (padded_rows.cuh);
+   refused here with --batch-invariant, before anything is allocated */
 static int sequence_parallel_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
+    if (p->offsets && s->batch_invariant)
+        return refuse_invariant_packed();
     return p->offsets ? padded_workspace_bytes(p, s, rows_workspace, bytes) : rows_workspace(p, s, bytes);
 }
 
@@ -113,8 +123,8 @@ static int rows_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_
 }
 
 /* A packed batch runs as stage 06 runs it, as rows padded to its longest sequence, P chosen
- * for those rows (sequence_parallel_resolve_options). Not with --batch-invariant: P would
- * follow the batch's longest sequence, so a sequence's segments would change with the batch. */
+ * for those rows (sequence_parallel_resolve_options); not with --batch-invariant
+ * (refuse_invariant_packed, which the workspace's query says first). */
 static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     if (check_key_width(p->K))
@@ -122,7 +132,7 @@ static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_sett
     if (!r->layout.offsets)
         return rows_forward(p, s, r);
     if (s->batch_invariant)
-        return gdn_set_error("--batch-invariant with a packed batch: the segments would follow the longest sequence (stage 06 takes it)");
+        return refuse_invariant_packed();
     return packed_forward(p, s, r, rows_workspace, rows_forward);
 }
 

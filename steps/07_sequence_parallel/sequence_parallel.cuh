@@ -64,14 +64,20 @@ enum { MAX_AUTOMATIC_SEGMENTS = 128 };
 static_assert(1 << (CHAIN_WIDTHS - 1) == MAX_CHAIN_TILES, "one blocks_per_sm entry for each width chain_tiles picks");
 
 /* Stage 06's flops, plus the fold (the chain's W S0 and update on K + V columns, over the
- * chunks of segments 0 .. P-2) and the scan. */
+ * chunks of segments 0 .. P-2) and the scan. A packed batch runs as padded rows whose padding
+ * is not run (padded_rows.cuh): a sequence folds its own chunks before segment P-1's first. */
 static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *s)
 {
-    const gdn_problem rows = p->offsets ? padded_rows_of(p) : *p; /* a packed batch: its padded rows (padded_rows.cuh) */
-    const size_t P = s->segments ? s->segments : 1, chunks = chunks_of(rows.T);
+    const gdn_problem rows = p->offsets ? padded_rows_of(p) : *p;
+    const size_t P = s->segments ? s->segments : 1, chunks = chunks_of(rows.T), folded_chunks = P > 1 ? segment_chunk(P - 1, P, chunks) : 0;
     const double K = (double)p->K, V = (double)p->V;
-    const double folded_tokens = (double)(P > 1 ? segment_chunk(P - 1, P, chunks) * CHUNK : 0);
-    return wy_chunked_flops(p, s) + (double)(rows.B * gdn_value_heads(p)) * (folded_tokens * 4 * K * (K + V) + (double)(P - 1) * 2 * K * K * V);
+    double folded_tokens = 0.0; /* over the rows */
+    for (size_t n = 0; n < rows.B; n++) {
+        const size_t own = chunks_of(p->offsets ? gdn_sequence_length(p, n) : p->T);
+        folded_tokens += (double)((own < folded_chunks ? own : folded_chunks) * CHUNK);
+    }
+    return wy_chunked_flops(p, s) +
+           (double)gdn_value_heads(p) * (folded_tokens * 4 * K * (K + V) + (double)(rows.B * (P - 1)) * 2 * K * K * V);
 }
 
 /* The model behind the automatic P, in chunk steps of a one-tile chain block. Each chain

@@ -105,17 +105,19 @@ def test_packed_batches(lengths, H, HV, K, V, stage, where):
     assert relative_error(ht.cpu(), want_ht) < BF16_BOUND
 
 
-def test_packed_batch_gradients_on_cuda_tensors():
-    """loss.backward() with cu_seqlens on CUDA tensors: the CPU path's gradients on the same values."""
-    (q, k, v, g, beta, _), _ = cuda_problem(1, 150, 2, 64, 32, seed=63)
-    offsets = torch.tensor([0, 1, 70, 150])
-    h0 = torch.randn(3, 2, 64, 32, generator=torch.Generator().manual_seed(64)).cuda()
+@pytest.mark.parametrize("HV,packed", [(2, True), (4, False), (4, True)])
+def test_gradients_of_layouts_on_cuda_tensors(HV, packed):
+    """loss.backward() on CUDA tensors with grouped value heads (q and k shared by HV / 2 value
+    heads) and cu_seqlens: the CPU path's gradients on the same values."""
+    (q, k, v, g, beta, _), _ = cuda_problem(1, 150, 2, 64, 32, seed=63 + HV, HV=HV)
+    offsets = torch.tensor([0, 1, 70, 150]) if packed else None
+    h0 = torch.randn(3 if packed else 1, HV, 64, 32, generator=torch.Generator().manual_seed(64)).cuda()
     leaves_gpu = [x.float().requires_grad_() for x in (q, k, v, g, beta, h0)]
     leaves_cpu = [x.detach().cpu().requires_grad_() for x in leaves_gpu]
-    weights = torch.randn(1, 150, 2, 32, generator=torch.Generator().manual_seed(65))
+    weights = torch.randn(1, 150, HV, 32, generator=torch.Generator().manual_seed(65))
     for leaves, where in ((leaves_gpu, "cuda"), (leaves_cpu, "cpu")):
         o, ht = gdn_steps.chunk_gated_delta_rule(*leaves[:5], initial_state=leaves[5], output_final_state=True,
-                                                 cu_seqlens=offsets.to(where))
+                                                 cu_seqlens=None if offsets is None else offsets.to(where))
         ((o * weights.to(where)).sum() + ht.sum()).backward()
     for name, a, b in zip(("q", "k", "v", "g", "beta", "h0"), leaves_gpu, leaves_cpu):
         assert relative_error(a.grad.cpu(), b.grad) < BF16_BOUND, name
@@ -224,6 +226,8 @@ def test_cuda_errors_before_any_kernel():
          dict(base, cu_seqlens=torch.tensor([0, 50, 100]), stage="06f")),
         ("cu_seqlens must be a one-dimensional tensor of N + 1 offsets on the CPU or on q's device",
          dict(base, cu_seqlens=torch.tensor([[0, 50, 100]], device="cuda"))),
+        ("batch_invariant with cu_seqlens: stage 07's segments", dict(base, cu_seqlens=torch.tensor([0, 50, 100]), stage="07",
+                                                                      batch_invariant=True)),
         ("chunk: the GPU stages' chunk is fixed", dict(base, chunk=16)),
         ("stage 07 cuts 100 tokens into at most 2 segments", dict(base, stage="07", segments=3)),
         ("stage='05': not one of", dict(base, stage="05")),
