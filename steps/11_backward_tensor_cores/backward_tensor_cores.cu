@@ -2,9 +2,11 @@
  * bf16 operands, fp32 sums.
  *
  * The idea (docs/11_backward_tensor_cores.md): 10_backward_chunked_cuda's passes, chunk C = 64,
- * unchanged in what they compute and keep (pass 1 the solve, W, U and P^T dO; pass 2 the forward
- * chain, S0 and Vnew, eq. 13-15; pass 3 the backward chain, dS_C and dVnew, eq. 19a-19b; pass 4
- * o and the gradients, eq. 14-15 and 19c-19d), with each product, 27 a chunk, one warp's
+ * unchanged in what they compute (pass 1 the solve, W, U and P^T dO; pass 2 the forward chain,
+ * S0 and Vnew, eq. 13-15; pass 3 the backward chain, dS_C and dVnew, eq. 19a-19b; pass 4 o and
+ * the gradients, eq. 14-15 and 19c-19d) and in what the workspace carries between them (gamma,
+ * Tm, -W, U then Vnew, P^T dO then dVnew, S0 and dS_C; the decays and P are recomputed where
+ * they are used), with each product, 27 a chunk, one warp's
  * mma.sync.m16n8k16 tiles (warp_tiles.cuh): a 16 x 16 bf16 tile times a 16 x 8 one into 16 x 8
  * fp32 sums in one instruction, where stage 10's GPU twin spends 256 fp32 multiply-adds of its
  * threads. Operands are staged in shared memory as bf16 and read by ldmatrix as they lie or
