@@ -104,7 +104,8 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
     {   /* dq = scale e^gamma_i (S0 dO_i) + Z K; q_i . (S0 dO_i) for dgamma */
         float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, rows_of(s.dO16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
-        add_row_terms(acc, keys_part, sum, [&](int i, int c, float value) { return value * __bfloat162float(s.queries[i * LDK + c]); });
+        add_row_terms(acc, keys_part, sum,
+                      [&](int i, int c, float value) { return value * __bfloat162float(s.queries[i * LDK + c]); });
         store_row_sums(sum, keys_part, s.q_dot);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.read[i]; });
         warp_product(acc, rows_of(s.Z16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
@@ -116,7 +117,8 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
     {   /* dk's first part = e^(gamma_C - gamma_i) (dS_C Vnew_i) + Z^T Q; k_i . (dS_C Vnew_i) for dgamma */
         float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, rows_of(s.Vnew16, LDV), transpose_of(s.dS_end, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
-        add_row_terms(acc, keys_part, sum, [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
+        add_row_terms(acc, keys_part, sum,
+                      [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
         store_row_sums(sum, keys_part, s.k_dot);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.to_end[i]; });
         warp_product(acc, transpose_of(s.Z16, TOKEN_STRIDE), rows_of(s.queries, LDK), keys_part.row0, keys_part.col0, CHUNK,
@@ -165,7 +167,7 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
 struct wy_tiles {
     double *gamma, *dgamma;
     float *beta, *grown, *F, *H, *v_dot, *y_dot, *b_sum; /* v_dot, y_dot, b_sum: [2][64] row sums */
-    bf16 *keys, *values, *dVnew16, *S0, *dW16, *Tm16, *dTm16, *R16, *F16;
+    bf16 *keys, *values, *dVnew16, *S0, *dW16, *Tm16, *dTm16, *TmT_dTm16, *F16;
     size_t bytes;
 };
 __host__ __device__ static wy_tiles wy_tiles_at(unsigned char *base, size_t K, size_t V)
@@ -180,7 +182,7 @@ __host__ __device__ static wy_tiles wy_tiles_at(unsigned char *base, size_t K, s
     t.keys = cut.take<bf16>(CHUNK * LDK), t.values = cut.take<bf16>(CHUNK * LDV);
     t.dVnew16 = cut.take<bf16>(CHUNK * LDV), t.S0 = cut.take<bf16>(KP * LDV), t.dW16 = cut.take<bf16>(CHUNK * LDK);
     t.Tm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.dTm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
-    t.R16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.F16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
+    t.TmT_dTm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.F16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
     t.bytes = cut.used;
     return t;
 }
@@ -217,7 +219,8 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     {   /* dX = Tm^T dVnew, dv = beta dX (eq. 19c); dX_i . v_i for dbeta */
         float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, Tm_t, rows_of(s.dVnew16, LDV), values_part.row0, values_part.col0, CHUNK, values_part.tiles);
-        add_row_terms(acc, values_part, sum, [&](int i, int c, float value) { return value * __bfloat162float(s.values[i * LDV + c]); });
+        add_row_terms(acc, values_part, sum,
+                      [&](int i, int c, float value) { return value * __bfloat162float(s.values[i * LDV + c]); });
         store_row_sums(sum, values_part, s.v_dot);
         for_each_sum(acc, values_part, [&](int i, int c, float &value) {
             if (i < n && c < V)
@@ -243,13 +246,14 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     {   /* R = Tm^T dTm, the first half of dM = -Tm^T dTm Tm^T (eq. 19d) */
         float acc[4][4] = {};
         warp_product(acc, Tm_t, rows_of(s.dTm16, TOKEN_STRIDE), square.row0, square.col0, CHUNK, square.tiles);
-        for_each_sum(acc, square, [&](int a, int b, float &value) { s.R16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(value); });
+        for_each_sum(acc, square,
+                     [&](int a, int b, float &value) { s.TmT_dTm16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(value); });
     }
     __syncthreads();
     {   /* dM = -R Tm^T below the diagonal (eq. 19d), and M_ab = beta_a decay_ab (k_a . k_b) passes it
          * on: F = dM beta decay to the keys, H = F o K K^T to dgamma, dM decay K K^T to dbeta */
         float RT[4][4] = {}, kk[4][4] = {}, sum[2] = {0.0f, 0.0f};
-        warp_product(RT, rows_of(s.R16, TOKEN_STRIDE), Tm_t, square.row0, square.col0, CHUNK, square.tiles);
+        warp_product(RT, rows_of(s.TmT_dTm16, TOKEN_STRIDE), Tm_t, square.row0, square.col0, CHUNK, square.tiles);
         warp_product(kk, rows_of(s.keys, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -273,7 +277,8 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     {   /* dY = Tm^T dW; dk += beta e^gamma dY + (F + F^T) K, onto read_gradients_kernel's part */
         float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, Tm_t, rows_of(s.dW16, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
-        add_row_terms(acc, keys_part, sum, [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
+        add_row_terms(acc, keys_part, sum,
+                      [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
         store_row_sums(sum, keys_part, s.y_dot);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.beta[i] * s.grown[i]; });
         warp_product(acc, rows_of(s.F16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);

@@ -187,7 +187,8 @@ __device__ static void copy_rows16(void *to, int to_stride, const void *from, in
     const int units = row_bytes / 16;
     for (int e = threadIdx.x; e < rows * units; e += blockDim.x) {
         const int i = e / units, u = e % units;
-        ((uint4 *)((unsigned char *)to + (size_t)i * to_stride))[u] = ((const uint4 *)((const unsigned char *)from + (size_t)i * from_stride))[u];
+        const uint4 *row = (const uint4 *)((const unsigned char *)from + (size_t)i * from_stride);
+        ((uint4 *)((unsigned char *)to + (size_t)i * to_stride))[u] = row[u];
     }
 }
 
