@@ -6,11 +6,13 @@
  *     P     = scale lower(Q K^T o decay),   and P^T dO              (eq. 14, 19a's first term)
  *
  * One block of 8 warps a (head, chunk), every chunk at once. K K^T, Q K^T, U, -W and P^T dO run
- * on tensor cores (warp_product); the solve stays in fp32 on CUDA cores, by stage 05's blocked
- * substitution (wy_chunked_solve.cuh, unchanged): Tm enters every product of the chunk, and an
- * error in it is one in W, U, dTm and dM at once, while the solve itself is C^3 / 6 multiply-adds
- * against the chunk's C^2 (4 K + 3 V) on tensor cores. Tm is rounded to bf16 once, after the
- * solve, as the operand every product reads.
+ * on tensor cores (warp_product); the solve stays in fp32 on CUDA cores: Tm enters every product
+ * of the chunk, and an error in it is one in W, U, dTm and dM at once, while the solve itself is
+ * C^3 / 6 multiply-adds against the chunk's C^2 (3 K + 2 V) here on tensor cores. It is stage
+ * 05's blocked substitution (wy_chunked_solve.cuh, unchanged), not 10's row by row: the four
+ * 16 x 16 diagonal blocks inverted at once, then three block rows joined: eight barriers, where
+ * 10's rows take one a row, 64. Tm is rounded to bf16 once, after the solve, as the operand every
+ * product reads.
  *
  * Included by backward_tensor_cores.cu after warp_tiles.cuh.
  */
