@@ -49,6 +49,7 @@ USES_05_wy_chunked     :=
 USES_06_warp_specialized := 05_wy_chunked
 USES_07_sequence_parallel := 05_wy_chunked
 USES_10_backward_chunked := 05_wy_chunked
+USES_11_backward_tensor_cores := 10_backward_chunked 05_wy_chunked
 
 COMMON_SOURCES := $(filter-out common/main.c,$(wildcard common/*.c))
 COMMON_OBJECTS := $(COMMON_SOURCES:%.c=$(BUILD)/%.o)
@@ -218,7 +219,8 @@ $(BIN)/$(1)_cuda: $(BUILD)/main_$(1)_cuda.o $(call gpu_object,$(1)) $(call stage
 endef
 $(foreach s,$(GPU_STAGES),$(eval $(call gpu_rules,$(s))))
 
-# GPU-only stages: bin/NN_name from steps/NN_name/name.cu, and the earlier stages it USES
+# GPU-only stages: bin/NN_name from steps/NN_name/name.cu, and the earlier stages it USES (a
+# backward one, 11 on, with -DBACKWARD_STAGE: its descriptor is a gdn_backward_stage)
 define gpu_only_rules
 $(call stage_object,$(1)): $(call gpu_source,$(1)) $$(NVCC_FLAGS_STAMP) | require-build
 	@mkdir -p $$(dir $$@)
@@ -226,7 +228,7 @@ $(call stage_object,$(1)): $(call gpu_source,$(1)) $$(NVCC_FLAGS_STAMP) | requir
 
 $(BUILD)/main_$(1).o: common/main.c | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -MP -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -MP -DSTAGE_DESCRIPTOR=$(shell echo $(1) | sed 's/^[0-9]*_//')_stage $(if $(findstring _backward_,$(1)),-DBACKWARD_STAGE) -c $$< -o $$@
 
 $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$(1)),$(call stage_object,$(u))) $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	@mkdir -p $$(dir $$@)

@@ -42,7 +42,17 @@ typedef struct gdn_backward_stage {
                            const gdn_settings *s, struct gdn_device_result *r, struct gdn_device_gradients *g);
     int (*device_workspace_bytes)(const gdn_problem *p, const gdn_settings *s, size_t *bytes);
     const gdn_backward_runner *runner; /* NULL: the host runner; GPU stages: &gdn_cuda_backward_runner */
+    /* 1: the stage reads q, k and v in bf16 (gdn_stage's bf16_inputs): the driver rounds them to
+     * bf16 values before anything runs, the CUDA runner keeps bf16 copies on the GPU, and each
+     * tensor is judged by its own bound (gdn_backward_tolerance). */
+    int bf16_inputs;
 } gdn_backward_stage;
+
+/* The bound a backward stage's tensor (o, ht, dq, dk, dv, dg, dbeta, dh0: the names of
+ * gdn_gradient_shape) is held to, against the fp64 oracle (against_stage 0) or another stage's
+ * result (1): common/tolerances.h's float or double bounds, the same for every tensor; for a
+ * stage on bf16 inputs, the bound FLA's tests give that tensor, against either. */
+double gdn_backward_tolerance(const gdn_backward_stage *stage, const char *tensor, int against_stage);
 
 /* How the driver runs and times a backward pass (gdn_runner's, with the cotangents and the
  * gradients): the host runner in backward_driver.c, the CUDA one in cuda_backward_runner.cu. */

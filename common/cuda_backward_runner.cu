@@ -3,7 +3,8 @@
  *
  * open:  copy the problem and the cotangents do and dht to the device once; allocate o, ht,
  *        the six gradients, the stage's workspace and a cache-flush buffer; refuse, with the
- *        byte counts, what the GPU cannot hold.
+ *        byte counts, what the GPU cannot hold. For a stage on bf16 inputs, also convert q, k
+ *        and v to bf16 there, untimed (cuda_runner.cu's conversion).
  * run:   a timed repetition first flushes the L2 cache, then the pass runs between two CUDA
  *        events (pass_timer.cuh). A poisoned run fills o, ht, every gradient and the workspace with
  *        all-ones bytes (a NaN) first, and copies o, ht and the gradients back after.
@@ -29,6 +30,7 @@ typedef struct {
     gdn_device_result r;
     gdn_device_gradients g;
     float *inputs[INPUTS], *outputs[OUTPUTS];
+    unsigned short *bf16_inputs[3]; /* q k v in bf16, for stages with bf16_inputs */
     size_t output_counts[OUTPUTS];
     gdn_pass_timer timer;
 } backward_context;
@@ -54,8 +56,9 @@ static int backward_open(const gdn_backward_stage *stage, const gdn_problem *hos
     /* in: q k v g beta [h0] do dht; out: o ht dq dk dv dg dbeta [dh0] */
     const size_t h0_states = host->h0 ? states : 0;
     const size_t values = 2 * (tokens * (2 * host->K + 2 * host->V + 2) + h0_states + states);
+    const size_t bf16_bytes = stage->bf16_inputs ? tokens * (2 * host->K + host->V) * sizeof(unsigned short) : 0;
     if (gdn_pass_timer_check_room(&c->timer, stage->name, "inputs, cotangents, outputs and gradients",
-                                  sizeof(float) * values, workspace))
+                                  sizeof(float) * values + bf16_bytes, workspace))
         return -1;
     c->p.B = host->B, c->p.T = host->T, c->p.H = host->H, c->p.K = host->K, c->p.V = host->V;
     c->r.layout.HV = host->H, c->r.layout.sequences = host->B; /* the plain layout: the GPU backward takes no other */
@@ -69,6 +72,13 @@ static int backward_open(const gdn_backward_stage *stage, const gdn_problem *hos
             return -1;
     c->p.q = c->inputs[0], c->p.k = c->inputs[1], c->p.v = c->inputs[2], c->p.g = c->inputs[3];
     c->p.beta = c->inputs[4], c->p.h0 = c->inputs[5], c->c.d_o = c->inputs[6], c->c.dht = c->inputs[7];
+    if (stage->bf16_inputs) {
+        for (int i = 0; i < 3; i++)
+            if (gdn_cuda_upload_bf16(&c->bf16_inputs[i], c->inputs[i], counts[i]))
+                return -1;
+        CUDA_CHECK(cudaDeviceSynchronize());
+        c->p.q_bf16 = c->bf16_inputs[0], c->p.k_bf16 = c->bf16_inputs[1], c->p.v_bf16 = c->bf16_inputs[2];
+    }
     const size_t out_counts[OUTPUTS] = {tokens * host->V, states, tokens * host->K, tokens * host->K,
                                         tokens * host->V, tokens, tokens, h0_states};
     for (int i = 0; i < OUTPUTS; i++) {
@@ -118,6 +128,8 @@ static void backward_close(void *context)
         cudaFree(c->inputs[i]);
     for (int i = 0; i < OUTPUTS; i++)
         cudaFree(c->outputs[i]);
+    for (int i = 0; i < 3; i++)
+        cudaFree(c->bf16_inputs[i]);
     cudaFree(c->r.workspace);
     gdn_pass_timer_close(&c->timer);
     free(c);

@@ -96,12 +96,16 @@ __global__ static void convert_from_bf16(const __nv_bfloat16 *from, float *to, s
         to[i] = __bfloat162float(from[i]);
 }
 
-static int upload_bf16(__nv_bfloat16 **device, const float *device_floats, size_t count)
+int gdn_cuda_upload_bf16(unsigned short **device, const float *device_floats, size_t count)
 {
     CUDA_CHECK(cudaMalloc((void **)device, count * sizeof(__nv_bfloat16)));
-    convert_to_bf16<<<1024, 256>>>(device_floats, *device, count);
+    convert_to_bf16<<<1024, 256>>>(device_floats, (__nv_bfloat16 *)*device, count);
     CUDA_CHECK_LAUNCH("convert_to_bf16");
     return 0;
+}
+static int upload_bf16(__nv_bfloat16 **device, const float *device_floats, size_t count)
+{
+    return gdn_cuda_upload_bf16((unsigned short **)device, device_floats, count);
 }
 
 static int cuda_open(const gdn_stage *stage, const gdn_problem *host, const gdn_settings *s, void **context)

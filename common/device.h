@@ -147,6 +147,10 @@ int gdn_cuda_device_present(void);
 /* count floats from the host into a new device buffer *device (cudaMalloc'd; the caller frees
  * it, also on failure). 0, or -1 with the error set. */
 int gdn_cuda_upload(float **device, const float *host, size_t count);
+/* A bf16 copy (bit patterns) of count floats already on the device, in a new device buffer
+ * *device (the caller frees it, also on failure); the values are rounded to nearest even, so
+ * exact where the driver has rounded them to bf16 values (the stages with bf16 inputs). */
+int gdn_cuda_upload_bf16(unsigned short **device, const float *device_floats, size_t count);
 
 /* The device's SM count, for the choices a stage makes from it (segments, block shapes);
  * 132, an H200's, where no device answers (the error cleared: the runner reports a missing

@@ -63,4 +63,24 @@
  * bound: the fp32 side's error is far below it. */
 #define GDN_TOLERANCE_BF16_VS_STAGE 1e-2
 
+/* Backward stages on bf16 inputs (gdn_backward_stage.bf16_inputs: stage 11) multiply in bf16
+ * with fp32 sums, as the forward ones do, and each gradient is a few such products deep: their
+ * tensors are held, each against the fp64 backward oracle on the same bf16-rounded inputs and
+ * against another stage on them, to the bounds FLA's tests hold its chunk backward to, tensor
+ * by tensor: fla-org/flash-linear-attention, tests/ops/test_gated_delta.py, test_chunk, lines
+ * 162-169 at commit 189b286fb036b53e7ff2bd16f9d7b801848c49d7 (the file's last version under
+ * that name; tests/ops/test_gdn.py after it, lines 193-200 at bc3b101dcb713ddc5bd8924b66754eb68b5ccf89,
+ * the same values): assert_close('o' and 'ht', 0.005), ('dq', 'dk', 'dv' and 'dh0', 0.008),
+ * ('db' and 'dg', 0.02). Their metric, get_err_ratio in fla/utils (fla/utils/_testing.py, lines
+ * 22-25 at bc3b101d), is RMS(ref - x) / RMS(ref), which is ||x - ref|| / ||ref||, the relative
+ * L2 error above. FLA's test runs fp16 inputs (11 significant bits) against an fp32 autograd
+ * reference, and passes a tensor whose largest difference is at most 1e-6; here bf16 (8 bits)
+ * against fp64, every tensor judged: the same bounds, held more strictly. A tensor of a few
+ * values (one token of one head: dbeta and dg are one number, a sum whose terms cancel) has the
+ * relative error of that one sum, which these bounds do not cover: the tests give every tensor
+ * several heads or tokens (tests/gpu/test_gpu_backward.c). */
+#define GDN_TOLERANCE_BF16_BACKWARD_O 5e-3     /* o, ht */
+#define GDN_TOLERANCE_BF16_BACKWARD_GRAD 8e-3  /* dq, dk, dv, dh0 */
+#define GDN_TOLERANCE_BF16_BACKWARD_GATES 2e-2 /* dg, dbeta */
+
 #endif

@@ -1,16 +1,18 @@
 #!/bin/sh
-# bench_backward_gpu.sh BIN OUTDIR -- our GPU backward (bin/10_backward_chunked_cuda, fp32) beside
-# FLA's and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), side by side in one
-# run on the same problems and cotangents: the backward alone, and the forward plus the backward
-# (ours: 06's or 07's forward, the stage picked for the shape, plus stage 10). Shapes: the
+# bench_backward_gpu.sh BIN OUTDIR -- our GPU backward (bin/10_backward_chunked_cuda, fp32, and
+# bin/11_backward_tensor_cores, the same passes on tensor cores with bf16 operands) beside FLA's
+# and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), side by side in one run on
+# the same problems and cotangents: the backward alone, and the forward plus the backward (ours:
+# 06's or 07's forward, the stage picked for the shape, plus stage 10). Shapes: the
 # backward issue's, K = V = 128 at three head counts and two lengths, and K = V = 64.
 #
 #   sh plots/bench_backward_gpu.sh bin plots/data   (a CUDA device, PyTorch, FLA (+ tilelang on
 #                                                   Hopper with Triton < 3.7.1), flash-qla)
 #
 # Writes OUTDIR/backward_gpu.dat, a row a shape. Times: medians (ours: of 10 after a warm-up,
-# CUDA events, L2 flushed; the peers: of 30, eager, the same flush). err_*: the peer's dq and
-# dv against ours (relative L2), proof of the same problem. nan: that code did not run the
+# CUDA events, L2 flushed; the peers: of 30, eager, the same flush); ms_tc_backward is stage 11's
+# backward, fla/tc FLA's backward over it. err_*: the peer's dq and dv against ours (stage 10,
+# relative L2), proof of the same problem. nan: that code did not run the
 # shape (its line in the log says why).
 set -eu
 # shellcheck source=plots/bench_lib.sh
@@ -19,13 +21,14 @@ bin=${1:-bin}
 out=${2:-plots/data}
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla" > "$rows"
 line_of() { printf '%s\n' "$1" | grep "peer=$2 mode=$3" | head -1; }
 for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 16384 16 128 128" "1 16384 8 64 64"; do
     # shellcheck disable=SC2086 # the shape is five words
     set -- $shape
     "$bin"/make_problem --B "$1" --T "$2" --H "$3" --K "$4" --V "$5" --seed 7 "$work/p" > /dev/null
     backward=$(field median_ms "$("$bin"/10_backward_chunked_cuda --in "$work/p" --reps 10 --out "$work/o" 2>&1 | grep '^result' || true)")
+    tc=$(field median_ms "$("$bin"/11_backward_tensor_cores --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($1, $2, $3, $4, $5))" 2>/dev/null || echo 06_warp_specialized)
     forward=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 2>&1 | grep '^result' || true)")
     peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers fla,flashqla "$work/p:$work/o" 2>&1 || true)
@@ -34,8 +37,8 @@ for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 1638
     qla_b=$(field median_ms "$(line_of "$peers" flashqla backward)") qla_fb=$(field median_ms "$(line_of "$peers" flashqla forward_backward)")
     e_fq=$(field err_dq_vs_ours "$(line_of "$peers" fla backward)") e_fv=$(field err_dv_vs_ours "$(line_of "$peers" fla backward)")
     e_qq=$(field err_dq_vs_ours "$(line_of "$peers" flashqla backward)") e_qv=$(field err_dv_vs_ours "$(line_of "$peers" flashqla backward)")
-    echo "$shape ${backward:-nan} ${forward:-nan} ${fla_b:-nan} ${fla_fb:-nan} ${qla_b:-nan} ${qla_fb:-nan}" \
-        "$(ratio "${fla_b:-0}" "${backward:-0}") $(ratio "${qla_b:-0}" "${backward:-0}")" \
+    echo "$shape ${backward:-nan} ${tc:-nan} ${forward:-nan} ${fla_b:-nan} ${fla_fb:-nan} ${qla_b:-nan} ${qla_fb:-nan}" \
+        "$(ratio "${fla_b:-0}" "${backward:-0}") $(ratio "${qla_b:-0}" "${backward:-0}") $(ratio "${fla_b:-0}" "${tc:-0}")" \
         "${e_fq:--} ${e_fv:--} ${e_qq:--} ${e_qv:--}" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done

@@ -1,7 +1,7 @@
 /* test_backward.c -- the backward stages: the fp64 backward oracle against central finite
  * differences of the forward oracle; 09 against the oracle, grouped value heads and packed
  * batches included; 10 against 09 for every chunk size the forward allows and against the
- * oracle; extremes; the binaries' cotangent files. */
+ * oracle; extremes; the binaries' cotangent files; the bound each tensor is held to. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -393,6 +393,27 @@ START_TEST(backward_loop_layouts_equal_oracle)
 }
 END_TEST
 
+/* The bound of each tensor (gdn_backward_tolerance): one for all of a float or double stage,
+ * FLA's per-tensor bounds for a stage on bf16 inputs, against the oracle and against a stage */
+START_TEST(backward_tolerances_per_tensor)
+{
+    static const char *const names[] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
+    static const double bf16_bounds[] = {GDN_TOLERANCE_BF16_BACKWARD_O,    GDN_TOLERANCE_BF16_BACKWARD_O,
+                                         GDN_TOLERANCE_BF16_BACKWARD_GRAD, GDN_TOLERANCE_BF16_BACKWARD_GRAD,
+                                         GDN_TOLERANCE_BF16_BACKWARD_GRAD, GDN_TOLERANCE_BF16_BACKWARD_GATES,
+                                         GDN_TOLERANCE_BF16_BACKWARD_GATES, GDN_TOLERANCE_BF16_BACKWARD_GRAD};
+    const gdn_backward_stage bf16_stage = {.name = "bf16", .bf16_inputs = 1};
+    ck_assert(GDN_TOLERANCE_BF16_BACKWARD_O == 5e-3 && GDN_TOLERANCE_BF16_BACKWARD_GRAD == 8e-3 &&
+              GDN_TOLERANCE_BF16_BACKWARD_GATES == 2e-2); /* FLA's test_chunk (common/tolerances.h) */
+    for (int i = 0; i < 8; i++)
+        for (int against_stage = 0; against_stage <= 1; against_stage++) {
+            ck_assert_double_eq(gdn_backward_tolerance(&backward_chunked_stage, names[i], against_stage),
+                                against_stage ? GDN_TOLERANCE_BACKWARD_VS_STAGE : GDN_TOLERANCE_BACKWARD_VS_ORACLE);
+            ck_assert_double_eq(gdn_backward_tolerance(&bf16_stage, names[i], against_stage), bf16_bounds[i]);
+        }
+}
+END_TEST
+
 Suite *backward_suite(void)
 {
     Suite *suite = suite_create("backward");
@@ -404,6 +425,7 @@ Suite *backward_suite(void)
     tcase_add_loop_test(oracle, backward_loop_equals_oracle_over_grid, 0, 2 * test_grid_count);
     tcase_add_loop_test(oracle, backward_oracle_grouped_equals_keys_repeated, 0, 6);
     tcase_add_loop_test(oracle, backward_loop_layouts_equal_oracle, 0, 16);
+    tcase_add_test(oracle, backward_tolerances_per_tensor);
     suite_add_tcase(suite, oracle);
     TCase *chunked = tcase_create("chunked");
     tcase_set_timeout(chunked, 120);

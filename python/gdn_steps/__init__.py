@@ -288,7 +288,8 @@ def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise, batch_i
 
 class _GatedDeltaRuleCuda(torch.autograd.Function):
     """o, ht of CUDA tensors from a GPU stage; backward through a CPU backward stage on host
-    copies in float32 (the GPU backward is a binary so far: bin/10_backward_chunked_cuda)."""
+    copies in float32 (the GPU backward stages are binaries: bin/10_backward_chunked_cuda,
+    bin/11_backward_tensor_cores)."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, h0, scale, stage, backward_stage, segments, precise, batch_invariant):

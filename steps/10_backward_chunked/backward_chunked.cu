@@ -482,4 +482,5 @@ extern "C" const gdn_backward_stage backward_chunked_cuda_stage = {
     .device_backward = backward_chunked_cuda_backward,
     .device_workspace_bytes = backward_chunked_cuda_workspace,
     .runner = &gdn_cuda_backward_runner,
+    .bf16_inputs = 0,
 };

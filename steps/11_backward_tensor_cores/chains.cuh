@@ -1,0 +1,218 @@
+/* chains.cuh -- passes 2 and 3 of the tensor-core backward: the two chains over a head's chunks.
+ *
+ *   pass 2, chunks in order:   Vnew = U + (-W) S0                              (eq. 13)
+ *                              S_C  = e^gamma_C S0 + K^T diag(e^(gamma_C - gamma)) Vnew   (eq. 15)
+ *   pass 3, chunks from the last back:
+ *                              dVnew = P^T dO + diag(e^(gamma_C - gamma)) K dS_C          (eq. 19a)
+ *                              dS0   = e^gamma_C dS_C + Q^T diag(scale e^gamma) dO + (-W)^T dVnew   (eq. 19b)
+ *
+ * A column of S depends only on the same column of Vnew, and a column of dS only on the same
+ * column of dVnew, so each chain is one block of 4 warps a (head, 16 columns), as in stage
+ * 06a's chain: the block's K x 16 of the state live in the warps' MMA accumulators for the whole
+ * sequence, in fp32 (warp w owns rows 16 w .. and 16 (w + 4) .., both 8-column n-tiles), and go
+ * to shared memory in bf16 each chunk as the B operand of the next product. Every product is a
+ * warp_product; the diagonal factors (the decays, scale e^gamma) multiply the fp32 side where
+ * they can (the sums of K dS, the rows of Vnew before they are rounded, dO before it is
+ * rounded), so that the keys and queries enter as the bf16 inputs they are, never rounded again.
+ * Each chunk's tiles are read from global memory at its start, by every thread, then a barrier:
+ * the simplest feed, which leaves the chain waiting on memory at each chunk (stage 06 overlaps
+ * it with a ring of copies). Depth: 2 T / 64 chunk steps a head, each three products 64 deep
+ * or K deep.
+ *
+ * Included by backward_tensor_cores.cu after warp_tiles.cuh.
+ */
+#pragma once
+
+/* a chain block's shared memory; dO16 and dV16 only in pass 3 */
+struct chain_tiles {
+    double *gamma;
+    float *to_end;                  /* exp(gamma_C - gamma_j), 0 past the chunk */
+    bf16 *keys, *queries, *minus_W; /* [64][K + 8] */
+    bf16 *state;                    /* [KP][24]: S0 or dS_C by rows, the B operand */
+    bf16 *values, *dO16;            /* [64][24]: the chunk's 16 columns of Vnew (decayed) or dVnew; scale e^gamma dO */
+    size_t bytes;
+};
+__host__ __device__ static chain_tiles chain_tiles_at(unsigned char *base, size_t K, bool backward)
+{
+    shared_cut cut = {base, 0};
+    chain_tiles t;
+    t.gamma = cut.take<double>(CHUNK);
+    t.to_end = cut.take<float>(CHUNK);
+    t.keys = cut.take<bf16>(CHUNK * stride_of(K));
+    t.queries = backward ? cut.take<bf16>(CHUNK * stride_of(K)) : nullptr;
+    t.minus_W = cut.take<bf16>(CHUNK * stride_of(K));
+    t.state = cut.take<bf16>(round_up16(K) * CHAIN_STRIDE);
+    t.values = cut.take<bf16>(CHUNK * CHAIN_STRIDE);
+    t.dO16 = backward ? cut.take<bf16>(CHUNK * CHAIN_STRIDE) : nullptr;
+    t.bytes = cut.used;
+    return t;
+}
+
+/* f(q, j, r, m, c) for each of this lane's elements of the state tile: accumulator [q][j][r] is row
+ * m of the state, column c of the block's 16 */
+template <typename Element>
+__device__ __forceinline__ static void for_each_state_element(Element f)
+{
+    const int warp = threadIdx.x / 32;
+#pragma unroll
+    for (int q = 0; q < 2; q++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                f(q, j, r, fragment_row(16 * (warp + 4 * q), r), fragment_column(0, j, r));
+}
+
+/* A chunk's tiles both chains read: the keys (and the queries), -W, gamma and the decays to the
+ * chunk's end. After the caller's barrier. */
+__device__ static void stage_chain_chunk(const gdn_device_problem &p, const backward_workspace &w, const chunk_at &x,
+                                         const chain_tiles &s)
+{
+    const int K = (int)p.K, KP = round_up16(p.K), LDK = stride_of(p.K), n = x.n;
+    const size_t key_stride = p.H * p.K;
+    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + token_of(p, x, 0) * K, key_stride, n, K, (const float *)nullptr);
+    if (s.queries)
+        stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + token_of(p, x, 0) * K, key_stride, n, K,
+                   (const float *)nullptr);
+    copy_rows16(s.minus_W, LDK * 2, w.minus_W + x.index * CHUNK * KP, KP * 2, CHUNK, KP * 2);
+    const double *gamma = w.gamma + x.row;
+    for (int i = threadIdx.x; i < CHUNK; i += blockDim.x) {
+        s.gamma[i] = i < n ? gamma[i] : 0.0;
+        s.to_end[i] = i < n ? expf((float)(gamma[n - 1] - gamma[i])) : 0.0f;
+    }
+}
+
+/* ---- pass 2: the forward chain, S0 of every chunk and Vnew (eq. 13, 15) ---- */
+__global__ static void __launch_bounds__(CHAIN_THREADS) forward_chain_kernel(gdn_device_problem p, backward_workspace w,
+                                                                               float *ht)
+{
+    extern __shared__ uint4 shared[];
+    const chain_tiles s = chain_tiles_at((unsigned char *)shared, p.K, false);
+    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), LDK = stride_of(p.K), warp = threadIdx.x / 32;
+    const size_t tiles_per_head = round_up16(p.V) / CHAIN_COLUMNS, head = blockIdx.x / tiles_per_head;
+    const int column0 = (int)(blockIdx.x % tiles_per_head) * CHAIN_COLUMNS;
+    float S[2][2][4];
+    for_each_state_element([&](int q, int j, int r, int m, int c) {
+        S[q][j][r] = p.h0 && m < K && column0 + c < V ? p.h0[(head * K + m) * V + column0 + c] : 0.0f;
+    });
+    for (size_t chunk = 0; chunk < w.chunks; chunk++) {
+        const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
+        const int n = x.n;
+        __syncthreads(); /* the last chunk's tiles read */
+        stage_chain_chunk(p, w, x, s);
+        float *S0 = w.S0 + x.index * K * V;
+        for_each_state_element([&](int q, int j, int r, int m, int c) { /* S0: fp32 for pass 4, bf16 for Vnew */
+            if (m < K && column0 + c < V)
+                S0[m * V + column0 + c] = S[q][j][r];
+            if (m < KP)
+                s.state[m * CHAIN_STRIDE + c] = __float2bfloat16_rn(S[q][j][r]);
+        });
+        __syncthreads();
+
+        /* Vnew = U + (-W) S0: warp w the chunk's rows 16 w .., 16 columns, depth K. U becomes
+         * Vnew in place (fp32, pass 4 reads it); its rows decayed to the chunk's end, in bf16, are
+         * the B operand of the update. */
+        float acc[2][4] = {};
+        warp_product(acc, rows_of(s.minus_W, LDK), rows_of(s.state, CHAIN_STRIDE), 16 * warp, 0, KP, 2);
+        const warp_part part = {16 * warp, 0, 2};
+        for_each_sum(acc, part, [&](int i, int c, float &sum) {
+            float value = 0.0f;
+            if (i < n && column0 + c < V) {
+                float *Vnew = w.U + (x.row + i) * V + column0 + c;
+                *Vnew = value = *Vnew + sum;
+            }
+            s.values[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(s.to_end[i] * value);
+        });
+        __syncthreads();
+
+        /* S = e^gamma_C S0 + K^T (decayed Vnew), in the accumulators: A = the keys read transposed */
+        const float decay = expf((float)s.gamma[n - 1]);
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            if (16 * (warp + 4 * q) >= KP)
+                continue;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    S[q][j][r] *= decay;
+            warp_product(S[q], transpose_of(s.keys, LDK), rows_of(s.values, CHAIN_STRIDE), 16 * (warp + 4 * q), 0, CHUNK, 2);
+        }
+    }
+    for_each_state_element([&](int q, int j, int r, int m, int c) {
+        if (m < K && column0 + c < V)
+            ht[(head * K + m) * V + column0 + c] = S[q][j][r];
+    });
+}
+
+/* ---- pass 3: the backward chain, dS_C of every chunk, dVnew and dh0 (eq. 19a, 19b) ---- */
+__global__ static void __launch_bounds__(CHAIN_THREADS) backward_chain_kernel(gdn_device_problem p, gdn_device_cotangents cot,
+                                                                                backward_workspace w, float *dh0)
+{
+    extern __shared__ uint4 shared[];
+    const chain_tiles s = chain_tiles_at((unsigned char *)shared, p.K, true);
+    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), LDK = stride_of(p.K), warp = threadIdx.x / 32;
+    const size_t tiles_per_head = round_up16(p.V) / CHAIN_COLUMNS, head = blockIdx.x / tiles_per_head;
+    const int column0 = (int)(blockIdx.x % tiles_per_head) * CHAIN_COLUMNS;
+    float dS[2][2][4];
+    for_each_state_element([&](int q, int j, int r, int m, int c) {
+        dS[q][j][r] = m < K && column0 + c < V ? cot.dht[(head * K + m) * V + column0 + c] : 0.0f;
+    });
+    for (size_t chunk = w.chunks; chunk-- > 0;) {
+        const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
+        const int n = x.n;
+        __syncthreads();
+        stage_chain_chunk(p, w, x, s);
+        for (int e = threadIdx.x; e < CHUNK * CHAIN_COLUMNS; e += CHAIN_THREADS) { /* scale e^gamma_i dO_i, rounded once */
+            const int i = e / CHAIN_COLUMNS, c = e % CHAIN_COLUMNS;
+            float value = 0.0f;
+            if (i < n && column0 + c < V)
+                value = p.scale * expf((float)w.gamma[x.row + i]) * cot.d_o[token_of(p, x, i) * V + column0 + c];
+            s.dO16[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(value);
+        }
+        float *dS_end = w.dS_end + x.index * K * V;
+        for_each_state_element([&](int q, int j, int r, int m, int c) {
+            if (m < K && column0 + c < V)
+                dS_end[m * V + column0 + c] = dS[q][j][r];
+            if (m < KP)
+                s.state[m * CHAIN_STRIDE + c] = __float2bfloat16_rn(dS[q][j][r]);
+        });
+        __syncthreads();
+
+        /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: warp w the rows 16 w .., depth K; P^T dO
+         * (pass 1) becomes dVnew in place; dVnew in bf16 is the B operand of dS0 */
+        float acc[2][4] = {};
+        warp_product(acc, rows_of(s.keys, LDK), rows_of(s.state, CHAIN_STRIDE), 16 * warp, 0, KP, 2);
+        const warp_part part = {16 * warp, 0, 2};
+        for_each_sum(acc, part, [&](int i, int c, float &sum) {
+            float value = 0.0f;
+            if (i < n && column0 + c < V) {
+                float *dVnew = w.dVnew + (x.row + i) * V + column0 + c;
+                *dVnew = value = *dVnew + s.to_end[i] * sum;
+            }
+            s.values[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(value);
+        });
+        __syncthreads();
+
+        /* dS0 = e^gamma_C dS_C + Q^T (scale e^gamma dO) + (-W)^T dVnew: A = the queries and -W read
+         * transposed, depth 64 each */
+        const float decay = expf((float)s.gamma[n - 1]);
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            if (16 * (warp + 4 * q) >= KP)
+                continue;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    dS[q][j][r] *= decay;
+            warp_product(dS[q], transpose_of(s.queries, LDK), rows_of(s.dO16, CHAIN_STRIDE), 16 * (warp + 4 * q), 0, CHUNK, 2);
+            warp_product(dS[q], transpose_of(s.minus_W, LDK), rows_of(s.values, CHAIN_STRIDE), 16 * (warp + 4 * q), 0, CHUNK, 2);
+        }
+    }
+    if (dh0)
+        for_each_state_element([&](int q, int j, int r, int m, int c) {
+            if (m < K && column0 + c < V)
+                dh0[(head * K + m) * V + column0 + c] = dS[q][j][r];
+        });
+}

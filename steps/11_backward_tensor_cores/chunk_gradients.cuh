@@ -1,0 +1,306 @@
+/* chunk_gradients.cuh -- pass 4 of the tensor-core backward: o and every gradient, per chunk,
+ * once the chains have left S0, Vnew, dVnew and dS_C. Two kernels, each one block of 8 warps a
+ * (head, chunk), every chunk at once; the pass is cut in two so that each block's tiles fit in
+ * shared memory (about 180 KB each at K = V = 128):
+ *
+ *   read_gradients_kernel, the reads (eq. 14 and 15):
+ *       P = scale lower(Q K^T o decay),  dP = dO Vnew^T,  Z = scale lower(dP o decay)
+ *       o  = diag(scale e^gamma) Q S0 + P Vnew
+ *       dq = diag(scale e^gamma) dO S0^T + Z K
+ *       dk = diag(e^(gamma_C - gamma)) Vnew dS_C^T + Z^T Q           (its first part)
+ *   wy_gradients_kernel, through the WY form and the solve (eq. 19c, 19d):
+ *       dW = -dVnew S0^T,  dX = Tm^T dVnew (dv = diag(beta) dX),  dY = Tm^T dW
+ *       dTm = lower(dVnew V^T diag(beta) + dW K^T diag(beta e^gamma))
+ *       dM = -(Tm^T dTm) Tm^T, below the diagonal;  F = dM o diag(beta) decay
+ *       dk += diag(beta e^gamma) dY + (F + F^T) K
+ * Every product above is a warp_product. What stays on CUDA cores is not a product: the
+ * elementwise factors in the products' epilogues, and dgamma and dbeta, which are a row's dot
+ * products (q_i . (S0 dO_i), k_i . dY_i, ...: each lane's terms, added over its quad by
+ * shuffles, store_row_sums) and row sums less column sums of the C x C matrices whose entries
+ * carry a decay e^(gamma_a - gamma_b) (E = dP o P for P, H = F o (K K^T) for M), one thread a
+ * row; dg is dgamma summed from the chunk's end back (gamma is g's running sum).
+ *
+ * Included by backward_tensor_cores.cu after warp_tiles.cuh.
+ */
+#pragma once
+
+constexpr int SQUARE_STRIDE = CHUNK + 1; /* fp32 rows of E, F, H: a row and a column both read without conflicts */
+
+/* ---- the reads: o, dq, dk's first part, dgamma's first part ---- */
+
+struct read_tiles {
+    double *gamma;
+    float *read, *to_end, *E, *q_dot, *k_dot, *state_dot; /* q_dot, k_dot: [2][64] row sums */
+    bf16 *queries, *keys, *dO16, *Vnew16, *S0, *dS_end, *P16, *Z16;
+    size_t bytes;
+};
+__host__ __device__ static read_tiles read_tiles_at(unsigned char *base, size_t K, size_t V)
+{
+    const int LDK = stride_of(K), LDV = stride_of(V), KP = round_up16(K);
+    shared_cut cut = {base, 0};
+    read_tiles t;
+    t.gamma = cut.take<double>(CHUNK);
+    t.read = cut.take<float>(CHUNK), t.to_end = cut.take<float>(CHUNK);
+    t.E = cut.take<float>(CHUNK * SQUARE_STRIDE);
+    t.q_dot = cut.take<float>(2 * CHUNK), t.k_dot = cut.take<float>(2 * CHUNK), t.state_dot = cut.take<float>(THREADS);
+    t.queries = cut.take<bf16>(CHUNK * LDK), t.keys = cut.take<bf16>(CHUNK * LDK);
+    t.dO16 = cut.take<bf16>(CHUNK * LDV), t.Vnew16 = cut.take<bf16>(CHUNK * LDV);
+    t.S0 = cut.take<bf16>(KP * LDV), t.dS_end = cut.take<bf16>(KP * LDV);
+    t.P16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.Z16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
+    t.bytes = cut.used;
+    return t;
+}
+
+__global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_device_problem p, gdn_device_cotangents cot,
+                                                                          backward_workspace w, float *o, gdn_device_gradients g)
+{
+    extern __shared__ uint4 shared[];
+    const chunk_at x = chunk_of(p, w, blockIdx.x);
+    const int n = x.n, last = n - 1, K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V);
+    const int LDK = stride_of(p.K), LDV = stride_of(p.V);
+    const read_tiles s = read_tiles_at((unsigned char *)shared, p.K, p.V);
+    const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
+    const float *S0 = w.S0 + x.index * K * V, *dS_end = w.dS_end + x.index * K * V;
+
+    stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr);
+    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr);
+    stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
+    stage_tile(s.Vnew16, LDV, CHUNK, VP, w.U + x.row * V, (size_t)V, n, V, (const float *)nullptr);
+    stage_tile(s.S0, LDV, KP, VP, S0, (size_t)V, K, V, (const float *)nullptr);
+    stage_tile(s.dS_end, LDV, KP, VP, dS_end, (size_t)V, K, V, (const float *)nullptr);
+    for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
+        s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
+        s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
+        s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - w.gamma[x.row + i])) : 0.0f;
+    }
+    float state_dot = 0.0f; /* <S0, dS_C>, in fp32 from the workspace: the last token's gate term */
+    for (int e = threadIdx.x; e < K * V; e += THREADS)
+        state_dot += S0[e] * dS_end[e];
+    s.state_dot[threadIdx.x] = state_dot;
+    __syncthreads();
+
+    /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP and E = dP P (j < i: the
+     * diagonal's term would be added and taken back) */
+    {
+        const warp_part part = part_of(CHUNK);
+        float qk[4][4] = {}, dP[4][4] = {};
+        warp_product(qk, rows_of(s.queries, LDK), transpose_of(s.keys, LDK), part.row0, part.col0, KP, part.tiles);
+        warp_product(dP, rows_of(s.dO16, LDV), transpose_of(s.Vnew16, LDV), part.row0, part.col0, VP, part.tiles);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = fragment_row(part.row0, r), l = fragment_column(part.col0, j, r);
+                const float decay = l <= i && i < n ? expf((float)(s.gamma[i] - s.gamma[l])) : 0.0f;
+                const float P = p.scale * decay * qk[j][r];
+                s.P16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(P);
+                s.Z16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(p.scale * decay * dP[j][r]);
+                s.E[i * SQUARE_STRIDE + l] = l < i ? dP[j][r] * P : 0.0f;
+            }
+    }
+    __syncthreads();
+
+    const warp_part keys_part = part_of(KP), values_part = part_of(VP);
+    {   /* dq = scale e^gamma_i (S0 dO_i) + Z K; q_i . (S0 dO_i) for dgamma */
+        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
+        warp_product(acc, rows_of(s.dO16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
+        add_row_terms(acc, keys_part, sum,
+                      [&](int i, int c, float value) { return value * __bfloat162float(s.queries[i * LDK + c]); });
+        store_row_sums(sum, keys_part, s.q_dot);
+        for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.read[i]; });
+        warp_product(acc, rows_of(s.Z16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
+        for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
+            if (i < n && c < K)
+                g.dq[token_of(p, x, i) * K + c] = value;
+        });
+    }
+    {   /* dk's first part = e^(gamma_C - gamma_i) (dS_C Vnew_i) + Z^T Q; k_i . (dS_C Vnew_i) for dgamma */
+        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
+        warp_product(acc, rows_of(s.Vnew16, LDV), transpose_of(s.dS_end, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
+        add_row_terms(acc, keys_part, sum,
+                      [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
+        store_row_sums(sum, keys_part, s.k_dot);
+        for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.to_end[i]; });
+        warp_product(acc, transpose_of(s.Z16, TOKEN_STRIDE), rows_of(s.queries, LDK), keys_part.row0, keys_part.col0, CHUNK,
+                     keys_part.tiles);
+        for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
+            if (i < n && c < K)
+                g.dk[token_of(p, x, i) * K + c] = value; /* wy_gradients_kernel adds the rest */
+        });
+    }
+    {   /* o = scale e^gamma_i (Q S0)_i + P Vnew (eq. 14) */
+        float acc[8][4] = {};
+        warp_product(acc, rows_of(s.queries, LDK), rows_of(s.S0, LDV), values_part.row0, values_part.col0, KP, values_part.tiles);
+        for_each_sum(acc, values_part, [&](int i, int c, float &value) { value *= s.read[i]; });
+        warp_product(acc, rows_of(s.P16, TOKEN_STRIDE), rows_of(s.Vnew16, LDV), values_part.row0, values_part.col0, CHUNK,
+                     values_part.tiles);
+        for_each_sum(acc, values_part, [&](int i, int c, float &value) {
+            if (i < n && c < V)
+                o[token_of(p, x, i) * V + c] = value;
+        });
+    }
+    __syncthreads(); /* E and the row sums complete */
+
+    /* dgamma_i's terms from the reads, a thread a row: q_i's, P's (row sum less column sum of E)
+     * and Kdec's, whose gate gamma_C - gamma_i gives to the last token and takes from token i */
+    if (threadIdx.x < n) {
+        const int i = threadIdx.x;
+        double dgamma = s.read[i] * row_sum(s.q_dot, i);
+        for (int j = 0; j < n; j++)
+            dgamma += s.E[i * SQUARE_STRIDE + j] - s.E[j * SQUARE_STRIDE + i];
+        if (i < last)
+            dgamma -= s.to_end[i] * row_sum(s.k_dot, i);
+        else {
+            for (int j = 0; j < last; j++)
+                dgamma += s.to_end[j] * row_sum(s.k_dot, j);
+            float total = 0.0f; /* <S0, dS_C>: the threads' sums in their order */
+            for (int t = 0; t < THREADS; t++)
+                total += s.state_dot[t];
+            dgamma += (double)expf((float)s.gamma[last]) * total;
+        }
+        w.dgamma[x.row + i] = dgamma;
+    }
+}
+
+/* ---- through the WY form and the solve: dv, dk's rest, dbeta, dgamma's rest, dg ---- */
+
+struct wy_tiles {
+    double *gamma, *dgamma;
+    float *beta, *grown, *F, *H, *v_dot, *y_dot, *b_sum; /* v_dot, y_dot, b_sum: [2][64] row sums */
+    bf16 *keys, *values, *dVnew16, *S0, *dW16, *Tm16, *dTm16, *TmT_dTm16, *F16;
+    size_t bytes;
+};
+__host__ __device__ static wy_tiles wy_tiles_at(unsigned char *base, size_t K, size_t V)
+{
+    const int LDK = stride_of(K), LDV = stride_of(V), KP = round_up16(K);
+    shared_cut cut = {base, 0};
+    wy_tiles t;
+    t.gamma = cut.take<double>(CHUNK), t.dgamma = cut.take<double>(CHUNK);
+    t.beta = cut.take<float>(CHUNK), t.grown = cut.take<float>(CHUNK);
+    t.F = cut.take<float>(CHUNK * SQUARE_STRIDE), t.H = cut.take<float>(CHUNK * SQUARE_STRIDE);
+    t.v_dot = cut.take<float>(2 * CHUNK), t.y_dot = cut.take<float>(2 * CHUNK), t.b_sum = cut.take<float>(2 * CHUNK);
+    t.keys = cut.take<bf16>(CHUNK * LDK), t.values = cut.take<bf16>(CHUNK * LDV);
+    t.dVnew16 = cut.take<bf16>(CHUNK * LDV), t.S0 = cut.take<bf16>(KP * LDV), t.dW16 = cut.take<bf16>(CHUNK * LDK);
+    t.Tm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.dTm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
+    t.TmT_dTm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.F16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
+    t.bytes = cut.used;
+    return t;
+}
+
+__global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device_problem p, backward_workspace w,
+                                                                        gdn_device_gradients g)
+{
+    extern __shared__ uint4 shared[];
+    const chunk_at x = chunk_of(p, w, blockIdx.x);
+    const int n = x.n, K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V);
+    const int LDK = stride_of(p.K), LDV = stride_of(p.V);
+    const wy_tiles s = wy_tiles_at((unsigned char *)shared, p.K, p.V);
+    const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
+    const tile Tm_t = transpose_of(s.Tm16, TOKEN_STRIDE); /* Tm^T as an A operand, or Tm^T as a B operand */
+
+    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr);
+    stage_tile(s.values, LDV, CHUNK, VP, (const bf16 *)p.v_bf16 + first * V, value_stride, n, V, (const float *)nullptr);
+    stage_tile(s.dVnew16, LDV, CHUNK, VP, w.dVnew + x.row * V, (size_t)V, n, V, (const float *)nullptr);
+    stage_tile(s.S0, LDV, KP, VP, w.S0 + x.index * K * V, (size_t)V, K, V, (const float *)nullptr);
+    copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2);
+    for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
+        s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
+        s.beta[i] = i < n ? p.beta[token_of(p, x, i)] : 0.0f;
+        s.grown[i] = i < n ? expf((float)w.gamma[x.row + i]) : 0.0f;
+    }
+    __syncthreads();
+
+    const warp_part keys_part = part_of(KP), values_part = part_of(VP), square = part_of(CHUNK);
+    {   /* dW = -dVnew S0^T (eq. 19c's dW), the operand of dTm and dY */
+        float acc[8][4] = {};
+        warp_product(acc, rows_of(s.dVnew16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
+        for_each_sum(acc, keys_part, [&](int i, int c, float &value) { s.dW16[i * LDK + c] = __float2bfloat16_rn(-value); });
+    }
+    {   /* dX = Tm^T dVnew, dv = beta dX (eq. 19c); dX_i . v_i for dbeta */
+        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
+        warp_product(acc, Tm_t, rows_of(s.dVnew16, LDV), values_part.row0, values_part.col0, CHUNK, values_part.tiles);
+        add_row_terms(acc, values_part, sum,
+                      [&](int i, int c, float value) { return value * __bfloat162float(s.values[i * LDV + c]); });
+        store_row_sums(sum, values_part, s.v_dot);
+        for_each_sum(acc, values_part, [&](int i, int c, float &value) {
+            if (i < n && c < V)
+                g.dv[token_of(p, x, i) * V + c] = s.beta[i] * value;
+        });
+    }
+    __syncthreads(); /* dW complete */
+    {   /* dTm = dU X^T + dW Y^T, X = diag(beta) V, Y = diag(beta e^gamma) K (eq. 19c): only its
+         * strictly lower part enters dM, Tm's diagonal and upper part being constants */
+        float xv[4][4] = {}, yk[4][4] = {};
+        warp_product(xv, rows_of(s.dVnew16, LDV), transpose_of(s.values, LDV), square.row0, square.col0, VP, square.tiles);
+        warp_product(yk, rows_of(s.dW16, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = fragment_row(square.row0, r), l = fragment_column(square.col0, j, r);
+                const float value = l < i ? s.beta[l] * (xv[j][r] + s.grown[l] * yk[j][r]) : 0.0f;
+                s.dTm16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
+            }
+    }
+    __syncthreads();
+    {   /* R = Tm^T dTm, the first half of dM = -Tm^T dTm Tm^T (eq. 19d) */
+        float acc[4][4] = {};
+        warp_product(acc, Tm_t, rows_of(s.dTm16, TOKEN_STRIDE), square.row0, square.col0, CHUNK, square.tiles);
+        for_each_sum(acc, square,
+                     [&](int a, int b, float &value) { s.TmT_dTm16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(value); });
+    }
+    __syncthreads();
+    {   /* dM = -R Tm^T below the diagonal (eq. 19d), and M_ab = beta_a decay_ab (k_a . k_b) passes it
+         * on: F = dM beta decay to the keys, H = F o K K^T to dgamma, dM decay K K^T to dbeta */
+        float RT[4][4] = {}, kk[4][4] = {}, sum[2] = {0.0f, 0.0f};
+        warp_product(RT, rows_of(s.TmT_dTm16, TOKEN_STRIDE), Tm_t, square.row0, square.col0, CHUNK, square.tiles);
+        warp_product(kk, rows_of(s.keys, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int a = fragment_row(square.row0, r), b = fragment_column(square.col0, j, r);
+                const float decay = b < a && a < n ? expf((float)(s.gamma[a] - s.gamma[b])) : 0.0f;
+                const float dM = -RT[j][r], F = dM * s.beta[a] * decay;
+                s.F[a * SQUARE_STRIDE + b] = F;
+                s.H[a * SQUARE_STRIDE + b] = F * kk[j][r];
+                sum[r >= 2] += dM * decay * kk[j][r];
+            }
+        store_row_sums(sum, square, s.b_sum);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) { /* F + F^T: dk_i's weights on every key */
+        const int a = e / CHUNK, b = e % CHUNK;
+        s.F16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(s.F[a * SQUARE_STRIDE + b] + s.F[b * SQUARE_STRIDE + a]);
+    }
+    __syncthreads();
+    {   /* dY = Tm^T dW; dk += beta e^gamma dY + (F + F^T) K, onto read_gradients_kernel's part */
+        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
+        warp_product(acc, Tm_t, rows_of(s.dW16, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
+        add_row_terms(acc, keys_part, sum,
+                      [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
+        store_row_sums(sum, keys_part, s.y_dot);
+        for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.beta[i] * s.grown[i]; });
+        warp_product(acc, rows_of(s.F16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
+        for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
+            if (i < n && c < K)
+                g.dk[token_of(p, x, i) * K + c] += value;
+        });
+    }
+    __syncthreads(); /* H and the row sums complete */
+    if (threadIdx.x < n) { /* dgamma_i and dbeta_i, a thread a row */
+        const int i = threadIdx.x;
+        const float y_dot = row_sum(s.y_dot, i);
+        double dgamma = w.dgamma[x.row + i] + s.beta[i] * s.grown[i] * y_dot;
+        for (int j = 0; j < n; j++)
+            dgamma += s.H[i * SQUARE_STRIDE + j] - s.H[j * SQUARE_STRIDE + i];
+        s.dgamma[i] = dgamma;
+        g.dbeta[token_of(p, x, i)] = row_sum(s.v_dot, i) + s.grown[i] * y_dot + row_sum(s.b_sum, i);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) { /* gamma_i = g_0 + ... + g_i: dg_t sums dgamma from the chunk's end back */
+        double from_later = 0.0;
+        for (int i = n - 1; i >= 0; i--)
+            g.dg[token_of(p, x, i)] = (float)(from_later += s.dgamma[i]);
+    }
+}

@@ -1,0 +1,245 @@
+/* warp_tiles.cuh -- what every kernel of the tensor-core backward shares: the sizes, one warp's
+ * product of two bf16 tiles in shared memory on tensor cores, the tiles' staging, and the
+ * workspace between the passes.
+ *
+ * A product here is C (64 x width) += A (64 x depth) B (depth x width), fp32 sums, every operand
+ * a bf16 tile in shared memory, read as it lies or transposed (a `tile`): the backward reads
+ * most of its matrices both ways (Tm in Tm X and in Tm^T dU, P in P Vnew and P^T dO, the keys
+ * in K K^T, K dS and K^T Vnew), and ldmatrix (common/mma_sync.cuh) loads either fragment of
+ * either orientation in one instruction, so no tile is copied transposed. Tiles are zero past
+ * the chunk's tokens and past K and V, up to the next multiple of 16, so every product runs
+ * whole 16 x 16 x 8 steps and the padding adds zeros. Rows are K + 8, V + 8 or 64 + 8 bf16
+ * (an odd number of 16-byte units): ldmatrix's 8 rows of a phase fall in 8 different groups of
+ * 4 banks.
+ *
+ * Included by backward_tensor_cores.cu, before the kernels.
+ */
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "../../common/device.h"
+#include "../../common/mma_sync.cuh" /* mma.sync, ldmatrix and the fragment layouts */
+
+typedef __nv_bfloat16 bf16;
+/* CHUNK is fixed: stage 05's blocked solve (wy_chunked_solve.cuh) is built for 64 tokens. K and V
+ * at most MAX_WIDTH: a 64 x 128 bf16 tile is 17 KB, and pass 4's blocks hold ten of them. */
+enum { CHUNK = 64, MAX_WIDTH = 128, THREADS = 256, WARPS = THREADS / 32, CHAIN_THREADS = 128, CHAIN_COLUMNS = 16 };
+constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of a 64 x 64 tile */
+constexpr int CHAIN_STRIDE = CHAIN_COLUMNS + 8; /* bf16 row stride of a chain's 16-column tile */
+
+__host__ __device__ static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
+__host__ __device__ static inline int stride_of(size_t width) { return round_up16(width) + 8; }
+__host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK - 1) / CHUNK; }
+
+/* ---- one warp's products ---- */
+
+/* An operand in shared memory: element (r, c) at at[r * ld + c], or at at[c * ld + r] when
+ * transposed (the tile holds the matrix's transpose by rows). */
+struct tile {
+    const bf16 *at;
+    int ld;
+    bool transposed;
+};
+__device__ __forceinline__ static tile rows_of(const bf16 *at, int ld) { return {at, ld, false}; }
+__device__ __forceinline__ static tile transpose_of(const bf16 *at, int ld) { return {at, ld, true}; }
+
+/* The A fragment (16 x 16) of A at (row0, k0): ldmatrix of A's four 8 x 8 quarters, or, from
+ * A's transpose by rows, ldmatrix.trans of the same quarters (mma_sync.cuh). */
+__device__ __forceinline__ static void load_a(uint32_t (&a)[4], const tile &A, int row0, int k0)
+{
+    if (A.transposed)
+        load_a_fragment_transposed(a, A.at, A.ld, row0, k0);
+    else
+        load_a_fragment(a, A.at, A.ld, row0, k0);
+}
+
+/* The B fragments of n-tiles col0 and col0 + 8 at depth k0 (B's rows k0 .. k0 + 15): b[0], b[1]
+ * the first, b[2], b[3] the second. B by rows (B[k][n]): ldmatrix.trans of its quarters (k +0,
+ * n +0), (k +8, n +0), (k +0, n +8), (k +8, n +8), which gives lane 4 g + t rows 2 t, 2 t + 1 of
+ * column g, the fragment's layout. B transposed (Bt[n][k]): plain ldmatrix of Bt's quarters
+ * (n +0, k +0), (n +0, k +8), (n +8, k +0), (n +8, k +8), whose row g, columns 2 t, 2 t + 1 are
+ * the same elements. */
+__device__ __forceinline__ static void load_b_pair(uint32_t (&b)[4], const tile &B, int k0, int col0)
+{
+    const int lane = threadIdx.x % 32, quarter = lane / 8;
+    if (B.transposed)
+        load_matrices(b, B.at + (col0 + lane % 8 + 8 * (quarter / 2)) * B.ld + k0 + 8 * (quarter % 2));
+    else
+        load_matrices_transposed(b, quarter_row(B.at, B.ld, k0, col0));
+}
+
+/* acc[j] += A[row0 .. row0 + 16)[0 .. depth) B[0 .. depth)[col0 + 8 j .. + 8) for j < tiles:
+ * depth a multiple of 16, tiles even and at most TILES. One A fragment serves every n-tile. */
+template <int TILES>
+__device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], const tile &A, const tile &B, int row0, int col0,
+                                                    int depth, int tiles)
+{
+    static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
+    for (int k0 = 0; k0 < depth; k0 += 16) {
+        uint32_t a[4];
+        load_a(a, A, row0, k0);
+#pragma unroll
+        for (int j = 0; j < TILES; j += 2) {
+            if (j >= tiles)
+                break;
+            uint32_t b[4];
+            load_b_pair(b, B, k0, col0 + 8 * j);
+            const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+            mma_bf16_16x8x16(acc[j], a, first);
+            mma_bf16_16x8x16(acc[j + 1], a, second);
+        }
+    }
+}
+
+/* The part of a 64 x width product (width a multiple of 16, at most 128) that warp w of a
+ * block's 8 computes: rows 16 (w % 4) .. + 16, and half of the 16-column blocks, the first
+ * half for w < 4: at most 8 n-tiles of 8 columns. A warp whose half is empty (width 16) has
+ * tiles 0. */
+struct warp_part {
+    int row0, col0, tiles;
+};
+__device__ __forceinline__ static warp_part part_of(int width)
+{
+    const int warp = threadIdx.x / 32, blocks = width / 16, half = (blocks + 1) / 2;
+    const int first = warp / 4 * half, count = blocks - first < half ? blocks - first : half;
+    return {16 * (warp % 4), 16 * first, count > 0 ? 2 * count : 0};
+}
+
+/* f(i, c, sum) for each sum of this lane's part of the product: row i, column c (mma_sync.cuh's
+ * fragment_row and fragment_column), sum by reference, to read or scale in place */
+template <int TILES, typename Element>
+__device__ __forceinline__ static void for_each_sum(float (&acc)[TILES][4], const warp_part &w, Element f)
+{
+#pragma unroll
+    for (int j = 0; j < TILES; j++) {
+        if (j >= w.tiles)
+            break;
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            f(fragment_row(w.row0, r), fragment_column(w.col0, j, r), acc[j][r]);
+    }
+}
+
+/* sum[0] += term(i, c, value) over this lane's sums in rows g of the warp's 16, sum[1] over those
+ * in rows g + 8 (the registers r >= 2: which one is known where the loops unroll) */
+template <int TILES, typename Term>
+__device__ __forceinline__ static void add_row_terms(float (&acc)[TILES][4], const warp_part &w, float (&sum)[2], Term term)
+{
+#pragma unroll
+    for (int j = 0; j < TILES; j++) {
+        if (j >= w.tiles)
+            break;
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            sum[r >= 2] += term(fragment_row(w.row0, r), fragment_column(w.col0, j, r), acc[j][r]);
+    }
+}
+
+/* Row sums of a product's part: sum[0] and sum[1] hold this lane's terms of rows g and g + 8 of
+ * the warp's 16 (g = lane / 4); the four lanes of a row add theirs (two shuffles), and the
+ * warp's total for its columns goes to partial[CHUNK (w / 4) + row]. Every lane of the warp
+ * calls it. The row's sum over all columns is partial[row] + partial[CHUNK + row], in that
+ * order: no atomics, the same bits every run. */
+__device__ __forceinline__ static void store_row_sums(float (&sum)[2], const warp_part &w, float *partial)
+{
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int offset = 1; offset < 4; offset *= 2) {
+        sum[0] += __shfl_xor_sync(0xffffffffu, sum[0], offset);
+        sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], offset);
+    }
+    if (lane % 4 == 0) {
+        float *out = partial + CHUNK * (threadIdx.x / 32 / 4) + w.row0 + lane / 4;
+        out[0] = sum[0];
+        out[8] = sum[1];
+    }
+}
+/* sum over the columns of a 64 x width product's row i, once every warp stored its part */
+__device__ __forceinline__ static float row_sum(const float *partial, int i) { return partial[i] + partial[CHUNK + i]; }
+
+/* ---- staging tiles in shared memory ---- */
+
+__device__ __forceinline__ static float to_float(float x) { return x; }
+__device__ __forceinline__ static float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ static float to_float(unsigned short bits) { return __bfloat162float(__ushort_as_bfloat16(bits)); }
+
+/* tile[i][c] = bf16(scale_i * from[i * stride + c]) for i < rows, c < columns; zero elsewhere in
+ * the tile_rows x tile_columns tile (row stride ld). scale NULL: 1 (a bf16 source then copies
+ * exactly). Consecutive threads take consecutive columns, so the global reads coalesce. */
+template <typename Source>
+__device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_columns, const Source *from, size_t stride, int rows,
+                                  int columns, const float *scale)
+{
+    for (int e = threadIdx.x; e < tile_rows * tile_columns; e += blockDim.x) {
+        const int i = e / tile_columns, c = e % tile_columns;
+        float value = 0.0f;
+        if (i < rows && c < columns)
+            value = (scale ? scale[i] : 1.0f) * to_float(from[i * stride + c]);
+        tile[i * ld + c] = __float2bfloat16_rn(value);
+    }
+}
+
+/* rows x row_bytes bytes from global memory, rows from_stride bytes apart, into rows to_stride
+ * bytes apart; all three multiples of 16 */
+__device__ static void copy_rows16(void *to, int to_stride, const void *from, int from_stride, int rows, int row_bytes)
+{
+    const int units = row_bytes / 16;
+    for (int e = threadIdx.x; e < rows * units; e += blockDim.x) {
+        const int i = e / units, u = e % units;
+        const uint4 *row = (const uint4 *)((const unsigned char *)from + (size_t)i * from_stride);
+        ((uint4 *)((unsigned char *)to + (size_t)i * to_stride))[u] = row[u];
+    }
+}
+
+/* Shared memory cut into pieces, each 16-byte aligned, in the order taken; from a null base
+ * only the bytes are counted (the host's launch uses the same function as the kernel). */
+struct shared_cut {
+    unsigned char *base;
+    size_t used;
+    template <typename T>
+    __host__ __device__ T *take(size_t count)
+    {
+        T *at = base ? (T *)(base + used) : nullptr;
+        used += (count * sizeof(T) + 15) / 16 * 16;
+        return at;
+    }
+};
+
+/* ---- the workspace between the passes ---- */
+
+/* Rows of U, dVnew, gamma and dgamma are head * T + t; Tm, -W and the states are a block a
+ * (head, chunk). Every element a pass reads was written by a pass before it (the runner fills
+ * the workspace with NaN bytes before each checked run). */
+typedef struct {
+    size_t chunks;
+    double *gamma, *dgamma; /* [heads T]: the gates' running sums in each chunk; pass 4's dL/dgamma */
+    bf16 *Tm;               /* [heads chunks][64][64]: (I + M)^-1, as the products read it */
+    bf16 *minus_W;          /* [heads chunks][64][round_up16(K)]: -W, zero past the chunk and past K */
+    float *U, *dVnew;       /* [heads T][V]: U, then Vnew (pass 2); P^T dO, then dVnew (pass 3) */
+    float *S0, *dS_end;     /* [heads chunks][K][V]: the state at each chunk's start; dL/dS at its end */
+} backward_workspace;
+
+/* One chunk: n tokens from t0 of head (b, h) (head = b H + h); row = head T + t0, its first row in
+ * the workspace's per-token arrays; index = head chunks + chunk. */
+typedef struct {
+    size_t b, h, head, t0, row, index;
+    int n;
+} chunk_at;
+
+__device__ static chunk_at chunk_of(const gdn_device_problem &p, const backward_workspace &w, size_t index)
+{
+    chunk_at x;
+    x.index = index;
+    x.head = index / w.chunks;
+    x.b = x.head / p.H, x.h = x.head % p.H;
+    x.t0 = index % w.chunks * CHUNK;
+    x.row = x.head * p.T + x.t0;
+    x.n = (int)(p.T - x.t0 < CHUNK ? p.T - x.t0 : CHUNK);
+    return x;
+}
+/* the token index (gdn_device_token) of the chunk's token i; consecutive tokens are H rows apart */
+__device__ __forceinline__ static size_t token_of(const gdn_device_problem &p, const chunk_at &x, int i)
+{
+    return gdn_device_token(&p, x.b, x.t0 + (size_t)i, x.h);
+}
