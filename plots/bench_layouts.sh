@@ -1,62 +1,124 @@
 #!/bin/sh
-# bench_layouts.sh BIN OUTDIR -- our best stage against every public GDN forward in the layouts
-# real models use, side by side in one run on the same bf16 inputs: FLA's Triton
+# bench_layouts.sh BIN OUTDIR [GROUPS] -- our best stage against every public GDN forward in the
+# layouts real models use, side by side in one run on the same bf16 inputs: FLA's Triton
 # chunk_gated_delta_rule, FlashInfer's GDN prefill (CuTe DSL, exact; its context parallelism as
 # users get it) and FlashQLA's TileLang kernels (its automatic context parallelism on, which
 # starts a cut piece after warm-up chunks), each replayed from a CUDA graph
-# (plots/fla_bench.py), beside our stage's binary and the same stage through the Python
-# package (CUDA graph too). Shapes: the K = V = 128 ones of docs/06 and docs/07, grouped value
-# heads as in FlashQLA's published H200 table (4096 x 8 with 4 key and 16 value heads, 1 x 32768
-# with 2 and 8), a packed batch (28672 + 4096 tokens: ours as rows padded to the longest, 06 or 07 as for those rows; the package
-# given cu_seqlens_cpu as well, so that its graph never waits for the GPU), and K = V = 64, where only FLA and we run.
+# (plots/fla_bench.py), beside our stage's binary and the same stage through the Python package
+# (CUDA graph too; a packed batch given cu_seqlens_cpu, so that the graph never waits).
 #
-#   sh plots/bench_layouts.sh bin plots/data   (a CUDA device, PyTorch, FLA, FlashInfer, flash-qla,
-#                                               the package importable: pip install --target build/python .)
+# GROUPS (comma-separated; default all of them), each its own data file OUTDIR/layouts_GROUP.dat:
+#   ours    the K = V = 128 shapes of docs/06 and docs/07, grouped value heads (4096 x 8 with 4 key
+#           and 16 value heads, 1 x 32768 with 2 and 8), a packed batch (28672 + 4096) and
+#           K = V = 64, where only FLA and we run
+#   tp8 tp4 tp2 tp1   the rows of FlashQLA's published H200 forward table for Qwen3.5-397B/122B at
+#           tensor parallelism 8, 4, 2, 1 (key heads 2, 4, 8, 16; value heads 8, 16, 32, 64): one
+#           sequence of 2048 to 32768 tokens, two packed sequences of 4096 to 32768 tokens in all,
+#           and 4 or 8 equal sequences, K = V = 128
+#   35b     the same rows for Qwen3.5-35B/9B/4B at tensor parallelism 1 (16 key, 32 value heads)
+# A packed batch runs on 06 or 07, the stage picked for its rows padded to the longest sequence.
 #
-# Writes OUTDIR/layouts.dat, a row a shape. Times: medians (the binary: of 20 after a warm-up,
-# CUDA events, L2 flushed; the package and the peers: of 30, the same way). nan: that code does
-# not run the shape (its result line in the log says why). err_*: o against our binary's
-# (relative L2), proof of the same inputs.
+#   sh plots/bench_layouts.sh bin plots/data [tp8]   (a CUDA device, PyTorch, FLA, FlashInfer,
+#                     flash-qla, the package importable: pip install --target build/python .)
+#
+# A row: shape, sequences (rows or packed ones), tokens (all of them), H HV K V, stage, then times in ms (medians: the binary's of 20 after a
+# warm-up, CUDA events, L2 flushed; the package's and the peers' of 30, the same way), the
+# peers' times over ours, and err_*: each o against our binary's (relative L2), proof of the
+# same inputs. nan: that code does not run the shape (its result line in the log says why).
+# The peers are imported and tuned once a group: one fla_bench.py process serves its rows
+# (--serve), each problem's files made before its row and removed after it.
 set -eu
 # shellcheck source=plots/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data}
+groups=${3:-ours,tp8,tp4,tp2,tp1,35b}
 bench_begin
-rows=$out/layouts.dat
-gpu_data_header "bench_layouts.sh $bin $out" "shape B T H HV K V stage ms_binary ms_package ms_fla ms_flashinfer ms_flashqla fla/ours flashinfer/ours flashqla/ours err_package err_fla err_flashinfer err_flashqla" > "$rows"
 graph_of() { field median_ms "$(printf '%s\n' "$1" | grep "peer=$2 mode=graph" | head -1)"; }
 err_of() { field err_o_vs_ours "$(printf '%s\n' "$1" | grep "peer=$2 mode=graph" | head -1)"; }
-# name B T H HV K V [lengths]
-for shape in "8x4096 8 4096 16 16 128 128" "4x4096 4 4096 64 64 128 128" "1x8192 1 8192 96 96 128 128" \
-    "2x16384 2 16384 16 16 128 128" "1x65536 1 65536 8 8 128 128" "4096x8,gva 8 4096 4 16 128 128" \
-    "1x32768,gva 1 32768 2 8 128 128" "28672+4096 1 32768 2 8 128 128 28672,4096" "1x16384,k64 1 16384 8 8 64 64"; do
-    # shellcheck disable=SC2086 # the shape is seven or eight words
-    set -- $shape
-    if [ $# -eq 8 ]; then
-        "$bin"/make_problem --lengths "$8" --H "$4" --HV "$5" --K "$6" --V "$7" --seed 7 "$work/p" > /dev/null
-    else
-        "$bin"/make_problem --B "$2" --T "$3" --H "$4" --HV "$5" --K "$6" --V "$7" --seed 7 "$work/p" > /dev/null
-    fi
-    rows_B=$2 rows_T=$3
-    if [ $# -eq 8 ]; then # a packed batch runs as rows padded to its longest sequence: the stage for those rows
-        rows_B=$(printf '%s\n' "$8" | tr ',' '\n' | wc -l) rows_T=$(printf '%s\n' "$8" | tr ',' '\n' | sort -n | tail -1)
-    fi
-    stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($rows_B, $rows_T, $4, $6, $7, HV=$5))")
-    # ours: the binary (a shape it refuses: then FLA's o is the reference for the errors)
-    binary=$("$bin/$stage" --in "$work/p" --reps 20 --out "$work/o" 2>&1 | grep '^result' || true)
-    ms_binary=$(field median_ms "$binary")
-    [ -n "$ms_binary" ] || { printf '%s: %s\n' "$1" "$("$bin/$stage" --in "$work/p" --reps 1 2>&1 | tail -1)" >&2; rm -rf "$work/o"; }
-    reference=$work/p
-    [ -d "$work/o" ] && reference="$work/p:$work/o"
-    runs=$(python3 plots/fla_bench.py --reps 30 --dtypes bf16 --peers gdn_steps,fla,flashinfer,flashqla "$reference" 2>&1 || true)
-    printf '%s\n' "$runs" | grep 'error=' >&2 || true
-    package=$(graph_of "$runs" gdn_steps) fla=$(graph_of "$runs" fla_chunk) fi=$(graph_of "$runs" flashinfer) qla=$(graph_of "$runs" flashqla)
-    ours=${ms_binary:-0}
-    e_package=$(err_of "$runs" gdn_steps) e_fla=$(err_of "$runs" fla_chunk) e_fi=$(err_of "$runs" flashinfer) e_qla=$(err_of "$runs" flashqla)
-    echo "$1 $2 $3 $4 $5 $6 $7 ${stage%%_*} ${ms_binary:-nan} ${package:-nan} ${fla:-nan} ${fi:-nan} ${qla:-nan}" \
-        "$(ratio "${fla:-0}" "$ours") $(ratio "${fi:-0}" "$ours") $(ratio "${qla:-0}" "$ours")" \
-        "${e_package:--} ${e_fla:--} ${e_fi:--} ${e_qla:--}" >> "$rows"
-    rm -rf "$work/p" "$work/o"
+
+# the rows of a group, one a line: name sequences H HV K V. sequences: "8*4096", B = 8 rows of
+# 4096 tokens; "32768", one; "28672,4096", a packed batch of those lengths; "8192x4", a packed
+# batch of four sequences of 8192 tokens (FlashQLA's table packs every row of several sequences)
+rows_of() {
+    case $1 in
+    ours)
+        printf '%s\n' "8x4096 8*4096 16 16 128 128" "4x4096 4*4096 64 64 128 128" "1x8192 8192 96 96 128 128" \
+            "2x16384 2*16384 16 16 128 128" "1x65536 65536 8 8 128 128" "4096x8,gva 8*4096 4 16 128 128" \
+            "1x32768,gva 32768 2 8 128 128" "28672+4096 28672,4096 2 8 128 128" "1x16384,k64 16384 8 8 64 64"
+        return ;;
+    tp8) heads="2 8" ;;
+    tp4) heads="4 16" ;;
+    tp2) heads="8 32" ;;
+    tp1) heads="16 64" ;;
+    35b) heads="16 32" ;;
+    *) echo "bench_layouts.sh: no group '$1' (ours, tp8, tp4, tp2, tp1, 35b)" >&2; exit 1 ;;
+    esac
+    for sequences in 32768 16384 8192 4096 2048 28672,4096 24576,8192 16384,16384 8192,24576 4096,28672 \
+        12288,4096 6144,2048 4096,4096 2048,6144 1024,7168 8192x4 4096x8 2048x4 1024x8; do
+        echo "$(echo "$sequences" | tr ',' '+' | sed 's/^\([0-9]*\)$/1x\1/') $sequences $heads 128 128"
+    done
+}
+# sizes_of SEQUENCES: sets sizes (make_problem's --B and --T, or --lengths), N (rows or
+# sequences), longest and tokens (all of them)
+sizes_of() {
+    case $1 in
+    *\**) N=${1%\**} longest=${1#*\*} tokens=$((${1%\**} * ${1#*\*})) sizes="--B $N --T $longest"; return ;;
+    *x*) n=${1#*x} l=${1%x*} all=$l; i=1; while [ "$i" -lt "$n" ]; do all="$all,$l"; i=$((i + 1)); done ;;
+    *) all=$1 ;;
+    esac
+    N=$(echo "$all" | tr ',' '\n' | wc -l) longest=$(echo "$all" | tr ',' '\n' | sort -n | tail -1)
+    tokens=$(echo "$all" | tr ',' '\n' | awk '{ s += $1 } END { print s }')
+    if [ "$N" -eq 1 ]; then sizes="--B 1 --T $tokens"; else sizes="--lengths $all"; fi
+}
+
+for group in $(echo "$groups" | tr ',' ' '); do
+    rows_of "$group" > /dev/null # an unknown group stops here, before anything runs
+    data=$out/layouts_$group.dat
+    gpu_data_header "bench_layouts.sh $bin $out $group" "shape sequences tokens H HV K V stage ms_binary ms_package ms_fla ms_flashinfer ms_flashqla fla/ours flashinfer/ours flashqla/ours err_package err_fla err_flashinfer err_flashqla" > "$data"
+    # one bench process for the group's rows, fed through a pipe as the rows' problems are made
+    rm -f "$work/to_bench" "$work/from_bench"
+    mkfifo "$work/to_bench" "$work/from_bench"
+    python3 plots/fla_bench.py --reps 30 --dtypes bf16 --peers gdn_steps,fla,flashinfer,flashqla --serve \
+        < "$work/to_bench" > "$work/from_bench" &
+    exec 3> "$work/to_bench" 4< "$work/from_bench"
+    # the stage the package picks for each row (for a packed batch, that of its rows padded to
+    # the longest sequence), asked of one Python process for the group
+    rows_of "$group" | while read -r name sequences H HV K V; do
+        sizes_of "$sequences"
+        echo "$N $longest $H $HV $K $V"
+    done | python3 -c "
+import sys, gdn_steps
+for line in sys.stdin:
+    N, longest, H, HV, K, V = map(int, line.split())
+    print(gdn_steps.gpu_stage_for(N, longest, H, K, V, HV=HV))" > "$work/stages"
+    rows_of "$group" | paste -d ' ' - "$work/stages" | while read -r name sequences H HV K V stage; do
+        sizes_of "$sequences"
+        # shellcheck disable=SC2086 # the sizes are words
+        "$bin"/make_problem $sizes --H "$H" --HV "$HV" --K "$K" --V "$V" --seed 7 "$work/p" > /dev/null
+        # ours: the binary (a shape it refuses: then FLA's o is the reference for the errors)
+        binary=$("$bin/$stage" --in "$work/p" --reps 20 --out "$work/o" 2>&1 | grep '^result' || true)
+        ms_binary=$(field median_ms "$binary")
+        [ -n "$ms_binary" ] || { printf '%s: %s\n' "$name" "$("$bin/$stage" --in "$work/p" --reps 1 2>&1 | tail -1)" >&2; rm -rf "$work/o"; }
+        reference=$work/p
+        [ -d "$work/o" ] && reference="$work/p:$work/o"
+        echo "$reference" >&3
+        runs=""
+        while IFS= read -r line <&4; do
+            case $line in "done "*) break ;; esac
+            runs="$runs$line
+"
+        done
+        printf '%s' "$runs" | grep 'error=' >&2 || true
+        package=$(graph_of "$runs" gdn_steps) fla=$(graph_of "$runs" fla_chunk) fi=$(graph_of "$runs" flashinfer) qla=$(graph_of "$runs" flashqla)
+        ours=${ms_binary:-0}
+        e_package=$(err_of "$runs" gdn_steps) e_fla=$(err_of "$runs" fla_chunk) e_fi=$(err_of "$runs" flashinfer) e_qla=$(err_of "$runs" flashqla)
+        echo "$name $N $tokens $H $HV $K $V ${stage%%_*} ${ms_binary:-nan} ${package:-nan} ${fla:-nan} ${fi:-nan} ${qla:-nan}" \
+            "$(ratio "${fla:-0}" "$ours") $(ratio "${fi:-0}" "$ours") $(ratio "${qla:-0}" "$ours")" \
+            "${e_package:--} ${e_fla:--} ${e_fi:--} ${e_qla:--}" >> "$data"
+        rm -rf "$work/p" "$work/o"
+    done
+    exec 3>&- 4<&-
+    wait
+    cat "$data"
 done
-cat "$rows"

@@ -3,6 +3,7 @@
 
     python3 plots/fla_bench.py [--reps N] [--dtypes bf16,fp32] [--peers fla,flashqla,flashqla_exact,...]
                                PROBLEM_DIR[:OURS_DIR] ...
+    python3 plots/fla_bench.py [...] --serve     (the problems one a line on stdin; `done PROBLEM_DIR` after each)
 
 PROBLEM_DIR holds q k v g beta [h0] [cu_seqlens] .npy as bin/make_problem writes them (the
 inputs our stages draw for the same sizes and seed), in any layout of docs/contract.md: more
@@ -13,7 +14,10 @@ eagerly (Python launch overhead included, as users call it) and replayed from a 
 2 x L2-sized buffer overwritten before every run, as our CUDA runner does. With :OURS_DIR
 (a stage's --out folder) FLA's o and ht are compared with ours: proof of the same inputs.
 Prints one `result peer=...` line per measurement. Needs PyTorch, Triton, einops and FLA
-(fla-core + flash-linear-attention) importable.
+(fla-core + flash-linear-attention) importable. --serve reads the problems from stdin as a
+script makes them, so that the peers are imported and tuned once for many problems while each
+problem's files can go once it is done (plots/bench_layouts.sh: a problem of 32768 tokens and
+64 value heads is gigabytes).
 
 --peers adds FlashQLA (the flash-qla package, TileLang kernels for Hopper: the fused kernels that
 claim 2-3 times FLA's forward), bf16 only, with the same call: `flashqla` as users get it (its
@@ -123,8 +127,11 @@ def main():
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--dtypes", default="bf16,fp32")
     parser.add_argument("--peers", default="fla")
-    parser.add_argument("problems", nargs="+")
+    parser.add_argument("--serve", action="store_true")
+    parser.add_argument("problems", nargs="*")
     args = parser.parse_args()
+    if not args.problems and not args.serve:
+        parser.error("give PROBLEM_DIR[:OURS_DIR] arguments, or --serve")
     peers = args.peers.split(",")
     for peer in peers:
         if peer not in PEER_NAMES:
@@ -133,69 +140,82 @@ def main():
     flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
     name = torch.cuda.get_device_name(0)
     for spec in args.problems:
-        folder, _, ours = spec.partition(":")
-        arrays = {}
-        for tensor in ("q", "k", "v", "g", "beta", "h0", "cu_seqlens"):
-            try:
-                arrays[tensor] = np.load(f"{folder}/{tensor}.npy")
-            except FileNotFoundError:
-                if tensor not in ("h0", "cu_seqlens"):
-                    raise
-        B, T, H, K = arrays["q"].shape
-        HV, V = arrays["v"].shape[2], arrays["v"].shape[3]
-        layout = f"HV={HV}" + (f" sequences={len(arrays['cu_seqlens']) - 1}" if "cu_seqlens" in arrays else "")
-        for peer, dtype_name in ((peer, dtype_name) for peer in peers for dtype_name in args.dtypes.split(",")):
-            if peer != "fla" and dtype_name != "bf16":
-                continue  # FlashQLA and FlashInfer take bf16 or fp16 inputs only; our GPU stages read bf16
-            name_of_peer = PEER_NAMES[peer]
-            dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
-            q, k, v = (torch.from_numpy(arrays[t]).cuda().to(dtype) for t in ("q", "k", "v"))
-            g = torch.from_numpy(arrays["g"]).cuda().float()
-            beta = torch.from_numpy(arrays["beta"]).cuda().to(dtype)
-            h0 = torch.from_numpy(arrays["h0"]).cuda().float() if "h0" in arrays else None
-            cu_seqlens = torch.from_numpy(arrays["cu_seqlens"]).cuda().long() if "cu_seqlens" in arrays else None
+        bench_problem(spec, peers, args, flush, name)
+    if args.serve:
+        for line in sys.stdin:
+            if line.strip():
+                try:  # a problem that cannot be read is one line; the script waits for `done` either way
+                    bench_problem(line.strip(), peers, args, flush, name)
+                except Exception as error:
+                    print(f"result problem={line.strip()} error={type(error).__name__}: {error}", flush=True)
+                print(f"done {line.strip()}", flush=True)
 
-            try:
-                run, ours_layout = make_run(peer, q, k, v, g, beta, h0, cu_seqlens, 1.0 / math.sqrt(K))
-                for _ in range(3):
-                    o, ht = run()
-                torch.cuda.synchronize()
-                times = {"eager": median_ms(run, args.reps, flush)}
-            except Exception as error:  # report, do not hide: one line, then the next case
-                print(f"result peer={name_of_peer} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} {layout} "
-                      f"error={type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
-                continue
-            try:  # the kernels alone: the same call captured in a CUDA graph and replayed
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(3):
-                        run()
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    o, ht = run()
-                graph.replay()
-                torch.cuda.synchronize()
-                times["graph"] = median_ms(graph.replay, args.reps, flush)
-            except Exception as error:  # eager stands; say why the graph did not
-                print(f"result peer={name_of_peer} mode=graph dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} {layout} "
-                      f"error={type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+
+def bench_problem(spec, peers, args, flush, name):
+    """every peer's `result` lines for one PROBLEM_DIR[:OURS_DIR]"""
+    folder, _, ours = spec.partition(":")
+    arrays = {}
+    for tensor in ("q", "k", "v", "g", "beta", "h0", "cu_seqlens"):
+        try:
+            arrays[tensor] = np.load(f"{folder}/{tensor}.npy")
+        except FileNotFoundError:
+            if tensor not in ("h0", "cu_seqlens"):
+                raise
+    B, T, H, K = arrays["q"].shape
+    HV, V = arrays["v"].shape[2], arrays["v"].shape[3]
+    layout = f"HV={HV}" + (f" sequences={len(arrays['cu_seqlens']) - 1}" if "cu_seqlens" in arrays else "")
+    for peer, dtype_name in ((peer, dtype_name) for peer in peers for dtype_name in args.dtypes.split(",")):
+        if peer != "fla" and dtype_name != "bf16":
+            continue  # FlashQLA and FlashInfer take bf16 or fp16 inputs only; our GPU stages read bf16
+        name_of_peer = PEER_NAMES[peer]
+        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
+        q, k, v = (torch.from_numpy(arrays[t]).cuda().to(dtype) for t in ("q", "k", "v"))
+        g = torch.from_numpy(arrays["g"]).cuda().float()
+        beta = torch.from_numpy(arrays["beta"]).cuda().to(dtype)
+        h0 = torch.from_numpy(arrays["h0"]).cuda().float() if "h0" in arrays else None
+        cu_seqlens = torch.from_numpy(arrays["cu_seqlens"]).cuda().long() if "cu_seqlens" in arrays else None
+
+        try:
+            run, ours_layout = make_run(peer, q, k, v, g, beta, h0, cu_seqlens, 1.0 / math.sqrt(K))
+            for _ in range(3):
                 o, ht = run()
-                torch.cuda.synchronize()
-            check = ""
-            if peer == "gdn_steps":
-                import gdn_steps
-                rows = (B, T) if cu_seqlens is None else (cu_seqlens.numel() - 1, int((cu_seqlens[1:] - cu_seqlens[:-1]).max()))
-                check += f" stage={gdn_steps.gpu_stage_for(*rows, H, K, V, HV=HV)}"  # a packed batch: the stage of its padded rows
-            if ours:
-                o, ht = ours_layout(o, ht)
-                o_ours, ht_ours = np.load(f"{ours}/o.npy"), np.load(f"{ours}/ht.npy")
-                check += (f" err_o_vs_ours={relative(o.float().cpu().numpy(), o_ours):.3e}"
-                         f" err_ht_vs_ours={relative(ht.float().cpu().numpy(), ht_ours):.3e}")
-            for mode, ms in times.items():
-                print(f"result peer={name_of_peer} mode={mode} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} {layout} "
-                      f"median_ms={ms:.4f}{check} device=\"{name}\"", flush=True)
+            torch.cuda.synchronize()
+            times = {"eager": median_ms(run, args.reps, flush)}
+        except Exception as error:  # report, do not hide: one line, then the next case
+            print(f"result peer={name_of_peer} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} {layout} "
+                  f"error={type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            continue
+        try:  # the kernels alone: the same call captured in a CUDA graph and replayed
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    run()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                o, ht = run()
+            graph.replay()
+            torch.cuda.synchronize()
+            times["graph"] = median_ms(graph.replay, args.reps, flush)
+        except Exception as error:  # eager stands; say why the graph did not
+            print(f"result peer={name_of_peer} mode=graph dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} {layout} "
+                  f"error={type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            o, ht = run()
+            torch.cuda.synchronize()
+        check = ""
+        if peer == "gdn_steps":
+            import gdn_steps
+            rows = (B, T) if cu_seqlens is None else (cu_seqlens.numel() - 1, int((cu_seqlens[1:] - cu_seqlens[:-1]).max()))
+            check += f" stage={gdn_steps.gpu_stage_for(*rows, H, K, V, HV=HV)}"  # a packed batch: the stage of its padded rows
+        if ours:
+            o, ht = ours_layout(o, ht)
+            o_ours, ht_ours = np.load(f"{ours}/o.npy"), np.load(f"{ours}/ht.npy")
+            check += (f" err_o_vs_ours={relative(o.float().cpu().numpy(), o_ours):.3e}"
+                     f" err_ht_vs_ours={relative(ht.float().cpu().numpy(), ht_ours):.3e}")
+        for mode, ms in times.items():
+            print(f"result peer={name_of_peer} mode={mode} dtype={dtype_name} B={B} T={T} H={H} K={K} V={V} {layout} "
+                  f"median_ms={ms:.4f}{check} device=\"{name}\"", flush=True)
 
 
 if __name__ == "__main__":
