@@ -199,15 +199,15 @@ END_TEST
 
 /* A packed batch, run as stage 06 runs it (rows padded to the longest sequence), P automatic,
  * 2 and 5, against the oracle and 06: one long sequence among short ones around a chunk's
- * length, with grouped value heads (K = V = 128: the replay's output warps), two sequences at K =
- * V = 64 (the chain from v), and K = 100, V = 72. _i: the case. */
+ * length, with grouped value heads (HV / H = 4 at K = V = 128: the replay's output warps; 2 at
+ * K = V = 64: the chain from v; 3 at K = 100, V = 72). _i: the case. */
 START_TEST(segments_take_packed_batches)
 {
     static const size_t long_and_short[6] = {2000, 1, 63, 64, 65, 300}, two[2] = {1800, 420};
     static const gdn_layout layouts[] = {
         {.B = 1, .H = 2, .HV = 8, .K = 128, .V = 128, .with_h0 = 1, .sequences = 6, .lengths = long_and_short},
         {.B = 1, .H = 1, .HV = 2, .K = 64, .V = 64, .with_h0 = 1, .sequences = 2, .lengths = two},
-        {.B = 1, .H = 3, .HV = 3, .K = 100, .V = 72, .with_h0 = 0, .sequences = 6, .lengths = long_and_short}};
+        {.B = 1, .H = 3, .HV = 9, .K = 100, .V = 72, .with_h0 = 0, .sequences = 6, .lengths = long_and_short}};
     gdn_layout l = layouts[_i];
     l.T = 0;
     for (size_t n = 0; n < l.sequences; n++)
