@@ -313,6 +313,40 @@ START_TEST(automatic_segments_cut_long_sequences)
 }
 END_TEST
 
+/* A packed batch on the host (no GPU needed): 07 sizes its workspace for the rows padded to the
+ * longest sequence, the padded inputs after them (at least what a batch of those rows needs,
+ * and no less for lengths that differ); --batch-invariant refuses it when the workspace is asked,
+ * by name; its flops count the real chunks only (padding is not run), so one long sequence and
+ * one short one count less than two long ones; and P is chosen for the padded rows. */
+START_TEST(packed_batches_on_the_host)
+{
+    static const size_t long_and_short[2] = {2000, 65};
+    const gdn_layout packed_layout = {.B = 1, .T = 2065, .H = 2, .HV = 4, .K = 64, .V = 64, .with_h0 = 1, .sequences = 2,
+                                      .lengths = long_and_short};
+    const gdn_layout rows_layout = {.B = 2, .T = 2000, .H = 2, .HV = 4, .K = 64, .V = 64, .with_h0 = 1};
+    gdn_problem packed = test_layout_problem(&packed_layout, 5640), rows = test_layout_problem(&rows_layout, 5641);
+    gdn_settings s = {.reps = 1, .threads = 1}, s_rows = {.reps = 1, .threads = 1};
+    sequence_parallel_stage.resolve_options(&packed, &s);
+    sequence_parallel_stage.resolve_options(&rows, &s_rows);
+    ck_assert_msg(s.segments == s_rows.segments, "P = %zu for the packed batch, %zu for its padded rows", s.segments, s_rows.segments);
+    size_t packed_bytes = 0, rows_bytes = 0;
+    ck_assert_msg(sequence_parallel_stage.device_workspace_bytes(&packed, &s, &packed_bytes) == 0, "%s", gdn_last_error());
+    ck_assert_msg(sequence_parallel_stage.device_workspace_bytes(&rows, &s_rows, &rows_bytes) == 0, "%s", gdn_last_error());
+    /* the padded q, k (bf16), v (bf16), g, beta and o (fp32) of 2 rows of 2000 tokens after the rows' workspace */
+    const size_t padded = 2 * 2000 * (2 * 2 * 64 * 2 + 4 * 64 * 2 + 2 * 4 * 4 + 4 * 64 * 4);
+    ck_assert_msg(packed_bytes >= rows_bytes + padded, "%zu bytes for the packed batch, %zu for its rows + %zu padded", packed_bytes,
+                  rows_bytes, padded);
+    ck_assert_msg(sequence_parallel_stage.counted_flops(&packed, &s) < sequence_parallel_stage.counted_flops(&rows, &s_rows),
+                  "the packed batch counts as many flops as its padded rows");
+    gdn_settings invariant = {.reps = 1, .threads = 1, .batch_invariant = 1};
+    sequence_parallel_stage.resolve_options(&packed, &invariant);
+    ck_assert_int_ne(sequence_parallel_stage.device_workspace_bytes(&packed, &invariant, &packed_bytes), 0);
+    ck_assert_msg(strstr(gdn_last_error(), "--batch-invariant with a packed batch") != NULL, "%s", gdn_last_error());
+    gdn_problem_free(&rows);
+    gdn_problem_free(&packed);
+}
+END_TEST
+
 Suite *sequence_parallel_suite(void)
 {
     Suite *suite = suite_create("sequence_parallel");
@@ -339,6 +373,7 @@ Suite *segment_choice_suite(void)
     TCase *cases = tcase_create("07_automatic_segments");
     tcase_add_test(cases, automatic_segments_one_where_heads_fill_the_gpu);
     tcase_add_test(cases, automatic_segments_cut_long_sequences);
+    tcase_add_test(cases, packed_batches_on_the_host);
     suite_add_tcase(suite, cases);
     return suite;
 }
