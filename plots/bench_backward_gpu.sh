@@ -13,7 +13,13 @@
 # CUDA events, L2 flushed; the peers: of 30, eager, the same flush); ms_tc_backward is stage 11's
 # backward, fla/tc FLA's backward over it. err_*: the peer's dq and dv against ours (stage 10,
 # relative L2), proof of the same problem. nan: that code did not run the
-# shape (its line in the log says why).
+# shape (its line in the log says why). The roofline: floor_ms is the least time the backward
+# can take at the card's measured rates (plots/data/gpu_peak.dat, bin/gpu_peak: copies and
+# mma.sync bf16), the larger of its flops (stage 10's count, the same products for every
+# method) over the tensor rate and its least bytes over the copy rate; the least bytes a token
+# and head read q, k, v, do, g and beta and write dq, dk, dv, dg and dbeta once, in bf16 and fp32
+# as FLA keeps them, 8 K + 6 V + 16 (the states, K V a head, are left out); roof_* is floor_ms
+# over each time, the fraction of the roofline reached.
 set -eu
 # shellcheck source=plots/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
@@ -21,13 +27,23 @@ bin=${1:-bin}
 out=${2:-plots/data}
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla" > "$rows"
+# the card's rates (GB/s, TFLOP/s), from the last line of bin/gpu_peak's data file
+peak=$(tail -1 "$(dirname "$0")/data/gpu_peak.dat")
+copy_gbs=$(echo "$peak" | awk '{ print $3 }') mma_tflops=$(echo "$peak" | awk '{ print $5 }')
+# floor FLOPS B T H K V: the roofline's least time, ms
+floor_of() { awk -v f="$1" -v n="$(($2 * $3 * $4))" -v k="$5" -v v="$6" -v bw="$copy_gbs" -v tf="$mma_tflops" \
+    'BEGIN { a = f / (tf * 1e9); b = n * (8 * k + 6 * v + 16) / (bw * 1e6); printf "%.4f", a > b ? a : b }'; }
+# fraction FLOOR MS: FLOOR / MS, nan where MS is not a time
+fraction() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.3f", a / b; else printf "nan" }'; }
 line_of() { printf '%s\n' "$1" | grep "peer=$2 mode=$3" | head -1; }
 for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 16384 16 128 128" "1 16384 8 64 64"; do
     # shellcheck disable=SC2086 # the shape is five words
     set -- $shape
     "$bin"/make_problem --B "$1" --T "$2" --H "$3" --K "$4" --V "$5" --seed 7 "$work/p" > /dev/null
-    backward=$(field median_ms "$("$bin"/10_backward_chunked_cuda --in "$work/p" --reps 10 --out "$work/o" 2>&1 | grep '^result' || true)")
+    result=$("$bin"/10_backward_chunked_cuda --in "$work/p" --reps 10 --out "$work/o" 2>&1 | grep '^result' || true)
+    backward=$(field median_ms "$result")
+    flops=$(awk -v g="$(field gflops "$result")" -v ms="${backward:-0}" 'BEGIN { printf "%.0f", g * ms * 1e6 }') # stage 10's count
     tc=$(field median_ms "$("$bin"/11_backward_tensor_cores --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($1, $2, $3, $4, $5))" 2>/dev/null || echo 06_warp_specialized)
     forward=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 2>&1 | grep '^result' || true)")
@@ -39,7 +55,9 @@ for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 1638
     e_qq=$(field err_dq_vs_ours "$(line_of "$peers" flashqla backward)") e_qv=$(field err_dv_vs_ours "$(line_of "$peers" flashqla backward)")
     echo "$shape ${backward:-nan} ${tc:-nan} ${forward:-nan} ${fla_b:-nan} ${fla_fb:-nan} ${qla_b:-nan} ${qla_fb:-nan}" \
         "$(ratio "${fla_b:-0}" "${backward:-0}") $(ratio "${qla_b:-0}" "${backward:-0}") $(ratio "${fla_b:-0}" "${tc:-0}")" \
-        "${e_fq:--} ${e_fv:--} ${e_qq:--} ${e_qv:--}" >> "$rows"
+        "${e_fq:--} ${e_fv:--} ${e_qq:--} ${e_qv:--}" \
+        "$(floor_of "$flops" "$@") $(fraction "$(floor_of "$flops" "$@")" "${backward:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${tc:-nan}")" \
+        "$(fraction "$(floor_of "$flops" "$@")" "${fla_b:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${qla_b:-nan}")" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done
 cat "$rows"
