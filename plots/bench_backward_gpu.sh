@@ -33,7 +33,7 @@ peak=$(tail -1 "$(dirname "$0")/data/gpu_peak.dat")
 copy_gbs=$(echo "$peak" | awk '{ print $3 }') mma_tflops=$(echo "$peak" | awk '{ print $5 }')
 # floor FLOPS B T H K V: the roofline's least time, ms
 floor_of() { awk -v f="$1" -v n="$(($2 * $3 * $4))" -v k="$5" -v v="$6" -v bw="$copy_gbs" -v tf="$mma_tflops" \
-    'BEGIN { a = f / (tf * 1e9); b = n * (8 * k + 6 * v + 16) / (bw * 1e6); printf "%.4f", a > b ? a : b }'; }
+    'BEGIN { a = f / (tf * 1e9); b = n * (8 * k + 6 * v + 16) / (bw * 1e6); printf "%.4f", (a > b ? a : b) }'; }
 # fraction FLOOR MS: FLOOR / MS, nan where MS is not a time
 fraction() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.3f", a / b; else printf "nan" }'; }
 line_of() { printf '%s\n' "$1" | grep "peer=$2 mode=$3" | head -1; }
