@@ -28,14 +28,9 @@ out=${2:-plots/data}
 bench_begin
 rows=$out/backward_gpu.dat
 gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla" > "$rows"
-# the card's rates (GB/s, TFLOP/s), from the last line of bin/gpu_peak's data file
-peak=$(tail -1 "$(dirname "$0")/data/gpu_peak.dat")
-copy_gbs=$(echo "$peak" | awk '{ print $3 }') mma_tflops=$(echo "$peak" | awk '{ print $5 }')
-# floor FLOPS B T H K V: the roofline's least time, ms
-floor_of() { awk -v f="$1" -v n="$(($2 * $3 * $4))" -v k="$5" -v v="$6" -v bw="$copy_gbs" -v tf="$mma_tflops" \
-    'BEGIN { a = f / (tf * 1e9); b = n * (8 * k + 6 * v + 16) / (bw * 1e6); printf "%.4f", (a > b ? a : b) }'; }
-# fraction FLOOR MS: FLOOR / MS, nan where MS is not a time
-fraction() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.3f", a / b; else printf "nan" }'; }
+peak_rates
+# floor FLOPS B T H K V: the roofline's least time, ms (the least bytes: 8 K + 6 V + 16 a token and head)
+floor_of() { roofline_ms "$1" "$(($2 * $3 * $4 * (8 * $5 + 6 * $6 + 16)))"; }
 line_of() { printf '%s\n' "$1" | grep "peer=$2 mode=$3" | head -1; }
 for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 16384 16 128 128" "1 16384 8 64 64"; do
     # shellcheck disable=SC2086 # the shape is five words

@@ -25,6 +25,11 @@
 # warm-up, CUDA events, L2 flushed; the package's and the peers' of 30, the same way), the
 # peers' times over ours, and err_*: each o against our binary's (relative L2), proof of the
 # same inputs. nan: that code does not run the shape (its result line in the log says why).
+# The roofline (plots/bench_lib.sh): floor_ms, the least time at the card's measured rates
+# (plots/data/gpu_peak.dat), the larger of the flops (our stage's count, the same problem for
+# every method) over the tensor rate and the least bytes over the copy rate: q and k (bf16, a
+# key head's), v (bf16), g and beta (fp32) read once, o (bf16) and ht (fp32) written once; roof_*
+# is floor_ms over each time, the fraction of the roofline reached.
 # The peers are imported and tuned once a group: one fla_bench.py process serves its rows
 # (--serve), each problem's files made before its row and removed after it.
 set -eu
@@ -34,6 +39,7 @@ bin=${1:-bin}
 out=${2:-plots/data}
 groups=${3:-ours,tp8,tp4,tp2,tp1,35b}
 bench_begin
+peak_rates
 graph_of() { field median_ms "$(printf '%s\n' "$1" | grep "peer=$2 mode=graph" | head -1)"; }
 err_of() { field err_o_vs_ours "$(printf '%s\n' "$1" | grep "peer=$2 mode=graph" | head -1)"; }
 
@@ -75,7 +81,7 @@ sizes_of() {
 for group in $(echo "$groups" | tr ',' ' '); do
     rows_of "$group" > /dev/null # an unknown group stops here, before anything runs
     data=$out/layouts_$group.dat
-    gpu_data_header "bench_layouts.sh $bin $out $group" "shape sequences tokens H HV K V stage ms_binary ms_package ms_fla ms_flashinfer ms_flashqla fla/ours flashinfer/ours flashqla/ours err_package err_fla err_flashinfer err_flashqla" > "$data"
+    gpu_data_header "bench_layouts.sh $bin $out $group" "shape sequences tokens H HV K V stage ms_binary ms_package ms_fla ms_flashinfer ms_flashqla fla/ours flashinfer/ours flashqla/ours err_package err_fla err_flashinfer err_flashqla floor_ms roof_binary roof_package roof_fla roof_flashinfer roof_flashqla" > "$data"
     # one bench process for the group's rows, fed through a pipe as the rows' problems are made
     rm -f "$work/to_bench" "$work/from_bench"
     mkfifo "$work/to_bench" "$work/from_bench"
@@ -99,6 +105,10 @@ for line in sys.stdin:
         # ours: the binary (a shape it refuses: then FLA's o is the reference for the errors)
         binary=$("$bin/$stage" --in "$work/p" --reps 20 --out "$work/o" 2>&1 | grep '^result' || true)
         ms_binary=$(field median_ms "$binary")
+        flops=$(awk -v g="$(field gflops "$binary")" -v ms="${ms_binary:-0}" 'BEGIN { printf "%.0f", g * ms * 1e6 }')
+        bytes=$((tokens * (4 * H * K + 4 * HV * V + 8 * HV) + N * HV * K * V * 4))
+        floor=nan
+        [ -n "$ms_binary" ] && floor=$(roofline_ms "$flops" "$bytes")
         [ -n "$ms_binary" ] || { printf '%s: %s\n' "$name" "$("$bin/$stage" --in "$work/p" --reps 1 2>&1 | tail -1)" >&2; rm -rf "$work/o"; }
         reference=$work/p
         [ -d "$work/o" ] && reference="$work/p:$work/o"
@@ -115,7 +125,8 @@ for line in sys.stdin:
         e_package=$(err_of "$runs" gdn_steps) e_fla=$(err_of "$runs" fla_chunk) e_fi=$(err_of "$runs" flashinfer) e_qla=$(err_of "$runs" flashqla)
         echo "$name $N $tokens $H $HV $K $V ${stage%%_*} ${ms_binary:-nan} ${package:-nan} ${fla:-nan} ${fi:-nan} ${qla:-nan}" \
             "$(ratio "${fla:-0}" "$ours") $(ratio "${fi:-0}" "$ours") $(ratio "${qla:-0}" "$ours")" \
-            "${e_package:--} ${e_fla:--} ${e_fi:--} ${e_qla:--}" >> "$data"
+            "${e_package:--} ${e_fla:--} ${e_fi:--} ${e_qla:--} $floor $(fraction "$floor" "${ms_binary:-nan}")" \
+            "$(fraction "$floor" "${package:-nan}") $(fraction "$floor" "${fla:-nan}") $(fraction "$floor" "${fi:-nan}") $(fraction "$floor" "${qla:-nan}")" >> "$data"
         rm -rf "$work/p" "$work/o"
     done
     exec 3>&- 4<&-

@@ -29,6 +29,23 @@ gpu_data_header() {
     echo "$2"
 }
 
+# peak_rates: copy_gbs and mma_tflops, the card's measured rates (GB/s of copies, TFLOP/s of
+# mma.sync bf16), from the last line of bin/gpu_peak's data file, plots/data/gpu_peak.dat
+# shellcheck disable=SC2034 # the two are the callers' to read
+peak_rates() {
+    peak=$(tail -1 "$(dirname "$0")/data/gpu_peak.dat")
+    copy_gbs=$(echo "$peak" | awk '{ print $3 }') mma_tflops=$(echo "$peak" | awk '{ print $5 }')
+}
+# roofline_ms FLOPS BYTES: the least time (ms) at those rates, after peak_rates: the larger of
+# the flops over the tensor rate and the bytes over the copy rate
+roofline_ms() {
+    awk -v f="$1" -v n="$2" -v bw="$copy_gbs" -v tf="$mma_tflops" \
+        'BEGIN { a = f / (tf * 1e9); b = n / (bw * 1e6); printf "%.4f", (a > b ? a : b) }'
+}
+# fraction A B: A / B with three decimals (nan when B is not a positive time): the fraction of
+# the roofline a time reaches, with A its roofline_ms
+fraction() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.3f", a / b; else printf "nan" }'; }
+
 # ratio A B: A / B with two decimals (0 when B is not positive)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }'; }
 
