@@ -51,3 +51,4 @@ render sequence_parallel.gp stage07_vs_T.dat
 render roofline.gp roofline_06.dat
 render stage06_steps.gp stage06_steps.dat
 render stage06_series.gp stage06_series.dat
+render error_sources.gp error_sources.dat
