@@ -3,10 +3,10 @@
 # bin/11_backward_tensor_cores, the same passes on tensor cores with bf16 operands) beside FLA's
 # and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), side by side in one run on
 # the same problems and cotangents: the backward alone, and the forward plus the backward (ours:
-# 06's or 07's forward, the stage picked for the shape, plus stage 10). Shapes: the
-# backward issue's, K = V = 128 at three head counts and two lengths, and K = V = 64.
+# 06's or 07's forward, the stage picked for the shape, plus stage 10). Shapes: four at K = V =
+# 128, (8, 4096, 16), (4, 4096, 64), (1, 8192, 96), (2, 16384, 16), and (1, 16384, 8, 64, 64).
 #
-#   sh plots/bench_backward_gpu.sh bin plots/data   (a CUDA device, PyTorch, FLA (+ tilelang on
+#   PYTHONPATH=build/python sh plots/bench_backward_gpu.sh bin plots/data   (a CUDA device, PyTorch, FLA (+ tilelang on
 #                                                   Hopper with Triton < 3.7.1), flash-qla)
 #
 # Writes OUTDIR/backward_gpu.dat, a row a shape. Times: medians (ours: of 10 after a warm-up,
@@ -14,8 +14,8 @@
 # backward, fla/tc FLA's backward over it. err_*: the peer's dq and dv against ours (stage 10,
 # relative L2), proof of the same problem. nan: that code did not run the
 # shape (its line in the log says why). The roofline: floor_ms is the least time the backward
-# can take at the card's measured rates (plots/data/gpu_peak.dat, bin/gpu_peak: copies and
-# mma.sync bf16), the larger of its flops (stage 10's count, the same products for every
+# can take at the rates in plots/data/gpu_peak.dat (bin/gpu_peak on the card its header names,
+# copies and mma.sync bf16: rerun it on another card), the larger of its flops (stage 10's count, the same products for every
 # method) over the tensor rate and its least bytes over the copy rate; the least bytes a token
 # and head read q, k, v, do, g and beta and write dq, dk, dv, dg and dbeta once, in bf16 and fp32
 # as FLA keeps them, 8 K + 6 V + 16 (the states, K V a head, are left out); roof_* is floor_ms

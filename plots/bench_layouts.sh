@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench_layouts.sh BIN OUTDIR [GROUPS] -- our best stage against every public GDN forward in the
+# bench_layouts.sh BIN OUTDIR [GROUPS] -- our picked stage against every public GDN forward in the
 # layouts real models use, side by side in one run on the same bf16 inputs: FLA's Triton
 # chunk_gated_delta_rule, FlashInfer's GDN prefill (CuTe DSL, exact; its context parallelism as
 # users get it) and FlashQLA's TileLang kernels (its automatic context parallelism on, which
@@ -11,7 +11,8 @@
 #   ours    the K = V = 128 shapes of docs/06 and docs/07, grouped value heads (4096 x 8 with 4 key
 #           and 16 value heads, 1 x 32768 with 2 and 8), a packed batch (28672 + 4096) and
 #           K = V = 64, where only FLA and we run
-#   tp8 tp4 tp2 tp1   the rows of FlashQLA's published H200 forward table for Qwen3.5-397B/122B at
+#   tp8 tp4 tp2 tp1   the rows of FlashQLA's published H200 forward table (QwenLM/FlashQLA,
+#           benchmark/benchmark_results_H200.txt, "FORWARD BENCHMARKS") for Qwen3.5-397B/122B at
 #           tensor parallelism 8, 4, 2, 1 (key heads 2, 4, 8, 16; value heads 8, 16, 32, 64): one
 #           sequence of 2048 to 32768 tokens, two packed sequences of 4096 to 32768 tokens in all,
 #           and 4 or 8 equal sequences, K = V = 128
@@ -25,8 +26,9 @@
 # warm-up, CUDA events, L2 flushed; the package's and the peers' of 30, the same way), the
 # peers' times over ours, and err_*: each o against our binary's (relative L2), proof of the
 # same inputs. nan: that code does not run the shape (its result line in the log says why).
-# The roofline (plots/bench_lib.sh): floor_ms, the least time at the card's measured rates
-# (plots/data/gpu_peak.dat), the larger of the flops (our stage's count, the same problem for
+# The roofline (plots/bench_lib.sh): floor_ms, the least time at the rates in
+# plots/data/gpu_peak.dat (bin/gpu_peak on the card its header names: rerun it on another
+# card), the larger of the flops (our stage's count, the same problem for
 # every method) over the tensor rate and the least bytes over the copy rate: q and k (bf16, a
 # key head's), v (bf16), g and beta (fp32) read once, o (bf16) and ht (fp32) written once; roof_*
 # is floor_ms over each time, the fraction of the roofline reached.

@@ -29,8 +29,9 @@ gpu_data_header() {
     echo "$2"
 }
 
-# peak_rates: copy_gbs and mma_tflops, the card's measured rates (GB/s of copies, TFLOP/s of
-# mma.sync bf16), from the last line of bin/gpu_peak's data file, plots/data/gpu_peak.dat
+# peak_rates: copy_gbs and mma_tflops (GB/s of copies, TFLOP/s of mma.sync bf16) from the last
+# line of bin/gpu_peak's data file, plots/data/gpu_peak.dat: the rates of the card its header
+# names (rerun bin/gpu_peak on another card)
 # shellcheck disable=SC2034 # the two are the callers' to read
 peak_rates() {
     peak=$(tail -1 "$(dirname "$0")/data/gpu_peak.dat")

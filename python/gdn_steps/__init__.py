@@ -374,10 +374,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     _check("beta", beta, (B, T, HV), device)
     grouped_stages = GPU_STAGES[-2:]  # the GPU stages that run grouped value heads: 06 and 07
     if on_gpu and HV != H and stage is not None and _stage_name(stage, GPU_STAGES, "stage") not in grouped_stages:
-        raise ValueError("v has %d heads, q %d: of the GPU stages %s run grouped value heads (CPU tensors take them "
+        raise ValueError("v has %d heads, q %d: of the GPU stages only %s run grouped value heads (CPU tensors take them "
                          "in every stage)" % (HV, H, " and ".join(grouped_stages)))
     if on_gpu and cu_seqlens is not None and stage is not None and _stage_name(stage, GPU_STAGES, "stage") not in grouped_stages:
-        raise ValueError("cu_seqlens: of the GPU stages %s run packed batches (CPU tensors take them in every stage)"
+        raise ValueError("cu_seqlens: of the GPU stages only %s run packed batches (CPU tensors take them in every stage)"
                          % " and ".join(grouped_stages))
     if on_gpu and precise not in (False, True):
         raise ValueError("precise must be True or False, got %r" % (precise,))

@@ -21,7 +21,7 @@
  * the output warps' Q K^T, Q S0 and P Vnew, all wgmma. Depth: T / 64 chunk steps.
  * Limits: K <= 128, chunk 64 (fixed), V and T any; the output warps at K = V = 128.
  *
- * Build and run:  make bin/06f_output_warps && bin/06f_output_warps --T 16384 --H 132 --check-against oracle
+ * Build and run:  make bin/06f_output_warps && bin/06f_output_warps --T 16384 --H 132 --K 128 --V 128 --check-against oracle
  */
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled: the driver's tensor map maker, found at run time */

@@ -8,11 +8,11 @@
  * chunks start at its first token, as FLA's do, so its chunks and their sums are those it has
  * alone.
  *
- * The padding is not run: the passes' workspace carries the batch's offsets (row_offsets),
+ * The padding is not run: the passes' chunk_workspace points at the batch's offsets (row_offsets),
  * kernel 1 and kernel 3 return at a chunk of padding alone, and a chain block ends at its row's
  * last real chunk (chunk_workspace.cuh: row_tokens; chain_ring.cuh: end_at_real_tokens).
  *
- * Cost: two copies of the inputs and o, bound by memory (none where every length is the same:
+ * Cost: a copy of the inputs into the rows and of o out of them, bound by memory (none where every length is the same:
  * the packed row is N rows already), and blocks for N x longest tokens, those of padding
  * returning at once. Workspace: the stage's own for the N rows, then the padded inputs and o
  * (padded_parts).

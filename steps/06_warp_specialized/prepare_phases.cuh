@@ -1,5 +1,5 @@
-/* prepare_phases.cuh -- kernel 1's tiles and phases, as sub-stage 06d makes them and every
- * later one keeps them: the solve's strides and the places its tiles share, the products with
+/* prepare_phases.cuh -- kernel 1's tiles and phases, for 06d and the sub-stages after it (06e,
+ * 06f, 06): the solve's strides and the places its tiles share, the products with
  * B by rows (ldmatrix.trans), the tf32 joins of the solve, the keys decayed to the chunk's end,
  * W and U with their bulk stores. Each kernel 1 (prepare_w_and_u.cuh, prepare_chunks.cuh) is
  * these phases in order around its own copies, gates and K K^T.

@@ -220,9 +220,9 @@ def test_cuda_errors_before_any_kernel():
     base = dict(q=q, k=k, v=v, g=g, beta=beta)
     cases = [
         ("k is on cpu, q on cuda", dict(base, k=k.cpu())),
-        ("of the GPU stages 06_warp_specialized and 07_sequence_parallel run grouped value heads",
+        ("of the GPU stages only 06_warp_specialized and 07_sequence_parallel run grouped value heads",
          dict(base, v=torch.cat([v, v], dim=2), g=torch.cat([g, g], dim=2), beta=torch.cat([beta, beta], dim=2), stage="06a")),
-        ("cu_seqlens: of the GPU stages 06_warp_specialized and 07_sequence_parallel run packed batches",
+        ("cu_seqlens: of the GPU stages only 06_warp_specialized and 07_sequence_parallel run packed batches",
          dict(base, cu_seqlens=torch.tensor([0, 50, 100]), stage="06f")),
         ("cu_seqlens must be a one-dimensional tensor of N + 1 offsets on the CPU or on q's device",
          dict(base, cu_seqlens=torch.tensor([[0, 50, 100]], device="cuda"))),
