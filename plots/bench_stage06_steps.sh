@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_stage06_steps.sh OUTDIR -- stage 06 step by step, in one run on one machine: each step's
-# code (docs/06_warp_specialized.md, "The steps at a glance") taken from its commit by git
+# code (plots/stage06_steps.list) taken from its commit by git
 # archive, built side by side, and timed at two shapes on the same inputs, beside FLA's Triton
 # chunk_gated_delta_rule replayed from a CUDA graph. One machine and one run for every step, so
 # that the steps' times compare with each other.
