@@ -240,7 +240,8 @@ def gpu_stage_for(B, T, H, K, V, device=None, HV=None):
     """The GPU stage chunk_gated_delta_rule picks for CUDA tensors of these sizes (HV value
     heads, H by default): "07_sequence_parallel" where stage 07's model of the GPU cuts the
     sequences into segments, else "06_warp_specialized". The pick reads the sizes and the GPU's
-    SM count only."""
+    SM count only. For a packed batch, pass its N sequences and the longest one's tokens: it runs as
+    N rows that long."""
     device = torch.device("cuda") if device is None else torch.device(device)
     placeholder = torch.zeros(1, device=device)  # the call's tensors: never read by the pick
     address = placeholder.data_ptr()
