@@ -43,7 +43,7 @@ for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 1638
     stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($1, $2, $3, $4, $5))" 2>/dev/null || echo 06_warp_specialized)
     forward=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 2>&1 | grep '^result' || true)")
     peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers fla,flashqla "$work/p:$work/o" 2>&1 || true)
-    printf '%s\n' "$peers" | grep 'error=' >&2 || true
+    printf '%s\n' "$peers" | grep -v 'median_ms=' >&2 || true # why a peer did not run: its line, or a traceback
     fla_b=$(field median_ms "$(line_of "$peers" fla backward)") fla_fb=$(field median_ms "$(line_of "$peers" fla forward_backward)")
     qla_b=$(field median_ms "$(line_of "$peers" flashqla backward)") qla_fb=$(field median_ms "$(line_of "$peers" flashqla forward_backward)")
     e_fq=$(field err_dq_vs_ours "$(line_of "$peers" fla backward)") e_fv=$(field err_dv_vs_ours "$(line_of "$peers" fla backward)")

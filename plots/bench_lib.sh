@@ -47,8 +47,8 @@ roofline_ms() {
 # the roofline a time reaches, with A its roofline_ms
 fraction() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.3f", a / b; else printf "nan" }'; }
 
-# ratio A B: A / B with two decimals (0 when B is not positive)
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "0" }'; }
+# ratio A B: A / B with two decimals (nan when either is not a positive time: a code that did not run)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else printf "nan" }'; }
 
 # fla_times PROBLEM_DIR OURS_DIR REPS: FLA's chunk_gated_delta_rule on that problem in bf16
 # (plots/fla_bench.py), into fla_eager and fla_graph (medians, ms) and fla_err (FLA's o against

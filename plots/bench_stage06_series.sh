@@ -18,7 +18,8 @@ bench_begin
 for shape in "8 4096 16 128 128" "1 16384 8 64 64"; do
     # shellcheck disable=SC2086 # the shape is five words
     set -- $shape
-    rows=$out/stage06_series$([ "$4" = 64 ] && echo _k64).dat
+    rows=$out/stage06_series.dat
+    [ "$4" = 128 ] || rows=$out/stage06_series_k$4.dat # an assignment from a failing $( ) would end a set -e script
     gpu_data_header "bench_stage06_series.sh $bin $out" "stage B T H K V median_ms fla_graph_ms fla_graph/stage" > "$rows"
     "$bin"/make_problem --B "$1" --T "$2" --H "$3" --K "$4" --V "$5" --seed 7 "$work/p" > /dev/null
     "$bin"/06_warp_specialized --in "$work/p" --reps 1 --out "$work/o" > /dev/null
