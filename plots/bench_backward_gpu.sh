@@ -42,7 +42,8 @@ for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 1638
     tc=$(field median_ms "$("$bin"/11_backward_tensor_cores --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($1, $2, $3, $4, $5))" 2>/dev/null || echo 06_warp_specialized)
     forward=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 2>&1 | grep '^result' || true)")
-    peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers fla,flashqla "$work/p:$work/o" 2>&1 || true)
+    peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers fla,flashqla "$work/p:$work/o" 2>&1 ||
+        echo "plots/fla_backward_bench.py ended with status $?") # a crash (a signal) prints no line of its own
     printf '%s\n' "$peers" | grep -v 'median_ms=' >&2 || true # why a peer did not run: its line, or a traceback
     fla_b=$(field median_ms "$(line_of "$peers" fla backward)") fla_fb=$(field median_ms "$(line_of "$peers" fla forward_backward)")
     qla_b=$(field median_ms "$(line_of "$peers" flashqla backward)") qla_fb=$(field median_ms "$(line_of "$peers" flashqla forward_backward)")

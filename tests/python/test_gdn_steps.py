@@ -19,7 +19,7 @@ FLOAT_BOUND, DOUBLE_BOUND = 1e-4, 1e-10
 
 
 def relative_error(got, want):
-    got, want = got.double(), want.double()
+    got, want = got.detach().double(), want.detach().double()
     assert bool(torch.isfinite(got).all()), "NaN or Inf in the result"
     return float((got - want).norm() / want.norm())
 
