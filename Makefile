@@ -317,6 +317,7 @@ test:
 ifeq ($(SANITIZE)$(VALGRIND_BUILD),)
 	@sh tests/python/run.sh
 	@sh tests/readme_commands.sh
+	@sh tests/bench_scripts.sh
 endif
 	@sh tests/voice_check.sh
 

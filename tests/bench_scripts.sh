@@ -1,0 +1,106 @@
+#!/bin/sh
+# bench_scripts.sh -- the GPU bench scripts run end to end against stand-ins, on any machine.
+#
+# A GPU bench script runs for minutes on a borrowed card and writes a data file at the end; a
+# slip in its shell (an assignment from a failing $( ) under set -e, a column left out of a
+# row) would cost that time and leave no data. Here each script runs with stand-ins first on
+# the PATH: bin/ binaries that print a `result ... median_ms=... gflops=...` line (make_problem
+# makes its folder), a python3 that answers as plots/fla_bench.py and
+# plots/fla_backward_bench.py do (every peer runs; --serve answers each problem, then
+# `done PROBLEM`) and as the package's gpu_stage_for does, and an nvidia-smi. Each must exit 0
+# and write every data file it names, each row with as many fields as its header line, and no
+# ratio column 0 (the stand-ins' times are all positive). The numbers mean nothing: this checks
+# the scripts, not the code they time. Scripts that need ncu, MPI or git history
+# (bench_gpu.sh, bench_sequence.sh, bench_context_gpu.sh, bench_stage06_steps.sh) are not run.
+#
+#     sh tests/bench_scripts.sh      (make test runs it)
+set -u
+cd "$(dirname "$0")/.." || exit 1
+stand=$(mktemp -d)
+trap 'rm -rf "$stand"' EXIT
+mkdir -p "$stand/bin" "$stand/path"
+
+# the binaries: a result line, the --out folder made; make_problem makes its problem folder
+for name in make_problem 05_wy_chunked_cuda 06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare \
+    06e_warp_chain 06f_output_warps 06_warp_specialized 07_sequence_parallel 10_backward_chunked_cuda \
+    11_backward_tensor_cores; do
+    cat > "$stand/bin/$name" << EOF
+#!/bin/sh
+if [ "$name" = make_problem ]; then for last; do :; done; mkdir -p "\$last"; exit 0; fi
+while [ \$# -gt 0 ]; do [ "\$1" = --out ] && mkdir -p "\$2"; shift; done
+echo "result stage=$name median_ms=0.5 gflops=100"
+EOF
+done
+cat > "$stand/path/nvidia-smi" << 'EOF'
+#!/bin/sh
+echo "Stand-in GPU, 1.0"
+EOF
+# python3: the package's pick, and the two peer scripts' result lines for every peer asked
+cat > "$stand/path/python3" << 'EOF'
+#!/bin/sh
+if [ "$1" = -c ]; then
+    case $2 in *sys.stdin*) while read -r _; do echo 06_warp_specialized; done ;; *) echo 06_warp_specialized ;; esac
+    exit 0
+fi
+script=$1 peers=fla serve=0 previous=""
+for argument; do
+    [ "$previous" = --peers ] && peers=$argument
+    [ "$argument" = --serve ] && serve=1
+    previous=$argument
+done
+answer() {
+    for peer in $(echo "$peers" | tr ',' ' '); do
+        case $script in
+        *fla_backward_bench.py)
+            for mode in backward forward_backward; do
+                echo "result peer=$peer mode=$mode dtype=bf16 median_ms=2.0 err_dq_vs_ours=1e-3 err_dv_vs_ours=1e-3"
+            done ;;
+        *)
+            name=$peer; [ "$peer" = fla ] && name=fla_chunk
+            for mode in eager graph; do echo "result peer=$name mode=$mode dtype=bf16 median_ms=1.0 err_o_vs_ours=1e-3"; done ;;
+        esac
+    done
+}
+if [ "$serve" = 1 ]; then
+    while read -r problem; do answer; echo "done $problem"; done
+else
+    answer
+fi
+EOF
+chmod +x "$stand/bin/"* "$stand/path/"*
+
+failures=0 passed=""
+fail() { echo "bench_scripts: $*"; failures=$((failures + 1)); }
+# run SCRIPT DATA_FILE... [-- ARGUMENTS]: the script against the stand-ins, then its data files checked
+run() {
+    script=$1; shift
+    files=""
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do files="$files $1"; shift; done
+    [ $# -gt 0 ] && shift
+    out=$stand/out_$(basename "$script" .sh)
+    mkdir -p "$out"
+    before=$failures
+    if ! PATH="$stand/path:$PATH" sh "plots/$script" "$stand/bin" "$out" "$@" > "$out/log" 2>&1; then
+        last=$(tail -1 "$out/log")
+        fail "$script exited with an error (${last:-and printed nothing})"
+        return
+    fi
+    for file in $files; do
+        [ -f "$out/$file" ] || { fail "$script wrote no $file"; continue; }
+        problem=$(awk '/^#/ { next } !columns { columns = NF; next } NF != columns { print "row " NR " has " NF " fields, the header " columns; exit }
+            { rows++ } END { if (!rows) print "no rows" }' "$out/$file")
+        [ -z "$problem" ] || fail "$script, $file: $problem"
+        zero=$(awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) if ($i ~ /\//) ratio[i] = $i; header = 1; next }
+            { for (i in ratio) if ($i == "0" || $i == "0.00") { print ratio[i] " is 0 in row " NR; exit } }' "$out/$file")
+        [ -z "$zero" ] || fail "$script, $file: $zero"
+    done
+    [ "$failures" -gt "$before" ] || passed="$passed $script"
+}
+run bench_stage06_series.sh stage06_series.dat stage06_series_k64.dat
+run bench_stage06.sh stage06_vs_fla.dat
+run bench_peers.sh peers.dat
+run bench_python.sh python_bench.dat
+run bench_backward_gpu.sh backward_gpu.dat
+run bench_layouts.sh layouts_ours.dat layouts_tp8.dat -- ours,tp8
+[ "$failures" -eq 0 ] || exit 1
+echo "bench_scripts: $(echo "$passed" | wc -w) GPU bench scripts ran against stand-ins and wrote whole rows"
