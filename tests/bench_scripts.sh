@@ -1,17 +1,17 @@
 #!/bin/sh
 # bench_scripts.sh -- the GPU bench scripts run end to end against stand-ins, on any machine.
 #
-# A GPU bench script runs for minutes on a borrowed card and writes a data file at the end; a
-# slip in its shell (an assignment from a failing $( ) under set -e, a column left out of a
-# row) would cost that time and leave no data. Here each script runs with stand-ins first on
-# the PATH: bin/ binaries that print a `result ... median_ms=... gflops=...` line (make_problem
-# makes its folder), a python3 that answers as plots/fla_bench.py and
-# plots/fla_backward_bench.py do (every peer runs; --serve answers each problem, then
-# `done PROBLEM`) and as the package's gpu_stage_for does, and an nvidia-smi. Each must exit 0
+# A GPU bench script runs for minutes on a GPU and writes its data file at the end; a slip in
+# its shell (an assignment from a failing $( ) under set -e, a column left out of a row) would
+# cost that time and leave no data. Here each script runs with stand-ins first on the PATH:
+# bin/ binaries that print a `result ... median_ms=... gflops=...` line (make_problem makes its
+# folder); a python3 that answers as plots/fla_bench.py and plots/fla_backward_bench.py do
+# (every peer runs; --serve answers each problem, then `done PROBLEM`), as the package's
+# gpu_stage_for and as plots/kernel_times.py; an nvidia-smi and an ncu. Each script must exit 0
 # and write every data file it names, each row with as many fields as its header line, and no
 # ratio column 0 (the stand-ins' times are all positive). The numbers mean nothing: this checks
-# the scripts, not the code they time. Scripts that need ncu, MPI or git history
-# (bench_gpu.sh, bench_sequence.sh, bench_context_gpu.sh, bench_stage06_steps.sh) are not run.
+# the scripts, not the code they time. The two that need MPI or git history
+# (bench_context_gpu.sh, bench_stage06_steps.sh) are not run.
 #
 #     sh tests/bench_scripts.sh      (make test runs it)
 set -u
@@ -21,7 +21,7 @@ trap 'rm -rf "$stand"' EXIT
 mkdir -p "$stand/bin" "$stand/path"
 
 # the binaries: a result line, the --out folder made; make_problem makes its problem folder
-for name in make_problem 05_wy_chunked_cuda 06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare \
+for name in make_problem 01_naive_loop_cuda 03_parallel_scan_cuda 04_two_phase_scan_cuda 05_wy_chunked_cuda 06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare \
     06e_warp_chain 06f_output_warps 06_warp_specialized 07_sequence_parallel 10_backward_chunked_cuda \
     11_backward_tensor_cores; do
     cat > "$stand/bin/$name" << EOF
@@ -35,6 +35,10 @@ cat > "$stand/path/nvidia-smi" << 'EOF'
 #!/bin/sh
 echo "Stand-in GPU, 1.0"
 EOF
+cat > "$stand/path/ncu" << 'EOF'
+#!/bin/sh
+echo '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+EOF
 # python3: the package's pick, and the two peer scripts' result lines for every peer asked
 cat > "$stand/path/python3" << 'EOF'
 #!/bin/sh
@@ -42,6 +46,7 @@ if [ "$1" = -c ]; then
     case $2 in *sys.stdin*) while read -r _; do echo 06_warp_specialized; done ;; *) echo 06_warp_specialized ;; esac
     exit 0
 fi
+case $1 in *kernel_times.py) cat > /dev/null; echo "1.0 - - 2.0 3.0"; exit 0 ;; esac
 script=$1 peers=fla serve=0 previous=""
 for argument; do
     [ "$previous" = --peers ] && peers=$argument
@@ -102,5 +107,7 @@ run bench_peers.sh peers.dat
 run bench_python.sh python_bench.dat
 run bench_backward_gpu.sh backward_gpu.dat
 run bench_layouts.sh layouts_ours.dat layouts_tp8.dat -- ours,tp8
+run bench_gpu.sh gpu_shapes.dat gpu_vs_T.dat
+run bench_sequence.sh stage07_shapes.dat stage07_vs_T.dat
 [ "$failures" -eq 0 ] || exit 1
 echo "bench_scripts: $(echo "$passed" | wc -w) GPU bench scripts ran against stand-ins and wrote whole rows"
