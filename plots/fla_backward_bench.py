@@ -16,9 +16,12 @@ each peer's gradients are compared with ours (relative L2): proof of the same pr
 far a bf16 backward is from our fp32 one. Prints one `result peer=... mode=...` line a
 measurement, or one line saying why a peer did not run.
 
-Peers: fla (FLA's chunk_gated_delta_rule, its Triton kernels: backend dispatch off), flashqla
-(FlashQLA's fused TileLang kernels, K = V = 128). FLA's backward on Hopper refuses Triton
-versions with a known miscompile unless tilelang is importable: its refusal is printed as it
+Peers: fla (FLA's chunk_gated_delta_rule, its Triton kernels), flashqla (FlashQLA's fused
+TileLang kernels, K = V = 128). FLA's backward on Hopper with Triton 3.4 to 3.7.0 (a known
+miscompile of chunk_bwd_dqkwg) runs that one kernel through FLA's own TileLang backend, which
+its backend dispatch picks where tilelang is importable; with dispatch off (as plots/fla_bench.py
+runs FLA) it refuses. So here dispatch is on and FLA's FlashQLA backend off (FLA_FLASH_QLA=0):
+"fla" is FLA's Triton kernels with its Hopper fix, never FlashQLA's. A refusal is printed as it
 comes.
 """
 import argparse
@@ -29,10 +32,13 @@ import sys
 import numpy as np
 import torch
 
-os.environ["FLA_DISABLE_BACKEND_DISPATCH"] = "1"  # FLA's own kernels, not FlashQLA's through FLA
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fla_bench import median_ms, peer_function, relative  # noqa: E402 (the same timing and flush)
+
+# read when fla is first imported (peer_function): FLA's dispatch on for its Hopper backward fix,
+# its FlashQLA backend off, whatever fla_bench or the caller's environment set
+os.environ["FLA_DISABLE_BACKEND_DISPATCH"] = "0"
+os.environ["FLA_FLASH_QLA"] = "0"
 
 GRADIENTS = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
 
