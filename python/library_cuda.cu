@@ -7,7 +7,8 @@
  * and PyTorch's current stream as the pass's stream (common/device.h), and returns as soon as
  * the kernels are queued. Nothing is copied, nothing waits for the GPU, nothing is allocated:
  * the call can be captured in a CUDA graph. The stages are those that read bf16 inputs, as
- * FLA's callers hold them: 06a, 06b, 06 and 07.
+ * FLA's callers hold them: 06a .. 06f, 06 and 07 forward, and stage 11 backward (loss.backward()
+ * on CUDA tensors: the gradients from the same bf16 inputs, on the GPU).
  *
  * What it does not check: the outputs' values. A check would wait for the GPU; the package's
  * suite checks them (tests/python/test_gdn_steps_cuda.py). Everything that can be checked
@@ -21,6 +22,7 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+#include "../common/backward_stage.h"
 #include "../common/cuda_check.h"
 #include "../common/device.h"
 #include "../common/error.h"
@@ -34,6 +36,7 @@ static const gdn_stage *const gpu_stages[] = {&tensor_cores_stage, &producer_con
                                               &warp_chain_stage,   &output_warps_stage,      &warp_specialized_stage,
                                               &sequence_parallel_stage};
 enum { GPU_STAGES = sizeof gpu_stages / sizeof gpu_stages[0] };
+extern "C" const gdn_backward_stage backward_tensor_cores_stage; /* the GPU backward that reads bf16 */
 
 extern "C" const char *gdn_library_cuda_error(void) { return gdn_last_error(); }
 
@@ -47,6 +50,36 @@ extern "C" const char *gdn_library_cuda_stages(void)
         strncat(list, " ", sizeof list - strlen(list) - 1);
     }
     return list;
+}
+
+/* The call's device made current: a GPU is there, and it is the one this process runs on */
+static int use_device(const gdn_library_call *c)
+{
+    if (!gdn_cuda_device_present())
+        return -1;
+    /* stage 06 makes its side streams once, on the device current then (warp_specialized.cu) */
+    static int64_t first_device = -1;
+    if (first_device < 0)
+        first_device = c->device;
+    if (c->device != first_device)
+        return gdn_set_error("tensors on CUDA device %lld: this process ran the GPU stages on device %lld, and they "
+                             "run on one device a process", (long long)c->device, (long long)first_device);
+    CUDA_CHECK(cudaSetDevice((int)c->device));
+    return 0;
+}
+
+/* The call's tensors as the stages read them: q, k, v in bf16, g, beta and h0 in fp32 */
+static gdn_device_problem device_problem(const gdn_problem *p, const gdn_library_call *c)
+{
+    gdn_device_problem device = {};
+    device.B = p->B, device.T = p->T, device.H = p->H, device.K = p->K, device.V = p->V;
+    device.scale = (float)p->scale;
+    device.heads_per_key = 1;
+    /* the fp32 q, k, v a binary's runner keeps as well: these stages read only the bf16 ones */
+    device.g = (const float *)c->g, device.beta = (const float *)c->beta, device.h0 = (const float *)c->h0;
+    device.q_bf16 = (const unsigned short *)c->q, device.k_bf16 = (const unsigned short *)c->k;
+    device.v_bf16 = (const unsigned short *)c->v;
+    return device;
 }
 
 /* The stage, the problem and the settings of a call, all checked; the stage resolves its
@@ -67,16 +100,8 @@ static int prepare(const char *stage_name, const gdn_library_call *c, const gdn_
     /* a packed batch: its offsets on the host (sizes, the stage's choices) and on the GPU (the kernels) */
     if (p->offsets && !c->device_offsets)
         return gdn_set_error("cu_seqlens: its offsets are needed in GPU memory as well");
-    if (!gdn_cuda_device_present())
+    if (use_device(c))
         return -1;
-    /* stage 06 makes its side streams once, on the device current then (warp_specialized.cu) */
-    static int64_t first_device = -1;
-    if (first_device < 0)
-        first_device = c->device;
-    if (c->device != first_device)
-        return gdn_set_error("tensors on CUDA device %lld: this process ran the GPU stages on device %lld, and they "
-                             "run on one device a process", (long long)c->device, (long long)first_device);
-    CUDA_CHECK(cudaSetDevice((int)c->device));
     if ((*stage)->resolve_options)
         (*stage)->resolve_options(p, s);
     return (*stage)->device_workspace_bytes ? (*stage)->device_workspace_bytes(p, s, workspace) : 0;
@@ -133,14 +158,7 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
     if (status == 0 && (!o || !o_bf16 || !ht || (needed && !workspace)))
         status = gdn_set_error("o (bf16 and fp32), ht and the workspace are all needed");
     if (status == 0) {
-        gdn_device_problem device = {};
-        device.B = p.B, device.T = p.T, device.H = p.H, device.K = p.K, device.V = p.V;
-        device.scale = (float)p.scale;
-        device.heads_per_key = 1;
-        /* the fp32 q, k, v a binary's runner keeps as well: these stages read only the bf16 ones */
-        device.g = (const float *)c->g, device.beta = (const float *)c->beta, device.h0 = (const float *)c->h0;
-        device.q_bf16 = (const unsigned short *)c->q, device.k_bf16 = (const unsigned short *)c->k;
-        device.v_bf16 = (const unsigned short *)c->v;
+        gdn_device_problem device = device_problem(&p, c);
         gdn_device_result result = {};
         result.o = o, result.ht = ht, result.o_bf16 = o_bf16;
         result.workspace = workspace, result.workspace_bytes = (size_t)workspace_bytes;
@@ -154,6 +172,76 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
         status = stage->device_forward(&device, &s, &result);
         gdn_set_pass_stream(NULL);
         *o_in_bf16 = result.o_in_bf16;
+    }
+    gdn_library_release(&p);
+    return status;
+}
+
+/* ---- the backward: stage 11 ---- */
+
+/* Stage 11 for a call, its problem and settings checked: one key head a value head and B rows
+ * (the package repeats grouped keys and runs a packed batch a sequence at a time), no forward
+ * options; the workspace it needs, in bytes. */
+static int prepare_backward(const char *stage_name, const gdn_library_call *c, gdn_problem *p, gdn_settings *s,
+                            size_t *workspace)
+{
+    const gdn_backward_stage *stage = &backward_tensor_cores_stage;
+    *workspace = 0;
+    memset(p, 0, sizeof *p); /* released by the caller whatever fails below */
+    if (!gdn_library_names(stage_name, stage->name))
+        return gdn_set_error("no GPU backward stage '%s' (there is %s)", stage_name, stage->name);
+    if (c->HV != c->H || c->offsets)
+        return gdn_set_error("%s takes one key head a value head and B rows (HV = %lld, H = %lld%s)", stage->name,
+                             (long long)c->HV, (long long)c->H, c->offsets ? ", cu_seqlens given" : "");
+    if (c->precise || c->batch_invariant || c->segments)
+        return gdn_set_error("%s has no precise, batch_invariant or segments", stage->name);
+    if (gdn_library_problem(c, p, s) || use_device(c))
+        return -1;
+    if (stage->resolve_options)
+        stage->resolve_options(p, s);
+    return stage->device_workspace_bytes(p, s, workspace);
+}
+
+/* The workspace a backward call needs, in bytes. */
+extern "C" int gdn_library_cuda_backward_workspace(const char *stage_name, const gdn_library_call *c, int64_t *bytes)
+{
+    gdn_problem p;
+    gdn_settings s;
+    size_t needed;
+    int status = prepare_backward(stage_name, c, &p, &s, &needed);
+    gdn_library_release(&p);
+    *bytes = (int64_t)needed;
+    return status;
+}
+
+/* Queues the backward into c->stream: from the cotangents d_o [B, T, H, V] and dht [B, H, K, V]
+ * (fp32), o and ht (fp32, recomputed) and the gradients dq, dk [B, T, H, K], dv [B, T, H, V],
+ * dg, dbeta [B, T, H] and, with h0, dh0 [B, H, K, V], all fp32. */
+extern "C" int gdn_library_cuda_backward(const char *stage_name, const gdn_library_call *c, void *workspace,
+                                         int64_t workspace_bytes, const float *d_o, const float *dht, float *o, float *ht,
+                                         float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dh0)
+{
+    gdn_problem p;
+    gdn_settings s;
+    size_t needed;
+    int status = prepare_backward(stage_name, c, &p, &s, &needed);
+    if (status == 0 && (int64_t)needed > workspace_bytes)
+        status = gdn_set_error("%s needs %zu bytes of workspace; %lld given", backward_tensor_cores_stage.name, needed,
+                               (long long)workspace_bytes);
+    if (status == 0 && (!d_o || !dht || !o || !ht || !dq || !dk || !dv || !dg || !dbeta || (c->h0 && !dh0) ||
+                        (needed && !workspace)))
+        status = gdn_set_error("the cotangents, o, ht, every gradient (dh0 with h0) and the workspace are all needed");
+    if (status == 0) {
+        const gdn_device_problem device = device_problem(&p, c);
+        const gdn_device_cotangents cotangents = {d_o, dht};
+        gdn_device_result result = {};
+        result.o = o, result.ht = ht;
+        result.workspace = workspace, result.workspace_bytes = (size_t)workspace_bytes;
+        result.layout.HV = p.H, result.layout.sequences = p.B, result.layout.longest = p.T; /* the plain layout */
+        gdn_device_gradients gradients = {dq, dk, dv, dg, dbeta, c->h0 ? dh0 : NULL};
+        gdn_set_pass_stream((cudaStream_t)c->stream);
+        status = backward_tensor_cores_stage.device_backward(&device, &cotangents, &s, &result, &gradients);
+        gdn_set_pass_stream(NULL);
     }
     gdn_library_release(&p);
     return status;

@@ -20,8 +20,10 @@ g, beta, initial_state in fp32; o comes back in v's dtype, final_state in fp32, 
 packed batch runs on 06 and 07 as rows padded to its longest sequence; its offsets are needed
 on the host and on the GPU (cu_seqlens on q's device with cu_seqlens_cpu: no copy, no wait).
 
-loss.backward() runs the backward stage 10 (or 09, backward_stage="09"), on the CPU: for CUDA
-tensors on host copies (it synchronises). Every argument is checked before anything runs: a
+loss.backward() runs a backward stage: for CPU tensors stage 10 (or 09, backward_stage="09"); for
+CUDA tensors stage 11 on the GPU, in PyTorch's current stream, on the same bf16 q, k, v (V and
+K at most 128; else, or with backward_stage="10" or "09", stage 10 or 09 on host copies in
+float32, which synchronises). Every argument is checked before anything runs: a
 wrong dtype, shape, device or layout raises, naming it. The values (finite, g <= 0, beta in
 [0, 1]) are checked for CPU tensors only: checking CUDA tensors would wait for the GPU.
 """
@@ -32,12 +34,15 @@ import threading
 
 import torch
 
-__all__ = ["chunk_gated_delta_rule", "gpu_stage_for", "FORWARD_STAGES", "GPU_STAGES", "BACKWARD_STAGES"]
+__all__ = ["chunk_gated_delta_rule", "gpu_stage_for", "FORWARD_STAGES", "GPU_STAGES", "BACKWARD_STAGES",
+           "GPU_BACKWARD_STAGES"]
 
 FORWARD_STAGES = ("01_naive_loop", "02_affine", "03_parallel_scan", "04_two_phase_scan", "05_wy_chunked")
 GPU_STAGES = ("06a_tensor_cores", "06b_producer_consumer", "06c_bulk_outputs", "06d_bulk_prepare", "06e_warp_chain",
               "06f_output_warps", "06_warp_specialized", "07_sequence_parallel")
 BACKWARD_STAGES = ("09_backward_loop", "10_backward_chunked")
+GPU_BACKWARD_STAGES = ("11_backward_tensor_cores",)
+GPU_BACKWARD_WIDTH = 128  # stage 11 keeps K- and V-wide tiles in shared memory: K and V at most this
 GPU_CHUNK = 64  # the GPU stages' tokens per chunk: stage 07 cuts a sequence into at most T / 64 segments
 
 # Tests set this: outputs of CUDA calls are filled with NaN before the kernels run, so that a
@@ -95,6 +100,10 @@ def _cuda_library():
         library.gdn_library_cuda_forward.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Call), ctypes.c_void_p,
                                                      ctypes.c_int64] + [ctypes.c_void_p] * 3 + \
                                                     [ctypes.POINTER(ctypes.c_int)]
+        library.gdn_library_cuda_backward_workspace.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Call),
+                                                                ctypes.POINTER(ctypes.c_int64)]
+        library.gdn_library_cuda_backward.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Call), ctypes.c_void_p,
+                                                      ctypes.c_int64] + [ctypes.c_void_p] * 10
         _libraries["cuda"] = library
     return _libraries["cuda"]
 
@@ -287,10 +296,40 @@ def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise, batch_i
     return (o_bf16 if o_in_bf16.value else o), ht
 
 
+def _cuda_backward(stage, q, k, v, g, beta, h0, scale, d_o, dht):
+    """The gradients dq, dk, dv, dg, dbeta, dh0 (fp32, dh0 None without h0) from the GPU backward
+    stage, queued in PyTorch's current stream: q, k, v bf16 with one key head a value head, g,
+    beta, h0, d_o and dht fp32, B rows, all contiguous on one CUDA device."""
+    call = _cuda_call(q, k, v, g, beta, h0, scale, None, False)
+    library, name = _cuda_library(), stage.encode()
+    key = _cuda_key("backward workspace", stage, call)
+    if key not in _cuda_answers:
+        answer = ctypes.c_int64(0)
+        with _native_lock, torch.cuda.device(q.device):
+            if library.gdn_library_cuda_backward_workspace(name, ctypes.byref(call), ctypes.byref(answer)) != 0:
+                raise ValueError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
+        _cuda_answers[key] = answer.value
+    workspace_bytes = _cuda_answers[key]
+    workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    like = (v, dht, q, k, v, g, beta)  # o and ht (recomputed, not returned), then the gradients
+    o, ht, dq, dk, dv, dg, dbeta = (torch.empty(x.shape, dtype=torch.float32, device=q.device) for x in like)
+    dh0 = None if h0 is None else torch.empty_like(h0)
+    if poison_cuda_outputs:
+        for x in (o, ht, dq, dk, dv, dg, dbeta, dh0):
+            if x is not None:
+                x.fill_(float("nan"))
+    with _native_lock, torch.cuda.device(q.device):
+        if library.gdn_library_cuda_backward(name, ctypes.byref(call), workspace.data_ptr(), workspace_bytes,
+                                             d_o.data_ptr(), dht.data_ptr(), o.data_ptr(), ht.data_ptr(), dq.data_ptr(),
+                                             dk.data_ptr(), dv.data_ptr(), dg.data_ptr(), dbeta.data_ptr(),
+                                             _pointer(dh0)) != 0:
+            raise RuntimeError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
+    return dq, dk, dv, dg, dbeta, dh0
+
+
 class _GatedDeltaRuleCuda(torch.autograd.Function):
-    """o, ht of CUDA tensors from a GPU stage; backward through a CPU backward stage on host
-    copies in float32 (the GPU backward stages are binaries: bin/10_backward_chunked_cuda,
-    bin/11_backward_tensor_cores)."""
+    """o, ht of CUDA tensors from a GPU stage; backward through the GPU backward stage (11) on
+    the same tensors, or a CPU backward stage (09, 10) on host copies in float32."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, h0, scale, stage, backward_stage, segments, precise, batch_invariant):
@@ -303,16 +342,22 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
     def backward(ctx, d_o, dht):
         saved = ctx.saved_tensors
         scale, backward_stage = ctx.settings
-        q, k, v, g, beta, h0 = (None if x is None else x.detach().cpu().float() for x in saved)
-        d_o = None if d_o is None else d_o.detach().cpu().float().contiguous()
-        dht = None if dht is None else dht.detach().cpu().float().contiguous()
+        on_gpu = backward_stage in GPU_BACKWARD_STAGES
+        q, k, v, g, beta, h0 = (None if x is None else x.detach() if on_gpu else x.detach().cpu().float() for x in saved)
+        B, T, H, K = q.shape
+        HV, V = v.shape[2], v.shape[3]
+        where = q.device
+        d_o = torch.zeros((B, T, HV, V), device=where) if d_o is None else d_o.detach().to(where, torch.float32).contiguous()
+        dht = torch.zeros((B, HV, K, V), device=where) if dht is None else dht.detach().to(where, torch.float32).contiguous()
         # the backward stages take one key head per value head: q and k repeated for each, their
         # gradients summed back over the value heads that share them (as the CPU path's autograd does)
-        B, T, H, K = q.shape
-        group = v.shape[2] // H
+        group = HV // H
         if group > 1:
             q, k = (x.repeat_interleave(group, dim=2).contiguous() for x in (q, k))
-        gradients = list(_GatedDeltaRule.backward(_SavedOnHost(q, k, v, g, beta, h0, scale, backward_stage), d_o, dht))
+        if on_gpu:
+            gradients = list(_cuda_backward(backward_stage, q, k, v, g, beta, h0, scale, d_o, dht))
+        else:
+            gradients = list(_GatedDeltaRule.backward(_SavedOnHost(q, k, v, g, beta, h0, scale, backward_stage), d_o, dht))
         if group > 1:
             gradients[0], gradients[1] = (x.view(B, T, H, group, K).sum(dim=3) for x in gradients[:2])
         moved = [None if x is None else x.to(device=like.device, dtype=like.dtype)
@@ -345,12 +390,13 @@ def _l2norm(x, fixed_order=False):
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, cu_seqlens=None, *, cu_seqlens_cpu=None, stage=None,
-                           backward_stage="10", chunk=None, segments=None, precise=False, batch_invariant=False):
+                           backward_stage=None, chunk=None, segments=None, precise=False, batch_invariant=False):
     """(o, final_state) as FLA's chunk_gated_delta_rule returns them (final_state None unless
     output_final_state). stage picks the forward stage (CPU tensors: 01-05, "05" by default;
     CUDA tensors: 06a .. 06f, 06, 07, by shape by default), backward_stage the one loss.backward()
-    runs (09 or 10), chunk the tokens per chunk (05, 1-128), segments stage 04's or 07's, precise
-    the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths
+    runs (CPU tensors: 09 or 10, "10" by default; CUDA tensors: 11 on the GPU by default where K
+    and V are at most 128, else 10; 09 and 10 on host copies), chunk the tokens per chunk (05,
+    1-128), segments stage 04's or 07's, precise the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths
     that give a sequence the same bits whatever the batch and heads around it (06 unless stage
     or segments say 07). cu_seqlens may be on the CPU or on q's device; with CUDA tensors the
     offsets are needed on both: a call to capture in a CUDA graph passes cu_seqlens on q's device
@@ -361,11 +407,16 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         forward_name = None if stage is None else _stage_name(stage, GPU_STAGES, "stage")
     else:
         forward_name = _stage_name("05" if stage is None else stage, FORWARD_STAGES, "stage")
-    backward_name = _stage_name(backward_stage, BACKWARD_STAGES, "backward_stage")
     B, T, H, K = q.shape
     _check("k", k, (B, T, H, K), device)
     _check("v", v, (B, T, None, None), device)
     HV, V = v.shape[2], v.shape[3]
+    if backward_stage is None:
+        backward_stage = "11" if on_gpu and max(K, V) <= GPU_BACKWARD_WIDTH else "10"
+    backward_name = _stage_name(backward_stage, BACKWARD_STAGES + (GPU_BACKWARD_STAGES if on_gpu else ()), "backward_stage")
+    if backward_name in GPU_BACKWARD_STAGES and max(K, V) > GPU_BACKWARD_WIDTH:
+        raise ValueError("backward_stage=%r: stage 11 takes K and V up to %d, got K=%d V=%d (stage 10 takes them on "
+                         "host copies)" % (backward_stage, GPU_BACKWARD_WIDTH, K, V))
     if min(B, T, H, K, HV, V) == 0:
         raise ValueError("every size must be positive: q %s, v %s" % (list(q.shape), list(v.shape)))
     if HV % H != 0:
