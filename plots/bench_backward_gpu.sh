@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench_backward_gpu.sh BIN OUTDIR -- our GPU backward (bin/10_backward_chunked_cuda, fp32, and
 # bin/11_backward_tensor_cores, the same passes on tensor cores with bf16 operands) beside FLA's
-# and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), side by side in one run on
+# and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), and ours through the Python
+# package (the forward stage it picks, then stage 11 by autograd: ms_package_*), side by side in one run on
 # the same problems and cotangents: the backward alone, and the forward plus the backward (ours:
 # 06's or 07's forward, the stage picked for the shape, plus stage 10). Shapes: four at K = V =
 # 128, (8, 4096, 16), (4, 4096, 64), (1, 8192, 96), (2, 16384, 16), and (1, 16384, 8, 64, 64).
@@ -27,7 +28,7 @@ bin=${1:-bin}
 out=${2:-plots/data}
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd" > "$rows"
 peak_rates
 # floor FLOPS B T H K V: the roofline's least time, ms (the least bytes: 8 K + 6 V + 16 a token and head)
 floor_of() { roofline_ms "$1" "$(($2 * $3 * $4 * (8 * $5 + 6 * $6 + 16)))"; }
@@ -42,10 +43,11 @@ for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 1638
     tc=$(field median_ms "$("$bin"/11_backward_tensor_cores --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($1, $2, $3, $4, $5))" 2>/dev/null || echo 06_warp_specialized)
     forward=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 2>&1 | grep '^result' || true)")
-    peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers fla,flashqla "$work/p:$work/o" 2>&1 ||
+    peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers fla,flashqla,gdn_steps "$work/p:$work/o" 2>&1 ||
         echo "plots/fla_backward_bench.py ended with status $?") # a crash (a signal) prints no line of its own
     printf '%s\n' "$peers" | grep -v 'median_ms=' >&2 || true # why a peer did not run: its line, or a traceback
     fla_b=$(field median_ms "$(line_of "$peers" fla backward)") fla_fb=$(field median_ms "$(line_of "$peers" fla forward_backward)")
+    pkg_b=$(field median_ms "$(line_of "$peers" gdn_steps backward)") pkg_fb=$(field median_ms "$(line_of "$peers" gdn_steps forward_backward)")
     qla_b=$(field median_ms "$(line_of "$peers" flashqla backward)") qla_fb=$(field median_ms "$(line_of "$peers" flashqla forward_backward)")
     e_fq=$(field err_dq_vs_ours "$(line_of "$peers" fla backward)") e_fv=$(field err_dv_vs_ours "$(line_of "$peers" fla backward)")
     e_qq=$(field err_dq_vs_ours "$(line_of "$peers" flashqla backward)") e_qv=$(field err_dv_vs_ours "$(line_of "$peers" flashqla backward)")
@@ -53,7 +55,8 @@ for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 1638
         "$(ratio "${fla_b:-0}" "${backward:-0}") $(ratio "${qla_b:-0}" "${backward:-0}") $(ratio "${fla_b:-0}" "${tc:-0}")" \
         "${e_fq:--} ${e_fv:--} ${e_qq:--} ${e_qv:--}" \
         "$(floor_of "$flops" "$@") $(fraction "$(floor_of "$flops" "$@")" "${backward:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${tc:-nan}")" \
-        "$(fraction "$(floor_of "$flops" "$@")" "${fla_b:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${qla_b:-nan}")" >> "$rows"
+        "$(fraction "$(floor_of "$flops" "$@")" "${fla_b:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${qla_b:-nan}")" \
+        "${pkg_b:-nan} ${pkg_fb:-nan} $(ratio "${fla_fb:-0}" "${pkg_fb:-0}")" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done
 cat "$rows"
