@@ -165,12 +165,46 @@ __device__ __forceinline__ static float to_float(bf16 x) { return __bfloat162flo
 __device__ __forceinline__ static float to_float(unsigned short bits) { return __bfloat162float(__ushort_as_bfloat16(bits)); }
 
 /* tile[i][c] = bf16(scale_i * from[i * stride + c]) for i < rows, c < columns; zero elsewhere in
- * the tile_rows x tile_columns tile (row stride ld). scale NULL: 1 (a bf16 source then copies
- * exactly). Consecutive threads take consecutive columns, so the global reads coalesce. */
+ * the tile_rows x tile_columns tile (row stride ld, a multiple of 8: stride_of). scale NULL: 1
+ * (a bf16 source then copies exactly). Consecutive threads take consecutive columns, so the
+ * global reads coalesce. Where the rows start on 16-byte boundaries and the columns come in
+ * whole 16-byte pieces (K, V multiples of 8 in bf16, of 4 in fp32), a thread loads 16 bytes at
+ * once: 8 or 4 elements a load instead of one, so a block waits on a few loads a thread, not
+ * on a hundred one after the other (the chains stage tiles every chunk, on their serial path).
+ * Each element is rounded as in the scalar loop: the same bits either way. */
 template <typename Source>
 __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_columns, const Source *from, size_t stride, int rows,
                                   int columns, const float *scale)
 {
+    constexpr int PIECE = 16 / sizeof(Source); /* elements in 16 bytes: 8 bf16 or 4 fp32 */
+    if (((uintptr_t)from | (stride * sizeof(Source))) % 16 == 0 && columns % PIECE == 0 && tile_columns % PIECE == 0) {
+        const int pieces = tile_columns / PIECE;
+        for (int e = threadIdx.x; e < tile_rows * pieces; e += blockDim.x) {
+            const int i = e / pieces, c = (e % pieces) * PIECE;
+            union {
+                bf16 element[PIECE];
+                uint2 half;
+                uint4 whole;
+            } out;
+            out.whole = make_uint4(0u, 0u, 0u, 0u); /* +0 outside the rows and columns, as the scalar loop writes */
+            if (i < rows && c < columns) { /* a piece lies wholly inside or wholly outside: columns % PIECE == 0 */
+                union {
+                    uint4 bytes;
+                    Source element[PIECE];
+                } in;
+                in.bytes = *(const uint4 *)(from + i * stride + c);
+                const float factor = scale ? scale[i] : 1.0f;
+#pragma unroll
+                for (int k = 0; k < PIECE; k++)
+                    out.element[k] = __float2bfloat16_rn(factor * to_float(in.element[k]));
+            }
+            if constexpr (PIECE == 8)
+                *(uint4 *)(tile + i * ld + c) = out.whole;
+            else
+                *(uint2 *)(tile + i * ld + c) = out.half;
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < tile_rows * tile_columns; e += blockDim.x) {
         const int i = e / tile_columns, c = e % tile_columns;
         float value = 0.0f;
