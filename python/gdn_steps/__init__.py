@@ -347,8 +347,10 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
         B, T, H, K = q.shape
         HV, V = v.shape[2], v.shape[3]
         where = q.device
-        d_o = torch.zeros((B, T, HV, V), device=where) if d_o is None else d_o.detach().to(where, torch.float32).contiguous()
-        dht = torch.zeros((B, HV, K, V), device=where) if dht is None else dht.detach().to(where, torch.float32).contiguous()
+        d_o = torch.zeros((B, T, HV, V), dtype=torch.float32, device=where) if d_o is None \
+            else d_o.detach().to(where, torch.float32).contiguous()
+        dht = torch.zeros((B, HV, K, V), dtype=torch.float32, device=where) if dht is None \
+            else dht.detach().to(where, torch.float32).contiguous()
         # the backward stages take one key head per value head: q and k repeated for each, their
         # gradients summed back over the value heads that share them (as the CPU path's autograd does)
         group = HV // H
@@ -413,6 +415,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     HV, V = v.shape[2], v.shape[3]
     if backward_stage is None:
         backward_stage = "11" if on_gpu and max(K, V) <= GPU_BACKWARD_WIDTH else "10"
+    if not on_gpu and backward_stage not in BACKWARD_STAGES and \
+            any(backward_stage == name or name.startswith("%s_" % backward_stage) for name in GPU_BACKWARD_STAGES):
+        raise ValueError("backward_stage=%r runs on the GPU: it needs CUDA tensors (CPU tensors: 09 or 10)" % (backward_stage,))
     backward_name = _stage_name(backward_stage, BACKWARD_STAGES + (GPU_BACKWARD_STAGES if on_gpu else ()), "backward_stage")
     if backward_name in GPU_BACKWARD_STAGES and max(K, V) > GPU_BACKWARD_WIDTH:
         raise ValueError("backward_stage=%r: stage 11 takes K and V up to %d, got K=%d V=%d (stage 10 takes them on "

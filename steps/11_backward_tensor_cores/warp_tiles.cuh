@@ -177,7 +177,8 @@ __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
                                   int columns, const float *scale)
 {
     constexpr int PIECE = 16 / sizeof(Source); /* elements in 16 bytes: 8 bf16 or 4 fp32 */
-    if (((uintptr_t)from | (stride * sizeof(Source))) % 16 == 0 && columns % PIECE == 0 && tile_columns % PIECE == 0) {
+    if (((uintptr_t)from | (stride * sizeof(Source))) % 16 == 0 && columns % PIECE == 0 && tile_columns % PIECE == 0 &&
+        ld % 8 == 0) {
         const int pieces = tile_columns / PIECE;
         for (int e = threadIdx.x; e < tile_rows * pieces; e += blockDim.x) {
             const int i = e / pieces, c = (e % pieces) * PIECE;

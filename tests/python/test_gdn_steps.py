@@ -207,7 +207,7 @@ def bad_cases():
         ("v holds NaN or Inf", dict(base, v=torch.where(v > 1, torch.tensor(float("nan")), v))),
         ("stage='06'", dict(base, stage="06")),
         ("backward_stage='05'", dict(base, backward_stage="05")),
-        ("backward_stage='11': not one of 09_backward_loop, 10_backward_chunked", dict(base, backward_stage="11")),
+        ("backward_stage='11' runs on the GPU: it needs CUDA tensors", dict(base, backward_stage="11")),
         ("precise is an option of the GPU stages", dict(base, precise=True)),
         ("chunk must be an integer from 1 to 128", dict(base, chunk=0)),
         ("chunk must be an integer from 1 to 128", dict(base, chunk=True)),
