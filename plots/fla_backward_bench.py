@@ -23,8 +23,7 @@ picks, then stage 11 on the GPU by autograd). FLA's backward on Hopper with Trit
 which its backend dispatch picks where tilelang is importable; with dispatch off (as
 plots/fla_bench.py runs FLA) it refuses. So here dispatch is on and FLA's FlashQLA backend off
 (FLA_FLASH_QLA=0): "fla" is FLA's Triton kernels with its Hopper fix, never FlashQLA's. A
-refusal is printed as it
-comes.
+refusal is printed as it comes.
 """
 import argparse
 import math
