@@ -63,6 +63,20 @@ __device__ __forceinline__ static void for_each_state_element(Element f)
                 f(q, j, r, fragment_row(16 * (warp + 4 * q), r), fragment_column(0, j, r));
 }
 
+/* The chain's state at a chunk's start (S0, or dS_C going backwards) published twice: in fp32
+ * to the workspace (global, [K][V], for pass 4) and in bf16 to the B-operand tile (state) for
+ * this chunk's products. Rounded only on its way into a product: the accumulators keep fp32. */
+__device__ __forceinline__ static void publish_state(const float (&S)[2][2][4], float *global, bf16 *state, int K, int V, int KP,
+                                                     int column0)
+{
+    for_each_state_element([&](int q, int j, int r, int m, int c) {
+        if (m < K && column0 + c < V)
+            global[m * V + column0 + c] = S[q][j][r];
+        if (m < KP)
+            state[m * CHAIN_STRIDE + c] = __float2bfloat16_rn(S[q][j][r]);
+    });
+}
+
 /* A chunk's tiles both chains read: the keys (and the queries), -W, gamma and the decays to the
  * chunk's end. After the caller's barrier. */
 __device__ static void stage_chain_chunk(const gdn_device_problem &p, const backward_workspace &w, const chunk_at &x,
@@ -100,13 +114,7 @@ __global__ static void __launch_bounds__(CHAIN_THREADS) forward_chain_kernel(gdn
         const int n = x.n;
         __syncthreads(); /* the last chunk's tiles read */
         stage_chain_chunk(p, w, x, s);
-        float *S0 = w.S0 + x.index * K * V;
-        for_each_state_element([&](int q, int j, int r, int m, int c) { /* S0: fp32 for pass 4, bf16 for Vnew */
-            if (m < K && column0 + c < V)
-                S0[m * V + column0 + c] = S[q][j][r];
-            if (m < KP)
-                s.state[m * CHAIN_STRIDE + c] = __float2bfloat16_rn(S[q][j][r]);
-        });
+        publish_state(S, w.S0 + x.index * K * V, s.state, K, V, KP, column0); /* S0: fp32 for pass 4, bf16 for Vnew */
         __syncthreads();
 
         /* Vnew = U + (-W) S0: warp w the chunk's rows 16 w .., 16 columns, depth K. U becomes
@@ -170,13 +178,7 @@ __global__ static void __launch_bounds__(CHAIN_THREADS) backward_chain_kernel(gd
                 value = p.scale * expf((float)w.gamma[x.row + i]) * cot.d_o[token_of(p, x, i) * V + column0 + c];
             s.dO16[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(value);
         }
-        float *dS_end = w.dS_end + x.index * K * V;
-        for_each_state_element([&](int q, int j, int r, int m, int c) {
-            if (m < K && column0 + c < V)
-                dS_end[m * V + column0 + c] = dS[q][j][r];
-            if (m < KP)
-                s.state[m * CHAIN_STRIDE + c] = __float2bfloat16_rn(dS[q][j][r]);
-        });
+        publish_state(dS, w.dS_end + x.index * K * V, s.state, K, V, KP, column0); /* dS_C: fp32 for pass 4, bf16 for dVnew */
         __syncthreads();
 
         /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: warp w the rows 16 w .., depth K; P^T dO
