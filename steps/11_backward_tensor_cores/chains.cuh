@@ -77,6 +77,25 @@ __device__ __forceinline__ static void publish_state(const float (&S)[2][2][4], 
     });
 }
 
+/* The chain's step on its state (eq. 15, 19b): S = e^gamma_C S + what add(tile, row0) adds
+ * into each of this warp's 16-row tiles of it (rows 16 w .. and 16 (w + 4) .., those below KP) */
+template <typename Add>
+__device__ __forceinline__ static void decay_then_add(float (&S)[2][2][4], float decay, int KP, Add add)
+{
+    const int warp = threadIdx.x / 32;
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        if (16 * (warp + 4 * q) >= KP)
+            continue;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                S[q][j][r] *= decay;
+        add(S[q], 16 * (warp + 4 * q));
+    }
+}
+
 /* A chunk's tiles both chains read: the keys (and the queries), -W, gamma and the decays to the
  * chunk's end. After the caller's barrier. */
 __device__ static void stage_chain_chunk(const gdn_device_problem &p, const backward_workspace &w, const chunk_at &x,
@@ -134,18 +153,9 @@ __global__ static void __launch_bounds__(CHAIN_THREADS) forward_chain_kernel(gdn
         __syncthreads();
 
         /* S = e^gamma_C S0 + K^T (decayed Vnew), in the accumulators: A = the keys read transposed */
-        const float decay = expf((float)s.gamma[n - 1]);
-#pragma unroll
-        for (int q = 0; q < 2; q++) {
-            if (16 * (warp + 4 * q) >= KP)
-                continue;
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-                    S[q][j][r] *= decay;
-            warp_product(S[q], transpose_of(s.keys, LDK), rows_of(s.values, CHAIN_STRIDE), 16 * (warp + 4 * q), 0, CHUNK, 2);
-        }
+        decay_then_add(S, expf((float)s.gamma[n - 1]), KP, [&](float (&tile)[2][4], int row0) {
+            warp_product(tile, transpose_of(s.keys, LDK), rows_of(s.values, CHAIN_STRIDE), row0, 0, CHUNK, 2);
+        });
     }
     for_each_state_element([&](int q, int j, int r, int m, int c) {
         if (m < K && column0 + c < V)
@@ -198,19 +208,10 @@ __global__ static void __launch_bounds__(CHAIN_THREADS) backward_chain_kernel(gd
 
         /* dS0 = e^gamma_C dS_C + Q^T (scale e^gamma dO) + (-W)^T dVnew: A = the queries and -W read
          * transposed, depth 64 each */
-        const float decay = expf((float)s.gamma[n - 1]);
-#pragma unroll
-        for (int q = 0; q < 2; q++) {
-            if (16 * (warp + 4 * q) >= KP)
-                continue;
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-                    dS[q][j][r] *= decay;
-            warp_product(dS[q], transpose_of(s.queries, LDK), rows_of(s.dO16, CHAIN_STRIDE), 16 * (warp + 4 * q), 0, CHUNK, 2);
-            warp_product(dS[q], transpose_of(s.minus_W, LDK), rows_of(s.values, CHAIN_STRIDE), 16 * (warp + 4 * q), 0, CHUNK, 2);
-        }
+        decay_then_add(dS, expf((float)s.gamma[n - 1]), KP, [&](float (&tile)[2][4], int row0) {
+            warp_product(tile, transpose_of(s.queries, LDK), rows_of(s.dO16, CHAIN_STRIDE), row0, 0, CHUNK, 2);
+            warp_product(tile, transpose_of(s.minus_W, LDK), rows_of(s.values, CHAIN_STRIDE), row0, 0, CHUNK, 2);
+        });
     }
     if (dh0)
         for_each_state_element([&](int q, int j, int r, int m, int c) {
