@@ -17,6 +17,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <cuda_pipeline_primitives.h> /* __pipeline_memcpy_async: cp.async */
 
 #include "../../common/device.h"
 #include "../../common/mma_sync.cuh" /* mma.sync, ldmatrix and the fragment layouts */
@@ -168,10 +169,15 @@ __device__ __forceinline__ static float to_float(unsigned short bits) { return _
  * the tile_rows x tile_columns tile (row stride ld, a multiple of 8: stride_of). scale NULL: 1
  * (a bf16 source then copies exactly). Consecutive threads take consecutive columns, so the
  * global reads coalesce. Where the rows start on 16-byte boundaries and the columns come in
- * whole 16-byte pieces (K, V multiples of 8 in bf16, of 4 in fp32), a thread loads 16 bytes at
- * once: 8 or 4 elements a load instead of one, so a block waits on a few loads a thread, not
- * on a hundred one after the other (the chains stage tiles every chunk, on their serial path).
- * Each element is rounded as in the scalar loop: the same bits either way. */
+ * whole 16-byte pieces (K, V multiples of 8 in bf16, of 4 in fp32), a thread moves 16 bytes at
+ * once, and never waits for one piece before it asks for the next: a bf16 source copied as it
+ * is goes by cp.async (the copy skips the registers, every piece in flight at once), any other
+ * is loaded LOADS_IN_FLIGHT pieces at a time before the first is rounded and stored. A loop
+ * that stores each piece before it loads the next waits one memory latency a piece, and the
+ * chains stage their tiles every chunk, on their serial path. Each element is rounded as in
+ * the scalar loop: the same bits either way. The tile is complete in this thread's view when
+ * it returns; the caller's barrier makes it the block's. */
+constexpr int LOADS_IN_FLIGHT = 4;
 template <typename Source>
 __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_columns, const Source *from, size_t stride, int rows,
                                   int columns, const float *scale)
@@ -179,30 +185,54 @@ __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
     constexpr int PIECE = 16 / sizeof(Source); /* elements in 16 bytes: 8 bf16 or 4 fp32 */
     if (((uintptr_t)from | (stride * sizeof(Source))) % 16 == 0 && columns % PIECE == 0 && tile_columns % PIECE == 0 &&
         ld % 8 == 0) {
-        const int pieces = tile_columns / PIECE;
-        for (int e = threadIdx.x; e < tile_rows * pieces; e += blockDim.x) {
-            const int i = e / pieces, c = (e % pieces) * PIECE;
-            union {
-                bf16 element[PIECE];
-                uint2 half;
-                uint4 whole;
-            } out;
-            out.whole = make_uint4(0u, 0u, 0u, 0u); /* +0 outside the rows and columns, as the scalar loop writes */
-            if (i < rows && c < columns) { /* a piece lies wholly inside or wholly outside: columns % PIECE == 0 */
-                union {
-                    uint4 bytes;
-                    Source element[PIECE];
-                } in;
-                in.bytes = *(const uint4 *)(from + i * stride + c);
-                const float factor = scale ? scale[i] : 1.0f;
-#pragma unroll
-                for (int k = 0; k < PIECE; k++)
-                    out.element[k] = __float2bfloat16_rn(factor * to_float(in.element[k]));
+        const int pieces = tile_columns / PIECE, count = tile_rows * pieces;
+        if (sizeof(Source) == 2 && !scale) { /* bf16 as it is: asynchronous copies */
+            for (int e = threadIdx.x; e < count; e += blockDim.x) {
+                const int i = e / pieces, c = (e % pieces) * PIECE;
+                if (i < rows && c < columns) /* a piece lies wholly inside or wholly outside: columns % PIECE == 0 */
+                    __pipeline_memcpy_async(tile + i * ld + c, from + i * stride + c, 16);
+                else
+                    *(uint4 *)(tile + i * ld + c) = make_uint4(0u, 0u, 0u, 0u);
             }
-            if constexpr (PIECE == 8)
-                *(uint4 *)(tile + i * ld + c) = out.whole;
-            else
-                *(uint2 *)(tile + i * ld + c) = out.half;
+            __pipeline_commit();
+            __pipeline_wait_prior(0);
+            return;
+        }
+        union piece {
+            uint4 bytes;
+            Source element[PIECE];
+        };
+        for (int e0 = threadIdx.x; e0 < count; e0 += LOADS_IN_FLIGHT * blockDim.x) {
+            piece in[LOADS_IN_FLIGHT];
+#pragma unroll
+            for (int b = 0; b < LOADS_IN_FLIGHT; b++) { /* every load asked for first */
+                const int e = e0 + b * blockDim.x, i = e / pieces, c = (e % pieces) * PIECE;
+                in[b].bytes = make_uint4(0u, 0u, 0u, 0u);
+                if (e < count && i < rows && c < columns)
+                    in[b].bytes = *(const uint4 *)(from + i * stride + c);
+            }
+#pragma unroll
+            for (int b = 0; b < LOADS_IN_FLIGHT; b++) { /* then rounded and stored */
+                const int e = e0 + b * blockDim.x, i = e / pieces, c = (e % pieces) * PIECE;
+                if (e >= count)
+                    break;
+                union {
+                    bf16 element[PIECE];
+                    uint2 half;
+                    uint4 whole;
+                } out;
+                out.whole = make_uint4(0u, 0u, 0u, 0u); /* +0 outside the rows and columns, as the scalar loop writes */
+                if (i < rows && c < columns) {
+                    const float factor = scale ? scale[i] : 1.0f;
+#pragma unroll
+                    for (int k = 0; k < PIECE; k++)
+                        out.element[k] = __float2bfloat16_rn(factor * to_float(in[b].element[k]));
+                }
+                if constexpr (PIECE == 8)
+                    *(uint4 *)(tile + i * ld + c) = out.whole;
+                else
+                    *(uint2 *)(tile + i * ld + c) = out.half;
+            }
         }
         return;
     }
@@ -215,16 +245,18 @@ __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
     }
 }
 
-/* rows x row_bytes bytes from global memory, rows from_stride bytes apart, into rows to_stride
- * bytes apart; all three multiples of 16 */
+/* rows of row_bytes bytes (a multiple of 16) from global to shared memory, as they are: by
+ * cp.async, every piece in flight at once; complete in this thread's view when it returns */
 __device__ static void copy_rows16(void *to, int to_stride, const void *from, int from_stride, int rows, int row_bytes)
 {
     const int units = row_bytes / 16;
     for (int e = threadIdx.x; e < rows * units; e += blockDim.x) {
         const int i = e / units, u = e % units;
         const uint4 *row = (const uint4 *)((const unsigned char *)from + (size_t)i * from_stride);
-        ((uint4 *)((unsigned char *)to + (size_t)i * to_stride))[u] = row[u];
+        __pipeline_memcpy_async((uint4 *)((unsigned char *)to + (size_t)i * to_stride) + u, row + u, 16);
     }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
 }
 
 /* Shared memory cut into pieces, each 16-byte aligned, in the order taken; from a null base
