@@ -32,6 +32,7 @@
 # every method) over the tensor rate and the least bytes over the copy rate: q and k (bf16, a
 # key head's), v (bf16), g and beta (fp32) read once, o (bf16) and ht (fp32) written once; roof_*
 # is floor_ms over each time, the fraction of the roofline reached.
+# The figure of the ours group: plots/layouts.gp (make plots draws it where the file is).
 # The peers are imported and tuned once a group: one fla_bench.py process serves its rows
 # (--serve), each problem's files made before its row and removed after it.
 set -eu

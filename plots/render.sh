@@ -52,3 +52,10 @@ render roofline.gp roofline_06.dat
 render stage06_steps.gp stage06_steps.dat
 render stage06_series.gp stage06_series.dat
 render error_sources.gp error_sources.dat
+# the layouts figure where its data file is (plots/bench_layouts.sh makes it on a GPU with FLA,
+# FlashInfer and FlashQLA installed)
+if [ -f "$data_dir/layouts_ours.dat" ]; then
+    render layouts.gp layouts_ours.dat
+else
+    echo "plots: layouts left out (no $data/layouts_ours.dat: plots/bench_layouts.sh makes it)"
+fi
