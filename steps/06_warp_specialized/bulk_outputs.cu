@@ -23,6 +23,8 @@
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  *
  * Build and run:  make bin/06c_bulk_outputs && bin/06c_bulk_outputs --T 16384 --H 8 --check-against oracle
+ * Measured: 2.13 ms at (8, 4096, 16, 128, 128), FLA's CUDA graph 1.03 ms, in one run on an NVIDIA
+ * H100 80GB HBM3 (plots/data/stage06_series.dat).
  */
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled: the driver's tensor map maker, found at run time */
