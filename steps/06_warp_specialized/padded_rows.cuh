@@ -17,7 +17,7 @@
  * returning at once. Workspace: the stage's own for the N rows, then the padded inputs and o
  * (padded_parts).
  *
- * Included by warp_specialized.cuh (stages 06 and 07 take packed batches through it).
+ * Included by warp_specialized.cuh, so that whatever includes 06's stage header takes packed batches.
  */
 #pragma once
 
