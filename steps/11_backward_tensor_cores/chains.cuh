@@ -103,10 +103,13 @@ __device__ static void stage_chain_chunk(const gdn_device_problem &p, const back
 {
     const int K = (int)p.K, KP = round_up16(p.K), LDK = stride_of(p.K), n = x.n;
     const size_t key_stride = p.H * p.K;
-    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + token_of(p, x, 0) * K, key_stride, n, K, (const float *)nullptr);
+    /* the three tiles' copies all asked for, then one wait (copy_rows16's, which waits for every
+     * copy this thread has asked for) */
+    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + token_of(p, x, 0) * K, key_stride, n, K, (const float *)nullptr,
+               false);
     if (s.queries)
         stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + token_of(p, x, 0) * K, key_stride, n, K,
-                   (const float *)nullptr);
+                   (const float *)nullptr, false);
     copy_rows16(s.minus_W, LDK * 2, w.minus_W + x.index * CHUNK * KP, KP * 2, CHUNK, KP * 2);
     const double *gamma = w.gamma + x.row;
     for (int i = threadIdx.x; i < CHUNK; i += blockDim.x) {
@@ -131,6 +134,12 @@ __global__ static void __launch_bounds__(CHAIN_THREADS) forward_chain_kernel(gdn
     for (size_t chunk = 0; chunk < w.chunks; chunk++) {
         const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
         const int n = x.n;
+        const warp_part part = {16 * warp, 0, 2};
+        float U[2][4] = {}; /* this lane's U, asked for now: it arrives while the tiles are copied */
+        for_each_sum(U, part, [&](int i, int c, float &value) {
+            if (i < n && column0 + c < V)
+                value = w.U[(x.row + i) * V + column0 + c];
+        });
         __syncthreads(); /* the last chunk's tiles read */
         stage_chain_chunk(p, w, x, s);
         publish_state(S, w.S0 + x.index * K * V, s.state, K, V, KP, column0); /* S0: fp32 for pass 4, bf16 for Vnew */
@@ -141,13 +150,12 @@ __global__ static void __launch_bounds__(CHAIN_THREADS) forward_chain_kernel(gdn
          * the B operand of the update. */
         float acc[2][4] = {};
         warp_product(acc, rows_of(s.minus_W, LDK), rows_of(s.state, CHAIN_STRIDE), 16 * warp, 0, KP, 2);
-        const warp_part part = {16 * warp, 0, 2};
-        for_each_sum(acc, part, [&](int i, int c, float &sum) {
-            float value = 0.0f;
-            if (i < n && column0 + c < V) {
-                float *Vnew = w.U + (x.row + i) * V + column0 + c;
-                *Vnew = value = *Vnew + sum;
-            }
+        add_sums(acc, U);
+        for_each_sum(acc, part, [&](int i, int c, float &value) {
+            if (i < n && column0 + c < V)
+                w.U[(x.row + i) * V + column0 + c] = value;
+            else
+                value = 0.0f;
             s.values[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(s.to_end[i] * value);
         });
         __syncthreads();
@@ -162,6 +170,10 @@ __global__ static void __launch_bounds__(CHAIN_THREADS) forward_chain_kernel(gdn
             ht[(head * K + m) * V + column0 + c] = S[q][j][r];
     });
 }
+
+/* each thread's elements of a chunk's 64 x 16 dO tile */
+constexpr int DO_PER_THREAD = CHUNK * CHAIN_COLUMNS / CHAIN_THREADS;
+static_assert(CHUNK * CHAIN_COLUMNS % CHAIN_THREADS == 0, "the dO tile is whole pieces of the block's threads");
 
 /* ---- pass 3: the backward chain, dS_C of every chunk, dVnew and dh0 (eq. 19a, 19b) ---- */
 __global__ static void __launch_bounds__(CHAIN_THREADS) backward_chain_kernel(gdn_device_problem p, gdn_device_cotangents cot,
@@ -179,13 +191,27 @@ __global__ static void __launch_bounds__(CHAIN_THREADS) backward_chain_kernel(gd
     for (size_t chunk = w.chunks; chunk-- > 0;) {
         const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
         const int n = x.n;
+        const warp_part part = {16 * warp, 0, 2};
+        /* asked for now, all at once, so that they arrive while the tiles are copied: this lane's
+         * P^T dO (pass 1) and its elements of dO with their gates */
+        float PtdO[2][4] = {}, dO[DO_PER_THREAD], gate_sum[DO_PER_THREAD]; /* gamma_i, as the exponent takes it */
+        for_each_sum(PtdO, part, [&](int i, int c, float &value) {
+            if (i < n && column0 + c < V)
+                value = w.dVnew[(x.row + i) * V + column0 + c];
+        });
+#pragma unroll
+        for (int k = 0; k < DO_PER_THREAD; k++) {
+            const int e = threadIdx.x + k * CHAIN_THREADS, i = e / CHAIN_COLUMNS, c = e % CHAIN_COLUMNS;
+            const bool inside = i < n && column0 + c < V;
+            dO[k] = inside ? cot.d_o[token_of(p, x, i) * V + column0 + c] : 0.0f;
+            gate_sum[k] = inside ? (float)w.gamma[x.row + i] : 0.0f;
+        }
         __syncthreads();
         stage_chain_chunk(p, w, x, s);
-        for (int e = threadIdx.x; e < CHUNK * CHAIN_COLUMNS; e += CHAIN_THREADS) { /* scale e^gamma_i dO_i, rounded once */
-            const int i = e / CHAIN_COLUMNS, c = e % CHAIN_COLUMNS;
-            float value = 0.0f;
-            if (i < n && column0 + c < V)
-                value = p.scale * expf((float)w.gamma[x.row + i]) * cot.d_o[token_of(p, x, i) * V + column0 + c];
+#pragma unroll
+        for (int k = 0; k < DO_PER_THREAD; k++) { /* scale e^gamma_i dO_i, rounded once */
+            const int e = threadIdx.x + k * CHAIN_THREADS, i = e / CHAIN_COLUMNS, c = e % CHAIN_COLUMNS;
+            const float value = i < n && column0 + c < V ? p.scale * expf(gate_sum[k]) * dO[k] : 0.0f;
             s.dO16[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(value);
         }
         publish_state(dS, w.dS_end + x.index * K * V, s.state, K, V, KP, column0); /* dS_C: fp32 for pass 4, bf16 for dVnew */
@@ -195,13 +221,13 @@ __global__ static void __launch_bounds__(CHAIN_THREADS) backward_chain_kernel(gd
          * (pass 1) becomes dVnew in place; dVnew in bf16 is the B operand of dS0 */
         float acc[2][4] = {};
         warp_product(acc, rows_of(s.keys, LDK), rows_of(s.state, CHAIN_STRIDE), 16 * warp, 0, KP, 2);
-        const warp_part part = {16 * warp, 0, 2};
-        for_each_sum(acc, part, [&](int i, int c, float &sum) {
-            float value = 0.0f;
-            if (i < n && column0 + c < V) {
-                float *dVnew = w.dVnew + (x.row + i) * V + column0 + c;
-                *dVnew = value = *dVnew + s.to_end[i] * sum;
-            }
+        for_each_sum(acc, part, [&](int i, int, float &sum) { sum *= s.to_end[i]; });
+        add_sums(acc, PtdO);
+        for_each_sum(acc, part, [&](int i, int c, float &value) {
+            if (i < n && column0 + c < V)
+                w.dVnew[(x.row + i) * V + column0 + c] = value;
+            else
+                value = 0.0f;
             s.values[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(value);
         });
         __syncthreads();

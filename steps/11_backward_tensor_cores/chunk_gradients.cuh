@@ -274,17 +274,23 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
         s.F16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(s.F[a * SQUARE_STRIDE + b] + s.F[b * SQUARE_STRIDE + a]);
     }
     __syncthreads();
-    {   /* dY = Tm^T dW; dk += beta e^gamma dY + (F + F^T) K, onto read_gradients_kernel's part */
-        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
+    {   /* dY = Tm^T dW; dk += beta e^gamma dY + (F + F^T) K, onto read_gradients_kernel's part,
+         * which is asked for first, all of this lane's at once, and arrives during the products */
+        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f}, dk_read[8][4] = {};
+        for_each_sum(dk_read, keys_part, [&](int i, int c, float &value) {
+            if (i < n && c < K)
+                value = g.dk[token_of(p, x, i) * K + c];
+        });
         warp_product(acc, Tm_t, rows_of(s.dW16, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
         add_row_terms(acc, keys_part, sum,
                       [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
         store_row_sums(sum, keys_part, s.y_dot);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.beta[i] * s.grown[i]; });
         warp_product(acc, rows_of(s.F16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
+        add_sums(acc, dk_read);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
             if (i < n && c < K)
-                g.dk[token_of(p, x, i) * K + c] += value;
+                g.dk[token_of(p, x, i) * K + c] = value;
         });
     }
     __syncthreads(); /* H and the row sums complete */
