@@ -54,7 +54,7 @@ __global__ static void __launch_bounds__(THREADS) prepare_chunks_kernel(gdn_devi
     const bf16 *k16 = (const bf16 *)p.k_bf16 + token_of(p, x, 0) * K, *q16 = (const bf16 *)p.q_bf16 + token_of(p, x, 0) * K;
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V; /* one token to the next */
 
-    stage_tile(s.keys, LDK, CHUNK, KP, k16, key_stride, n, K, (const float *)nullptr);
+    stage_tile(s.keys, LDK, CHUNK, KP, k16, key_stride, n, K, (const float *)nullptr, false); /* both copies, one wait */
     stage_tile(s.queries, LDK, CHUNK, KP, q16, key_stride, n, K, (const float *)nullptr);
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         s.gamma[i] = i < n ? p.g[token_of(p, x, i)] : 0.0;
