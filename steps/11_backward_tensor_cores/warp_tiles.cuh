@@ -25,9 +25,8 @@
 typedef __nv_bfloat16 bf16;
 /* CHUNK is fixed: stage 05's blocked solve (wy_chunked_solve.cuh) is built for 64 tokens. K and V
  * at most MAX_WIDTH: a 64 x 128 bf16 tile is 17 KB, and pass 4's blocks hold ten of them. */
-enum { CHUNK = 64, MAX_WIDTH = 128, THREADS = 256, WARPS = THREADS / 32, CHAIN_THREADS = 128, CHAIN_COLUMNS = 16 };
+enum { CHUNK = 64, MAX_WIDTH = 128, THREADS = 256, WARPS = THREADS / 32 };
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of a 64 x 64 tile */
-constexpr int CHAIN_STRIDE = CHAIN_COLUMNS + 8; /* bf16 row stride of a chain's 16-column tile */
 
 __host__ __device__ static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
 __host__ __device__ static inline int stride_of(size_t width) { return round_up16(width) + 8; }
