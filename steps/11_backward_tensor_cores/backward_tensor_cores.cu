@@ -13,8 +13,8 @@
  *
  * Cost: 11a's products and bytes, less the chains' repeated reads: a chunk's keys and -W (and
  * queries) read by the V / 64 blocks of its head instead of V / 16. Depth: 11a's, 2 T / 64 chunk
- * steps a head, now on V / 64 blocks a head (fewer blocks to hide each other's waits where heads
- * are few). Limits: 11a's.
+ * steps a head. Where the (head, 64 columns) blocks are fewer than the SMs, the chains stay
+ * 11a's: four times the blocks. Limits: 11a's.
  *
  * Build and run:  make bin/11_backward_tensor_cores && bin/11_backward_tensor_cores --T 4096 --H 8 --K 128 --V 128 --check-against oracle
  */
@@ -34,11 +34,16 @@ extern "C" {                                      /* stage 10's flop count: the 
 
 static_assert((int)CHUNK == (int)SOLVE_CHUNK, "pass 1's chunk is the solve's");
 
-/* the chains on blocks of 64 columns, 8 warps each */
+/* the chains on blocks of 64 columns, 8 warps each, where there are enough of them to give every
+ * SM one; with fewer (few heads, a narrow V) 11a's blocks of 16 columns, four times as many, so
+ * that the SMs are not left idle for the whole sequence. Either way the same bits. */
 static int backward_tensor_cores_backward(const gdn_device_problem *p, const gdn_device_cotangents *c, const gdn_settings *s,
                                           gdn_device_result *r, gdn_device_gradients *g)
 {
-    return run_backward_passes<64>(p, c, s, r, g);
+    const size_t wide_blocks = p->B * p->H * ((round_up16(p->V) + 63) / 64);
+    if (wide_blocks >= (size_t)gdn_sm_count())
+        return run_backward_passes<64>(p, c, s, r, g);
+    return run_backward_passes<16>(p, c, s, r, g);
 }
 
 extern "C" const gdn_backward_stage backward_tensor_cores_stage = {

@@ -3,7 +3,7 @@
  * gates and the edge cases; chunks past 128 refused with one line. 11_backward_tensor_cores
  * (bf16 inputs, tensor cores) against the oracle and against 10_backward_chunked_cuda, both on
  * the same bf16-rounded inputs, each tensor within the bound FLA's tests give it
- * (gdn_backward_tolerance, common/tolerances.h), over T from 1 to 1000, B 1 and 2, H 1 and 3,
+ * (gdn_backward_tolerance, common/tolerances.h), over T from 1 to 1000, B 1 and 2, H 1, 3 and 70,
  * K and V 64 and 128 and off the multiples of 16, with and without h0, extreme gates and the
  * edge cases, and against 11a_backward_mma_sync bit for bit over the same cases; exact zeros
  * where the algebra gives them; wrong chunks and sizes refused with one line, by the library call
@@ -208,10 +208,13 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
 /* T past and short of the chunk of 64 (1, 63, 65, 77, 130, 200, 1000), B 1 and 2, H 1 and 3, K = V
  * = 64 and 128, K != V both ways, K and V off the multiples of 16 (padded tiles, a chain's
  * partial 16-column block). T = 1 runs six heads: a tensor of one token of one head (dbeta, dg)
- * is one number, whose relative error is that of one sum of cancelling terms (tolerances.h). */
+ * is one number, whose relative error is that of one sum of cancelling terms (tolerances.h).
+ * The last, 140 heads of V = 96, gives 11 more (head, 64 columns) blocks than an H100 or H200 has
+ * SMs, so that its chains run on blocks of 64 columns (a partial one among them); the others
+ * run 11a's. */
 static const test_shape tensor_core_shapes[] = {
     {2, 1, 3, 64, 64},     {1, 63, 1, 64, 64},  {2, 65, 3, 128, 128}, {1, 200, 3, 64, 128}, {2, 200, 1, 128, 64},
-    {1, 1000, 1, 128, 128}, {2, 1000, 3, 64, 64}, {1, 130, 2, 40, 72},  {2, 77, 2, 100, 24},
+    {1, 1000, 1, 128, 128}, {2, 1000, 3, 64, 64}, {1, 130, 2, 40, 72},  {2, 77, 2, 100, 24},  {2, 130, 70, 128, 96},
 };
 enum { TENSOR_CORE_SHAPES = sizeof tensor_core_shapes / sizeof tensor_core_shapes[0] };
 
