@@ -209,12 +209,14 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
  * = 64 and 128, K != V both ways, K and V off the multiples of 16 (padded tiles, a chain's
  * partial 16-column block). T = 1 runs six heads: a tensor of one token of one head (dbeta, dg)
  * is one number, whose relative error is that of one sum of cancelling terms (tolerances.h).
- * The last, 140 heads of V = 96, gives 11 more (head, 64 columns) blocks than an H100 or H200 has
- * SMs, so that its chains run on blocks of 64 columns (a partial one among them); the others
- * run 11a's. */
+ * The last three, 140 heads each, give 11 at least as many (head, 64 columns) blocks as an H100
+ * or H200 has SMs, so that its chains run on blocks of 64 columns: V = 96 (a partial second
+ * block), K = 100 and V = 40 (keys staged element by element, one partial block, warps past KP),
+ * K = 64 (half the warps without state rows); the others run 11a's. */
 static const test_shape tensor_core_shapes[] = {
     {2, 1, 3, 64, 64},     {1, 63, 1, 64, 64},  {2, 65, 3, 128, 128}, {1, 200, 3, 64, 128}, {2, 200, 1, 128, 64},
     {1, 1000, 1, 128, 128}, {2, 1000, 3, 64, 64}, {1, 130, 2, 40, 72},  {2, 77, 2, 100, 24},  {2, 130, 70, 128, 96},
+    {2, 77, 70, 100, 40},  {2, 200, 70, 64, 128},
 };
 enum { TENSOR_CORE_SHAPES = sizeof tensor_core_shapes / sizeof tensor_core_shapes[0] };
 
