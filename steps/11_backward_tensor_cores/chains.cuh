@@ -89,6 +89,24 @@ __device__ __forceinline__ static void for_each_state_element(Element f)
                 f(q, j, r, fragment_row(16 * (warp + shape::WARPS * q), r), fragment_column(0, j, r));
 }
 
+/* this lane's elements of the state from a head's K x V tensor in global memory (NULL: zeros),
+ * or to one */
+template <int COLUMNS>
+__device__ __forceinline__ static void load_state(chain_state<COLUMNS> &S, const float *from, int K, int V, int column0)
+{
+    for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
+        S[q][j][r] = from && m < K && column0 + c < V ? from[m * V + column0 + c] : 0.0f;
+    });
+}
+template <int COLUMNS>
+__device__ __forceinline__ static void store_state(const chain_state<COLUMNS> &S, float *to, int K, int V, int column0)
+{
+    for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
+        if (m < K && column0 + c < V)
+            to[m * V + column0 + c] = S[q][j][r];
+    });
+}
+
 /* The chain's state at a chunk's start (S0, or dS_C going backwards) published twice: in fp32
  * to the workspace (global, [K][V], for pass 4) and in bf16 to the B-operand tile (state) for
  * this chunk's products. Rounded only on its way into a product: the accumulators keep fp32. */
@@ -181,9 +199,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
     const size_t head = chain_head<COLUMNS>(p, column0);
     const warp_part part = chain_part<COLUMNS>();
     chain_state<COLUMNS> S;
-    for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
-        S[q][j][r] = p.h0 && m < K && column0 + c < V ? p.h0[(head * K + m) * V + column0 + c] : 0.0f;
-    });
+    load_state<COLUMNS>(S, p.h0 ? p.h0 + head * K * V : nullptr, K, V, column0);
     for (size_t chunk = 0; chunk < w.chunks; chunk++) {
         const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
         const int n = x.n;
@@ -217,10 +233,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
             warp_product(tile, transpose_of(s.keys, LDK), rows_of(s.values, STRIDE), row0, 0, CHUNK, TILES);
         });
     }
-    for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
-        if (m < K && column0 + c < V)
-            ht[(head * K + m) * V + column0 + c] = S[q][j][r];
-    });
+    store_state<COLUMNS>(S, ht + head * K * V, K, V, column0);
 }
 
 /* ---- pass 3: the backward chain, dS_C of every chunk, dVnew and dh0 (eq. 19a, 19b) ---- */
@@ -239,9 +252,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
     const size_t head = chain_head<COLUMNS>(p, column0);
     const warp_part part = chain_part<COLUMNS>();
     chain_state<COLUMNS> dS;
-    for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
-        dS[q][j][r] = m < K && column0 + c < V ? cot.dht[(head * K + m) * V + column0 + c] : 0.0f;
-    });
+    load_state<COLUMNS>(dS, cot.dht + head * K * V, K, V, column0);
     for (size_t chunk = w.chunks; chunk-- > 0;) {
         const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
         const int n = x.n;
@@ -293,8 +304,5 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
         });
     }
     if (dh0)
-        for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
-            if (m < K && column0 + c < V)
-                dh0[(head * K + m) * V + column0 + c] = dS[q][j][r];
-        });
+        store_state<COLUMNS>(dS, dh0 + head * K * V, K, V, column0);
 }
