@@ -81,7 +81,7 @@ GPU_BINARIES   := $(GPU_STAGES:%=$(BIN)/%_cuda)
 GPU_OBJECTS    := $(foreach s,$(GPU_STAGES),$(call gpu_object,$(s))) $(foreach s,$(GPU_ONLY_BUILT),$(call stage_object,$(s)))
 GPU_ONLY_BINARIES := $(GPU_ONLY_BUILT:%=$(BIN)/%)
 # Sub-stages (rules below): 06 is taught as a series of binaries, 06a_tensor_cores first
-SUB_STAGES        := $(if $(GPU_ONLY_BUILT),06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare 06e_warp_chain 06f_output_warps)
+SUB_STAGES        := $(if $(GPU_ONLY_BUILT),06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare 06e_warp_chain 06f_output_warps 11a_backward_mma_sync)
 # every stage and sub-stage in the order a reader meets them: 06a before 06 (NN~ sorts after NNa)
 STAGES_IN_ORDER   := $(shell echo $(STAGES) $(SUB_STAGES) | tr ' ' '\n' | sed 's/^\([0-9]*\)_/\1~_/' | LC_ALL=C sort | sed 's/~_/_/')
 GPU_OBJECTS       += $(foreach s,$(SUB_STAGES),$(call stage_object,$(s)))
@@ -237,7 +237,8 @@ endef
 $(foreach s,$(GPU_ONLY_BUILT),$(eval $(call gpu_only_rules,$(s))))
 
 # Sub-stages: a GPU-only stage taught as a series of binaries, each one idea on top of the one
-# before (docs/06: 06a_tensor_cores, 06b_producer_consumer, 06c_bulk_outputs, 06d_bulk_prepare, 06e_warp_chain, 06f_output_warps, then 06_warp_specialized). bin/NNx_name (x a letter) is
+# before (docs/06: 06a_tensor_cores, 06b_producer_consumer, 06c_bulk_outputs, 06d_bulk_prepare, 06e_warp_chain, 06f_output_warps, then 06_warp_specialized;
+# docs/11: 11a_backward_mma_sync, then 11_backward_tensor_cores). bin/NNx_name (x a letter) is
 # built from steps/NN_*/name.cu, whose descriptor is name_stage; it links what its stage USES.
 sub_stage_of    = $(shell echo $(1) | cut -c1-2)
 sub_stage_name  = $(shell echo $(1) | sed 's/^[0-9]*[a-z]_//')
@@ -249,7 +250,7 @@ $(call stage_object,$(1)): steps/$(call sub_stage_parent,$(1))/$(call sub_stage_
 
 $(BUILD)/main_$(1).o: common/main.c | require-build
 	@mkdir -p $$(dir $$@)
-	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -MP -DSTAGE_DESCRIPTOR=$(call sub_stage_name,$(1))_stage -c $$< -o $$@
+	$$(call quiet,CC)$$(CC) $$(CFLAGS) -MMD -MP -DSTAGE_DESCRIPTOR=$(call sub_stage_name,$(1))_stage $(if $(findstring _backward_,$(1)),-DBACKWARD_STAGE) -c $$< -o $$@
 
 $(BIN)/$(1): $(BUILD)/main_$(1).o $(call stage_object,$(1)) $(foreach u,$(USES_$(call sub_stage_parent,$(1))),$(call stage_object,$(u))) $(CUDA_RUNNER) $(COMMON_OBJECTS)
 	@mkdir -p $$(dir $$@)

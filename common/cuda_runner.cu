@@ -67,8 +67,9 @@ int gdn_cuda_device_present(void)
 
 int gdn_sm_count(void)
 {
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms < 1) {
+    int sms = 0, device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        sms < 1) {
         cudaGetLastError();
         sms = 132;
     }

@@ -152,7 +152,7 @@ int gdn_cuda_upload(float **device, const float *host, size_t count);
  * exact where the driver has rounded them to bf16 values (the stages with bf16 inputs). */
 int gdn_cuda_upload_bf16(unsigned short **device, const float *device_floats, size_t count);
 
-/* The device's SM count, for the choices a stage makes from it (segments, block shapes);
+/* The current device's SM count, for the choices a stage makes from it (segments, block shapes);
  * 132, an H200's, where no device answers (the error cleared: the runner reports a missing
  * device itself, and host-only callers still get an H200's choice). */
 int gdn_sm_count(void);

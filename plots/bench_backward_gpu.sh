@@ -12,7 +12,7 @@
 #
 # Writes OUTDIR/backward_gpu.dat, a row a shape. Times: medians (ours: of 10 after a warm-up,
 # CUDA events, L2 flushed; the peers: of 30, eager, the same flush); ms_tc_backward is stage 11's
-# backward, fla/tc FLA's backward over it. err_*: the peer's dq and dv against ours (stage 10,
+# backward, fla/tc FLA's backward over it, ms_11a_backward the step before it (11a_backward_mma_sync). err_*: the peer's dq and dv against ours (stage 10,
 # relative L2), proof of the same problem. nan: that code did not run the
 # shape (its line in the log says why). The roofline: floor_ms is the least time the backward
 # can take at the rates in plots/data/gpu_peak.dat (bin/gpu_peak on the card its header names,
@@ -28,7 +28,7 @@ bin=${1:-bin}
 out=${2:-plots/data}
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward" > "$rows"
 peak_rates
 # floor FLOPS B T H K V: the roofline's least time, ms (the least bytes: 8 K + 6 V + 16 a token and head)
 floor_of() { roofline_ms "$1" "$(($2 * $3 * $4 * (8 * $5 + 6 * $6 + 16)))"; }
@@ -41,6 +41,7 @@ for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 1638
     backward=$(field median_ms "$result")
     flops=$(awk -v g="$(field gflops "$result")" -v ms="${backward:-0}" 'BEGIN { printf "%.0f", g * ms * 1e6 }') # stage 10's count
     tc=$(field median_ms "$("$bin"/11_backward_tensor_cores --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
+    narrow=$(field median_ms "$("$bin"/11a_backward_mma_sync --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($1, $2, $3, $4, $5))" 2>/dev/null || echo 06_warp_specialized)
     forward=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 2>&1 | grep '^result' || true)")
     peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers fla,flashqla,gdn_steps "$work/p:$work/o" 2>&1 ||
@@ -56,7 +57,7 @@ for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 1638
         "${e_fq:--} ${e_fv:--} ${e_qq:--} ${e_qv:--}" \
         "$(floor_of "$flops" "$@") $(fraction "$(floor_of "$flops" "$@")" "${backward:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${tc:-nan}")" \
         "$(fraction "$(floor_of "$flops" "$@")" "${fla_b:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${qla_b:-nan}")" \
-        "${pkg_b:-nan} ${pkg_fb:-nan} $(ratio "${fla_fb:-0}" "${pkg_fb:-0}")" >> "$rows"
+        "${pkg_b:-nan} ${pkg_fb:-nan} $(ratio "${fla_fb:-0}" "${pkg_fb:-0}") ${narrow:-nan}" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done
 cat "$rows"

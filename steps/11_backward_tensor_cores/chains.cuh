@@ -23,17 +23,38 @@
  */
 #pragma once
 
-/* a chain block's shared memory; dO16 and dV16 only in pass 3 */
+/* A chain block's shape, by the columns of the state it carries (its one compile-time switch):
+ * 16 columns on 4 warps, each warp two 16-row tiles of the state (rows 16 w .. and 16 (w + 4) ..);
+ * 64 columns on 8 warps, each warp one 16-row tile. Either way a warp holds all the block's
+ * columns of its rows, and the 64 x COLUMNS products of a chunk (Vnew, dVnew) are cut among the
+ * warps as 16 rows (warp % 4) by PART_TILES 8-column tiles (from column 8 PART_TILES (warp / 4)). */
+template <int COLUMNS>
+struct chain_shape {
+    static_assert(COLUMNS == 16 || COLUMNS == 64, "a chain block carries 16 or 64 columns of the state");
+    static constexpr int WARPS = COLUMNS == 16 ? 4 : 8, THREADS = 32 * WARPS;
+    static constexpr int ROW_TILES = MAX_WIDTH / 16 / WARPS; /* 16-row tiles of the state a warp */
+    static constexpr int TILES = COLUMNS / 8;                 /* 8-column tiles of the state a warp */
+    static constexpr int PART_TILES = TILES / (WARPS / 4);    /* a warp's 8-column tiles of Vnew or dVnew */
+    static constexpr int STRIDE = COLUMNS + 8;                /* bf16 row stride of the B tiles: ldmatrix without conflicts */
+    static constexpr int DO_PER_THREAD = CHUNK * COLUMNS / THREADS; /* a thread's elements of the dO tile */
+    /* blocks an SM must hold, which caps the registers a thread: 16 columns, three (the shared
+     * memory of the backward chain's); 64 columns, one block of 8 warps */
+    static constexpr int MIN_BLOCKS = COLUMNS == 16 ? 3 : 1;
+};
+
+/* a chain block's shared memory; dO16 only in pass 3 */
 struct chain_tiles {
     double *gamma;
     float *to_end;                  /* exp(gamma_C - gamma_j), 0 past the chunk */
     bf16 *keys, *queries, *minus_W; /* [64][K + 8] */
-    bf16 *state;                    /* [KP][24]: S0 or dS_C by rows, the B operand */
-    bf16 *values, *dO16;            /* [64][24]: the chunk's 16 columns of Vnew (decayed) or dVnew; scale e^gamma dO */
+    bf16 *state;                    /* [KP][COLUMNS + 8]: S0 or dS_C by rows, the B operand */
+    bf16 *values, *dO16;            /* [64][COLUMNS + 8]: the chunk's columns of Vnew (decayed) or dVnew; scale e^gamma dO */
     size_t bytes;
 };
+template <int COLUMNS>
 __host__ __device__ static chain_tiles chain_tiles_at(unsigned char *base, size_t K, bool backward)
 {
+    constexpr int STRIDE = chain_shape<COLUMNS>::STRIDE;
     shared_cut cut = {base, 0};
     chain_tiles t;
     t.gamma = cut.take<double>(CHUNK);
@@ -41,58 +62,83 @@ __host__ __device__ static chain_tiles chain_tiles_at(unsigned char *base, size_
     t.keys = cut.take<bf16>(CHUNK * stride_of(K));
     t.queries = backward ? cut.take<bf16>(CHUNK * stride_of(K)) : nullptr;
     t.minus_W = cut.take<bf16>(CHUNK * stride_of(K));
-    t.state = cut.take<bf16>(round_up16(K) * CHAIN_STRIDE);
-    t.values = cut.take<bf16>(CHUNK * CHAIN_STRIDE);
-    t.dO16 = backward ? cut.take<bf16>(CHUNK * CHAIN_STRIDE) : nullptr;
+    t.state = cut.take<bf16>(round_up16(K) * STRIDE);
+    t.values = cut.take<bf16>(CHUNK * STRIDE);
+    t.dO16 = backward ? cut.take<bf16>(CHUNK * STRIDE) : nullptr;
     t.bytes = cut.used;
     return t;
 }
 
+/* this warp's part of the state, in MMA accumulators: [row tile][8-column tile][register] */
+template <int COLUMNS>
+using chain_state = float[chain_shape<COLUMNS>::ROW_TILES][chain_shape<COLUMNS>::TILES][4];
+
 /* f(q, j, r, m, c) for each of this lane's elements of the state tile: accumulator [q][j][r] is row
- * m of the state, column c of the block's 16 */
-template <typename Element>
+ * m of the state, column c of the block's COLUMNS */
+template <int COLUMNS, typename Element>
 __device__ __forceinline__ static void for_each_state_element(Element f)
 {
+    using shape = chain_shape<COLUMNS>;
     const int warp = threadIdx.x / 32;
 #pragma unroll
-    for (int q = 0; q < 2; q++)
+    for (int q = 0; q < shape::ROW_TILES; q++)
 #pragma unroll
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < shape::TILES; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
-                f(q, j, r, fragment_row(16 * (warp + 4 * q), r), fragment_column(0, j, r));
+                f(q, j, r, fragment_row(16 * (warp + shape::WARPS * q), r), fragment_column(0, j, r));
+}
+
+/* this lane's elements of the state from a head's K x V tensor in global memory (NULL: zeros),
+ * or to one */
+template <int COLUMNS>
+__device__ __forceinline__ static void load_state(chain_state<COLUMNS> &S, const float *from, int K, int V, int column0)
+{
+    for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
+        S[q][j][r] = from && m < K && column0 + c < V ? from[m * V + column0 + c] : 0.0f;
+    });
+}
+template <int COLUMNS>
+__device__ __forceinline__ static void store_state(const chain_state<COLUMNS> &S, float *to, int K, int V, int column0)
+{
+    for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
+        if (m < K && column0 + c < V)
+            to[m * V + column0 + c] = S[q][j][r];
+    });
 }
 
 /* The chain's state at a chunk's start (S0, or dS_C going backwards) published twice: in fp32
  * to the workspace (global, [K][V], for pass 4) and in bf16 to the B-operand tile (state) for
  * this chunk's products. Rounded only on its way into a product: the accumulators keep fp32. */
-__device__ __forceinline__ static void publish_state(const float (&S)[2][2][4], float *global, bf16 *state, int K, int V, int KP,
-                                                     int column0)
+template <int COLUMNS>
+__device__ __forceinline__ static void publish_state(const chain_state<COLUMNS> &S, float *global, bf16 *state, int K, int V,
+                                                     int KP, int column0)
 {
-    for_each_state_element([&](int q, int j, int r, int m, int c) {
+    for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
         if (m < K && column0 + c < V)
             global[m * V + column0 + c] = S[q][j][r];
         if (m < KP)
-            state[m * CHAIN_STRIDE + c] = __float2bfloat16_rn(S[q][j][r]);
+            state[m * chain_shape<COLUMNS>::STRIDE + c] = __float2bfloat16_rn(S[q][j][r]);
     });
 }
 
 /* The chain's step on its state (eq. 15, 19b): S = e^gamma_C S + what add(tile, row0) adds
- * into each of this warp's 16-row tiles of it (rows 16 w .. and 16 (w + 4) .., those below KP) */
-template <typename Add>
-__device__ __forceinline__ static void decay_then_add(float (&S)[2][2][4], float decay, int KP, Add add)
+ * into each of this warp's 16-row tiles of it (those below KP) */
+template <int COLUMNS, typename Add>
+__device__ __forceinline__ static void decay_then_add(chain_state<COLUMNS> &S, float decay, int KP, Add add)
 {
+    using shape = chain_shape<COLUMNS>;
     const int warp = threadIdx.x / 32;
 #pragma unroll
-    for (int q = 0; q < 2; q++) {
-        if (16 * (warp + 4 * q) >= KP)
+    for (int q = 0; q < shape::ROW_TILES; q++) {
+        if (16 * (warp + shape::WARPS * q) >= KP)
             continue;
 #pragma unroll
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < shape::TILES; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
                 S[q][j][r] *= decay;
-        add(S[q], 16 * (warp + 4 * q));
+        add(S[q], 16 * (warp + shape::WARPS * q));
     }
 }
 
@@ -103,10 +149,13 @@ __device__ static void stage_chain_chunk(const gdn_device_problem &p, const back
 {
     const int K = (int)p.K, KP = round_up16(p.K), LDK = stride_of(p.K), n = x.n;
     const size_t key_stride = p.H * p.K;
-    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + token_of(p, x, 0) * K, key_stride, n, K, (const float *)nullptr);
+    /* the three tiles' copies all asked for, then one wait (copy_rows16's, which waits for every
+     * copy this thread has asked for) */
+    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + token_of(p, x, 0) * K, key_stride, n, K, (const float *)nullptr,
+               false);
     if (s.queries)
         stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + token_of(p, x, 0) * K, key_stride, n, K,
-                   (const float *)nullptr);
+                   (const float *)nullptr, false);
     copy_rows16(s.minus_W, LDK * 2, w.minus_W + x.index * CHUNK * KP, KP * 2, CHUNK, KP * 2);
     const double *gamma = w.gamma + x.row;
     for (int i = threadIdx.x; i < CHUNK; i += blockDim.x) {
@@ -115,107 +164,145 @@ __device__ static void stage_chain_chunk(const gdn_device_problem &p, const back
     }
 }
 
-/* ---- pass 2: the forward chain, S0 of every chunk and Vnew (eq. 13, 15) ---- */
-__global__ static void __launch_bounds__(CHAIN_THREADS) forward_chain_kernel(gdn_device_problem p, backward_workspace w,
-                                                                               float *ht)
+/* which block: a head's column blocks in turn; column0, the block's first column of the state */
+template <int COLUMNS>
+__device__ __forceinline__ static size_t chain_head(const gdn_device_problem &p, int &column0)
 {
+    const size_t blocks_per_head = (round_up16(p.V) + COLUMNS - 1) / COLUMNS;
+    column0 = (int)(blockIdx.x % blocks_per_head) * COLUMNS;
+    return blockIdx.x / blocks_per_head;
+}
+
+/* this warp's part of a chunk's 64 x COLUMNS product (Vnew, dVnew) */
+template <int COLUMNS>
+__device__ __forceinline__ static warp_part chain_part(void)
+{
+    using shape = chain_shape<COLUMNS>;
+    const int warp = threadIdx.x / 32;
+    if constexpr (shape::WARPS == 4) /* the compiler does not know warp < 4 */
+        return {16 * warp, 0, shape::PART_TILES};
+    else
+        return {16 * (warp % 4), 8 * shape::PART_TILES * (warp / 4), shape::PART_TILES};
+}
+
+/* ---- pass 2: the forward chain, S0 of every chunk and Vnew (eq. 13, 15) ---- */
+template <int COLUMNS>
+__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS) forward_chain_kernel(gdn_device_problem p,
+                                                                                                backward_workspace w, float *ht)
+{
+    using shape = chain_shape<COLUMNS>;
+    constexpr int STRIDE = shape::STRIDE, TILES = shape::TILES, PART_TILES = shape::PART_TILES;
     extern __shared__ uint4 shared[];
-    const chain_tiles s = chain_tiles_at((unsigned char *)shared, p.K, false);
-    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), LDK = stride_of(p.K), warp = threadIdx.x / 32;
-    const size_t tiles_per_head = round_up16(p.V) / CHAIN_COLUMNS, head = blockIdx.x / tiles_per_head;
-    const int column0 = (int)(blockIdx.x % tiles_per_head) * CHAIN_COLUMNS;
-    float S[2][2][4];
-    for_each_state_element([&](int q, int j, int r, int m, int c) {
-        S[q][j][r] = p.h0 && m < K && column0 + c < V ? p.h0[(head * K + m) * V + column0 + c] : 0.0f;
-    });
+    const chain_tiles s = chain_tiles_at<COLUMNS>((unsigned char *)shared, p.K, false);
+    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), LDK = stride_of(p.K);
+    int column0;
+    const size_t head = chain_head<COLUMNS>(p, column0);
+    const warp_part part = chain_part<COLUMNS>();
+    chain_state<COLUMNS> S;
+    load_state<COLUMNS>(S, p.h0 ? p.h0 + head * K * V : nullptr, K, V, column0);
     for (size_t chunk = 0; chunk < w.chunks; chunk++) {
         const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
         const int n = x.n;
+        float U[PART_TILES][4] = {}; /* this lane's U, asked for now: it arrives while the tiles are copied */
+        for_each_sum(U, part, [&](int i, int c, float &value) {
+            if (i < n && column0 + c < V)
+                value = w.U[(x.row + i) * V + column0 + c];
+        });
         __syncthreads(); /* the last chunk's tiles read */
         stage_chain_chunk(p, w, x, s);
-        publish_state(S, w.S0 + x.index * K * V, s.state, K, V, KP, column0); /* S0: fp32 for pass 4, bf16 for Vnew */
+        publish_state<COLUMNS>(S, w.S0 + x.index * K * V, s.state, K, V, KP, column0); /* S0: fp32 for pass 4, bf16 for Vnew */
         __syncthreads();
 
-        /* Vnew = U + (-W) S0: warp w the chunk's rows 16 w .., 16 columns, depth K. U becomes
+        /* Vnew = U + (-W) S0: this warp's part of the chunk's rows and columns, depth K. U becomes
          * Vnew in place (fp32, pass 4 reads it); its rows decayed to the chunk's end, in bf16, are
          * the B operand of the update. */
-        float acc[2][4] = {};
-        warp_product(acc, rows_of(s.minus_W, LDK), rows_of(s.state, CHAIN_STRIDE), 16 * warp, 0, KP, 2);
-        const warp_part part = {16 * warp, 0, 2};
-        for_each_sum(acc, part, [&](int i, int c, float &sum) {
-            float value = 0.0f;
-            if (i < n && column0 + c < V) {
-                float *Vnew = w.U + (x.row + i) * V + column0 + c;
-                *Vnew = value = *Vnew + sum;
-            }
-            s.values[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(s.to_end[i] * value);
+        float acc[PART_TILES][4] = {};
+        warp_product(acc, rows_of(s.minus_W, LDK), rows_of(s.state, STRIDE), part.row0, part.col0, KP, PART_TILES);
+        add_sums(acc, U);
+        for_each_sum(acc, part, [&](int i, int c, float &value) {
+            if (i < n && column0 + c < V)
+                w.U[(x.row + i) * V + column0 + c] = value;
+            else
+                value = 0.0f;
+            s.values[i * STRIDE + c] = __float2bfloat16_rn(s.to_end[i] * value);
         });
         __syncthreads();
 
         /* S = e^gamma_C S0 + K^T (decayed Vnew), in the accumulators: A = the keys read transposed */
-        decay_then_add(S, expf((float)s.gamma[n - 1]), KP, [&](float (&tile)[2][4], int row0) {
-            warp_product(tile, transpose_of(s.keys, LDK), rows_of(s.values, CHAIN_STRIDE), row0, 0, CHUNK, 2);
+        decay_then_add<COLUMNS>(S, expf((float)s.gamma[n - 1]), KP, [&](float (&tile)[TILES][4], int row0) {
+            warp_product(tile, transpose_of(s.keys, LDK), rows_of(s.values, STRIDE), row0, 0, CHUNK, TILES);
         });
     }
-    for_each_state_element([&](int q, int j, int r, int m, int c) {
-        if (m < K && column0 + c < V)
-            ht[(head * K + m) * V + column0 + c] = S[q][j][r];
-    });
+    store_state<COLUMNS>(S, ht + head * K * V, K, V, column0);
 }
 
 /* ---- pass 3: the backward chain, dS_C of every chunk, dVnew and dh0 (eq. 19a, 19b) ---- */
-__global__ static void __launch_bounds__(CHAIN_THREADS) backward_chain_kernel(gdn_device_problem p, gdn_device_cotangents cot,
-                                                                                backward_workspace w, float *dh0)
+template <int COLUMNS>
+__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS) backward_chain_kernel(gdn_device_problem p,
+                                                                                                 gdn_device_cotangents cot,
+                                                                                                 backward_workspace w, float *dh0)
 {
+    using shape = chain_shape<COLUMNS>;
+    constexpr int STRIDE = shape::STRIDE, TILES = shape::TILES, PART_TILES = shape::PART_TILES;
+    constexpr int DO_PER_THREAD = shape::DO_PER_THREAD;
     extern __shared__ uint4 shared[];
-    const chain_tiles s = chain_tiles_at((unsigned char *)shared, p.K, true);
-    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), LDK = stride_of(p.K), warp = threadIdx.x / 32;
-    const size_t tiles_per_head = round_up16(p.V) / CHAIN_COLUMNS, head = blockIdx.x / tiles_per_head;
-    const int column0 = (int)(blockIdx.x % tiles_per_head) * CHAIN_COLUMNS;
-    float dS[2][2][4];
-    for_each_state_element([&](int q, int j, int r, int m, int c) {
-        dS[q][j][r] = m < K && column0 + c < V ? cot.dht[(head * K + m) * V + column0 + c] : 0.0f;
-    });
+    const chain_tiles s = chain_tiles_at<COLUMNS>((unsigned char *)shared, p.K, true);
+    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), LDK = stride_of(p.K);
+    int column0;
+    const size_t head = chain_head<COLUMNS>(p, column0);
+    const warp_part part = chain_part<COLUMNS>();
+    chain_state<COLUMNS> dS;
+    load_state<COLUMNS>(dS, cot.dht + head * K * V, K, V, column0);
     for (size_t chunk = w.chunks; chunk-- > 0;) {
         const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
         const int n = x.n;
+        /* asked for now, all at once, so that they arrive while the tiles are copied: this lane's
+         * P^T dO (pass 1) and its elements of dO with their gates */
+        float PtdO[PART_TILES][4] = {}, dO[DO_PER_THREAD], gate_sum[DO_PER_THREAD]; /* gamma_i, as the exponent takes it */
+        for_each_sum(PtdO, part, [&](int i, int c, float &value) {
+            if (i < n && column0 + c < V)
+                value = w.dVnew[(x.row + i) * V + column0 + c];
+        });
+#pragma unroll
+        for (int k = 0; k < DO_PER_THREAD; k++) {
+            const int e = threadIdx.x + k * shape::THREADS, i = e / COLUMNS, c = e % COLUMNS;
+            const bool inside = i < n && column0 + c < V;
+            dO[k] = inside ? cot.d_o[token_of(p, x, i) * V + column0 + c] : 0.0f;
+            gate_sum[k] = inside ? (float)w.gamma[x.row + i] : 0.0f;
+        }
         __syncthreads();
         stage_chain_chunk(p, w, x, s);
-        for (int e = threadIdx.x; e < CHUNK * CHAIN_COLUMNS; e += CHAIN_THREADS) { /* scale e^gamma_i dO_i, rounded once */
-            const int i = e / CHAIN_COLUMNS, c = e % CHAIN_COLUMNS;
-            float value = 0.0f;
-            if (i < n && column0 + c < V)
-                value = p.scale * expf((float)w.gamma[x.row + i]) * cot.d_o[token_of(p, x, i) * V + column0 + c];
-            s.dO16[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(value);
+#pragma unroll
+        for (int k = 0; k < DO_PER_THREAD; k++) { /* scale e^gamma_i dO_i, rounded once */
+            const int e = threadIdx.x + k * shape::THREADS, i = e / COLUMNS, c = e % COLUMNS;
+            const float value = i < n && column0 + c < V ? p.scale * expf(gate_sum[k]) * dO[k] : 0.0f;
+            s.dO16[i * STRIDE + c] = __float2bfloat16_rn(value);
         }
-        publish_state(dS, w.dS_end + x.index * K * V, s.state, K, V, KP, column0); /* dS_C: fp32 for pass 4, bf16 for dVnew */
+        publish_state<COLUMNS>(dS, w.dS_end + x.index * K * V, s.state, K, V, KP, column0); /* dS_C: fp32 for pass 4, bf16 for dVnew */
         __syncthreads();
 
-        /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: warp w the rows 16 w .., depth K; P^T dO
+        /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: this warp's part, depth K; P^T dO
          * (pass 1) becomes dVnew in place; dVnew in bf16 is the B operand of dS0 */
-        float acc[2][4] = {};
-        warp_product(acc, rows_of(s.keys, LDK), rows_of(s.state, CHAIN_STRIDE), 16 * warp, 0, KP, 2);
-        const warp_part part = {16 * warp, 0, 2};
-        for_each_sum(acc, part, [&](int i, int c, float &sum) {
-            float value = 0.0f;
-            if (i < n && column0 + c < V) {
-                float *dVnew = w.dVnew + (x.row + i) * V + column0 + c;
-                *dVnew = value = *dVnew + s.to_end[i] * sum;
-            }
-            s.values[i * CHAIN_STRIDE + c] = __float2bfloat16_rn(value);
+        float acc[PART_TILES][4] = {};
+        warp_product(acc, rows_of(s.keys, LDK), rows_of(s.state, STRIDE), part.row0, part.col0, KP, PART_TILES);
+        for_each_sum(acc, part, [&](int i, int, float &sum) { sum *= s.to_end[i]; });
+        add_sums(acc, PtdO);
+        for_each_sum(acc, part, [&](int i, int c, float &value) {
+            if (i < n && column0 + c < V)
+                w.dVnew[(x.row + i) * V + column0 + c] = value;
+            else
+                value = 0.0f;
+            s.values[i * STRIDE + c] = __float2bfloat16_rn(value);
         });
         __syncthreads();
 
         /* dS0 = e^gamma_C dS_C + Q^T (scale e^gamma dO) + (-W)^T dVnew: A = the queries and -W read
          * transposed, depth 64 each */
-        decay_then_add(dS, expf((float)s.gamma[n - 1]), KP, [&](float (&tile)[2][4], int row0) {
-            warp_product(tile, transpose_of(s.queries, LDK), rows_of(s.dO16, CHAIN_STRIDE), row0, 0, CHUNK, 2);
-            warp_product(tile, transpose_of(s.minus_W, LDK), rows_of(s.values, CHAIN_STRIDE), row0, 0, CHUNK, 2);
+        decay_then_add<COLUMNS>(dS, expf((float)s.gamma[n - 1]), KP, [&](float (&tile)[TILES][4], int row0) {
+            warp_product(tile, transpose_of(s.queries, LDK), rows_of(s.dO16, STRIDE), row0, 0, CHUNK, TILES);
+            warp_product(tile, transpose_of(s.minus_W, LDK), rows_of(s.values, STRIDE), row0, 0, CHUNK, TILES);
         });
     }
     if (dh0)
-        for_each_state_element([&](int q, int j, int r, int m, int c) {
-            if (m < K && column0 + c < V)
-                dh0[(head * K + m) * V + column0 + c] = dS[q][j][r];
-        });
+        store_state<COLUMNS>(dS, dh0 + head * K * V, K, V, column0);
 }

@@ -24,6 +24,7 @@
  */
 #pragma once
 
+constexpr int DOT_LOADS = 8; /* loads of <S0, dS_C> in flight a thread */
 constexpr int SQUARE_STRIDE = CHUNK + 1; /* fp32 rows of E, F, H: a row and a column both read without conflicts */
 
 /* ---- the reads: o, dq, dk's first part, dgamma's first part ---- */
@@ -62,8 +63,9 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
     const float *S0 = w.S0 + x.index * K * V, *dS_end = w.dS_end + x.index * K * V;
 
-    stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr);
-    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr);
+    /* the bf16 tiles' copies on their way while the fp32 ones are loaded and rounded */
+    stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
+    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
     stage_tile(s.Vnew16, LDV, CHUNK, VP, w.U + x.row * V, (size_t)V, n, V, (const float *)nullptr);
     stage_tile(s.S0, LDV, KP, VP, S0, (size_t)V, K, V, (const float *)nullptr);
@@ -73,10 +75,24 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
         s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
         s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - w.gamma[x.row + i])) : 0.0f;
     }
-    float state_dot = 0.0f; /* <S0, dS_C>, in fp32 from the workspace: the last token's gate term */
-    for (int e = threadIdx.x; e < K * V; e += THREADS)
-        state_dot += S0[e] * dS_end[e];
+    /* <S0, dS_C>, in fp32 from the workspace: the last token's gate term. DOT_LOADS pairs asked
+     * for at once, then added in the order e = threadIdx.x, + THREADS, ... */
+    float state_dot = 0.0f;
+    for (int e0 = threadIdx.x; e0 < K * V; e0 += DOT_LOADS * THREADS) {
+        float a[DOT_LOADS], b[DOT_LOADS];
+#pragma unroll
+        for (int k = 0; k < DOT_LOADS; k++) {
+            const int e = e0 + k * THREADS;
+            a[k] = e < K * V ? S0[e] : 0.0f;
+            b[k] = e < K * V ? dS_end[e] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < DOT_LOADS; k++)
+            if (e0 + k * THREADS < K * V)
+                state_dot += a[k] * b[k];
+    }
     s.state_dot[threadIdx.x] = state_dot;
+    __pipeline_wait_prior(0); /* the queries and keys */
     __syncthreads();
 
     /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP and E = dP P (j < i: the
@@ -198,8 +214,9 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
     const tile Tm_t = transpose_of(s.Tm16, TOKEN_STRIDE); /* Tm^T as an A operand, or Tm^T as a B operand */
 
-    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr);
-    stage_tile(s.values, LDV, CHUNK, VP, (const bf16 *)p.v_bf16 + first * V, value_stride, n, V, (const float *)nullptr);
+    /* the bf16 copies on their way while the fp32 tiles are loaded; copy_rows16 waits for all */
+    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
+    stage_tile(s.values, LDV, CHUNK, VP, (const bf16 *)p.v_bf16 + first * V, value_stride, n, V, (const float *)nullptr, false);
     stage_tile(s.dVnew16, LDV, CHUNK, VP, w.dVnew + x.row * V, (size_t)V, n, V, (const float *)nullptr);
     stage_tile(s.S0, LDV, KP, VP, w.S0 + x.index * K * V, (size_t)V, K, V, (const float *)nullptr);
     copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2);
@@ -274,17 +291,23 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
         s.F16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(s.F[a * SQUARE_STRIDE + b] + s.F[b * SQUARE_STRIDE + a]);
     }
     __syncthreads();
-    {   /* dY = Tm^T dW; dk += beta e^gamma dY + (F + F^T) K, onto read_gradients_kernel's part */
-        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
+    {   /* dY = Tm^T dW; dk += beta e^gamma dY + (F + F^T) K, onto read_gradients_kernel's part,
+         * which is asked for first, all of this lane's at once, and arrives during the products */
+        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f}, dk_read[8][4] = {};
+        for_each_sum(dk_read, keys_part, [&](int i, int c, float &value) {
+            if (i < n && c < K)
+                value = g.dk[token_of(p, x, i) * K + c];
+        });
         warp_product(acc, Tm_t, rows_of(s.dW16, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
         add_row_terms(acc, keys_part, sum,
                       [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
         store_row_sums(sum, keys_part, s.y_dot);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.beta[i] * s.grown[i]; });
         warp_product(acc, rows_of(s.F16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
+        add_sums(acc, dk_read);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
             if (i < n && c < K)
-                g.dk[token_of(p, x, i) * K + c] += value;
+                g.dk[token_of(p, x, i) * K + c] = value;
         });
     }
     __syncthreads(); /* H and the row sums complete */

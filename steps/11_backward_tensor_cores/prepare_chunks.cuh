@@ -54,12 +54,15 @@ __global__ static void __launch_bounds__(THREADS) prepare_chunks_kernel(gdn_devi
     const bf16 *k16 = (const bf16 *)p.k_bf16 + token_of(p, x, 0) * K, *q16 = (const bf16 *)p.q_bf16 + token_of(p, x, 0) * K;
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V; /* one token to the next */
 
-    stage_tile(s.keys, LDK, CHUNK, KP, k16, key_stride, n, K, (const float *)nullptr);
-    stage_tile(s.queries, LDK, CHUNK, KP, q16, key_stride, n, K, (const float *)nullptr);
+    /* both copies on their way while the gates load; one wait (either tile may have taken the
+     * synchronous path: q and k need not share their alignment) */
+    stage_tile(s.keys, LDK, CHUNK, KP, k16, key_stride, n, K, (const float *)nullptr, false);
+    stage_tile(s.queries, LDK, CHUNK, KP, q16, key_stride, n, K, (const float *)nullptr, false);
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         s.gamma[i] = i < n ? p.g[token_of(p, x, i)] : 0.0;
         s.beta[i] = i < n ? p.beta[token_of(p, x, i)] : 0.0f;
     }
+    __pipeline_wait_prior(0);
     __syncthreads();
     if (threadIdx.x < 32) /* eq. 9, by one warp's shuffles; past n, the chunk's total */
         running_gate_sums(s.gamma, n);

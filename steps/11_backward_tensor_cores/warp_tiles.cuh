@@ -25,9 +25,8 @@
 typedef __nv_bfloat16 bf16;
 /* CHUNK is fixed: stage 05's blocked solve (wy_chunked_solve.cuh) is built for 64 tokens. K and V
  * at most MAX_WIDTH: a 64 x 128 bf16 tile is 17 KB, and pass 4's blocks hold ten of them. */
-enum { CHUNK = 64, MAX_WIDTH = 128, THREADS = 256, WARPS = THREADS / 32, CHAIN_THREADS = 128, CHAIN_COLUMNS = 16 };
+enum { CHUNK = 64, MAX_WIDTH = 128, THREADS = 256, WARPS = THREADS / 32 };
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of a 64 x 64 tile */
-constexpr int CHAIN_STRIDE = CHAIN_COLUMNS + 8; /* bf16 row stride of a chain's 16-column tile */
 
 __host__ __device__ static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
 __host__ __device__ static inline int stride_of(size_t width) { return round_up16(width) + 8; }
@@ -122,6 +121,21 @@ __device__ __forceinline__ static void for_each_sum(float (&acc)[TILES][4], cons
     }
 }
 
+/* acc += earlier, element by element: a read-modify-write epilogue (U into Vnew, P^T dO into
+ * dVnew, dk's first part into dk) whose earlier values were loaded into registers by for_each_sum
+ * before the products, all of them asked for at once. Loaded inside the epilogue, each load would
+ * wait for the store before it (the compiler cannot tell the addresses apart): one memory latency
+ * an element. The same bits: a + b is b + a. */
+template <int TILES>
+__device__ __forceinline__ static void add_sums(float (&acc)[TILES][4], const float (&earlier)[TILES][4])
+{
+#pragma unroll
+    for (int j = 0; j < TILES; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            acc[j][r] += earlier[j][r];
+}
+
 /* sum[0] += term(i, c, value) over this lane's sums in rows g of the warp's 16, sum[1] over those
  * in rows g + 8 (the registers r >= 2: which one is known where the loops unroll) */
 template <int TILES, typename Term>
@@ -176,11 +190,13 @@ __device__ __forceinline__ static float to_float(unsigned short bits) { return _
  * that stores each piece before it loads the next waits one memory latency a piece, and the
  * chains stage their tiles every chunk, on their serial path. Each element is rounded as in
  * the scalar loop: the same bits either way. The tile is complete in this thread's view when
- * it returns; the caller's barrier makes it the block's. */
+ * it returns (complete = false: a bf16 copy may still be on its way, until this thread's next
+ * __pipeline_wait_prior(0), so that several tiles wait once); the caller's barrier makes it
+ * the block's. */
 constexpr int LOADS_IN_FLIGHT = 4;
 template <typename Source>
 __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_columns, const Source *from, size_t stride, int rows,
-                                  int columns, const float *scale)
+                                  int columns, const float *scale, bool complete = true)
 {
     constexpr int PIECE = 16 / sizeof(Source); /* elements in 16 bytes: 8 bf16 or 4 fp32 */
     if (((uintptr_t)from | (stride * sizeof(Source))) % 16 == 0 && columns % PIECE == 0 && tile_columns % PIECE == 0 &&
@@ -195,7 +211,8 @@ __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
                     *(uint4 *)(tile + i * ld + c) = make_uint4(0u, 0u, 0u, 0u);
             }
             __pipeline_commit();
-            __pipeline_wait_prior(0);
+            if (complete)
+                __pipeline_wait_prior(0);
             return;
         }
         union piece {

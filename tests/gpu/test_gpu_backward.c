@@ -3,10 +3,11 @@
  * gates and the edge cases; chunks past 128 refused with one line. 11_backward_tensor_cores
  * (bf16 inputs, tensor cores) against the oracle and against 10_backward_chunked_cuda, both on
  * the same bf16-rounded inputs, each tensor within the bound FLA's tests give it
- * (gdn_backward_tolerance, common/tolerances.h), over T from 1 to 1000, B 1 and 2, H 1 and 3,
+ * (gdn_backward_tolerance, common/tolerances.h), over T from 1 to 1000, B 1 and 2, H 1, 3 and 70,
  * K and V 64 and 128 and off the multiples of 16, with and without h0, extreme gates and the
- * edge cases; exact zeros where the algebra gives them; wrong chunks and sizes refused with one
- * line, by the library call and by the binary. Needs a GPU. */
+ * edge cases, and against 11a_backward_mma_sync bit for bit over the same cases; exact zeros
+ * where the algebra gives them; wrong chunks and sizes refused with one line, by the library call
+ * and by the binary. Needs a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 #include "../../steps/10_backward_chunked/backward_chunked.h"
 #include "../test_support.h"
 
-extern const gdn_backward_stage backward_chunked_cuda_stage, backward_tensor_cores_stage;
+extern const gdn_backward_stage backward_chunked_cuda_stage, backward_mma_sync_stage, backward_tensor_cores_stage;
 
 /* o, ht and every gradient present of stage's result b within the bound the stage gives each
  * tensor (gdn_backward_tolerance) of reference (in double): the oracle, or with against_stage
@@ -149,11 +150,30 @@ START_TEST(gpu_backward_refuses_chunks_past_128)
 }
 END_TEST
 
-/* ---- 11_backward_tensor_cores ---- */
+/* ---- 11a_backward_mma_sync and 11_backward_tensor_cores ---- */
+
+/* every output of two runs the same, bit for bit: 11's chain blocks carry 64 columns where
+ * 11a's carry 16, and each element's sums are the same products in the same order */
+static void assert_same_bits(const gdn_problem *p, const test_backward_result *a, const test_backward_result *b, const char *what)
+{
+    const size_t tokens = gdn_tokens(p), states = gdn_state_count(p);
+    const real_t *x[8] = {a->r.o, a->r.ht, a->g.dq, a->g.dk, a->g.dv, a->g.dg, a->g.dbeta, a->g.dh0};
+    const real_t *y[8] = {b->r.o, b->r.ht, b->g.dq, b->g.dk, b->g.dv, b->g.dg, b->g.dbeta, b->g.dh0};
+    const size_t counts[8] = {tokens * p->V, states, tokens * p->K, tokens * p->K, tokens * p->V, tokens, tokens, states};
+    static const char *const names[8] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
+    for (int t = 0; t < 8; t++) {
+        if (!x[t] && !y[t]) /* dh0 without h0 */
+            continue;
+        ck_assert_msg(x[t] && y[t], "%s: %s of one run only", what, names[t]);
+        for (size_t i = 0; i < counts[t]; i++)
+            ck_assert_msg(memcmp(&x[t][i], &y[t][i], sizeof x[t][i]) == 0, "%s: %s[%zu] = %.9g (11) against %.9g (11a)", what,
+                          names[t], i, (double)x[t][i], (double)y[t][i]);
+    }
+}
 
 /* 11 on p's inputs rounded to bf16 (as its binary's driver rounds them), against the oracle and
  * against 10_backward_chunked_cuda (fp32) on the same rounded inputs, each tensor within its
- * bound; the cotangents drawn fresh from the case number */
+ * bound, and against 11a bit for bit; the cotangents drawn fresh from the case number */
 static void check_tensor_cores(gdn_problem *p, int case_number, const char *what)
 {
     gdn_problem_round_to_bf16(p);
@@ -161,6 +181,7 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
     ck_assert_int_eq(gdn_cotangents_alloc(&c, p), 0);
     gdn_cotangents_generate(&c, p, 7919u * (uint64_t)case_number + 29u);
     test_backward_result tensor = test_run_backward(&backward_tensor_cores_stage, p, &c, 0);
+    test_backward_result narrow = test_run_backward(&backward_mma_sync_stage, p, &c, 0);
     test_backward_result fp32 = test_run_backward(&backward_chunked_cuda_stage, p, &c, 64);
     const size_t o_count = gdn_tokens(p) * p->V, ht_count = gdn_state_count(p);
     double *o = malloc((o_count + ht_count) * sizeof *o);
@@ -169,6 +190,8 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
     ck_assert_int_eq(gdn_gradients_f64_alloc(&reference, p), 0);
     ck_assert_int_eq(gdn_backward_oracle(p, &c, o, o + o_count, &reference), 0);
     char name[200];
+    snprintf(name, sizeof name, "11 vs 11a, %s", what);
+    assert_same_bits(p, &tensor, &narrow, name);
     snprintf(name, sizeof name, "11 vs oracle, %s", what);
     assert_tensors_close(&backward_tensor_cores_stage, p, &tensor, o, o + o_count, &reference, 0, name);
     widen(p, &fp32, o, &reference);
@@ -177,6 +200,7 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
     gdn_gradients_f64_free(&reference);
     free(o);
     test_backward_result_free(&tensor);
+    test_backward_result_free(&narrow);
     test_backward_result_free(&fp32);
     gdn_cotangents_free(&c);
 }
@@ -184,10 +208,15 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
 /* T past and short of the chunk of 64 (1, 63, 65, 77, 130, 200, 1000), B 1 and 2, H 1 and 3, K = V
  * = 64 and 128, K != V both ways, K and V off the multiples of 16 (padded tiles, a chain's
  * partial 16-column block). T = 1 runs six heads: a tensor of one token of one head (dbeta, dg)
- * is one number, whose relative error is that of one sum of cancelling terms (tolerances.h). */
+ * is one number, whose relative error is that of one sum of cancelling terms (tolerances.h).
+ * The last three, 140 heads each, give 11 at least as many (head, 64 columns) blocks as an H100
+ * or H200 has SMs, so that its chains run on blocks of 64 columns: V = 96 (a partial second
+ * block), K = 100 and V = 40 (keys staged element by element, one partial block, warps past KP),
+ * K = 64 (half the warps without state rows); the others run 11a's. */
 static const test_shape tensor_core_shapes[] = {
     {2, 1, 3, 64, 64},     {1, 63, 1, 64, 64},  {2, 65, 3, 128, 128}, {1, 200, 3, 64, 128}, {2, 200, 1, 128, 64},
-    {1, 1000, 1, 128, 128}, {2, 1000, 3, 64, 64}, {1, 130, 2, 40, 72},  {2, 77, 2, 100, 24},
+    {1, 1000, 1, 128, 128}, {2, 1000, 3, 64, 64}, {1, 130, 2, 40, 72},  {2, 77, 2, 100, 24},  {2, 130, 70, 128, 96},
+    {2, 77, 70, 100, 40},  {2, 200, 70, 64, 128},
 };
 enum { TENSOR_CORE_SHAPES = sizeof tensor_core_shapes / sizeof tensor_core_shapes[0] };
 
