@@ -28,12 +28,20 @@ bin=${1:-bin}
 out=${2:-plots/data}
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward" > "$rows"
 peak_rates
 # floor FLOPS B T H K V: the roofline's least time, ms (the least bytes: 8 K + 6 V + 16 a token and head)
 floor_of() { roofline_ms "$1" "$(($2 * $3 * $4 * (8 * $5 + 6 * $6 + 16)))"; }
 line_of() { printf '%s\n' "$1" | grep "peer=$2 mode=$3" | head -1; }
-for shape in "8 4096 16 128 128" "4 4096 64 128 128" "1 8192 96 128 128" "2 16384 16 128 128" "1 16384 8 64 64"; do
+# SHAPES: "B T H K V" groups, comma-separated (a subset, for a run that must stay short: the peers'
+# TileLang kernels compile on their first call at each shape, about two minutes)
+shapes=${SHAPES:-8 4096 16 128 128,4 4096 64 128 128,1 8192 96 128 128,2 16384 16 128 128,1 16384 8 64 64}
+old_ifs=$IFS
+IFS=,
+# shellcheck disable=SC2086 # split at the commas
+set -- $shapes
+IFS=$old_ifs
+for shape in "$@"; do
     # shellcheck disable=SC2086 # the shape is five words
     set -- $shape
     "$bin"/make_problem --B "$1" --T "$2" --H "$3" --K "$4" --V "$5" --seed 7 "$work/p" > /dev/null
