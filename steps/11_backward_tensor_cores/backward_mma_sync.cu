@@ -28,7 +28,7 @@
  *
  * Cost: stage 10's products (backward_chunked_flops at C = 64: 18 K V + 64 (22 K + 12 V) + 4.3 *
  * 64^2 flops a token), on tensor cores. Bytes a token, about: q and k in bf16 (k read by both
- * chains' V / 16 column blocks) 2 K (5 + V / 4), v 4 V, do (fp32) 12 V, U -> Vnew and P^T dO ->
+ * chains' V / 16 column blocks, q by the backward chain's) 2 K (5 + 3 V / 16), v 4 V, do (fp32) 12 V, U -> Vnew and P^T dO ->
  * dVnew (fp32, written, rewritten, read) 32 V, -W (bf16, read by every column block of both
  * chains) 2 K (1 + V / 8), the states (fp32, K V a chunk each, S0 read twice) 0.31 K V, the
  * outputs 8 V + 16 K (dk is written, read and rewritten): about 26 KB at K = V = 128, much of

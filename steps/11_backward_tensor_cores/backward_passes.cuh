@@ -6,7 +6,6 @@
  */
 #pragma once
 
-
 /* what the kernels take: one line naming the value refused */
 static int check_limits(size_t heads, size_t T, size_t K, size_t V, size_t C)
 {
