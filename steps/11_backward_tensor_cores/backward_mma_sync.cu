@@ -28,12 +28,12 @@
  *
  * Cost: stage 10's products (backward_chunked_flops at C = 64: 18 K V + 64 (22 K + 12 V) + 4.3 *
  * 64^2 flops a token), on tensor cores. Bytes a token, about: q and k in bf16 (k read by both
- * chains' V / 16 column blocks, q by the backward chain's) 2 K (5 + 3 V / 16), v 4 V, do (fp32) 12 V, U -> Vnew and P^T dO ->
- * dVnew (fp32, written, rewritten, read) 32 V, -W (bf16, read by every column block of both
- * chains) 2 K (1 + V / 8), the states (fp32, K V a chunk each, S0 read twice) 0.31 K V, the
- * outputs 8 V + 16 K (dk is written, read and rewritten): about 26 KB at K = V = 128, much of
- * it re-read from L2. Depth: 2 T / 64 chunk steps a head, each three products 64 or K deep on
- * one column block, which waits for its chunk's tiles from memory (no copy ring): with few heads
+ * chains' V / 16 column blocks, q by the backward chain's) 2 K (5 + 3 V / 16), v 4 V, do (fp32)
+ * 12 V, U -> Vnew and P^T dO -> dVnew (fp32, written, rewritten, read) 32 V, -W (bf16, read by every
+ * column block of both chains) 2 K (1 + V / 8), the states (fp32, K V a chunk each, S0 read twice)
+ * 0.31 K V, the outputs 8 V + 16 K (dk is written, read and rewritten): about 26 KB at K = V = 128,
+ * much of it re-read from L2. Depth: 2 T / 64 chunk steps a head, each three products 64 or K deep
+ * on one column block, which waits for its chunk's tiles from memory (no copy ring): with few heads
  * the chains are the bound. Limits: --chunk 64 only, K and V at most 128.
  *
  * Measured: 7.50 ms at (8, 4096, 16, 128, 128), in one run on an NVIDIA H100 80GB HBM3
