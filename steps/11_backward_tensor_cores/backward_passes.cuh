@@ -26,15 +26,15 @@ static int check_limits(size_t heads, size_t T, size_t K, size_t V, size_t C)
 /* the workspace's pieces at base (NULL: only their size, in *bytes), each 256-byte aligned */
 static int workspace_layout(size_t heads, size_t T, size_t K, size_t V, void *base, backward_workspace *w, size_t *bytes)
 {
-    const size_t chunks = chunks_of(T), KP = (size_t)round_up16(K);
+    const size_t chunks = chunks_of(T), KP = (size_t)round_up16(K), VP = (size_t)round_up16(V);
     const size_t factors[8][4] = {{heads, T, sizeof(double), 1},
                                   {heads, T, sizeof(double), 1},
                                   {heads, chunks, CHUNK * CHUNK, sizeof(bf16)},
                                   {heads, chunks, CHUNK * KP, sizeof(bf16)},
                                   {heads, T, V, sizeof(float)},
                                   {heads, T, V, sizeof(float)},
-                                  {heads, chunks, K * V, sizeof(float)},
-                                  {heads, chunks, K * V, sizeof(float)}};
+                                  {heads, chunks, KP * VP, sizeof(bf16)},
+                                  {heads, chunks, KP * VP, sizeof(bf16)}};
     size_t offsets[8], offset = 0;
     for (int i = 0; i < 8; i++) {
         size_t size;
@@ -53,8 +53,8 @@ static int workspace_layout(size_t heads, size_t T, size_t K, size_t V, void *ba
                                   (bf16 *)(at + offsets[3]),
                                   (float *)(at + offsets[4]),
                                   (float *)(at + offsets[5]),
-                                  (float *)(at + offsets[6]),
-                                  (float *)(at + offsets[7])};
+                                  (bf16 *)(at + offsets[6]),
+                                  (bf16 *)(at + offsets[7])};
     }
     return 0;
 }

@@ -38,8 +38,10 @@ struct chain_shape {
     static constexpr int STRIDE = COLUMNS + 8;                /* bf16 row stride of the B tiles: ldmatrix without conflicts */
     static constexpr int DO_PER_THREAD = CHUNK * COLUMNS / THREADS; /* a thread's elements of the dO tile */
     /* blocks an SM must hold, which caps the registers a thread: 16 columns, three (the shared
-     * memory of the backward chain's); 64 columns, one block of 8 warps */
-    static constexpr int MIN_BLOCKS = COLUMNS == 16 ? 3 : 1;
+     * memory of the backward chain's); 64 columns, two going forwards (128 registers: 2 x 132
+     * blocks in one wave, the 256 of 128 heads at V = 128) and one going backwards, whose dS,
+     * P^T dO and dO take more */
+    static constexpr int FORWARD_MIN_BLOCKS = COLUMNS == 16 ? 3 : 2, BACKWARD_MIN_BLOCKS = COLUMNS == 16 ? 3 : 2;
 };
 
 /* a chain block's shared memory; dO16 only in pass 3 */
@@ -49,6 +51,7 @@ struct chain_tiles {
     bf16 *keys, *queries, *minus_W; /* [64][K + 8] */
     bf16 *state;                    /* [KP][COLUMNS + 8]: S0 or dS_C by rows, the B operand */
     bf16 *values, *dO16;            /* [64][COLUMNS + 8]: the chunk's columns of Vnew (decayed) or dVnew; scale e^gamma dO */
+    float *PtdO;                    /* [64][COLUMNS + 8]: the chunk's columns of P^T dO (pass 1), copied ahead */
     size_t bytes;
 };
 template <int COLUMNS>
@@ -65,6 +68,7 @@ __host__ __device__ static chain_tiles chain_tiles_at(unsigned char *base, size_
     t.state = cut.take<bf16>(round_up16(K) * STRIDE);
     t.values = cut.take<bf16>(CHUNK * STRIDE);
     t.dO16 = backward ? cut.take<bf16>(CHUNK * STRIDE) : nullptr;
+    t.PtdO = backward ? cut.take<float>(CHUNK * STRIDE) : nullptr;
     t.bytes = cut.used;
     return t;
 }
@@ -107,18 +111,23 @@ __device__ __forceinline__ static void store_state(const chain_state<COLUMNS> &S
     });
 }
 
-/* The chain's state at a chunk's start (S0, or dS_C going backwards) published twice: in fp32
- * to the workspace (global, [K][V], for pass 4) and in bf16 to the B-operand tile (state) for
- * this chunk's products. Rounded only on its way into a product: the accumulators keep fp32. */
+/* The chain's state at a chunk's start (S0, or dS_C going backwards) published twice, rounded to
+ * bf16 once: to the workspace (global, [KP][VP], for pass 4, whose products read it in bf16 and
+ * nothing else) and to the B-operand tile (state) for this chunk's products. Rows past K and
+ * columns past V are the accumulators' zeros, so pass 4 copies whole padded tiles. Rounded only
+ * on its way out: the accumulators keep fp32. A lane's registers r and r + 1 are two columns side
+ * by side: one 4-byte store each. */
 template <int COLUMNS>
-__device__ __forceinline__ static void publish_state(const chain_state<COLUMNS> &S, float *global, bf16 *state, int K, int V,
-                                                     int KP, int column0)
+__device__ __forceinline__ static void publish_state(const chain_state<COLUMNS> &S, bf16 *global, bf16 *state, int KP, int VP,
+                                                     int column0)
 {
     for_each_state_element<COLUMNS>([&](int q, int j, int r, int m, int c) {
-        if (m < K && column0 + c < V)
-            global[m * V + column0 + c] = S[q][j][r];
-        if (m < KP)
-            state[m * chain_shape<COLUMNS>::STRIDE + c] = __float2bfloat16_rn(S[q][j][r]);
+        if (r % 2 == 1 || m >= KP)
+            return;
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(S[q][j][r], S[q][j][r + 1]);
+        if (column0 + c < VP)
+            *(__nv_bfloat162 *)(global + m * VP + column0 + c) = pair;
+        *(__nv_bfloat162 *)(state + m * chain_shape<COLUMNS>::STRIDE + c) = pair;
     });
 }
 
@@ -187,14 +196,14 @@ __device__ __forceinline__ static warp_part chain_part(void)
 
 /* ---- pass 2: the forward chain, S0 of every chunk and Vnew (eq. 13, 15) ---- */
 template <int COLUMNS>
-__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS) forward_chain_kernel(gdn_device_problem p,
+__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::FORWARD_MIN_BLOCKS) forward_chain_kernel(gdn_device_problem p,
                                                                                                 backward_workspace w, float *ht)
 {
     using shape = chain_shape<COLUMNS>;
     constexpr int STRIDE = shape::STRIDE, TILES = shape::TILES, PART_TILES = shape::PART_TILES;
     extern __shared__ uint4 shared[];
     const chain_tiles s = chain_tiles_at<COLUMNS>((unsigned char *)shared, p.K, false);
-    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), LDK = stride_of(p.K);
+    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V), LDK = stride_of(p.K);
     int column0;
     const size_t head = chain_head<COLUMNS>(p, column0);
     const warp_part part = chain_part<COLUMNS>();
@@ -210,7 +219,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
         });
         __syncthreads(); /* the last chunk's tiles read */
         stage_chain_chunk(p, w, x, s);
-        publish_state<COLUMNS>(S, w.S0 + x.index * K * V, s.state, K, V, KP, column0); /* S0: fp32 for pass 4, bf16 for Vnew */
+        publish_state<COLUMNS>(S, w.S0 + x.index * KP * VP, s.state, KP, VP, column0); /* S0: for pass 4 and for Vnew */
         __syncthreads();
 
         /* Vnew = U + (-W) S0: this warp's part of the chunk's rows and columns, depth K. U becomes
@@ -238,7 +247,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
 
 /* ---- pass 3: the backward chain, dS_C of every chunk, dVnew and dh0 (eq. 19a, 19b) ---- */
 template <int COLUMNS>
-__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS) backward_chain_kernel(gdn_device_problem p,
+__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::BACKWARD_MIN_BLOCKS) backward_chain_kernel(gdn_device_problem p,
                                                                                                  gdn_device_cotangents cot,
                                                                                                  backward_workspace w, float *dh0)
 {
@@ -247,46 +256,51 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
     constexpr int DO_PER_THREAD = shape::DO_PER_THREAD;
     extern __shared__ uint4 shared[];
     const chain_tiles s = chain_tiles_at<COLUMNS>((unsigned char *)shared, p.K, true);
-    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), LDK = stride_of(p.K);
+    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V), LDK = stride_of(p.K);
     int column0;
     const size_t head = chain_head<COLUMNS>(p, column0);
     const warp_part part = chain_part<COLUMNS>();
+    constexpr int ROW_STEP = shape::THREADS / COLUMNS; /* dO and P^T dO: a thread's rows row0 + k ROW_STEP, column c */
+    const int c = threadIdx.x % COLUMNS, row0 = threadIdx.x / COLUMNS;
+    const bool column_inside = column0 + c < V;
     chain_state<COLUMNS> dS;
     load_state<COLUMNS>(dS, cot.dht + head * K * V, K, V, column0);
     for (size_t chunk = w.chunks; chunk-- > 0;) {
         const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
         const int n = x.n;
-        /* asked for now, all at once, so that they arrive while the tiles are copied: this lane's
-         * P^T dO (pass 1) and its elements of dO with their gates */
-        float PtdO[PART_TILES][4] = {}, dO[DO_PER_THREAD], gate_sum[DO_PER_THREAD]; /* gamma_i, as the exponent takes it */
-        for_each_sum(PtdO, part, [&](int i, int c, float &value) {
-            if (i < n && column0 + c < V)
-                value = w.dVnew[(x.row + i) * V + column0 + c];
-        });
+        /* asked for now, all at once, so that they arrive while the tiles are copied: the block's
+         * P^T dO (pass 1), by cp.async into its tile (every reader of the last chunk's is past
+         * the last barrier), and this thread's elements of dO, into registers. A thread takes
+         * one column c and every ROW_STEP-th row from row0: its addresses are one base and
+         * constant steps, nothing the compiler keeps across chunks. */
+        float dO[DO_PER_THREAD];
 #pragma unroll
         for (int k = 0; k < DO_PER_THREAD; k++) {
-            const int e = threadIdx.x + k * shape::THREADS, i = e / COLUMNS, c = e % COLUMNS;
-            const bool inside = i < n && column0 + c < V;
+            const int i = row0 + k * ROW_STEP;
+            const bool inside = i < n && column_inside;
+            if (inside)
+                __pipeline_memcpy_async(s.PtdO + i * STRIDE + c, w.dVnew + (x.row + i) * V + column0 + c, 4);
+            else
+                s.PtdO[i * STRIDE + c] = 0.0f;
             dO[k] = inside ? cot.d_o[token_of(p, x, i) * V + column0 + c] : 0.0f;
-            gate_sum[k] = inside ? (float)w.gamma[x.row + i] : 0.0f;
         }
+        __pipeline_commit(); /* waited for with the chunk's tiles (stage_chain_chunk) */
         __syncthreads();
         stage_chain_chunk(p, w, x, s);
+        publish_state<COLUMNS>(dS, w.dS_end + x.index * KP * VP, s.state, KP, VP, column0); /* dS_C: for pass 4 and for dVnew */
+        __syncthreads();
 #pragma unroll
-        for (int k = 0; k < DO_PER_THREAD; k++) { /* scale e^gamma_i dO_i, rounded once */
-            const int e = threadIdx.x + k * shape::THREADS, i = e / COLUMNS, c = e % COLUMNS;
-            const float value = i < n && column0 + c < V ? p.scale * expf(gate_sum[k]) * dO[k] : 0.0f;
+        for (int k = 0; k < DO_PER_THREAD; k++) { /* scale e^gamma_i dO_i, rounded once; read after the next barrier */
+            const int i = row0 + k * ROW_STEP;
+            const float value = i < n && column_inside ? p.scale * expf((float)s.gamma[i]) * dO[k] : 0.0f;
             s.dO16[i * STRIDE + c] = __float2bfloat16_rn(value);
         }
-        publish_state<COLUMNS>(dS, w.dS_end + x.index * K * V, s.state, K, V, KP, column0); /* dS_C: fp32 for pass 4, bf16 for dVnew */
-        __syncthreads();
 
         /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: this warp's part, depth K; P^T dO
          * (pass 1) becomes dVnew in place; dVnew in bf16 is the B operand of dS0 */
         float acc[PART_TILES][4] = {};
         warp_product(acc, rows_of(s.keys, LDK), rows_of(s.state, STRIDE), part.row0, part.col0, KP, PART_TILES);
-        for_each_sum(acc, part, [&](int i, int, float &sum) { sum *= s.to_end[i]; });
-        add_sums(acc, PtdO);
+        for_each_sum(acc, part, [&](int i, int c, float &sum) { sum = __fmaf_rn(sum, s.to_end[i], s.PtdO[i * STRIDE + c]); });
         for_each_sum(acc, part, [&](int i, int c, float &value) {
             if (i < n && column0 + c < V)
                 w.dVnew[(x.row + i) * V + column0 + c] = value;

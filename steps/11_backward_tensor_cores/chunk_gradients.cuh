@@ -24,14 +24,13 @@
  */
 #pragma once
 
-constexpr int DOT_LOADS = 8; /* loads of <S0, dS_C> in flight a thread */
 constexpr int SQUARE_STRIDE = CHUNK + 1; /* fp32 rows of E, F, H: a row and a column both read without conflicts */
 
 /* ---- the reads: o, dq, dk's first part, dgamma's first part ---- */
 
 struct read_tiles {
     double *gamma;
-    float *read, *to_end, *E, *q_dot, *k_dot, *state_dot; /* q_dot, k_dot: [2][64] row sums */
+    float *read, *to_end, *E, *q_dot, *k_dot, *state_dot; /* q_dot, k_dot: [2][64] row sums; state_dot: a warp's */
     bf16 *queries, *keys, *dO16, *Vnew16, *S0, *dS_end, *P16, *Z16;
     size_t bytes;
 };
@@ -43,7 +42,7 @@ __host__ __device__ static read_tiles read_tiles_at(unsigned char *base, size_t 
     t.gamma = cut.take<double>(CHUNK);
     t.read = cut.take<float>(CHUNK), t.to_end = cut.take<float>(CHUNK);
     t.E = cut.take<float>(CHUNK * SQUARE_STRIDE);
-    t.q_dot = cut.take<float>(2 * CHUNK), t.k_dot = cut.take<float>(2 * CHUNK), t.state_dot = cut.take<float>(THREADS);
+    t.q_dot = cut.take<float>(2 * CHUNK), t.k_dot = cut.take<float>(2 * CHUNK), t.state_dot = cut.take<float>(WARPS);
     t.queries = cut.take<bf16>(CHUNK * LDK), t.keys = cut.take<bf16>(CHUNK * LDK);
     t.dO16 = cut.take<bf16>(CHUNK * LDV), t.Vnew16 = cut.take<bf16>(CHUNK * LDV);
     t.S0 = cut.take<bf16>(KP * LDV), t.dS_end = cut.take<bf16>(KP * LDV);
@@ -61,38 +60,21 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
     const int LDK = stride_of(p.K), LDV = stride_of(p.V);
     const read_tiles s = read_tiles_at((unsigned char *)shared, p.K, p.V);
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
-    const float *S0 = w.S0 + x.index * K * V, *dS_end = w.dS_end + x.index * K * V;
 
-    /* the bf16 tiles' copies on their way while the fp32 ones are loaded and rounded */
+    /* the bf16 tiles' copies on their way (the states as the chains left them, padded) while
+     * the fp32 ones are loaded and rounded */
     stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
+    copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
+    copy_rows16(s.dS_end, LDV * 2, w.dS_end + x.index * KP * VP, VP * 2, KP, VP * 2, false);
     stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
     stage_tile(s.Vnew16, LDV, CHUNK, VP, w.U + x.row * V, (size_t)V, n, V, (const float *)nullptr);
-    stage_tile(s.S0, LDV, KP, VP, S0, (size_t)V, K, V, (const float *)nullptr);
-    stage_tile(s.dS_end, LDV, KP, VP, dS_end, (size_t)V, K, V, (const float *)nullptr);
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
         s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
         s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - w.gamma[x.row + i])) : 0.0f;
     }
-    /* <S0, dS_C>, in fp32 from the workspace: the last token's gate term. DOT_LOADS pairs asked
-     * for at once, then added in the order e = threadIdx.x, + THREADS, ... */
-    float state_dot = 0.0f;
-    for (int e0 = threadIdx.x; e0 < K * V; e0 += DOT_LOADS * THREADS) {
-        float a[DOT_LOADS], b[DOT_LOADS];
-#pragma unroll
-        for (int k = 0; k < DOT_LOADS; k++) {
-            const int e = e0 + k * THREADS;
-            a[k] = e < K * V ? S0[e] : 0.0f;
-            b[k] = e < K * V ? dS_end[e] : 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < DOT_LOADS; k++)
-            if (e0 + k * THREADS < K * V)
-                state_dot += a[k] * b[k];
-    }
-    s.state_dot[threadIdx.x] = state_dot;
-    __pipeline_wait_prior(0); /* the queries and keys */
+    __pipeline_wait_prior(0); /* the queries, the keys and the states */
     __syncthreads();
 
     /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP and E = dP P (j < i: the
@@ -155,7 +137,21 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
                 o[token_of(p, x, i) * V + c] = value;
         });
     }
-    __syncthreads(); /* E and the row sums complete */
+    {   /* <S0, dS_C>, the last token's gate term, from the states as the products read them: a
+         * thread's elements in the order e = threadIdx.x, + THREADS, ... (the padding adds zeros),
+         * then the warp's 32 sums by shuffles, a fixed tree: the same bits every run */
+        float state_dot = 0.0f;
+        for (int e = threadIdx.x; e < KP * VP; e += THREADS) {
+            const int m = e / VP, c = e % VP;
+            state_dot += __bfloat162float(s.S0[m * LDV + c]) * __bfloat162float(s.dS_end[m * LDV + c]);
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2)
+            state_dot += __shfl_xor_sync(0xffffffffu, state_dot, offset);
+        if (threadIdx.x % 32 == 0)
+            s.state_dot[threadIdx.x / 32] = state_dot;
+    }
+    __syncthreads(); /* E, the row sums and the state's dot complete */
 
     /* dgamma_i's terms from the reads, a thread a row: q_i's, P's (row sum less column sum of E)
      * and Kdec's, whose gate gamma_C - gamma_i gives to the last token and takes from token i */
@@ -169,9 +165,9 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
         else {
             for (int j = 0; j < last; j++)
                 dgamma += s.to_end[j] * row_sum(s.k_dot, j);
-            float total = 0.0f; /* <S0, dS_C>: the threads' sums in their order */
-            for (int t = 0; t < THREADS; t++)
-                total += s.state_dot[t];
+            float total = 0.0f; /* <S0, dS_C>: the warps' sums in their order */
+            for (int warp = 0; warp < WARPS; warp++)
+                total += s.state_dot[warp];
             dgamma += (double)expf((float)s.gamma[last]) * total;
         }
         w.dgamma[x.row + i] = dgamma;
@@ -214,11 +210,11 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
     const tile Tm_t = transpose_of(s.Tm16, TOKEN_STRIDE); /* Tm^T as an A operand, or Tm^T as a B operand */
 
-    /* the bf16 copies on their way while the fp32 tiles are loaded; copy_rows16 waits for all */
+    /* the bf16 copies on their way while the fp32 tile is loaded; copy_rows16 waits for all */
     stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.values, LDV, CHUNK, VP, (const bf16 *)p.v_bf16 + first * V, value_stride, n, V, (const float *)nullptr, false);
+    copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
     stage_tile(s.dVnew16, LDV, CHUNK, VP, w.dVnew + x.row * V, (size_t)V, n, V, (const float *)nullptr);
-    stage_tile(s.S0, LDV, KP, VP, w.S0 + x.index * K * V, (size_t)V, K, V, (const float *)nullptr);
     copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2);
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;

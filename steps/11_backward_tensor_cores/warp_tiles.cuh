@@ -76,6 +76,9 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
                                                     int depth, int tiles)
 {
     static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
+    /* two steps unrolled: the next step's fragments load while this one's mma run, and no more,
+     * so that a 64-column chain block keeps to 128 registers (two blocks an SM, chains.cuh) */
+#pragma unroll 2
     for (int k0 = 0; k0 < depth; k0 += 16) {
         uint32_t a[4];
         load_a(a, A, row0, k0);
@@ -263,8 +266,10 @@ __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
 }
 
 /* rows of row_bytes bytes (a multiple of 16) from global to shared memory, as they are: by
- * cp.async, every piece in flight at once; complete in this thread's view when it returns */
-__device__ static void copy_rows16(void *to, int to_stride, const void *from, int from_stride, int rows, int row_bytes)
+ * cp.async, every piece in flight at once; complete in this thread's view when it returns
+ * (complete = false: at this thread's next __pipeline_wait_prior(0), as stage_tile's) */
+__device__ static void copy_rows16(void *to, int to_stride, const void *from, int from_stride, int rows, int row_bytes,
+                                   bool complete = true)
 {
     const int units = row_bytes / 16;
     for (int e = threadIdx.x; e < rows * units; e += blockDim.x) {
@@ -273,7 +278,8 @@ __device__ static void copy_rows16(void *to, int to_stride, const void *from, in
         __pipeline_memcpy_async((uint4 *)((unsigned char *)to + (size_t)i * to_stride) + u, row + u, 16);
     }
     __pipeline_commit();
-    __pipeline_wait_prior(0);
+    if (complete)
+        __pipeline_wait_prior(0);
 }
 
 /* Shared memory cut into pieces, each 16-byte aligned, in the order taken; from a null base
@@ -301,7 +307,8 @@ typedef struct {
     bf16 *Tm;               /* [heads chunks][64][64]: (I + M)^-1, as the products read it */
     bf16 *minus_W;          /* [heads chunks][64][round_up16(K)]: -W, zero past the chunk and past K */
     float *U, *dVnew;       /* [heads T][V]: U, then Vnew (pass 2); P^T dO, then dVnew (pass 3) */
-    float *S0, *dS_end;     /* [heads chunks][K][V]: the state at each chunk's start; dL/dS at its end */
+    bf16 *S0, *dS_end;      /* [heads chunks][KP][VP]: the state at each chunk's start; dL/dS at its end; in bf16,
+                               the only form pass 4 reads them in, zero past K and V */
 } backward_workspace;
 
 /* One chunk: n tokens from t0 of head (b, h) (head = b H + h); row = head T + t0, its first row in
