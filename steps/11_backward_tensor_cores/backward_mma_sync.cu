@@ -13,12 +13,13 @@
  * transposed, so the backward's transposed products (P^T dO, Tm^T dU, K^T Vnew, ...) need no
  * transposed copies. q, k and v are read in bf16 (the driver rounds them, the runner converts
  * them untimed); g, beta, h0, dht, the chains' states S and dS, the solve Tm = (I + M)^-1, every
- * sum and every output stay fp32, the gates' running sums gamma and dgamma double.
+ * sum and every output stay fp32, the gates' running sums gamma and dgamma double; the states
+ * go to pass 4 in bf16, the form its products read them in.
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand, fp32 sums): do, where it enters
  * a product; Tm, once, after the fp32 solve; the operands beta V and -beta e^gamma K of U and W;
  * -W; P and Z = scale decay (dO Vnew^T); the states S0 and dS_C, and Vnew and dVnew, where they
- * enter a product (the workspace and the chains keep them in fp32); and dW, dTm, R = Tm^T dTm and
+ * enter a product (the chains' sums stay fp32); and dW, dTm, R = Tm^T dTm and
  * F + F^T, the intermediate operands of pass 4. The diagonal factors (decays, scale e^gamma,
  * beta) multiply fp32 sums where the algebra allows, so q and k enter every product as the exact
  * bf16 inputs they are. The rest is not a product and stays on CUDA cores in fp32: the solve
@@ -30,8 +31,8 @@
  * 64^2 flops a token), on tensor cores. Bytes a token, about: q and k in bf16 (k read by both
  * chains' V / 16 column blocks, q by the backward chain's) 2 K (5 + 3 V / 16), v 4 V, do (fp32)
  * 12 V, U -> Vnew and P^T dO -> dVnew (fp32, written, rewritten, read) 32 V, -W (bf16, read by every
- * column block of both chains) 2 K (1 + V / 8), the states (fp32, K V a chunk each, S0 read twice)
- * 0.31 K V, the outputs 8 V + 16 K (dk is written, read and rewritten): about 26 KB at K = V = 128,
+ * column block of both chains) 2 K (1 + V / 8), the states (bf16, K V a chunk each, S0 read twice)
+ * 0.16 K V, the outputs 8 V + 16 K (dk is written, read and rewritten): about 24 KB at K = V = 128,
  * much of it re-read from L2. Depth: 2 T / 64 chunk steps a head, each three products 64 or K deep
  * on one column block, which waits for its chunk's tiles from memory (no copy ring): with few heads
  * the chains are the bound. Limits: --chunk 64 only, K and V at most 128.
