@@ -273,7 +273,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
          * the last barrier), and this thread's elements of dO, into registers. A thread takes
          * one column c and every ROW_STEP-th row from row0: its addresses are one base and
          * constant steps, nothing the compiler keeps across chunks. */
-        float dO[DO_PER_THREAD];
+        float dO[DO_PER_THREAD], gate_sum[DO_PER_THREAD]; /* gamma_i, as the exponent takes it */
 #pragma unroll
         for (int k = 0; k < DO_PER_THREAD; k++) {
             const int i = row0 + k * ROW_STEP;
@@ -283,18 +283,19 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
             else
                 s.PtdO[i * STRIDE + c] = 0.0f;
             dO[k] = inside ? cot.d_o[token_of(p, x, i) * V + column0 + c] : 0.0f;
+            gate_sum[k] = inside ? (float)w.gamma[x.row + i] : 0.0f;
         }
         __pipeline_commit(); /* waited for with the chunk's tiles (stage_chain_chunk) */
         __syncthreads();
         stage_chain_chunk(p, w, x, s);
-        publish_state<COLUMNS>(dS, w.dS_end + x.index * KP * VP, s.state, KP, VP, column0); /* dS_C: for pass 4 and for dVnew */
-        __syncthreads();
 #pragma unroll
-        for (int k = 0; k < DO_PER_THREAD; k++) { /* scale e^gamma_i dO_i, rounded once; read after the next barrier */
+        for (int k = 0; k < DO_PER_THREAD; k++) { /* scale e^gamma_i dO_i, rounded once */
             const int i = row0 + k * ROW_STEP;
-            const float value = i < n && column_inside ? p.scale * expf((float)s.gamma[i]) * dO[k] : 0.0f;
+            const float value = i < n && column_inside ? p.scale * expf(gate_sum[k]) * dO[k] : 0.0f;
             s.dO16[i * STRIDE + c] = __float2bfloat16_rn(value);
         }
+        publish_state<COLUMNS>(dS, w.dS_end + x.index * KP * VP, s.state, KP, VP, column0); /* dS_C: for pass 4 and for dVnew */
+        __syncthreads();
 
         /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: this warp's part, depth K; P^T dO
          * (pass 1) becomes dVnew in place; dVnew in bf16 is the B operand of dS0 */

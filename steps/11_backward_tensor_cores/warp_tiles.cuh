@@ -76,9 +76,10 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
                                                     int depth, int tiles)
 {
     static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
-    /* two steps unrolled: the next step's fragments load while this one's mma run, and no more,
-     * so that a 64-column chain block keeps to 128 registers (two blocks an SM, chains.cuh) */
-#pragma unroll 2
+    /* eight n-tiles (64 columns): two steps unrolled, the next step's fragments loading while
+     * this one's mma run, and no more, so that a 64-column chain block keeps to 128 registers
+     * (two blocks an SM, chains.cuh); narrower products four */
+#pragma unroll(TILES >= 8 ? 2 : 4)
     for (int k0 = 0; k0 < depth; k0 += 16) {
         uint32_t a[4];
         load_a(a, A, row0, k0);
