@@ -5,7 +5,7 @@
  * unchanged in what they compute (pass 1 the solve, W, U and P^T dO; pass 2 the forward chain,
  * S0 and Vnew, eq. 13-15; pass 3 the backward chain, dS_C and dVnew, eq. 19a-19b; pass 4 o and
  * the gradients, eq. 14-15 and 19c-19d) and in what the workspace carries between them (gamma,
- * Tm, -W, U then Vnew, P^T dO then dVnew, S0 and dS_C; the decays and P are recomputed where
+ * Tm, -W, U, P^T dO, Vnew, dVnew, S0 and dS_C; the decays and P are recomputed where
  * they are used), with each product, 27 a chunk, one warp's
  * mma.sync.m16n8k16 tiles (warp_tiles.cuh): a 16 x 16 bf16 tile times a 16 x 8 one into 16 x 8
  * fp32 sums in one instruction, where stage 10's GPU twin spends 256 fp32 multiply-adds of its
@@ -13,8 +13,8 @@
  * transposed, so the backward's transposed products (P^T dO, Tm^T dU, K^T Vnew, ...) need no
  * transposed copies. q, k and v are read in bf16 (the driver rounds them, the runner converts
  * them untimed); g, beta, h0, dht, the chains' states S and dS, the solve Tm = (I + M)^-1, every
- * sum and every output stay fp32, the gates' running sums gamma and dgamma double; the states
- * go to pass 4 in bf16, the form its products read them in.
+ * sum and every output stay fp32, the gates' running sums gamma and dgamma double; Vnew, dVnew
+ * and the states go to pass 4 in bf16, the only form its products read them in.
  *
  * Where bf16 rounding enters (each a relative 2^-9 on one operand, fp32 sums): do, where it enters
  * a product; Tm, once, after the fp32 solve; the operands beta V and -beta e^gamma K of U and W;
@@ -30,10 +30,10 @@
  * Cost: stage 10's products (backward_chunked_flops at C = 64: 18 K V + 64 (22 K + 12 V) + 4.3 *
  * 64^2 flops a token), on tensor cores. Bytes a token, about: q and k in bf16 (k read by both
  * chains' V / 16 column blocks, q by the backward chain's) 2 K (5 + 3 V / 16), v 4 V, do (fp32)
- * 12 V, U -> Vnew and P^T dO -> dVnew (fp32, written, rewritten, read) 32 V, -W (bf16, read by every
- * column block of both chains) 2 K (1 + V / 8), the states (bf16, K V a chunk each, S0 read twice)
- * 0.16 K V, the outputs 8 V + 16 K (dk is written, read and rewritten): about 24 KB at K = V = 128,
- * much of it re-read from L2. Depth: 2 T / 64 chunk steps a head, each three products 64 or K deep
+ * 12 V, U and P^T dO (fp32, written and read) 16 V, Vnew and dVnew (bf16, written and read) 8 V,
+ * -W (bf16, read by every column block of both chains) 2 K (1 + V / 8), the states (bf16, K V a
+ * chunk each, S0 read twice) 0.16 K V, the outputs 8 V + 16 K (dk is written, read and
+ * rewritten): about 23 KB at K = V = 128, much of it re-read from L2. Depth: 2 T / 64 chunk steps a head, each three products 64 or K deep
  * on one column block, which waits for its chunk's tiles from memory (no copy ring): with few heads
  * the chains are the bound. Limits: --chunk 64 only, K and V at most 128.
  *

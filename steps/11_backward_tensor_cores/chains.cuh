@@ -222,19 +222,18 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
         publish_state<COLUMNS>(S, w.S0 + x.index * KP * VP, s.state, KP, VP, column0); /* S0: for pass 4 and for Vnew */
         __syncthreads();
 
-        /* Vnew = U + (-W) S0: this warp's part of the chunk's rows and columns, depth K. U becomes
-         * Vnew in place (fp32, pass 4 reads it); its rows decayed to the chunk's end, in bf16, are
-         * the B operand of the update. */
+        /* Vnew = U + (-W) S0: this warp's part of the chunk's rows and columns, depth K. Vnew goes
+         * to pass 4 in bf16 (zero past V); its rows decayed to the chunk's end, in bf16, are the B
+         * operand of the update. */
         float acc[PART_TILES][4] = {};
         warp_product(acc, rows_of(s.minus_W, LDK), rows_of(s.state, STRIDE), part.row0, part.col0, KP, PART_TILES);
         add_sums(acc, U);
         for_each_sum(acc, part, [&](int i, int c, float &value) {
-            if (i < n && column0 + c < V)
-                w.U[(x.row + i) * V + column0 + c] = value;
-            else
+            if (i >= n || column0 + c >= V)
                 value = 0.0f;
             s.values[i * STRIDE + c] = __float2bfloat16_rn(s.to_end[i] * value);
         });
+        store_bf16_pairs(acc, part, w.Vnew + x.row * VP + column0, VP, n, VP - column0);
         __syncthreads();
 
         /* S = e^gamma_C S0 + K^T (decayed Vnew), in the accumulators: A = the keys read transposed */
@@ -273,42 +272,38 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
          * the last barrier), and this thread's elements of dO, into registers. A thread takes
          * one column c and every ROW_STEP-th row from row0: its addresses are one base and
          * constant steps, nothing the compiler keeps across chunks. */
-        float dO[DO_PER_THREAD], gate_sum[DO_PER_THREAD]; /* gamma_i, as the exponent takes it */
+        float dO[DO_PER_THREAD];
 #pragma unroll
         for (int k = 0; k < DO_PER_THREAD; k++) {
             const int i = row0 + k * ROW_STEP;
             const bool inside = i < n && column_inside;
             if (inside)
-                __pipeline_memcpy_async(s.PtdO + i * STRIDE + c, w.dVnew + (x.row + i) * V + column0 + c, 4);
+                __pipeline_memcpy_async(s.PtdO + i * STRIDE + c, w.PtdO + (x.row + i) * V + column0 + c, 4);
             else
                 s.PtdO[i * STRIDE + c] = 0.0f;
             dO[k] = inside ? cot.d_o[token_of(p, x, i) * V + column0 + c] : 0.0f;
-            gate_sum[k] = inside ? (float)w.gamma[x.row + i] : 0.0f;
         }
         __pipeline_commit(); /* waited for with the chunk's tiles (stage_chain_chunk) */
         __syncthreads();
         stage_chain_chunk(p, w, x, s);
-#pragma unroll
-        for (int k = 0; k < DO_PER_THREAD; k++) { /* scale e^gamma_i dO_i, rounded once */
-            const int i = row0 + k * ROW_STEP;
-            const float value = i < n && column_inside ? p.scale * expf(gate_sum[k]) * dO[k] : 0.0f;
-            s.dO16[i * STRIDE + c] = __float2bfloat16_rn(value);
-        }
         publish_state<COLUMNS>(dS, w.dS_end + x.index * KP * VP, s.state, KP, VP, column0); /* dS_C: for pass 4 and for dVnew */
         __syncthreads();
+#pragma unroll
+        for (int k = 0; k < DO_PER_THREAD; k++) { /* scale e^gamma_i dO_i, rounded once; read after the next barrier */
+            const int i = row0 + k * ROW_STEP;
+            const float value = i < n && column_inside ? p.scale * expf((float)s.gamma[i]) * dO[k] : 0.0f;
+            s.dO16[i * STRIDE + c] = __float2bfloat16_rn(value);
+        }
 
-        /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: this warp's part, depth K; P^T dO
-         * (pass 1) becomes dVnew in place; dVnew in bf16 is the B operand of dS0 */
+        /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: this warp's part, depth K; dVnew in
+         * bf16 (zero past V) is the B operand of dS0 and goes to pass 4 */
         float acc[PART_TILES][4] = {};
         warp_product(acc, rows_of(s.keys, LDK), rows_of(s.state, STRIDE), part.row0, part.col0, KP, PART_TILES);
-        for_each_sum(acc, part, [&](int i, int c, float &sum) { sum = __fmaf_rn(sum, s.to_end[i], s.PtdO[i * STRIDE + c]); });
         for_each_sum(acc, part, [&](int i, int c, float &value) {
-            if (i < n && column0 + c < V)
-                w.dVnew[(x.row + i) * V + column0 + c] = value;
-            else
-                value = 0.0f;
+            value = i < n && column0 + c < V ? __fmaf_rn(value, s.to_end[i], s.PtdO[i * STRIDE + c]) : 0.0f;
             s.values[i * STRIDE + c] = __float2bfloat16_rn(value);
         });
+        store_bf16_pairs(acc, part, w.dVnew + x.row * VP + column0, VP, n, VP - column0);
         __syncthreads();
 
         /* dS0 = e^gamma_C dS_C + Q^T (scale e^gamma dO) + (-W)^T dVnew: A = the queries and -W read

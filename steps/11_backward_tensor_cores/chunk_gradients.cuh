@@ -61,14 +61,14 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
     const read_tiles s = read_tiles_at((unsigned char *)shared, p.K, p.V);
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
 
-    /* the bf16 tiles' copies on their way (the states as the chains left them, padded) while
-     * the fp32 ones are loaded and rounded */
+    /* the bf16 tiles' copies on their way (the states and Vnew as the chains left them, padded)
+     * while dO is loaded and rounded */
     stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
     copy_rows16(s.dS_end, LDV * 2, w.dS_end + x.index * KP * VP, VP * 2, KP, VP * 2, false);
+    stage_tile(s.Vnew16, LDV, CHUNK, VP, w.Vnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
     stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
-    stage_tile(s.Vnew16, LDV, CHUNK, VP, w.U + x.row * V, (size_t)V, n, V, (const float *)nullptr);
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
         s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
@@ -210,11 +210,11 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
     const tile Tm_t = transpose_of(s.Tm16, TOKEN_STRIDE); /* Tm^T as an A operand, or Tm^T as a B operand */
 
-    /* the bf16 copies on their way while the fp32 tile is loaded; copy_rows16 waits for all */
+    /* every tile is bf16 as it lies: all copies on their way at once; copy_rows16 waits for all */
     stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.values, LDV, CHUNK, VP, (const bf16 *)p.v_bf16 + first * V, value_stride, n, V, (const float *)nullptr, false);
     copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
-    stage_tile(s.dVnew16, LDV, CHUNK, VP, w.dVnew + x.row * V, (size_t)V, n, V, (const float *)nullptr);
+    stage_tile(s.dVnew16, LDV, CHUNK, VP, w.dVnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
     copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2);
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;

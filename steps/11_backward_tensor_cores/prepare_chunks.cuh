@@ -140,7 +140,7 @@ __global__ static void __launch_bounds__(THREADS) prepare_chunks_kernel(gdn_devi
         warp_product(acc, transpose_of(s.P16, TOKEN_STRIDE), rows_of(s.right, LDV), part.row0, part.col0, CHUNK, part.tiles);
         for_each_sum(acc, part, [&](int i, int c, float &sum) {
             if (i < n && c < V)
-                w.dVnew[(x.row + i) * V + c] = sum;
+                w.PtdO[(x.row + i) * V + c] = sum;
         });
     }
 }

@@ -140,6 +140,26 @@ __device__ __forceinline__ static void add_sums(float (&acc)[TILES][4], const fl
             acc[j][r] += earlier[j][r];
 }
 
+/* this lane's part of a product, rounded to bf16, into rows of a bf16 array (row i at to + i ld):
+ * rows below n, columns below limit (even); registers r and r + 1 are two columns side by side,
+ * one 4-byte store */
+template <int TILES>
+__device__ __forceinline__ static void store_bf16_pairs(const float (&acc)[TILES][4], const warp_part &w, bf16 *to, size_t ld,
+                                                        int n, int limit)
+{
+#pragma unroll
+    for (int j = 0; j < TILES; j++) {
+        if (j >= w.tiles)
+            break;
+#pragma unroll
+        for (int r = 0; r < 4; r += 2) {
+            const int i = fragment_row(w.row0, r), c = fragment_column(w.col0, j, r);
+            if (i < n && c < limit)
+                *(__nv_bfloat162 *)(to + i * ld + c) = __floats2bfloat162_rn(acc[j][r], acc[j][r + 1]);
+        }
+    }
+}
+
 /* sum[0] += term(i, c, value) over this lane's sums in rows g of the warp's 16, sum[1] over those
  * in rows g + 8 (the registers r >= 2: which one is known where the loops unroll) */
 template <int TILES, typename Term>
@@ -307,7 +327,9 @@ typedef struct {
     double *gamma, *dgamma; /* [heads T]: the gates' running sums in each chunk; pass 4's dL/dgamma */
     bf16 *Tm;               /* [heads chunks][64][64]: (I + M)^-1, as the products read it */
     bf16 *minus_W;          /* [heads chunks][64][round_up16(K)]: -W, zero past the chunk and past K */
-    float *U, *dVnew;       /* [heads T][V]: U, then Vnew (pass 2); P^T dO, then dVnew (pass 3) */
+    float *U, *PtdO;        /* [heads T][V]: U and P^T dO (pass 1), the chains' fp32 addends */
+    bf16 *Vnew, *dVnew;     /* [heads T][VP]: Vnew (pass 2) and dVnew (pass 3) in bf16, the only form pass 4 reads
+                               them in, zero past V */
     bf16 *S0, *dS_end;      /* [heads chunks][KP][VP]: the state at each chunk's start; dL/dS at its end; in bf16,
                                the only form pass 4 reads them in, zero past K and V */
 } backward_workspace;
