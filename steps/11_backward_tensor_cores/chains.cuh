@@ -38,10 +38,9 @@ struct chain_shape {
     static constexpr int STRIDE = COLUMNS + 8;                /* bf16 row stride of the B tiles: ldmatrix without conflicts */
     static constexpr int DO_PER_THREAD = CHUNK * COLUMNS / THREADS; /* a thread's elements of the dO tile */
     /* blocks an SM must hold, which caps the registers a thread: 16 columns, three (the shared
-     * memory of the backward chain's); 64 columns, two going forwards (128 registers: 2 x 132
-     * blocks in one wave, the 256 of 128 heads at V = 128) and one going backwards, whose dS,
-     * P^T dO and dO take more */
-    static constexpr int FORWARD_MIN_BLOCKS = COLUMNS == 16 ? 3 : 2, BACKWARD_MIN_BLOCKS = COLUMNS == 16 ? 3 : 2;
+     * memory of the backward chain's); 64 columns, two (128 registers): the 256 blocks of 128
+     * heads at V = 128 then run in one wave on 132 SMs, not two */
+    static constexpr int MIN_BLOCKS = COLUMNS == 16 ? 3 : 2;
 };
 
 /* a chain block's shared memory; dO16 only in pass 3 */
@@ -196,7 +195,7 @@ __device__ __forceinline__ static warp_part chain_part(void)
 
 /* ---- pass 2: the forward chain, S0 of every chunk and Vnew (eq. 13, 15) ---- */
 template <int COLUMNS>
-__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::FORWARD_MIN_BLOCKS) forward_chain_kernel(gdn_device_problem p,
+__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS) forward_chain_kernel(gdn_device_problem p,
                                                                                                 backward_workspace w, float *ht)
 {
     using shape = chain_shape<COLUMNS>;
@@ -246,7 +245,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
 
 /* ---- pass 3: the backward chain, dS_C of every chunk, dVnew and dh0 (eq. 19a, 19b) ---- */
 template <int COLUMNS>
-__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::BACKWARD_MIN_BLOCKS) backward_chain_kernel(gdn_device_problem p,
+__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS) backward_chain_kernel(gdn_device_problem p,
                                                                                                  gdn_device_cotangents cot,
                                                                                                  backward_workspace w, float *dh0)
 {
