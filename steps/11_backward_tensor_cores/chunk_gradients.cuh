@@ -74,7 +74,7 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
         s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
         s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - w.gamma[x.row + i])) : 0.0f;
     }
-    __pipeline_wait_prior(0); /* the queries, the keys and the states */
+    __pipeline_wait_prior(0); /* the queries, the keys, the states and Vnew */
     __syncthreads();
 
     /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP and E = dP P (j < i: the

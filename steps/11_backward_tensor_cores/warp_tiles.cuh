@@ -76,9 +76,10 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
                                                     int depth, int tiles)
 {
     static_assert(TILES % 2 == 0, "n-tiles are loaded in pairs");
-    /* eight n-tiles (64 columns): two steps unrolled, the next step's fragments loading while
-     * this one's mma run, and no more, so that a 64-column chain block keeps to 128 registers
-     * (two blocks an SM, chains.cuh); narrower products four */
+    /* eight n-tiles a warp (the 64-column chains' state updates, pass 4's K- or V-wide parts):
+     * two steps unrolled, the next step's fragments loading while this one's mma run, and no
+     * more, so that a 64-column chain block keeps to 128 registers (two blocks an SM,
+     * chains.cuh); fewer n-tiles, four steps */
 #pragma unroll(TILES >= 8 ? 2 : 4)
     for (int k0 = 0; k0 < depth; k0 += 16) {
         uint32_t a[4];
@@ -125,9 +126,9 @@ __device__ __forceinline__ static void for_each_sum(float (&acc)[TILES][4], cons
     }
 }
 
-/* acc += earlier, element by element: a read-modify-write epilogue (U into Vnew, P^T dO into
- * dVnew, dk's first part into dk) whose earlier values were loaded into registers by for_each_sum
- * before the products, all of them asked for at once. Loaded inside the epilogue, each load would
+/* acc += earlier, element by element: an epilogue that adds values from memory (U to Vnew in the
+ * forward chain, dk's first part to dk) loaded into registers by for_each_sum before the
+ * products, all of them asked for at once. Loaded inside the epilogue, each load would
  * wait for the store before it (the compiler cannot tell the addresses apart): one memory latency
  * an element. The same bits: a + b is b + a. */
 template <int TILES>
@@ -319,8 +320,8 @@ struct shared_cut {
 
 /* ---- the workspace between the passes ---- */
 
-/* Rows of U, dVnew, gamma and dgamma are head * T + t; Tm, -W and the states are a block a
- * (head, chunk). Every element a pass reads was written by a pass before it (the runner fills
+/* Rows of U, P^T dO, Vnew, dVnew, gamma and dgamma are head * T + t (Vnew's and dVnew's VP
+ * wide); Tm, -W and the states are a block a (head, chunk). Every element a pass reads was written by a pass before it (the runner fills
  * the workspace with NaN bytes before each checked run). */
 typedef struct {
     size_t chunks;
