@@ -13,7 +13,9 @@
 # A stage's source is steps/NN_name/name.c, or name.cu for a stage that runs only on the GPU
 # (06 on); a sub-stage NNx_name (06a_tensor_cores) is name.cu in stage NN's folder. A source
 # that includes headers of its own folder ("chain.cuh") is read with them in place (text_of),
-# so a stage cut into files is compared as the compiler reads it. Each stage is compared with
+# so a stage cut into files is compared as the compiler reads it; so are the headers it takes
+# from the folder of the stage it is compared with (06a's "../05_wy_chunked/wy_chunked_solve.cuh"
+# against 05, which reads the same file as its own). Each stage is compared with
 # the stage before it that has the same kind of source: a CUDA-only stage with the previous
 # GPU stage (06a against 05's wy_chunked.cu, 06 against 06a), a C stage with the previous C
 # stage (08 against 05). A stage that includes the one before it (07 includes 06's
@@ -35,16 +37,23 @@ source_of() { # STAGE KIND (c or cu)
     echo "$(folder_of "$1")/$(name_of "$1").$2"
 }
 kind_of() { if gpu_only "$1"; then echo cu; else echo c; fi; }
-# text_of FILE: the file, and after each line that includes a header of the same folder
-# ("name.cuh"), that header's text, so that a stage cut into files reads as one, in the
-# order the compiler reads it
+# text_of FILE [FOLDER]: the file, and after each line that includes a header of the same
+# folder ("name.cuh"), that header's text, so that a stage cut into files reads as one, in the
+# order the compiler reads it; with FOLDER (steps/NN_name), also the headers it includes from
+# that folder ("../NN_name/name.cuh"): the stage compared against reads those as its own, and
+# code both compile is no lesson of the diff
 text_of() {
     folder=$(dirname "$1")
     while IFS= read -r line || [ -n "$line" ]; do
         printf '%s\n' "$line"
         header=$(printf '%s' "$line" | sed -n 's/^#include "\([a-z_]*\.cuh\)".*/\1/p')
         if [ -n "$header" ] && [ -f "$folder/$header" ]; then
-            text_of "$folder/$header"
+            text_of "$folder/$header" "${2:-}"
+        elif [ -n "${2:-}" ]; then
+            header=$(printf '%s' "$line" | sed -n "s|^#include \"\.\./$(basename "$2")/\([a-z_]*\.cuh\)\".*|\1|p")
+            if [ -n "$header" ] && [ -f "$2/$header" ]; then
+                text_of "$2/$header" "$2"
+            fi
         fi
     done <"$1"
 }
@@ -68,7 +77,7 @@ show() { # FROM TO [KIND]: TO's source of KIND (c or cu; default: TO's own kind)
     # diff exits 1 when the files differ, which is the point; labels without timestamps
     from_text=$(mktemp)
     text_of "$(source_of "$1" "$show_kind")" >"$from_text"
-    text_of "$to" | diff -u --label "$(source_of "$1" "$show_kind")" --label "$to" "$from_text" - || true
+    text_of "$to" "$(folder_of "$1")" | diff -u --label "$(source_of "$1" "$show_kind")" --label "$to" "$from_text" - || true
     rm -f "$from_text"
 }
 # Diffs longer than this many lines are folded (<details>) in the docs: 06's is two thousand
