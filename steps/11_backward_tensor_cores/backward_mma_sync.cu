@@ -35,7 +35,8 @@
  * chunk each, S0 read twice) 0.16 K V, the outputs 8 V + 16 K (dk is written, read and
  * rewritten): about 23 KB at K = V = 128, much of it re-read from L2. Depth: 2 T / 64 chunk
  * steps a head, each three products 64 or K deep on one column block, which waits for its
- * chunk's tiles from memory (no copy ring): with few heads the chains are the bound. Limits: --chunk 64 only, K and V at most 128.
+ * chunk's tiles from memory (no copy ring): with few heads the chains are the bound. Limits:
+ * --chunk 64 only, K and V at most 128.
  *
  * Measured: 6.70 ms at (8, 4096, 16, 128, 128), in one run on an NVIDIA H100 80GB HBM3
  * (plots/data/backward_handoff.dat); FLA's backward 3.31 ms at that shape in the peers' run on the
