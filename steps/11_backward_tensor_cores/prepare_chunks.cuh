@@ -21,7 +21,10 @@
 /* the solve's fp32 rows: an even stride, so invert_diagonal_blocks reads two at a time */
 constexpr int SOLVE_STRIDE = CHUNK + 4;
 
-/* pass 1's shared memory, cut from base (null: only the bytes) */
+/* pass 1's shared memory, cut from base (null: only the bytes). Two pairs share their bytes,
+ * each pair used one after the other: the queries, read by Q K^T only, then the fp32 Tm of the
+ * solve; the solve's scratch, then the right operand of U, -W and P^T dO. About 70 KB at
+ * K = V = 128, so three blocks share an SM and one block's copies wait while another computes. */
 struct prepare_tiles {
     double *gamma;
     float *beta, *grown, *Tm, *solve_scratch;
@@ -30,20 +33,24 @@ struct prepare_tiles {
 };
 __host__ __device__ static prepare_tiles prepare_tiles_at(unsigned char *base, size_t K, size_t V)
 {
-    const int LDK = stride_of(K), LDR = LDK > stride_of(V) ? LDK : stride_of(V);
+    const size_t LDK = stride_of(K), LDR = LDK > (size_t)stride_of(V) ? LDK : stride_of(V);
+    const size_t queries_bytes = CHUNK * LDK * sizeof(bf16), Tm_bytes = CHUNK * SOLVE_STRIDE * sizeof(float);
+    const size_t right_bytes = CHUNK * LDR * sizeof(bf16), scratch_bytes = SOLVE_BLOCK * SOLVE_CHUNK * sizeof(float);
     shared_cut cut = {base, 0};
     prepare_tiles t;
     t.gamma = cut.take<double>(CHUNK);
     t.beta = cut.take<float>(CHUNK), t.grown = cut.take<float>(CHUNK);
-    t.Tm = cut.take<float>(CHUNK * SOLVE_STRIDE), t.solve_scratch = cut.take<float>(SOLVE_BLOCK * SOLVE_CHUNK);
-    t.keys = cut.take<bf16>(CHUNK * LDK), t.queries = cut.take<bf16>(CHUNK * LDK);
+    unsigned char *queries_then_Tm = cut.take<unsigned char>(queries_bytes > Tm_bytes ? queries_bytes : Tm_bytes);
+    t.queries = (bf16 *)queries_then_Tm, t.Tm = (float *)queries_then_Tm;
+    t.keys = cut.take<bf16>(CHUNK * LDK);
     t.Tm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.P16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
-    t.right = cut.take<bf16>(CHUNK * LDR); /* the right operand of U, -W and P^T dO, one after another */
+    unsigned char *scratch_then_right = cut.take<unsigned char>(right_bytes > scratch_bytes ? right_bytes : scratch_bytes);
+    t.solve_scratch = (float *)scratch_then_right, t.right = (bf16 *)scratch_then_right;
     t.bytes = cut.used;
     return t;
 }
 
-__global__ static void __launch_bounds__(THREADS) prepare_chunks_kernel(gdn_device_problem p, gdn_device_cotangents cot,
+__global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, gdn_device_cotangents cot,
                                                                           backward_workspace w)
 {
     extern __shared__ uint4 shared[];
@@ -81,13 +88,14 @@ __global__ static void __launch_bounds__(THREADS) prepare_chunks_kernel(gdn_devi
         float kk[4][4] = {}, qk[4][4] = {};
         warp_product(kk, rows_of(s.keys, LDK), transpose_of(s.keys, LDK), part.row0, part.col0, KP, part.tiles);
         warp_product(qk, rows_of(s.queries, LDK), transpose_of(s.keys, LDK), part.row0, part.col0, KP, part.tiles);
-        for_each_sum(kk, part, [&](int i, int l, float &sum) {
-            const float decay = l <= i && i < n ? expf((float)(s.gamma[i] - s.gamma[l])) : 0.0f;
-            s.Tm[i * SOLVE_STRIDE + l] = i == l ? 1.0f : l < i ? s.beta[i] * decay * sum : 0.0f; /* I + M */
-        });
         for_each_sum(qk, part, [&](int i, int l, float &sum) {
             const float decay = l <= i && i < n ? expf((float)(s.gamma[i] - s.gamma[l])) : 0.0f;
             s.P16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(p.scale * decay * sum);
+        });
+        __syncthreads(); /* every warp's reads of the queries done: Tm takes their bytes */
+        for_each_sum(kk, part, [&](int i, int l, float &sum) {
+            const float decay = l <= i && i < n ? expf((float)(s.gamma[i] - s.gamma[l])) : 0.0f;
+            s.Tm[i * SOLVE_STRIDE + l] = i == l ? 1.0f : l < i ? s.beta[i] * decay * sum : 0.0f; /* I + M */
         });
     }
     __syncthreads();
