@@ -97,9 +97,9 @@ static int run_backward_passes(const gdn_device_problem *p, const gdn_device_cot
                             chain_tiles_at<COLUMNS>(nullptr, K, false).bytes, *p, w, r->ht);
     CUDA_LAUNCH_WITH_SHARED(backward_chain_kernel<COLUMNS>, chain_blocks, CHAIN_THREADS,
                             chain_tiles_at<COLUMNS>(nullptr, K, true).bytes, *p, *c, w, g->dh0);
-    CUDA_LAUNCH_WITH_SHARED(read_gradients_kernel, chunk_blocks, THREADS, read_tiles_at(nullptr, K, V).bytes, *p, *c, w, r->o,
-                            *g);
-    CUDA_LAUNCH_WITH_SHARED(wy_gradients_kernel, chunk_blocks, THREADS, wy_tiles_at(nullptr, K, V).bytes, *p, w, *g);
+    CUDA_LAUNCH_WITH_SHARED(read_gradients_kernel, chunk_blocks, GRADIENT_THREADS, read_tiles_at(nullptr, K, V).bytes, *p, *c, w,
+                            r->o, *g);
+    CUDA_LAUNCH_WITH_SHARED(wy_gradients_kernel, chunk_blocks, GRADIENT_THREADS, wy_tiles_at(nullptr, K, V).bytes, *p, w, *g);
     return 0;
 }
 

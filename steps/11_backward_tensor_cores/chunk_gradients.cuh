@@ -1,7 +1,10 @@
 /* chunk_gradients.cuh -- pass 4 of the tensor-core backward: o and every gradient, per chunk,
- * once the chains have left S0, Vnew, dVnew and dS_C. Two kernels, each one block of 8 warps a
+ * once the chains have left S0, Vnew, dVnew and dS_C. Two kernels, each one block of 16 warps a
  * (head, chunk), every chunk at once; the pass is cut in two so that each block's tiles fit in
- * shared memory (about 180 KB each at K = V = 128):
+ * shared memory (about 180 KB each at K = V = 128, so one block an SM). With one block an SM,
+ * the warps of that block are all an SM scheduler has to choose from while some wait on their
+ * tiles or their mma: 16 warps (part_of<16>: each warp a quarter of a product's columns, where
+ * pass 1's 8 take a half) keep twice as many ready as 8 would.
  *
  *   read_gradients_kernel, the reads (eq. 14 and 15):
  *       P = scale lower(Q K^T o decay),  dP = dO Vnew^T,  Z = scale lower(dP o decay)
@@ -24,13 +27,14 @@
  */
 #pragma once
 
-constexpr int SQUARE_STRIDE = CHUNK + 1; /* fp32 rows of E, F, H: a row and a column both read without conflicts */
+constexpr int SQUARE_STRIDE = CHUNK + 1;
+constexpr int GRADIENT_WARPS = 16, GRADIENT_THREADS = 32 * GRADIENT_WARPS, GRADIENT_SHARES = GRADIENT_WARPS / 4; /* fp32 rows of E, F, H: a row and a column both read without conflicts */
 
 /* ---- the reads: o, dq, dk's first part, dgamma's first part ---- */
 
 struct read_tiles {
     double *gamma;
-    float *read, *to_end, *E, *q_dot, *k_dot, *state_dot; /* q_dot, k_dot: [2][64] row sums; state_dot: a warp's */
+    float *read, *to_end, *E, *q_dot, *k_dot, *state_dot; /* q_dot, k_dot: [shares][64] row sums; state_dot: a warp's */
     bf16 *queries, *keys, *dO16, *Vnew16, *S0, *dS_end, *P16, *Z16;
     size_t bytes;
 };
@@ -42,7 +46,8 @@ __host__ __device__ static read_tiles read_tiles_at(unsigned char *base, size_t 
     t.gamma = cut.take<double>(CHUNK);
     t.read = cut.take<float>(CHUNK), t.to_end = cut.take<float>(CHUNK);
     t.E = cut.take<float>(CHUNK * SQUARE_STRIDE);
-    t.q_dot = cut.take<float>(2 * CHUNK), t.k_dot = cut.take<float>(2 * CHUNK), t.state_dot = cut.take<float>(WARPS);
+    t.q_dot = cut.take<float>(GRADIENT_SHARES * CHUNK), t.k_dot = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.state_dot = cut.take<float>(GRADIENT_WARPS);
     t.queries = cut.take<bf16>(CHUNK * LDK), t.keys = cut.take<bf16>(CHUNK * LDK);
     t.dO16 = cut.take<bf16>(CHUNK * LDV), t.Vnew16 = cut.take<bf16>(CHUNK * LDV);
     t.S0 = cut.take<bf16>(KP * LDV), t.dS_end = cut.take<bf16>(KP * LDV);
@@ -51,9 +56,10 @@ __host__ __device__ static read_tiles read_tiles_at(unsigned char *base, size_t 
     return t;
 }
 
-__global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_device_problem p, gdn_device_cotangents cot,
-                                                                          backward_workspace w, float *o, gdn_device_gradients g)
+__global__ static void __launch_bounds__(GRADIENT_THREADS) read_gradients_kernel(gdn_device_problem p, gdn_device_cotangents cot,
+                                                                                  backward_workspace w, float *o, gdn_device_gradients g)
 {
+    constexpr int WIDE = part_tiles<GRADIENT_WARPS>(MAX_WIDTH), SQUARE = part_tiles<GRADIENT_WARPS>(CHUNK); /* a warp's n-tiles */
     extern __shared__ uint4 shared[];
     const chunk_at x = chunk_of(p, w, blockIdx.x);
     const int n = x.n, last = n - 1, K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V);
@@ -69,7 +75,7 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
     copy_rows16(s.dS_end, LDV * 2, w.dS_end + x.index * KP * VP, VP * 2, KP, VP * 2, false);
     stage_tile(s.Vnew16, LDV, CHUNK, VP, w.Vnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
     stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
-    for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
+    for (int i = threadIdx.x; i < CHUNK; i += GRADIENT_THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
         s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
         s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - w.gamma[x.row + i])) : 0.0f;
@@ -80,12 +86,12 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
     /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP and E = dP P (j < i: the
      * diagonal's term would be added and taken back) */
     {
-        const warp_part part = part_of(CHUNK);
-        float qk[4][4] = {}, dP[4][4] = {};
+        const warp_part part = part_of<GRADIENT_WARPS>(CHUNK);
+        float qk[SQUARE][4] = {}, dP[SQUARE][4] = {};
         warp_product(qk, rows_of(s.queries, LDK), transpose_of(s.keys, LDK), part.row0, part.col0, KP, part.tiles);
         warp_product(dP, rows_of(s.dO16, LDV), transpose_of(s.Vnew16, LDV), part.row0, part.col0, VP, part.tiles);
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < SQUARE; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int i = fragment_row(part.row0, r), l = fragment_column(part.col0, j, r);
@@ -98,9 +104,9 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
     }
     __syncthreads();
 
-    const warp_part keys_part = part_of(KP), values_part = part_of(VP);
+    const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP);
     {   /* dq = scale e^gamma_i (S0 dO_i) + Z K; q_i . (S0 dO_i) for dgamma */
-        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
+        float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, rows_of(s.dO16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
         add_row_terms(acc, keys_part, sum,
                       [&](int i, int c, float value) { return value * __bfloat162float(s.queries[i * LDK + c]); });
@@ -113,7 +119,7 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
         });
     }
     {   /* dk's first part = e^(gamma_C - gamma_i) (dS_C Vnew_i) + Z^T Q; k_i . (dS_C Vnew_i) for dgamma */
-        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
+        float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, rows_of(s.Vnew16, LDV), transpose_of(s.dS_end, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
         add_row_terms(acc, keys_part, sum,
                       [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
@@ -127,7 +133,7 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
         });
     }
     {   /* o = scale e^gamma_i (Q S0)_i + P Vnew (eq. 14) */
-        float acc[8][4] = {};
+        float acc[WIDE][4] = {};
         warp_product(acc, rows_of(s.queries, LDK), rows_of(s.S0, LDV), values_part.row0, values_part.col0, KP, values_part.tiles);
         for_each_sum(acc, values_part, [&](int i, int c, float &value) { value *= s.read[i]; });
         warp_product(acc, rows_of(s.P16, TOKEN_STRIDE), rows_of(s.Vnew16, LDV), values_part.row0, values_part.col0, CHUNK,
@@ -138,10 +144,10 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
         });
     }
     {   /* <S0, dS_C>, the last token's gate term, from the states as the products read them: a
-         * thread's elements in the order e = threadIdx.x, + THREADS, ... (the padding adds zeros),
+         * thread's elements in the order e = threadIdx.x, + GRADIENT_THREADS, ... (the padding adds zeros),
          * then the warp's 32 sums by shuffles, a fixed tree: the same bits every run */
         float state_dot = 0.0f;
-        for (int e = threadIdx.x; e < KP * VP; e += THREADS) {
+        for (int e = threadIdx.x; e < KP * VP; e += GRADIENT_THREADS) {
             const int m = e / VP, c = e % VP;
             state_dot += __bfloat162float(s.S0[m * LDV + c]) * __bfloat162float(s.dS_end[m * LDV + c]);
         }
@@ -157,16 +163,16 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
      * and Kdec's, whose gate gamma_C - gamma_i gives to the last token and takes from token i */
     if (threadIdx.x < n) {
         const int i = threadIdx.x;
-        double dgamma = s.read[i] * row_sum(s.q_dot, i);
+        double dgamma = s.read[i] * row_sum<GRADIENT_WARPS>(s.q_dot, i);
         for (int j = 0; j < n; j++)
             dgamma += s.E[i * SQUARE_STRIDE + j] - s.E[j * SQUARE_STRIDE + i];
         if (i < last)
-            dgamma -= s.to_end[i] * row_sum(s.k_dot, i);
+            dgamma -= s.to_end[i] * row_sum<GRADIENT_WARPS>(s.k_dot, i);
         else {
             for (int j = 0; j < last; j++)
-                dgamma += s.to_end[j] * row_sum(s.k_dot, j);
+                dgamma += s.to_end[j] * row_sum<GRADIENT_WARPS>(s.k_dot, j);
             float total = 0.0f; /* <S0, dS_C>: the warps' sums in their order */
-            for (int warp = 0; warp < WARPS; warp++)
+            for (int warp = 0; warp < GRADIENT_WARPS; warp++)
                 total += s.state_dot[warp];
             dgamma += (double)expf((float)s.gamma[last]) * total;
         }
@@ -178,7 +184,7 @@ __global__ static void __launch_bounds__(THREADS) read_gradients_kernel(gdn_devi
 
 struct wy_tiles {
     double *gamma, *dgamma;
-    float *beta, *grown, *F, *H, *v_dot, *y_dot, *b_sum; /* v_dot, y_dot, b_sum: [2][64] row sums */
+    float *beta, *grown, *F, *H, *v_dot, *y_dot, *b_sum; /* v_dot, y_dot, b_sum: [shares][64] row sums */
     bf16 *keys, *values, *dVnew16, *S0, *dW16, *Tm16, *dTm16, *TmT_dTm16, *F16;
     size_t bytes;
 };
@@ -190,7 +196,8 @@ __host__ __device__ static wy_tiles wy_tiles_at(unsigned char *base, size_t K, s
     t.gamma = cut.take<double>(CHUNK), t.dgamma = cut.take<double>(CHUNK);
     t.beta = cut.take<float>(CHUNK), t.grown = cut.take<float>(CHUNK);
     t.F = cut.take<float>(CHUNK * SQUARE_STRIDE), t.H = cut.take<float>(CHUNK * SQUARE_STRIDE);
-    t.v_dot = cut.take<float>(2 * CHUNK), t.y_dot = cut.take<float>(2 * CHUNK), t.b_sum = cut.take<float>(2 * CHUNK);
+    t.v_dot = cut.take<float>(GRADIENT_SHARES * CHUNK), t.y_dot = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.b_sum = cut.take<float>(GRADIENT_SHARES * CHUNK);
     t.keys = cut.take<bf16>(CHUNK * LDK), t.values = cut.take<bf16>(CHUNK * LDV);
     t.dVnew16 = cut.take<bf16>(CHUNK * LDV), t.S0 = cut.take<bf16>(KP * LDV), t.dW16 = cut.take<bf16>(CHUNK * LDK);
     t.Tm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.dTm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
@@ -199,9 +206,10 @@ __host__ __device__ static wy_tiles wy_tiles_at(unsigned char *base, size_t K, s
     return t;
 }
 
-__global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device_problem p, backward_workspace w,
-                                                                        gdn_device_gradients g)
+__global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(gdn_device_problem p, backward_workspace w,
+                                                                                gdn_device_gradients g)
 {
+    constexpr int WIDE = part_tiles<GRADIENT_WARPS>(MAX_WIDTH), SQUARE = part_tiles<GRADIENT_WARPS>(CHUNK); /* a warp's n-tiles */
     extern __shared__ uint4 shared[];
     const chunk_at x = chunk_of(p, w, blockIdx.x);
     const int n = x.n, K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V);
@@ -216,21 +224,21 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
     stage_tile(s.dVnew16, LDV, CHUNK, VP, w.dVnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
     copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2);
-    for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
+    for (int i = threadIdx.x; i < CHUNK; i += GRADIENT_THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
         s.beta[i] = i < n ? p.beta[token_of(p, x, i)] : 0.0f;
         s.grown[i] = i < n ? expf((float)w.gamma[x.row + i]) : 0.0f;
     }
     __syncthreads();
 
-    const warp_part keys_part = part_of(KP), values_part = part_of(VP), square = part_of(CHUNK);
+    const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP), square = part_of<GRADIENT_WARPS>(CHUNK);
     {   /* dW = -dVnew S0^T (eq. 19c's dW), the operand of dTm and dY */
-        float acc[8][4] = {};
+        float acc[WIDE][4] = {};
         warp_product(acc, rows_of(s.dVnew16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) { s.dW16[i * LDK + c] = __float2bfloat16_rn(-value); });
     }
     {   /* dX = Tm^T dVnew, dv = beta dX (eq. 19c); dX_i . v_i for dbeta */
-        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f};
+        float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, Tm_t, rows_of(s.dVnew16, LDV), values_part.row0, values_part.col0, CHUNK, values_part.tiles);
         add_row_terms(acc, values_part, sum,
                       [&](int i, int c, float value) { return value * __bfloat162float(s.values[i * LDV + c]); });
@@ -243,11 +251,11 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     __syncthreads(); /* dW complete */
     {   /* dTm = dU X^T + dW Y^T, X = diag(beta) V, Y = diag(beta e^gamma) K (eq. 19c): only its
          * strictly lower part enters dM, Tm's diagonal and upper part being constants */
-        float xv[4][4] = {}, yk[4][4] = {};
+        float xv[SQUARE][4] = {}, yk[SQUARE][4] = {};
         warp_product(xv, rows_of(s.dVnew16, LDV), transpose_of(s.values, LDV), square.row0, square.col0, VP, square.tiles);
         warp_product(yk, rows_of(s.dW16, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < SQUARE; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int i = fragment_row(square.row0, r), l = fragment_column(square.col0, j, r);
@@ -257,7 +265,7 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     }
     __syncthreads();
     {   /* R = Tm^T dTm, the first half of dM = -Tm^T dTm Tm^T (eq. 19d) */
-        float acc[4][4] = {};
+        float acc[SQUARE][4] = {};
         warp_product(acc, Tm_t, rows_of(s.dTm16, TOKEN_STRIDE), square.row0, square.col0, CHUNK, square.tiles);
         for_each_sum(acc, square,
                      [&](int a, int b, float &value) { s.TmT_dTm16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(value); });
@@ -265,11 +273,11 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     __syncthreads();
     {   /* dM = -R Tm^T below the diagonal (eq. 19d), and M_ab = beta_a decay_ab (k_a . k_b) passes it
          * on: F = dM beta decay to the keys, H = F o K K^T to dgamma, dM decay K K^T to dbeta */
-        float RT[4][4] = {}, kk[4][4] = {}, sum[2] = {0.0f, 0.0f};
+        float RT[SQUARE][4] = {}, kk[SQUARE][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(RT, rows_of(s.TmT_dTm16, TOKEN_STRIDE), Tm_t, square.row0, square.col0, CHUNK, square.tiles);
         warp_product(kk, rows_of(s.keys, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < SQUARE; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int a = fragment_row(square.row0, r), b = fragment_column(square.col0, j, r);
@@ -282,14 +290,14 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
         store_row_sums(sum, square, s.b_sum);
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < CHUNK * CHUNK; e += THREADS) { /* F + F^T: dk_i's weights on every key */
+    for (int e = threadIdx.x; e < CHUNK * CHUNK; e += GRADIENT_THREADS) { /* F + F^T: dk_i's weights on every key */
         const int a = e / CHUNK, b = e % CHUNK;
         s.F16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(s.F[a * SQUARE_STRIDE + b] + s.F[b * SQUARE_STRIDE + a]);
     }
     __syncthreads();
     {   /* dY = Tm^T dW; dk += beta e^gamma dY + (F + F^T) K, onto read_gradients_kernel's part,
          * which is asked for first, all of this lane's at once, and arrives during the products */
-        float acc[8][4] = {}, sum[2] = {0.0f, 0.0f}, dk_read[8][4] = {};
+        float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f}, dk_read[WIDE][4] = {};
         for_each_sum(dk_read, keys_part, [&](int i, int c, float &value) {
             if (i < n && c < K)
                 value = g.dk[token_of(p, x, i) * K + c];
@@ -309,12 +317,12 @@ __global__ static void __launch_bounds__(THREADS) wy_gradients_kernel(gdn_device
     __syncthreads(); /* H and the row sums complete */
     if (threadIdx.x < n) { /* dgamma_i and dbeta_i, a thread a row */
         const int i = threadIdx.x;
-        const float y_dot = row_sum(s.y_dot, i);
+        const float y_dot = row_sum<GRADIENT_WARPS>(s.y_dot, i);
         double dgamma = w.dgamma[x.row + i] + s.beta[i] * s.grown[i] * y_dot;
         for (int j = 0; j < n; j++)
             dgamma += s.H[i * SQUARE_STRIDE + j] - s.H[j * SQUARE_STRIDE + i];
         s.dgamma[i] = dgamma;
-        g.dbeta[token_of(p, x, i)] = row_sum(s.v_dot, i) + s.grown[i] * y_dot + row_sum(s.b_sum, i);
+        g.dbeta[token_of(p, x, i)] = row_sum<GRADIENT_WARPS>(s.v_dot, i) + s.grown[i] * y_dot + row_sum<GRADIENT_WARPS>(s.b_sum, i);
     }
     __syncthreads();
     if (threadIdx.x == 0) { /* gamma_i = g_0 + ... + g_i: dg_t sums dgamma from the chunk's end back */

@@ -98,17 +98,26 @@ __device__ __forceinline__ static void warp_product(float (&acc)[TILES][4], cons
 }
 
 /* The part of a 64 x width product (width a multiple of 16, at most 128) that warp w of a
- * block's 8 computes: rows 16 (w % 4) .. + 16, and half of the 16-column blocks, the first
- * half for w < 4: at most 8 n-tiles of 8 columns. A warp whose half is empty (width 16) has
- * tiles 0. */
+ * block of BLOCK_WARPS computes: rows 16 (w % 4) .. + 16, and share w / 4 of the 16-column
+ * blocks cut into BLOCK_WARPS / 4 shares, the first ones full: with 8 warps two halves, at
+ * most 8 n-tiles of 8 columns, with 16 four quarters, at most 4. A warp whose share is empty
+ * (width 16) has tiles 0. */
 struct warp_part {
     int row0, col0, tiles;
 };
+template <int BLOCK_WARPS = WARPS>
 __device__ __forceinline__ static warp_part part_of(int width)
 {
-    const int warp = threadIdx.x / 32, blocks = width / 16, half = (blocks + 1) / 2;
-    const int first = warp / 4 * half, count = blocks - first < half ? blocks - first : half;
+    constexpr int SHARES = BLOCK_WARPS / 4;
+    const int warp = threadIdx.x / 32, blocks = width / 16, share = (blocks + SHARES - 1) / SHARES;
+    const int first = warp / 4 * share, count = blocks - first < share ? blocks - first : share;
     return {16 * (warp % 4), 16 * first, count > 0 ? 2 * count : 0};
+}
+/* the most n-tiles part_of gives a warp of a product width wide: its accumulators' count */
+template <int BLOCK_WARPS>
+__host__ __device__ constexpr int part_tiles(int width)
+{
+    return 2 * ((width / 16 + BLOCK_WARPS / 4 - 1) / (BLOCK_WARPS / 4));
 }
 
 /* f(i, c, sum) for each sum of this lane's part of the product: row i, column c (mma_sync.cuh's
@@ -178,9 +187,9 @@ __device__ __forceinline__ static void add_row_terms(float (&acc)[TILES][4], con
 
 /* Row sums of a product's part: sum[0] and sum[1] hold this lane's terms of rows g and g + 8 of
  * the warp's 16 (g = lane / 4); the four lanes of a row add theirs (two shuffles), and the
- * warp's total for its columns goes to partial[CHUNK (w / 4) + row]. Every lane of the warp
- * calls it. The row's sum over all columns is partial[row] + partial[CHUNK + row], in that
- * order: no atomics, the same bits every run. */
+ * warp's total for its columns goes to partial[CHUNK (w / 4) + row], a row of partial sums for
+ * each share of the columns. Every lane of the warp calls it. The row's sum over all columns
+ * is the shares' in their order (row_sum): no atomics, the same bits every run. */
 __device__ __forceinline__ static void store_row_sums(float (&sum)[2], const warp_part &w, float *partial)
 {
     const int lane = threadIdx.x % 32;
@@ -195,8 +204,17 @@ __device__ __forceinline__ static void store_row_sums(float (&sum)[2], const war
         out[8] = sum[1];
     }
 }
-/* sum over the columns of a 64 x width product's row i, once every warp stored its part */
-__device__ __forceinline__ static float row_sum(const float *partial, int i) { return partial[i] + partial[CHUNK + i]; }
+/* sum over the columns of a 64 x width product's row i, once every warp of the block's
+ * BLOCK_WARPS stored its part */
+template <int BLOCK_WARPS = WARPS>
+__device__ __forceinline__ static float row_sum(const float *partial, int i)
+{
+    float sum = partial[i];
+#pragma unroll
+    for (int share = 1; share < BLOCK_WARPS / 4; share++)
+        sum += partial[CHUNK * share + i];
+    return sum;
+}
 
 /* ---- staging tiles in shared memory ---- */
 
