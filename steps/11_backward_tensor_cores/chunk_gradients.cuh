@@ -27,8 +27,9 @@
  */
 #pragma once
 
-constexpr int SQUARE_STRIDE = CHUNK + 1;
-constexpr int GRADIENT_WARPS = 16, GRADIENT_THREADS = 32 * GRADIENT_WARPS, GRADIENT_SHARES = GRADIENT_WARPS / 4; /* fp32 rows of E, F, H: a row and a column both read without conflicts */
+constexpr int SQUARE_STRIDE = CHUNK + 1; /* fp32 rows of E, F, H: a row and a column both read without conflicts */
+/* a block's warps, and the shares of a product's columns (part_of) whose row sums dbeta and dgamma add */
+constexpr int GRADIENT_WARPS = 16, GRADIENT_THREADS = 32 * GRADIENT_WARPS, GRADIENT_SHARES = GRADIENT_WARPS / 4;
 
 /* ---- the reads: o, dq, dk's first part, dgamma's first part ---- */
 
@@ -144,8 +145,8 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) read_gradients_kernel
         });
     }
     {   /* <S0, dS_C>, the last token's gate term, from the states as the products read them: a
-         * thread's elements in the order e = threadIdx.x, + GRADIENT_THREADS, ... (the padding adds zeros),
-         * then the warp's 32 sums by shuffles, a fixed tree: the same bits every run */
+         * thread's elements in the order e = threadIdx.x, + GRADIENT_THREADS, ... (the padding adds
+         * zeros), then the warp's 32 sums by shuffles, a fixed tree: the same bits every run */
         float state_dot = 0.0f;
         for (int e = threadIdx.x; e < KP * VP; e += GRADIENT_THREADS) {
             const int m = e / VP, c = e % VP;
@@ -231,7 +232,8 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
     }
     __syncthreads();
 
-    const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP), square = part_of<GRADIENT_WARPS>(CHUNK);
+    const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP);
+    const warp_part square = part_of<GRADIENT_WARPS>(CHUNK);
     {   /* dW = -dVnew S0^T (eq. 19c's dW), the operand of dTm and dY */
         float acc[WIDE][4] = {};
         warp_product(acc, rows_of(s.dVnew16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
@@ -322,7 +324,8 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
         for (int j = 0; j < n; j++)
             dgamma += s.H[i * SQUARE_STRIDE + j] - s.H[j * SQUARE_STRIDE + i];
         s.dgamma[i] = dgamma;
-        g.dbeta[token_of(p, x, i)] = row_sum<GRADIENT_WARPS>(s.v_dot, i) + s.grown[i] * y_dot + row_sum<GRADIENT_WARPS>(s.b_sum, i);
+        g.dbeta[token_of(p, x, i)] =
+            row_sum<GRADIENT_WARPS>(s.v_dot, i) + s.grown[i] * y_dot + row_sum<GRADIENT_WARPS>(s.b_sum, i);
     }
     __syncthreads();
     if (threadIdx.x == 0) { /* gamma_i = g_0 + ... + g_i: dg_t sums dgamma from the chunk's end back */
