@@ -206,7 +206,7 @@ __device__ __forceinline__ static void store_row_sums(float (&sum)[2], const war
 }
 /* sum over the columns of a 64 x width product's row i, once every warp of the block's
  * BLOCK_WARPS stored its part */
-template <int BLOCK_WARPS = WARPS>
+template <int BLOCK_WARPS>
 __device__ __forceinline__ static float row_sum(const float *partial, int i)
 {
     float sum = partial[i];
