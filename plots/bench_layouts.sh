@@ -26,6 +26,8 @@
 # warm-up, CUDA events, L2 flushed; the package's and the peers' of 30, the same way), the
 # peers' times over ours, and err_*: each o against our binary's (relative L2), proof of the
 # same inputs. nan: that code does not run the shape (its result line in the log says why).
+# eager: the peers whose call a CUDA graph cannot capture at that row (it reads a packed batch's
+# offsets on the host), timed eagerly instead, launches included; - where every time is a replay.
 # The roofline (plots/bench_lib.sh): floor_ms, the least time at the rates in
 # plots/data/gpu_peak.dat (bin/gpu_peak on the card its header names: rerun it on another
 # card), the larger of the flops (our stage's count, the same problem for
@@ -43,8 +45,15 @@ out=${2:-plots/data}
 groups=${3:-ours,tp8,tp4,tp2,tp1,35b}
 bench_begin
 peak_rates
-graph_of() { field median_ms "$(printf '%s\n' "$1" | grep "peer=$2 mode=graph" | head -1)"; }
-err_of() { field err_o_vs_ours "$(printf '%s\n' "$1" | grep "peer=$2 mode=graph" | head -1)"; }
+# time_of RUNS PEER: the peer's graph replay time, or where its call cannot be captured (it reads
+# the offsets of a packed batch on the host) its eager time, and then the peer's name in $eager
+time_of() {
+    graph=$(field median_ms "$(printf '%s\n' "$1" | grep "peer=$2 mode=graph" | head -1)")
+    [ -n "$graph" ] && { echo "$graph"; return; }
+    printf '%s\n' "$1" | grep -q "peer=$2 mode=eager" && echo "$2" >> "$work/eager"
+    field median_ms "$(printf '%s\n' "$1" | grep "peer=$2 mode=eager" | head -1)"
+}
+err_of() { field err_o_vs_ours "$(printf '%s\n' "$1" | grep "peer=$2 mode=" | head -1)"; }
 
 # the rows of a group, one a line: name sequences H HV K V. sequences: "8*4096", B = 8 rows of
 # 4096 tokens; "32768", one; "28672,4096", a packed batch of those lengths; "8192x4", a packed
@@ -84,7 +93,7 @@ sizes_of() {
 for group in $(echo "$groups" | tr ',' ' '); do
     rows_of "$group" > /dev/null # an unknown group stops here, before anything runs
     data=$out/layouts_$group.dat
-    gpu_data_header "bench_layouts.sh $bin $out $group" "shape sequences tokens H HV K V stage ms_binary ms_package ms_fla ms_flashinfer ms_flashqla fla/ours flashinfer/ours flashqla/ours err_package err_fla err_flashinfer err_flashqla floor_ms roof_binary roof_package roof_fla roof_flashinfer roof_flashqla" > "$data"
+    gpu_data_header "bench_layouts.sh $bin $out $group" "shape sequences tokens H HV K V stage ms_binary ms_package ms_fla ms_flashinfer ms_flashqla fla/ours flashinfer/ours flashqla/ours err_package err_fla err_flashinfer err_flashqla floor_ms roof_binary roof_package roof_fla roof_flashinfer roof_flashqla eager" > "$data"
     # one bench process for the group's rows, fed through a pipe as the rows' problems are made
     rm -f "$work/to_bench" "$work/from_bench"
     mkfifo "$work/to_bench" "$work/from_bench"
@@ -123,13 +132,16 @@ for line in sys.stdin:
 "
         done
         printf '%s' "$runs" | grep 'error=' >&2 || true
-        package=$(graph_of "$runs" gdn_steps) fla=$(graph_of "$runs" fla_chunk) fi=$(graph_of "$runs" flashinfer) qla=$(graph_of "$runs" flashqla)
+        : > "$work/eager"
+        package=$(time_of "$runs" gdn_steps) fla=$(time_of "$runs" fla_chunk) fi=$(time_of "$runs" flashinfer) qla=$(time_of "$runs" flashqla)
+        eager=$(paste -s -d , "$work/eager")
         ours=${ms_binary:-0}
         e_package=$(err_of "$runs" gdn_steps) e_fla=$(err_of "$runs" fla_chunk) e_fi=$(err_of "$runs" flashinfer) e_qla=$(err_of "$runs" flashqla)
         echo "$name $N $tokens $H $HV $K $V ${stage%%_*} ${ms_binary:-nan} ${package:-nan} ${fla:-nan} ${fi:-nan} ${qla:-nan}" \
             "$(ratio "${fla:-0}" "$ours") $(ratio "${fi:-0}" "$ours") $(ratio "${qla:-0}" "$ours")" \
             "${e_package:--} ${e_fla:--} ${e_fi:--} ${e_qla:--} $floor $(fraction "$floor" "${ms_binary:-nan}")" \
-            "$(fraction "$floor" "${package:-nan}") $(fraction "$floor" "${fla:-nan}") $(fraction "$floor" "${fi:-nan}") $(fraction "$floor" "${qla:-nan}")" >> "$data"
+            "$(fraction "$floor" "${package:-nan}") $(fraction "$floor" "${fla:-nan}") $(fraction "$floor" "${fi:-nan}") $(fraction "$floor" "${qla:-nan}")" \
+            "${eager:--}" >> "$data"
         rm -rf "$work/p" "$work/o"
     done
     exec 3>&- 4<&-

@@ -89,8 +89,8 @@ def make_run(peer, q, k, v, g, beta, h0, cu_seqlens, scale):
     function, extra = peer_function(peer)
     if cu_seqlens is not None:
         extra = dict(extra, cu_seqlens=cu_seqlens)
-        if peer == "gdn_steps":  # its host copy, made once here: a call then never waits for the GPU (graph capture)
-            extra["cu_seqlens_cpu"] = cu_seqlens.cpu()
+        if peer in ("gdn_steps", "fla"):  # the offsets' host copy, made once here: a call then never
+            extra["cu_seqlens_cpu"] = cu_seqlens.cpu()  # waits for the GPU, and a CUDA graph can capture it
 
     def run():
         return function(q, k, v, g, beta, scale=scale, initial_state=h0, output_final_state=True, **extra)
