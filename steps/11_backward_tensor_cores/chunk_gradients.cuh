@@ -68,20 +68,21 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) read_gradients_kernel
     const read_tiles s = read_tiles_at((unsigned char *)shared, p.K, p.V);
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
 
-    /* the bf16 tiles' copies on their way (the states and Vnew as the chains left them, padded)
-     * while dO is loaded and rounded */
+    /* the bf16 tiles' copies on their way (Vnew and the states as the chains left them, padded)
+     * while dO is loaded and rounded; the states, asked for last, two copy groups of their own,
+     * may still land while P and dP are made */
     stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
+    stage_tile(s.Vnew16, LDV, CHUNK, VP, w.Vnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
     copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
     copy_rows16(s.dS_end, LDV * 2, w.dS_end + x.index * KP * VP, VP * 2, KP, VP * 2, false);
-    stage_tile(s.Vnew16, LDV, CHUNK, VP, w.Vnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
     stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
     for (int i = threadIdx.x; i < CHUNK; i += GRADIENT_THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
         s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
         s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - w.gamma[x.row + i])) : 0.0f;
     }
-    __pipeline_wait_prior(0); /* the queries, the keys, the states and Vnew */
+    __pipeline_wait_prior(2); /* every group but the states' two: the queries, the keys and Vnew */
     __syncthreads();
 
     /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP and E = dP P (j < i: the
@@ -103,6 +104,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) read_gradients_kernel
                 s.E[i * SQUARE_STRIDE + l] = l < i ? dP[j][r] * P : 0.0f;
             }
     }
+    __pipeline_wait_prior(0); /* the states */
     __syncthreads();
 
     const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP);
@@ -219,17 +221,22 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
     const tile Tm_t = transpose_of(s.Tm16, TOKEN_STRIDE); /* Tm^T as an A operand, or Tm^T as a B operand */
 
-    /* every tile is bf16 as it lies: all copies on their way at once; copy_rows16 waits for all */
-    stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
-    stage_tile(s.values, LDV, CHUNK, VP, (const bf16 *)p.v_bf16 + first * V, value_stride, n, V, (const float *)nullptr, false);
-    copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
+    /* every tile is bf16 as it lies: all copies on their way at once, in the order the products
+     * take them, so that Tm, the values and the keys may still land while dW is made (dVnew and
+     * the workspace's tiles go by cp.async always; the inputs where their rows allow it) */
     stage_tile(s.dVnew16, LDV, CHUNK, VP, w.dVnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
-    copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2);
+    copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
+    copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2, false);
+    const int values_copied =
+        stage_tile(s.values, LDV, CHUNK, VP, (const bf16 *)p.v_bf16 + first * V, value_stride, n, V, (const float *)nullptr, false);
+    const int keys_copied =
+        stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     for (int i = threadIdx.x; i < CHUNK; i += GRADIENT_THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
         s.beta[i] = i < n ? p.beta[token_of(p, x, i)] : 0.0f;
         s.grown[i] = i < n ? expf((float)w.gamma[x.row + i]) : 0.0f;
     }
+    wait_all_but(1 + values_copied + keys_copied); /* dVnew and S0 */
     __syncthreads();
 
     const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP);
@@ -239,6 +246,8 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
         warp_product(acc, rows_of(s.dVnew16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) { s.dW16[i * LDK + c] = __float2bfloat16_rn(-value); });
     }
+    __pipeline_wait_prior(0); /* Tm, the values and the keys */
+    __syncthreads();          /* and dW complete */
     {   /* dX = Tm^T dVnew, dv = beta dX (eq. 19c); dX_i . v_i for dbeta */
         float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, Tm_t, rows_of(s.dVnew16, LDV), values_part.row0, values_part.col0, CHUNK, values_part.tiles);
@@ -250,7 +259,6 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
                 g.dv[token_of(p, x, i) * V + c] = s.beta[i] * value;
         });
     }
-    __syncthreads(); /* dW complete */
     {   /* dTm = dU X^T + dW Y^T, X = diag(beta) V, Y = diag(beta e^gamma) K (eq. 19c): only its
          * strictly lower part enters dM, Tm's diagonal and upper part being constants */
         float xv[SQUARE][4] = {}, yk[SQUARE][4] = {};

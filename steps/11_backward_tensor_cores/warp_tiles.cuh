@@ -235,10 +235,11 @@ __device__ __forceinline__ static float to_float(unsigned short bits) { return _
  * the scalar loop: the same bits either way. The tile is complete in this thread's view when
  * it returns (complete = false: a bf16 copy may still be on its way, until this thread's next
  * __pipeline_wait_prior(0), so that several tiles wait once); the caller's barrier makes it
- * the block's. */
+ * the block's. Returns whether the tile went by cp.async, as one copy group of its own (so that
+ * a caller can wait for the groups before it alone: wait_all_but). */
 constexpr int LOADS_IN_FLIGHT = 4;
 template <typename Source>
-__device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_columns, const Source *from, size_t stride, int rows,
+__device__ static bool stage_tile(bf16 *tile, int ld, int tile_rows, int tile_columns, const Source *from, size_t stride, int rows,
                                   int columns, const float *scale, bool complete = true)
 {
     constexpr int PIECE = 16 / sizeof(Source); /* elements in 16 bytes: 8 bf16 or 4 fp32 */
@@ -256,7 +257,7 @@ __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
             __pipeline_commit();
             if (complete)
                 __pipeline_wait_prior(0);
-            return;
+            return true;
         }
         union piece {
             uint4 bytes;
@@ -294,7 +295,7 @@ __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
                     *(uint2 *)(tile + i * ld + c) = out.half;
             }
         }
-        return;
+        return false;
     }
     for (int e = threadIdx.x; e < tile_rows * tile_columns; e += blockDim.x) {
         const int i = e / tile_columns, c = e % tile_columns;
@@ -303,6 +304,7 @@ __device__ static void stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
             value = (scale ? scale[i] : 1.0f) * to_float(from[i * stride + c]);
         tile[i * ld + c] = __float2bfloat16_rn(value);
     }
+    return false;
 }
 
 /* rows of row_bytes bytes (a multiple of 16) from global to shared memory, as they are: by
@@ -319,6 +321,20 @@ __device__ static void copy_rows16(void *to, int to_stride, const void *from, in
     }
     __pipeline_commit();
     if (complete)
+        __pipeline_wait_prior(0);
+}
+
+/* this thread's copy groups complete but the latest `later` (0 to 3; cp.async.wait_group takes
+ * its count as an immediate, hence the cases) */
+__device__ static void wait_all_but(int later)
+{
+    if (later >= 3)
+        __pipeline_wait_prior(3);
+    else if (later == 2)
+        __pipeline_wait_prior(2);
+    else if (later == 1)
+        __pipeline_wait_prior(1);
+    else
         __pipeline_wait_prior(0);
 }
 
