@@ -28,7 +28,7 @@
  * Depth: chunks / P fold steps + P - 1 scan steps + chunks / P replay steps, against chunks.
  * Grouped value heads (--HV): as in stage 06, a chain a value head, its q and k rows those of
  * its key head (B HV heads in the counts above). A packed batch: as stage 06, rows padded to
- * the longest sequence (padded_rows.cuh), P chosen for those rows.
+ * the longest sequence (padded_rows.cuh), P chosen from each row's real chunks.
  * P: the least modelled time (sequence_parallel_segments, in sequence_parallel.cuh), from B H,
  * T and the SMs; 1 where the heads fill the GPU, so that the stage is stage 06 there.
  * --segments overrides.
@@ -125,7 +125,7 @@ static int rows_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_
 }
 
 /* A packed batch runs as stage 06 runs it, as rows padded to its longest sequence, P chosen
- * for those rows (sequence_parallel_resolve_options); not with --batch-invariant
+ * from its rows' real chunks (sequence_parallel_resolve_options); not with --batch-invariant
  * (refuse_invariant_packed, which the workspace's query says first). */
 static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {

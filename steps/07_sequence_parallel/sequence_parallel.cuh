@@ -25,6 +25,7 @@
 #include "../06_warp_specialized/warp_specialized.cuh" /* stage 06's kernels and launchers */
 #include "scan_on_tensor_cores.cuh" /* phase 2 */
 #include <stdio.h>
+#include <stdlib.h> /* malloc: a packed batch's row lengths */
 
 extern "C" {
 #include "sequence_parallel.h"
@@ -93,7 +94,9 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  *   o too (stage 06's output warps) at STEP_COST_WITH_OUTPUTS a step; where they do not,
  *   + OUTPUT_STEP * heads * chunks / SMs                                       kernel 3
  *   (elsewhere kernel 3 runs at every P, the same time, and is left out).
- * groups(n): 16-column tiles of an n-column state. blocks_per_sm is the count for stage 06's
+ * groups(n): 16-column tiles of an n-column state. A packed batch's rows (modelled_rows) have
+ * their own chunks: its waves count the busy blocks only, those holding one of their row's
+ * chunks, and kernel 3 its real chunks. blocks_per_sm is the count for stage 06's
  * two-slot ring: chain_launch_shape takes two slots where they save a wave, so a launch runs
  * in the waves the two-slot ring allows. The constants, in one-tile chunk steps:
  *   STEP_COST            a chunk step of a 2-, 4- or 8-tile block (2 and 4 fitted, 8 by ncu);
@@ -112,9 +115,11 @@ static double sequence_parallel_flops(const gdn_problem *p, const gdn_settings *
  * launches (docs/07, "Measured and not kept"). */
 enum chain_launch_kind { FOLD_LAUNCH, REPLAY_LAUNCH, REPLAY_WITH_OUTPUTS };
 /* one launch's modelled time; with REPLAY_WITH_OUTPUTS, *outputs_in_chain says whether its
-   blocks are the 8-tile ones that make o (stage 06's output warps) */
-static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
-                              double steps, chain_launch_kind kind, bool *outputs_in_chain)
+   blocks are the 8-tile ones that make o (stage 06's output warps). The blocks' width follows
+   every block launched, as stage 06 picks it; the waves count the busy ones, those with a
+   real chunk to run (a packed batch's segments past a short row's end return at once). */
+static double modelled_launch(size_t one_tile_blocks, size_t busy_one_tile_blocks, size_t tiles_per_run, size_t sms,
+                              const size_t blocks_per_sm[CHAIN_WIDTHS], double steps, chain_launch_kind kind, bool *outputs_in_chain)
 {
     static const double STEP_COST[MAX_CHAIN_TILES + 1] = {0.0, 1.0, 1.8, 0.0, 2.6, 0.0, 0.0, 0.0, 5.3};
     const double FOLD_STEP_COST_8 = 3.0, STEP_COST_WITH_OUTPUTS = 4.8;
@@ -123,7 +128,7 @@ static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size
     while (widest > 1 && blocks_per_sm[width_index(widest)] == 0)
         widest /= 2;
     const int tiles = chain_tiles(one_tile_blocks, tiles_per_run, sms, widest, kind == REPLAY_WITH_OUTPUTS);
-    const size_t blocks = one_tile_blocks / tiles, per_sm = blocks_per_sm[width_index(tiles)];
+    const size_t blocks = busy_one_tile_blocks / tiles, per_sm = blocks_per_sm[width_index(tiles)];
     const size_t slots = sms * (per_sm ? per_sm : 1);
     const bool wide = tiles == MAX_CHAIN_TILES;
     if (outputs_in_chain)
@@ -137,37 +142,77 @@ static double modelled_launch(size_t one_tile_blocks, size_t tiles_per_run, size
     return (double)((blocks + slots - 1) / slots) * steps * cost;
 }
 
-static double modelled_steps(size_t heads, size_t K, size_t V, size_t chunks, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS],
-                             size_t P)
+/* The rows the model times: `rows` rows of row_chunks[n] chunks each, every row
+ * heads_per_row heads of one chain (B H rows of `chunks`: one entry, heads_per_row B H; a
+ * packed batch: its sequences' chunks, heads_per_row HV), all cut at the longest row's chunks */
+struct modelled_rows {
+    const size_t *row_chunks;
+    size_t rows, heads_per_row, chunks;
+};
+/* the busy segments among the first `first_segments` of every row at P segments: those that
+ * hold one of the row's chunks (segment s starts at chunk s * chunks / P, segment_chunk) */
+static size_t busy_segments(const modelled_rows &r, size_t P, size_t first_segments)
+{
+    size_t busy = 0;
+    for (size_t n = 0; n < r.rows; n++)
+        for (size_t s = 0; s < first_segments; s++)
+            busy += segment_chunk(s, P, r.chunks) < r.row_chunks[n] ? 1 : 0;
+    return busy * r.heads_per_row;
+}
+
+static double modelled_steps(const modelled_rows &r, size_t K, size_t V, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS], size_t P)
 {
     const double SCAN_STEP = 2.0, FIXED = 31.0, OUTPUT_STEP = 5.0;
     const size_t value_groups = (size_t)round_up16(V) / 16, fold_groups = value_groups + (size_t)round_up16(K) / 16;
-    const double steps = (double)((chunks + P - 1) / P);
+    const size_t heads = r.rows * r.heads_per_row;
+    const double steps = (double)((r.chunks + P - 1) / P);
     /* stage 06's output warps: K = V = 128 in 8-tile blocks (none with --precise) */
     const bool outputs_possible = output_warps_shape(K, V) && blocks_per_sm[CHAIN_WIDTHS - 1] > 0;
     bool outputs_in_chain = false;
-    const double replay = modelled_launch(heads * P * value_groups, value_groups, sms, blocks_per_sm, steps,
-                                          outputs_possible ? REPLAY_WITH_OUTPUTS : REPLAY_LAUNCH, &outputs_in_chain);
+    const double replay = modelled_launch(heads * P * value_groups, busy_segments(r, P, P) * value_groups, value_groups, sms,
+                                          blocks_per_sm, steps, outputs_possible ? REPLAY_WITH_OUTPUTS : REPLAY_LAUNCH, &outputs_in_chain);
     /* kernel 3, where P decides whether it runs: its blocks fill the GPU, so its time is its work */
-    const double outputs = outputs_possible && !outputs_in_chain ? OUTPUT_STEP * (double)(heads * chunks) / (double)sms : 0.0;
+    size_t real_chunks = 0;
+    for (size_t n = 0; n < r.rows; n++)
+        real_chunks += r.row_chunks[n] * r.heads_per_row;
+    const double outputs = outputs_possible && !outputs_in_chain ? OUTPUT_STEP * (double)real_chunks / (double)sms : 0.0;
     if (P == 1)
         return replay + outputs;
-    const double fold = modelled_launch(heads * (P - 1) * fold_groups, fold_groups, sms, blocks_per_sm, steps, FOLD_LAUNCH, NULL);
+    const double fold = modelled_launch(heads * (P - 1) * fold_groups, busy_segments(r, P, P - 1) * fold_groups, fold_groups, sms,
+                                        blocks_per_sm, steps, FOLD_LAUNCH, NULL);
     return fold + replay + outputs + SCAN_STEP * (double)(P - 1) + FIXED;
+}
+
+static size_t least_modelled_segments(const modelled_rows &r, size_t K, size_t V, size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS])
+{
+    size_t best = 1;
+    if (sms == 0)
+        sms = 1;
+    size_t real_chunks = 0; /* the rows' work in rows as long as the longest: B H for rows alike */
+    for (size_t n = 0; n < r.rows; n++)
+        real_chunks += r.row_chunks[n];
+    const size_t busy_heads = (r.heads_per_row * real_chunks + r.chunks - 1) / (r.chunks ? r.chunks : 1);
+    if (busy_heads * ((size_t)round_up16(V) / 16) >= sms) /* the heads fill the GPU */
+        return 1;
+    for (size_t P = 2; P <= MAX_AUTOMATIC_SEGMENTS && P <= r.chunks; P++)
+        if (modelled_steps(r, K, V, sms, blocks_per_sm, P) < modelled_steps(r, K, V, sms, blocks_per_sm, best))
+            best = P;
+    return best;
 }
 
 extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t sms,
                                              const size_t blocks_per_sm[CHAIN_WIDTHS])
 {
-    size_t best = 1;
-    if (sms == 0)
-        sms = 1;
-    if (heads * ((size_t)round_up16(V) / 16) >= sms) /* the heads fill the GPU */
-        return 1;
-    for (size_t P = 2; P <= MAX_AUTOMATIC_SEGMENTS && P <= chunks; P++)
-        if (modelled_steps(heads, K, V, chunks, sms, blocks_per_sm, P) < modelled_steps(heads, K, V, chunks, sms, blocks_per_sm, best))
-            best = P;
-    return best;
+    return least_modelled_segments(modelled_rows{&chunks, 1, heads, chunks}, K, V, sms, blocks_per_sm);
+}
+
+extern "C" size_t sequence_parallel_packed_segments(const size_t *row_chunks, size_t rows, size_t heads_per_row, size_t K, size_t V,
+                                                    size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS])
+{
+    size_t chunks = 0;
+    for (size_t n = 0; n < rows; n++)
+        chunks = row_chunks[n] > chunks ? row_chunks[n] : chunks;
+    return least_modelled_segments(modelled_rows{row_chunks, rows, heads_per_row, chunks}, K, V, sms, blocks_per_sm);
 }
 
 /* P: --segments, else the model's choice for this GPU (an H200's 132 SMs and one chain block
@@ -196,7 +241,14 @@ static void sequence_parallel_resolve_options(const gdn_problem *p, gdn_settings
         /* --batch-invariant: as for one head alone, so that a sequence is cut the same whatever
            runs beside it (the fold, the scan and the replay round differently from one chain) */
         const size_t heads = s->batch_invariant ? 1 : rows.B * gdn_value_heads(p);
-        s->segments = sequence_parallel_segments(heads, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
+        size_t *row_chunks = p->offsets && !s->batch_invariant ? (size_t *)malloc(rows.B * sizeof(size_t)) : NULL;
+        if (row_chunks) { /* a packed batch: each row's own chunks, so that a short row's empty segments cost no wave */
+            for (size_t n = 0; n < rows.B; n++)
+                row_chunks[n] = chunks_of(gdn_sequence_length(p, n));
+            s->segments = sequence_parallel_packed_segments(row_chunks, rows.B, gdn_value_heads(p), p->K, p->V, (size_t)sms, blocks_per_sm);
+            free(row_chunks);
+        } else /* the rows alike (or, with no memory for the lengths, counted as padded) */
+            s->segments = sequence_parallel_segments(heads, p->K, p->V, chunks, (size_t)sms, blocks_per_sm);
     }
     if (s->segments > chunks) {
         fprintf(stderr, "07_sequence_parallel: note: %zu segments for %zu chunks of %d tokens; clamped to %zu\n", s->segments,

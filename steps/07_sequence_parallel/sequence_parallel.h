@@ -23,6 +23,14 @@ enum { CHAIN_WIDTHS = 4 };
 size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t sms,
                                   const size_t blocks_per_sm[CHAIN_WIDTHS]);
 
+/* The same for a packed batch, run as rows padded to its longest sequence: `rows` rows of
+ * row_chunks[n] real chunks, heads_per_row (HV) heads each. A segment past a row's last real
+ * chunk runs none and returns at once, so it counts in the blocks' width, as stage 06 launches
+ * them, but not in the waves: a long sequence beside short ones is cut as it would be alone
+ * with as many busy blocks. */
+size_t sequence_parallel_packed_segments(const size_t *row_chunks, size_t rows, size_t heads_per_row, size_t K, size_t V, size_t sms,
+                                         const size_t blocks_per_sm[CHAIN_WIDTHS]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -313,11 +313,38 @@ START_TEST(automatic_segments_cut_long_sequences)
 }
 END_TEST
 
+/* A packed batch's P (H200 tables): a row's segments past its real chunks cost no wave, so a long
+ * sequence beside a short one is cut as finely as beside nothing but its own heads' busy blocks,
+ * finer than the padded rows alone would be; rows alike are cut as rows; and it never asks for
+ * fewer segments than its padded rows. */
+START_TEST(automatic_segments_for_packed_batches)
+{
+    static const size_t mixes[][3] = {/* chunks of the long and the short sequence, value heads */
+                                      {448, 64, 8}, {112, 16, 8}, {448, 64, 16}, {1024, 1, 2}, {256, 255, 4}};
+    for (int i = 0; i < 5; i++) {
+        const size_t *m = mixes[i], HV = m[2];
+        const size_t P_packed = sequence_parallel_packed_segments(m, 2, HV, 128, 128, H200_SMS, h200_k128);
+        const size_t P_rows = sequence_parallel_segments(2 * HV, 128, 128, m[0], H200_SMS, h200_k128);
+        const size_t P_alone = sequence_parallel_segments(HV, 128, 128, m[0], H200_SMS, h200_k128);
+        ck_assert_msg(P_packed >= P_rows, "%zu + %zu chunks, %zu heads: P = %zu, fewer than the padded rows' %zu", m[0], m[1], HV,
+                      P_packed, P_rows);
+        /* 28672 + 4096 and 7168 + 1024 tokens with 8 value heads: the padded rows' 16 heads of
+           blocks would halve the long sequence's segments; its 8 busy heads keep them near its own */
+        if (i < 2)
+            ck_assert_msg(P_packed > P_rows && 2 * P_packed > P_alone, "%zu + %zu chunks: P = %zu (padded rows %zu, alone %zu)", m[0],
+                          m[1], P_packed, P_rows, P_alone);
+    }
+    const size_t alike[4] = {64, 64, 64, 64};
+    ck_assert_uint_eq(sequence_parallel_packed_segments(alike, 4, 2, 128, 128, H200_SMS, h200_k128),
+                      sequence_parallel_segments(8, 128, 128, 64, H200_SMS, h200_k128));
+}
+END_TEST
+
 /* A packed batch on the host (no GPU needed): 07 sizes its workspace for the rows padded to the
  * longest sequence, the padded inputs after them (at least what a batch of those rows needs,
  * and no less for lengths that differ); --batch-invariant refuses it when the workspace is asked,
  * by name; its flops count the real chunks only (padding is not run), so one long sequence and
- * one short one count less than two long ones; and P is chosen for the padded rows. */
+ * one short one count less than two long ones; and P is at least its padded rows'. */
 START_TEST(packed_batches_on_the_host)
 {
     static const size_t long_and_short[2] = {2000, 65};
@@ -328,7 +355,7 @@ START_TEST(packed_batches_on_the_host)
     gdn_settings s = {.reps = 1, .threads = 1}, s_rows = {.reps = 1, .threads = 1};
     sequence_parallel_stage.resolve_options(&packed, &s);
     sequence_parallel_stage.resolve_options(&rows, &s_rows);
-    ck_assert_msg(s.segments == s_rows.segments, "P = %zu for the packed batch, %zu for its padded rows", s.segments, s_rows.segments);
+    ck_assert_msg(s.segments >= s_rows.segments, "P = %zu for the packed batch, %zu for its padded rows", s.segments, s_rows.segments);
     size_t packed_bytes = 0, rows_bytes = 0;
     ck_assert_msg(sequence_parallel_stage.device_workspace_bytes(&packed, &s, &packed_bytes) == 0, "%s", gdn_last_error());
     ck_assert_msg(sequence_parallel_stage.device_workspace_bytes(&rows, &s_rows, &rows_bytes) == 0, "%s", gdn_last_error());
@@ -373,6 +400,7 @@ Suite *segment_choice_suite(void)
     TCase *cases = tcase_create("07_automatic_segments");
     tcase_add_test(cases, automatic_segments_one_where_heads_fill_the_gpu);
     tcase_add_test(cases, automatic_segments_cut_long_sequences);
+    tcase_add_test(cases, automatic_segments_for_packed_batches);
     tcase_add_test(cases, packed_batches_on_the_host);
     suite_add_tcase(suite, cases);
     return suite;
