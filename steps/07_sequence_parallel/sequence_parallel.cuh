@@ -142,12 +142,13 @@ static double modelled_launch(size_t one_tile_blocks, size_t busy_one_tile_block
     return (double)((blocks + slots - 1) / slots) * steps * cost;
 }
 
-/* The rows the model times: `rows` rows of row_chunks[n] chunks each, every row
- * heads_per_row heads of one chain (B H rows of `chunks`: one entry, heads_per_row B H; a
- * packed batch: its sequences' chunks, heads_per_row HV), all cut at the longest row's chunks */
+/* The rows the model times: `rows` rows of row_chunks[n] chunks each (real_chunks in all),
+ * every row heads_per_row heads of one chain (B H rows of `chunks`: one entry, heads_per_row
+ * B H; a packed batch: its sequences' chunks, heads_per_row HV), all cut at the longest row's
+ * chunks */
 struct modelled_rows {
     const size_t *row_chunks;
-    size_t rows, heads_per_row, chunks;
+    size_t rows, heads_per_row, chunks, real_chunks;
 };
 /* the busy segments among the first `first_segments` of every row at P segments: those that
  * hold one of the row's chunks (segment s starts at chunk s * chunks / P, segment_chunk) */
@@ -172,10 +173,8 @@ static double modelled_steps(const modelled_rows &r, size_t K, size_t V, size_t 
     const double replay = modelled_launch(heads * P * value_groups, busy_segments(r, P, P) * value_groups, value_groups, sms,
                                           blocks_per_sm, steps, outputs_possible ? REPLAY_WITH_OUTPUTS : REPLAY_LAUNCH, &outputs_in_chain);
     /* kernel 3, where P decides whether it runs: its blocks fill the GPU, so its time is its work */
-    size_t real_chunks = 0;
-    for (size_t n = 0; n < r.rows; n++)
-        real_chunks += r.row_chunks[n] * r.heads_per_row;
-    const double outputs = outputs_possible && !outputs_in_chain ? OUTPUT_STEP * (double)real_chunks / (double)sms : 0.0;
+    const double outputs =
+        outputs_possible && !outputs_in_chain ? OUTPUT_STEP * (double)(r.real_chunks * r.heads_per_row) / (double)sms : 0.0;
     if (P == 1)
         return replay + outputs;
     const double fold = modelled_launch(heads * (P - 1) * fold_groups, busy_segments(r, P, P - 1) * fold_groups, fold_groups, sms,
@@ -188,10 +187,8 @@ static size_t least_modelled_segments(const modelled_rows &r, size_t K, size_t V
     size_t best = 1;
     if (sms == 0)
         sms = 1;
-    size_t real_chunks = 0; /* the rows' work in rows as long as the longest: B H for rows alike */
-    for (size_t n = 0; n < r.rows; n++)
-        real_chunks += r.row_chunks[n];
-    const size_t busy_heads = (r.heads_per_row * real_chunks + r.chunks - 1) / (r.chunks ? r.chunks : 1);
+    /* the rows' work in rows as long as the longest: B H for rows alike */
+    const size_t busy_heads = (r.heads_per_row * r.real_chunks + r.chunks - 1) / (r.chunks ? r.chunks : 1);
     if (busy_heads * ((size_t)round_up16(V) / 16) >= sms) /* the heads fill the GPU */
         return 1;
     for (size_t P = 2; P <= MAX_AUTOMATIC_SEGMENTS && P <= r.chunks; P++)
@@ -203,16 +200,18 @@ static size_t least_modelled_segments(const modelled_rows &r, size_t K, size_t V
 extern "C" size_t sequence_parallel_segments(size_t heads, size_t K, size_t V, size_t chunks, size_t sms,
                                              const size_t blocks_per_sm[CHAIN_WIDTHS])
 {
-    return least_modelled_segments(modelled_rows{&chunks, 1, heads, chunks}, K, V, sms, blocks_per_sm);
+    return least_modelled_segments(modelled_rows{&chunks, 1, heads, chunks, chunks}, K, V, sms, blocks_per_sm);
 }
 
 extern "C" size_t sequence_parallel_packed_segments(const size_t *row_chunks, size_t rows, size_t heads_per_row, size_t K, size_t V,
                                                     size_t sms, const size_t blocks_per_sm[CHAIN_WIDTHS])
 {
-    size_t chunks = 0;
-    for (size_t n = 0; n < rows; n++)
+    size_t chunks = 0, real_chunks = 0;
+    for (size_t n = 0; n < rows; n++) {
         chunks = row_chunks[n] > chunks ? row_chunks[n] : chunks;
-    return least_modelled_segments(modelled_rows{row_chunks, rows, heads_per_row, chunks}, K, V, sms, blocks_per_sm);
+        real_chunks += row_chunks[n];
+    }
+    return least_modelled_segments(modelled_rows{row_chunks, rows, heads_per_row, chunks, real_chunks}, K, V, sms, blocks_per_sm);
 }
 
 /* P: --segments, else the model's choice for this GPU (an H200's 132 SMs and one chain block

@@ -82,7 +82,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) read_gradients_kernel
         s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
         s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - w.gamma[x.row + i])) : 0.0f;
     }
-    __pipeline_wait_prior(2); /* every group but the states' two: the queries, the keys and Vnew */
+    wait_all_but(2); /* every group but the states' two: the queries, the keys and Vnew */
     __syncthreads();
 
     /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP and E = dP P (j < i: the
