@@ -1,10 +1,12 @@
 /* chunk_gradients.cuh -- pass 4 of the tensor-core backward: o and every gradient, per chunk,
  * once the chains have left S0, Vnew, dVnew and dS_C. Two kernels, each one block of 16 warps a
  * (head, chunk), every chunk at once; the pass is cut in two so that each block's tiles fit in
- * shared memory (about 180 KB each at K = V = 128, so one block an SM). With one block an SM,
- * the warps of that block are all an SM scheduler has to choose from while some wait on their
- * tiles or their mma: 16 warps (part_of<16>: each warp a quarter of a product's columns, where
- * pass 1's 8 take a half) keep twice as many ready as 8 would.
+ * shared memory: the reads' tiles share places by when they are live (113 KB at K = V = 128,
+ * two blocks an SM, so that one block's copies wait beside the other's products), the WY
+ * kernel's take about 180 KB (one block an SM). Where a block is alone on its SM, its warps are
+ * all a scheduler has to choose from while some wait on their tiles or their mma: 16 warps
+ * (part_of<16>: each warp a quarter of a product's columns, where pass 1's 8 take a half) keep
+ * twice as many ready as 8 would.
  *
  *   read_gradients_kernel, the reads (eq. 14 and 15):
  *       P = scale lower(Q K^T o decay),  dP = dO Vnew^T,  Z = scale lower(dP o decay)
@@ -27,38 +29,96 @@
  */
 #pragma once
 
-constexpr int SQUARE_STRIDE = CHUNK + 1; /* fp32 rows of E, F, H: a row and a column both read without conflicts */
+constexpr int SQUARE_STRIDE = CHUNK + 1; /* fp32 rows of F and H: a row and a column both read without conflicts */
 /* a block's warps, and the shares of a product's columns (part_of) whose row sums dbeta and dgamma add */
 constexpr int GRADIENT_WARPS = 16, GRADIENT_THREADS = 32 * GRADIENT_WARPS, GRADIENT_SHARES = GRADIENT_WARPS / 4;
 
 /* ---- the reads: o, dq, dk's first part, dgamma's first part ---- */
 
+/* The reads' tiles take their places by when they are live, so that two blocks share an SM at
+ * K = V = 128 (113 KB each): P waits in registers while dO is still read, then takes dO's
+ * place, with the row and column sums behind dgamma after it (`sums`); dS_C takes S0's place
+ * once o is made. */
 struct read_tiles {
     double *gamma;
-    float *read, *to_end, *E, *q_dot, *k_dot, *state_dot; /* q_dot, k_dot: [shares][64] row sums; state_dot: a warp's */
-    bf16 *queries, *keys, *dO16, *Vnew16, *S0, *dS_end, *P16, *Z16;
+    float *read, *to_end;
+    bf16 *queries, *keys, *dO16, *Vnew16, *S0, *dS_end, *Z16;
+    bf16 *P16;                                       /* in dO16's place */
+    float *row_terms;                  /* [4][64] partial sums: E's rows and q_i . (S0 dO_i) e^gamma_i scale */
+    float *e_columns, *k_dot, *state_dot; /* after P16: [4][64] partial sums each, a warp's dot */
     size_t bytes;
 };
 __host__ __device__ static read_tiles read_tiles_at(unsigned char *base, size_t K, size_t V)
 {
     const int LDK = stride_of(K), LDV = stride_of(V), KP = round_up16(K);
+    constexpr size_t SUMS = 2 * GRADIENT_SHARES * CHUNK * sizeof(float) + GRADIENT_WARPS * sizeof(float);
+    const size_t P_and_sums = CHUNK * TOKEN_STRIDE * sizeof(bf16) + SUMS, dO_bytes = CHUNK * LDV * sizeof(bf16);
     shared_cut cut = {base, 0};
     read_tiles t;
     t.gamma = cut.take<double>(CHUNK);
     t.read = cut.take<float>(CHUNK), t.to_end = cut.take<float>(CHUNK);
-    t.E = cut.take<float>(CHUNK * SQUARE_STRIDE);
-    t.q_dot = cut.take<float>(GRADIENT_SHARES * CHUNK), t.k_dot = cut.take<float>(GRADIENT_SHARES * CHUNK);
-    t.state_dot = cut.take<float>(GRADIENT_WARPS);
+    t.row_terms = cut.take<float>(GRADIENT_SHARES * CHUNK);
     t.queries = cut.take<bf16>(CHUNK * LDK), t.keys = cut.take<bf16>(CHUNK * LDK);
-    t.dO16 = cut.take<bf16>(CHUNK * LDV), t.Vnew16 = cut.take<bf16>(CHUNK * LDV);
-    t.S0 = cut.take<bf16>(KP * LDV), t.dS_end = cut.take<bf16>(KP * LDV);
-    t.P16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.Z16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
+    t.Vnew16 = cut.take<bf16>(CHUNK * LDV), t.Z16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
+    t.S0 = cut.take<bf16>(KP * LDV), t.dS_end = t.S0;
+    unsigned char *dO_place = cut.take<unsigned char>(dO_bytes > P_and_sums ? dO_bytes : P_and_sums);
+    if (base) {
+        shared_cut after = {dO_place, 0};
+        t.dO16 = (bf16 *)dO_place;
+        t.P16 = after.take<bf16>(CHUNK * TOKEN_STRIDE);
+        t.e_columns = after.take<float>(GRADIENT_SHARES * CHUNK);
+        t.k_dot = after.take<float>(GRADIENT_SHARES * CHUNK);
+        t.state_dot = after.take<float>(GRADIENT_WARPS);
+    }
     t.bytes = cut.used;
     return t;
 }
 
-__global__ static void __launch_bounds__(GRADIENT_THREADS) read_gradients_kernel(gdn_device_problem p, gdn_device_cotangents cot,
-                                                                                  backward_workspace w, float *o, gdn_device_gradients g)
+/* Column sums of a warp's part of a 64 x 64 product, two n-tiles: sum[j][h] holds this lane's
+ * terms of column fragment_column(col0, j, h) over its two rows. The eight lanes of a column add
+ * theirs (three shuffles); then lane 4 k + q keeps the total of lane q's column k (j = k / 2,
+ * h = k % 2), k < 4: the warp's sixteen column totals in one register a lane until
+ * store_column_sum puts them in partial[CHUNK (row0 / 16) + column], a row of partial sums for
+ * each strip of rows, added in their order by row_sum */
+__device__ __forceinline__ static float keep_column_sums(float (&sum)[2][2])
+{
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int offset = 4; offset < 32; offset *= 2)
+                sum[j][h] += __shfl_xor_sync(0xffffffffu, sum[j][h], offset);
+    const int k = (threadIdx.x % 32) / 4 % 4;
+    return k == 0 ? sum[0][0] : k == 1 ? sum[0][1] : k == 2 ? sum[1][0] : sum[1][1];
+}
+__device__ __forceinline__ static void store_column_sum(float kept, const warp_part &w, float *partial)
+{
+    const int k = (threadIdx.x % 32) / 4;
+    if (k < 4)
+        partial[CHUNK * (w.row0 / 16) + fragment_column(w.col0, k / 2, k % 2)] = kept;
+}
+
+/* store_row_sums' sums times factor[row] added onto partial, where this warp's store_row_sums
+ * of a part with the same rows and share put its own: the same lanes, so no barrier between */
+__device__ __forceinline__ static void add_row_sums(float (&sum)[2], const warp_part &w, const float *factor, float *partial)
+{
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int offset = 1; offset < 4; offset *= 2) {
+        sum[0] += __shfl_xor_sync(0xffffffffu, sum[0], offset);
+        sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], offset);
+    }
+    if (lane % 4 == 0) {
+        const int row = w.row0 + lane / 4;
+        float *out = partial + CHUNK * (threadIdx.x / 32 / 4) + row;
+        out[0] += factor[row] * sum[0];
+        out[8] += factor[row + 8] * sum[1];
+    }
+}
+
+__global__ static void __launch_bounds__(GRADIENT_THREADS, 2) read_gradients_kernel(gdn_device_problem p, gdn_device_cotangents cot,
+                                                                                     backward_workspace w, float *o, gdn_device_gradients g)
 {
     constexpr int WIDE = part_tiles<GRADIENT_WARPS>(MAX_WIDTH), SQUARE = part_tiles<GRADIENT_WARPS>(CHUNK); /* a warp's n-tiles */
     extern __shared__ uint4 shared[];
@@ -67,53 +127,61 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) read_gradients_kernel
     const int LDK = stride_of(p.K), LDV = stride_of(p.V);
     const read_tiles s = read_tiles_at((unsigned char *)shared, p.K, p.V);
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V, first = token_of(p, x, 0);
+    const bf16 *dS_end = w.dS_end + x.index * KP * VP;
 
-    /* the bf16 tiles' copies on their way (Vnew and the states as the chains left them, padded)
-     * while dO is loaded and rounded; the states, asked for last, two copy groups of their own,
-     * may still land while P and dP are made */
+    /* the bf16 tiles' copies on their way (Vnew and S0 as the chains left them, padded) while
+     * dO is loaded and rounded; S0, asked for last, a copy group of its own, may still land
+     * while P and dP are made */
     stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.Vnew16, LDV, CHUNK, VP, w.Vnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
     copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
-    copy_rows16(s.dS_end, LDV * 2, w.dS_end + x.index * KP * VP, VP * 2, KP, VP * 2, false);
     stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
     for (int i = threadIdx.x; i < CHUNK; i += GRADIENT_THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
         s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
         s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - w.gamma[x.row + i])) : 0.0f;
     }
-    wait_all_but(2); /* every group but the states' two: the queries, the keys and Vnew */
+    wait_all_but(1); /* every group but S0's: the queries, the keys and Vnew */
     __syncthreads();
 
-    /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP and E = dP P (j < i: the
-     * diagonal's term would be added and taken back) */
+    /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP to shared memory, P kept
+     * in registers until dO is read; E = dP P (j < i: the diagonal's term would be added and
+     * taken back) summed by rows to shared memory and by columns in a register a lane */
+    const warp_part square = part_of<GRADIENT_WARPS>(CHUNK);
+    static_assert(SQUARE == 2, "keep_column_sums takes two n-tiles");
+    float P[SQUARE][4] = {}, e_column_kept;
     {
-        const warp_part part = part_of<GRADIENT_WARPS>(CHUNK);
-        float qk[SQUARE][4] = {}, dP[SQUARE][4] = {};
-        warp_product(qk, rows_of(s.queries, LDK), transpose_of(s.keys, LDK), part.row0, part.col0, KP, part.tiles);
-        warp_product(dP, rows_of(s.dO16, LDV), transpose_of(s.Vnew16, LDV), part.row0, part.col0, VP, part.tiles);
+        float dP[SQUARE][4] = {}, e_row[2] = {0.0f, 0.0f}, e_column[SQUARE][2] = {};
+        warp_product(P, rows_of(s.queries, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
+        warp_product(dP, rows_of(s.dO16, LDV), transpose_of(s.Vnew16, LDV), square.row0, square.col0, VP, square.tiles);
 #pragma unroll
         for (int j = 0; j < SQUARE; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                const int i = fragment_row(part.row0, r), l = fragment_column(part.col0, j, r);
+                const int i = fragment_row(square.row0, r), l = fragment_column(square.col0, j, r);
                 const float decay = l <= i && i < n ? expf((float)(s.gamma[i] - s.gamma[l])) : 0.0f;
-                const float P = p.scale * decay * qk[j][r];
-                s.P16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(P);
+                P[j][r] *= p.scale * decay;
                 s.Z16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(p.scale * decay * dP[j][r]);
-                s.E[i * SQUARE_STRIDE + l] = l < i ? dP[j][r] * P : 0.0f;
+                const float E = l < i ? dP[j][r] * P[j][r] : 0.0f;
+                e_row[r >= 2] += E;
+                e_column[j][r & 1] += E;
             }
+        store_row_sums(e_row, square, s.row_terms);
+        e_column_kept = keep_column_sums(e_column);
     }
-    __pipeline_wait_prior(0); /* the states */
+    __pipeline_wait_prior(0); /* S0 */
     __syncthreads();
 
     const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP);
-    {   /* dq = scale e^gamma_i (S0 dO_i) + Z K; q_i . (S0 dO_i) for dgamma */
-        float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f};
+    {   /* dq = scale e^gamma_i (S0 dO_i) + Z K; q_i . (S0 dO_i) scale e^gamma_i for dgamma, onto E's
+         * row sums: a warp's rows and share are those of its part of E, and the lane that stored
+         * a row's sum adds to it */
+        float acc[WIDE][4] = {}, q_sum[2] = {0.0f, 0.0f};
         warp_product(acc, rows_of(s.dO16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
-        add_row_terms(acc, keys_part, sum,
+        add_row_terms(acc, keys_part, q_sum,
                       [&](int i, int c, float value) { return value * __bfloat162float(s.queries[i * LDK + c]); });
-        store_row_sums(sum, keys_part, s.q_dot);
+        add_row_sums(q_sum, keys_part, s.read, s.row_terms);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.read[i]; });
         warp_product(acc, rows_of(s.Z16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
@@ -121,6 +189,36 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) read_gradients_kernel
                 g.dq[token_of(p, x, i) * K + c] = value;
         });
     }
+    __syncthreads(); /* dO read: P and the sums take its place */
+    store_bf16_pairs(P, square, s.P16, TOKEN_STRIDE, CHUNK, CHUNK);
+    store_column_sum(e_column_kept, square, s.e_columns);
+    __syncthreads();
+
+    {   /* o = scale e^gamma_i (Q S0)_i + P Vnew (eq. 14) */
+        float acc[WIDE][4] = {};
+        warp_product(acc, rows_of(s.queries, LDK), rows_of(s.S0, LDV), values_part.row0, values_part.col0, KP, values_part.tiles);
+        for_each_sum(acc, values_part, [&](int i, int c, float &value) { value *= s.read[i]; });
+        warp_product(acc, rows_of(s.P16, TOKEN_STRIDE), rows_of(s.Vnew16, LDV), values_part.row0, values_part.col0, CHUNK,
+                     values_part.tiles);
+        for_each_sum(acc, values_part, [&](int i, int c, float &value) {
+            if (i < n && c < V)
+                o[token_of(p, x, i) * V + c] = value;
+        });
+    }
+    /* <S0, dS_C>, the last token's gate term: this thread's elements e = threadIdx.x, +
+     * GRADIENT_THREADS, ... (the padding adds zeros), S0's from shared memory and dS_C's as the
+     * chain left them, then the warp's 32 sums by shuffles, a fixed tree: the same bits every run */
+    float state_dot = 0.0f;
+    for (int e = threadIdx.x; e < KP * VP; e += GRADIENT_THREADS)
+        state_dot += __bfloat162float(s.S0[(e / VP) * LDV + e % VP]) * __bfloat162float(dS_end[e]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        state_dot += __shfl_xor_sync(0xffffffffu, state_dot, offset);
+    if (threadIdx.x % 32 == 0)
+        s.state_dot[threadIdx.x / 32] = state_dot;
+    __syncthreads(); /* S0 read: dS_C takes its place */
+    copy_rows16(s.dS_end, LDV * 2, dS_end, VP * 2, KP, VP * 2);
+    __syncthreads();
     {   /* dk's first part = e^(gamma_C - gamma_i) (dS_C Vnew_i) + Z^T Q; k_i . (dS_C Vnew_i) for dgamma */
         float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, rows_of(s.Vnew16, LDV), transpose_of(s.dS_end, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
@@ -135,40 +233,13 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) read_gradients_kernel
                 g.dk[token_of(p, x, i) * K + c] = value; /* wy_gradients_kernel adds the rest */
         });
     }
-    {   /* o = scale e^gamma_i (Q S0)_i + P Vnew (eq. 14) */
-        float acc[WIDE][4] = {};
-        warp_product(acc, rows_of(s.queries, LDK), rows_of(s.S0, LDV), values_part.row0, values_part.col0, KP, values_part.tiles);
-        for_each_sum(acc, values_part, [&](int i, int c, float &value) { value *= s.read[i]; });
-        warp_product(acc, rows_of(s.P16, TOKEN_STRIDE), rows_of(s.Vnew16, LDV), values_part.row0, values_part.col0, CHUNK,
-                     values_part.tiles);
-        for_each_sum(acc, values_part, [&](int i, int c, float &value) {
-            if (i < n && c < V)
-                o[token_of(p, x, i) * V + c] = value;
-        });
-    }
-    {   /* <S0, dS_C>, the last token's gate term, from the states as the products read them: a
-         * thread's elements in the order e = threadIdx.x, + GRADIENT_THREADS, ... (the padding adds
-         * zeros), then the warp's 32 sums by shuffles, a fixed tree: the same bits every run */
-        float state_dot = 0.0f;
-        for (int e = threadIdx.x; e < KP * VP; e += GRADIENT_THREADS) {
-            const int m = e / VP, c = e % VP;
-            state_dot += __bfloat162float(s.S0[m * LDV + c]) * __bfloat162float(s.dS_end[m * LDV + c]);
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2)
-            state_dot += __shfl_xor_sync(0xffffffffu, state_dot, offset);
-        if (threadIdx.x % 32 == 0)
-            s.state_dot[threadIdx.x / 32] = state_dot;
-    }
-    __syncthreads(); /* E, the row sums and the state's dot complete */
+    __syncthreads(); /* the row sums complete */
 
     /* dgamma_i's terms from the reads, a thread a row: q_i's, P's (row sum less column sum of E)
      * and Kdec's, whose gate gamma_C - gamma_i gives to the last token and takes from token i */
     if (threadIdx.x < n) {
         const int i = threadIdx.x;
-        double dgamma = s.read[i] * row_sum<GRADIENT_WARPS>(s.q_dot, i);
-        for (int j = 0; j < n; j++)
-            dgamma += s.E[i * SQUARE_STRIDE + j] - s.E[j * SQUARE_STRIDE + i];
+        double dgamma = (double)row_sum<GRADIENT_WARPS>(s.row_terms, i) - (double)row_sum<GRADIENT_WARPS>(s.e_columns, i);
         if (i < last)
             dgamma -= s.to_end[i] * row_sum<GRADIENT_WARPS>(s.k_dot, i);
         else {
