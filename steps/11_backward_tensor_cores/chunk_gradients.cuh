@@ -48,13 +48,13 @@ struct read_tiles {
     float *e_columns, *k_dot, *state_dot; /* after P16: [4][64] partial sums each, a warp's dot */
     size_t bytes;
 };
-__host__ __device__ static read_tiles read_tiles_at(unsigned char *base, size_t K, size_t V)
+__host__ __device__ constexpr static read_tiles read_tiles_at(unsigned char *base, size_t K, size_t V)
 {
     const int LDK = stride_of(K), LDV = stride_of(V), KP = round_up16(K);
     constexpr size_t SUMS = 2 * GRADIENT_SHARES * CHUNK * sizeof(float) + GRADIENT_WARPS * sizeof(float);
     const size_t P_and_sums = CHUNK * TOKEN_STRIDE * sizeof(bf16) + SUMS, dO_bytes = CHUNK * LDV * sizeof(bf16);
     shared_cut cut = {base, 0};
-    read_tiles t;
+    read_tiles t = {};
     t.gamma = cut.take<double>(CHUNK);
     t.read = cut.take<float>(CHUNK), t.to_end = cut.take<float>(CHUNK);
     t.row_terms = cut.take<float>(GRADIENT_SHARES * CHUNK);
@@ -73,6 +73,9 @@ __host__ __device__ static read_tiles read_tiles_at(unsigned char *base, size_t 
     t.bytes = cut.used;
     return t;
 }
+
+/* two blocks an SM at the widest tiles: 228 KB of shared memory an SM, 1 KB of it kept for each block */
+static_assert(2 * (read_tiles_at(nullptr, MAX_WIDTH, MAX_WIDTH).bytes + 1024) <= 228 * 1024, "the reads' tiles fit two blocks an SM");
 
 /* Column sums of a warp's part of a 64 x 64 product, two n-tiles: sum[j][h] holds this lane's
  * terms of column fragment_column(col0, j, h) over its two rows. The eight lanes of a column add

@@ -28,8 +28,8 @@ typedef __nv_bfloat16 bf16;
 enum { CHUNK = 64, MAX_WIDTH = 128, THREADS = 256, WARPS = THREADS / 32 };
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of a 64 x 64 tile */
 
-__host__ __device__ static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
-__host__ __device__ static inline int stride_of(size_t width) { return round_up16(width) + 8; }
+__host__ __device__ constexpr static inline int round_up16(size_t x) { return (int)((x + 15) / 16 * 16); }
+__host__ __device__ constexpr static inline int stride_of(size_t width) { return round_up16(width) + 8; }
 __host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK - 1) / CHUNK; }
 
 /* ---- one warp's products ---- */
@@ -344,7 +344,7 @@ struct shared_cut {
     unsigned char *base;
     size_t used;
     template <typename T>
-    __host__ __device__ T *take(size_t count)
+    __host__ __device__ constexpr T *take(size_t count)
     {
         T *at = base ? (T *)(base + used) : nullptr;
         used += (count * sizeof(T) + 15) / 16 * 16;
