@@ -29,7 +29,7 @@
  */
 #pragma once
 
-constexpr int SQUARE_STRIDE = CHUNK + 1; /* fp32 rows of F and H: a row and a column both read without conflicts */
+constexpr int SQUARE_STRIDE = CHUNK + 1; /* fp32 rows of F: a row and a column both read without conflicts */
 /* a block's warps, and the shares of a product's columns (part_of) whose row sums dbeta and dgamma add */
 constexpr int GRADIENT_WARPS = 16, GRADIENT_THREADS = 32 * GRADIENT_WARPS, GRADIENT_SHARES = GRADIENT_WARPS / 4;
 
@@ -259,32 +259,50 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 2) read_gradients_ker
 
 /* ---- through the WY form and the solve: dv, dk's rest, dbeta, dgamma's rest, dg ---- */
 
+/* The WY kernel's tiles share places by when they are live, as the reads' do (113 KB at
+ * K = V = 128, two blocks an SM): dW, then dTm (R in its place) and H's row and column sums take
+ * S0's place once dW is made; F and F + F^T take v's and dVnew's once dTm is made. */
 struct wy_tiles {
     double *gamma, *dgamma;
-    float *beta, *grown, *F, *H, *v_dot, *y_dot, *b_sum; /* v_dot, y_dot, b_sum: [shares][64] row sums */
-    bf16 *keys, *values, *dVnew16, *S0, *dW16, *Tm16, *dTm16, *TmT_dTm16, *F16;
+    float *beta, *grown, *v_dot, *y_dot, *b_sum; /* v_dot, y_dot, b_sum: [shares][64] row sums */
+    bf16 *keys, *Tm16;
+    bf16 *S0, *dW16, *dTm16, *TmT_dTm16;         /* S0's place */
+    float *h_rows, *h_columns;                   /* after dTm: [4][64] partial sums of H's rows and columns */
+    bf16 *values, *dVnew16;                      /* their place */
+    float *F;
+    bf16 *F16;
     size_t bytes;
 };
-__host__ __device__ static wy_tiles wy_tiles_at(unsigned char *base, size_t K, size_t V)
+__host__ __device__ constexpr static wy_tiles wy_tiles_at(unsigned char *base, size_t K, size_t V)
 {
     const int LDK = stride_of(K), LDV = stride_of(V), KP = round_up16(K);
+    const size_t S0_bytes = KP * LDV * sizeof(bf16), values_bytes = 2 * CHUNK * LDV * sizeof(bf16);
+    const size_t after_S0 = CHUNK * LDK * sizeof(bf16) + CHUNK * TOKEN_STRIDE * sizeof(bf16) + 2 * GRADIENT_SHARES * CHUNK * sizeof(float);
+    const size_t after_values = CHUNK * SQUARE_STRIDE * sizeof(float) + CHUNK * TOKEN_STRIDE * sizeof(bf16);
     shared_cut cut = {base, 0};
-    wy_tiles t;
+    wy_tiles t = {};
     t.gamma = cut.take<double>(CHUNK), t.dgamma = cut.take<double>(CHUNK);
     t.beta = cut.take<float>(CHUNK), t.grown = cut.take<float>(CHUNK);
-    t.F = cut.take<float>(CHUNK * SQUARE_STRIDE), t.H = cut.take<float>(CHUNK * SQUARE_STRIDE);
     t.v_dot = cut.take<float>(GRADIENT_SHARES * CHUNK), t.y_dot = cut.take<float>(GRADIENT_SHARES * CHUNK);
     t.b_sum = cut.take<float>(GRADIENT_SHARES * CHUNK);
-    t.keys = cut.take<bf16>(CHUNK * LDK), t.values = cut.take<bf16>(CHUNK * LDV);
-    t.dVnew16 = cut.take<bf16>(CHUNK * LDV), t.S0 = cut.take<bf16>(KP * LDV), t.dW16 = cut.take<bf16>(CHUNK * LDK);
-    t.Tm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.dTm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
-    t.TmT_dTm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.F16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
+    t.keys = cut.take<bf16>(CHUNK * LDK), t.Tm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE);
+    shared_cut S0_place = {cut.take<unsigned char>(S0_bytes > after_S0 ? S0_bytes : after_S0), 0};
+    shared_cut values_place = {cut.take<unsigned char>(values_bytes > after_values ? values_bytes : after_values), 0};
+    if (base) {
+        t.S0 = (bf16 *)S0_place.base;
+        t.dW16 = S0_place.take<bf16>(CHUNK * LDK), t.dTm16 = S0_place.take<bf16>(CHUNK * TOKEN_STRIDE), t.TmT_dTm16 = t.dTm16;
+        t.h_rows = S0_place.take<float>(GRADIENT_SHARES * CHUNK), t.h_columns = S0_place.take<float>(GRADIENT_SHARES * CHUNK);
+        t.values = values_place.take<bf16>(CHUNK * LDV), t.dVnew16 = values_place.take<bf16>(CHUNK * LDV);
+        values_place.used = 0;
+        t.F = values_place.take<float>(CHUNK * SQUARE_STRIDE), t.F16 = values_place.take<bf16>(CHUNK * TOKEN_STRIDE);
+    }
     t.bytes = cut.used;
     return t;
 }
+static_assert(2 * (wy_tiles_at(nullptr, MAX_WIDTH, MAX_WIDTH).bytes + 1024) <= 228 * 1024, "the WY kernel's tiles fit two blocks an SM");
 
-__global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(gdn_device_problem p, backward_workspace w,
-                                                                                gdn_device_gradients g)
+__global__ static void __launch_bounds__(GRADIENT_THREADS, 2) wy_gradients_kernel(gdn_device_problem p, backward_workspace w,
+                                                                                   gdn_device_gradients g)
 {
     constexpr int WIDE = part_tiles<GRADIENT_WARPS>(MAX_WIDTH), SQUARE = part_tiles<GRADIENT_WARPS>(CHUNK); /* a warp's n-tiles */
     extern __shared__ uint4 shared[];
@@ -315,13 +333,14 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
 
     const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP);
     const warp_part square = part_of<GRADIENT_WARPS>(CHUNK);
-    {   /* dW = -dVnew S0^T (eq. 19c's dW), the operand of dTm and dY */
+    {   /* dW = -dVnew S0^T (eq. 19c's dW), the operand of dTm and dY, into S0's place once every
+         * warp has read S0 */
         float acc[WIDE][4] = {};
         warp_product(acc, rows_of(s.dVnew16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
+        __pipeline_wait_prior(0); /* Tm, the values and the keys */
+        __syncthreads();
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) { s.dW16[i * LDK + c] = __float2bfloat16_rn(-value); });
     }
-    __pipeline_wait_prior(0); /* Tm, the values and the keys */
-    __syncthreads();          /* and dW complete */
     {   /* dX = Tm^T dVnew, dv = beta dX (eq. 19c); dX_i . v_i for dbeta */
         float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f};
         warp_product(acc, Tm_t, rows_of(s.dVnew16, LDV), values_part.row0, values_part.col0, CHUNK, values_part.tiles);
@@ -333,6 +352,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
                 g.dv[token_of(p, x, i) * V + c] = s.beta[i] * value;
         });
     }
+    __syncthreads(); /* dW complete */
     {   /* dTm = dU X^T + dW Y^T, X = diag(beta) V, Y = diag(beta e^gamma) K (eq. 19c): only its
          * strictly lower part enters dM, Tm's diagonal and upper part being constants */
         float xv[SQUARE][4] = {}, yk[SQUARE][4] = {};
@@ -348,16 +368,20 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
             }
     }
     __syncthreads();
-    {   /* R = Tm^T dTm, the first half of dM = -Tm^T dTm Tm^T (eq. 19d) */
+    {   /* R = Tm^T dTm, the first half of dM = -Tm^T dTm Tm^T (eq. 19d), into dTm's place once every
+         * warp has read dTm */
         float acc[SQUARE][4] = {};
         warp_product(acc, Tm_t, rows_of(s.dTm16, TOKEN_STRIDE), square.row0, square.col0, CHUNK, square.tiles);
+        __syncthreads();
         for_each_sum(acc, square,
                      [&](int a, int b, float &value) { s.TmT_dTm16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(value); });
     }
     __syncthreads();
     {   /* dM = -R Tm^T below the diagonal (eq. 19d), and M_ab = beta_a decay_ab (k_a . k_b) passes it
-         * on: F = dM beta decay to the keys, H = F o K K^T to dgamma, dM decay K K^T to dbeta */
-        float RT[SQUARE][4] = {}, kk[SQUARE][4] = {}, sum[2] = {0.0f, 0.0f};
+         * on: F = dM beta decay to the keys (in v's and dVnew's place: dTm has read them), H = F o
+         * K K^T to dgamma by its row and column sums, dM decay K K^T to dbeta */
+        static_assert(SQUARE == 2, "keep_column_sums takes two n-tiles");
+        float RT[SQUARE][4] = {}, kk[SQUARE][4] = {}, sum[2] = {0.0f, 0.0f}, h_row[2] = {0.0f, 0.0f}, h_column[SQUARE][2] = {};
         warp_product(RT, rows_of(s.TmT_dTm16, TOKEN_STRIDE), Tm_t, square.row0, square.col0, CHUNK, square.tiles);
         warp_product(kk, rows_of(s.keys, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
 #pragma unroll
@@ -368,10 +392,13 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
                 const float decay = b < a && a < n ? expf((float)(s.gamma[a] - s.gamma[b])) : 0.0f;
                 const float dM = -RT[j][r], F = dM * s.beta[a] * decay;
                 s.F[a * SQUARE_STRIDE + b] = F;
-                s.H[a * SQUARE_STRIDE + b] = F * kk[j][r];
+                h_row[r >= 2] += F * kk[j][r];
+                h_column[j][r & 1] += F * kk[j][r];
                 sum[r >= 2] += dM * decay * kk[j][r];
             }
         store_row_sums(sum, square, s.b_sum);
+        store_row_sums(h_row, square, s.h_rows);
+        store_column_sum(keep_column_sums(h_column), square, s.h_columns);
     }
     __syncthreads();
     for (int e = threadIdx.x; e < CHUNK * CHUNK; e += GRADIENT_THREADS) { /* F + F^T: dk_i's weights on every key */
@@ -398,13 +425,12 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS) wy_gradients_kernel(g
                 g.dk[token_of(p, x, i) * K + c] = value;
         });
     }
-    __syncthreads(); /* H and the row sums complete */
+    __syncthreads(); /* the row sums complete */
     if (threadIdx.x < n) { /* dgamma_i and dbeta_i, a thread a row */
         const int i = threadIdx.x;
         const float y_dot = row_sum<GRADIENT_WARPS>(s.y_dot, i);
         double dgamma = w.dgamma[x.row + i] + s.beta[i] * s.grown[i] * y_dot;
-        for (int j = 0; j < n; j++)
-            dgamma += s.H[i * SQUARE_STRIDE + j] - s.H[j * SQUARE_STRIDE + i];
+        dgamma += (double)row_sum<GRADIENT_WARPS>(s.h_rows, i) - (double)row_sum<GRADIENT_WARPS>(s.h_columns, i);
         s.dgamma[i] = dgamma;
         g.dbeta[token_of(p, x, i)] =
             row_sum<GRADIENT_WARPS>(s.v_dot, i) + s.grown[i] * y_dot + row_sum<GRADIENT_WARPS>(s.b_sum, i);
