@@ -1,12 +1,11 @@
 /* chunk_gradients.cuh -- pass 4 of the tensor-core backward: o and every gradient, per chunk,
  * once the chains have left S0, Vnew, dVnew and dS_C. Two kernels, each one block of 16 warps a
  * (head, chunk), every chunk at once; the pass is cut in two so that each block's tiles fit in
- * shared memory: the reads' tiles share places by when they are live (113 KB at K = V = 128,
- * two blocks an SM, so that one block's copies wait beside the other's products), the WY
- * kernel's take about 180 KB (one block an SM). Where a block is alone on its SM, its warps are
- * all a scheduler has to choose from while some wait on their tiles or their mma: 16 warps
- * (part_of<16>: each warp a quarter of a product's columns, where pass 1's 8 take a half) keep
- * twice as many ready as 8 would.
+ * shared memory, and each kernel's tiles share places by when they are live (113 KB and 99 KB
+ * at K = V = 128): two blocks an SM, so that one block's copies wait beside the other's
+ * products. 16 warps a block (part_of<16>: each warp a quarter of a product's columns, where
+ * pass 1's 8 take a half) give an SM's schedulers more warps to choose from while some wait on
+ * their tiles or their mma.
  *
  *   read_gradients_kernel, the reads (eq. 14 and 15):
  *       P = scale lower(Q K^T o decay),  dP = dO Vnew^T,  Z = scale lower(dP o decay)
@@ -259,7 +258,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 2) read_gradients_ker
 
 /* ---- through the WY form and the solve: dv, dk's rest, dbeta, dgamma's rest, dg ---- */
 
-/* The WY kernel's tiles share places by when they are live, as the reads' do (113 KB at
+/* The WY kernel's tiles share places by when they are live, as the reads' do (99 KB at
  * K = V = 128, two blocks an SM): dW, then dTm (R in its place) and H's row and column sums take
  * S0's place once dW is made; F and F + F^T take v's and dVnew's once dTm is made. */
 struct wy_tiles {
