@@ -16,8 +16,8 @@
  * steps a head. Where the (head, 64 columns) blocks are fewer than the SMs, the chains stay
  * 11a's: four times the blocks. Limits: 11a's.
  *
- * Measured: 4.92 ms at (8, 4096, 16, 128, 128), in one run on an NVIDIA H100 80GB HBM3
- * (plots/data/backward_pass4_waits.dat); FLA's backward 3.31 ms at that shape in the peers' run on the
+ * Measured: 4.52 ms at (8, 4096, 16, 128, 128), in one run on an NVIDIA H100 80GB HBM3
+ * (plots/data/backward_pass4_two_blocks.dat); FLA's backward 3.31 ms at that shape in the peers' run on the
  * same card model (plots/data/backward_gpu.dat).
  *
  * Build and run:  make bin/11_backward_tensor_cores && bin/11_backward_tensor_cores --T 4096 --H 8 --K 128 --V 128 --check-against oracle
