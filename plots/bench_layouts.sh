@@ -18,6 +18,8 @@
 #           and 4 or 8 equal sequences, K = V = 128
 #   35b     the same rows for Qwen3.5-35B/9B/4B at tensor parallelism 1 (16 key, 32 value heads)
 # A packed batch runs on 06 or 07, the stage picked for its rows padded to the longest sequence.
+# ROWS (optional, space-separated row names such as "8x4096 1x65536"): only those rows of each
+# group, e.g. to finish a group whose run was cut short.
 #
 #   sh plots/bench_layouts.sh bin plots/data [tp8]   (a CUDA device, PyTorch, FLA, FlashInfer,
 #                     flash-qla, the package importable: pip install --target build/python .)
@@ -77,6 +79,12 @@ rows_of() {
         echo "$(echo "$sequences" | tr ',' '+' | sed 's/^\([0-9]*\)$/1x\1/') $sequences $heads 128 128"
     done
 }
+# the group's rows that ROWS names (all of them where ROWS is empty)
+selected_rows() {
+    rows_of "$1" | while read -r name rest; do
+        case " ${ROWS:-$name} " in *" $name "*) echo "$name $rest" ;; esac
+    done
+}
 # sizes_of SEQUENCES: sets sizes (make_problem's --B and --T, or --lengths), N (rows or
 # sequences), longest and tokens (all of them)
 sizes_of() {
@@ -102,7 +110,7 @@ for group in $(echo "$groups" | tr ',' ' '); do
     exec 3> "$work/to_bench" 4< "$work/from_bench"
     # the stage the package picks for each row (for a packed batch, that of its rows padded to
     # the longest sequence), asked of one Python process for the group
-    rows_of "$group" | while read -r name sequences H HV K V; do
+    selected_rows "$group" | while read -r name sequences H HV K V; do
         sizes_of "$sequences"
         echo "$N $longest $H $HV $K $V"
     done | python3 -c "
@@ -110,7 +118,7 @@ import sys, gdn_steps
 for line in sys.stdin:
     N, longest, H, HV, K, V = map(int, line.split())
     print(gdn_steps.gpu_stage_for(N, longest, H, K, V, HV=HV))" > "$work/stages"
-    rows_of "$group" | paste -d ' ' - "$work/stages" | while read -r name sequences H HV K V stage; do
+    selected_rows "$group" | paste -d ' ' - "$work/stages" | while read -r name sequences H HV K V stage; do
         sizes_of "$sequences"
         # shellcheck disable=SC2086 # the sizes are words
         "$bin"/make_problem $sizes --H "$H" --HV "$HV" --K "$K" --V "$V" --seed 7 "$work/p" > /dev/null

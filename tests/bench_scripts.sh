@@ -118,6 +118,10 @@ run bench_layouts.sh layouts_ours.dat layouts_tp8.dat -- ours,tp8
 eager=$(awk '/^#/ { next } !header { header = 1; next } $13 != "1.5" || $NF != "flashqla" { print "row " NR ": ms_flashqla " $13 ", eager " $NF; exit }' \
     "$stand/out_bench_layouts/layouts_ours.dat" 2>&1)
 [ -z "$eager" ] || fail "bench_layouts.sh, layouts_ours.dat: FlashQLA's eager time not taken: $eager"
+# ROWS names the rows to run: those, in the group's order, and no others
+rows=$(mkdir -p "$stand/out_rows" && ROWS="1x32768,gva 8x4096" PATH="$stand/path:$PATH" sh plots/bench_layouts.sh "$stand/bin" "$stand/out_rows" ours > "$stand/out_rows.log" 2>&1 &&
+    awk '/^#/ { next } !header { header = 1; next } { printf "%s ", $1 }' "$stand/out_rows/layouts_ours.dat")
+[ "$rows" = "8x4096 1x32768,gva " ] || fail "bench_layouts.sh with ROWS=\"1x32768,gva 8x4096\": rows '$rows' ($(tail -1 "$stand/out_rows.log"))"
 run bench_gpu.sh gpu_shapes.dat gpu_vs_T.dat
 run bench_sequence.sh stage07_shapes.dat stage07_vs_T.dat
 [ "$failures" -eq 0 ] || exit 1
