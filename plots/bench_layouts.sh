@@ -2,8 +2,9 @@
 # bench_layouts.sh BIN OUTDIR [GROUPS] -- our picked stage against every public GDN forward in the
 # layouts real models use, side by side in one run on the same bf16 inputs: FLA's Triton
 # chunk_gated_delta_rule, FlashInfer's GDN prefill (CuTe DSL, exact; its context parallelism as
-# users get it) and FlashQLA's TileLang kernels (its automatic context parallelism on, which
-# starts a cut piece after warm-up chunks), each replayed from a CUDA graph
+# users get it) and FlashQLA's TileLang kernels, twice: as users get them (`flashqla`: its
+# automatic context parallelism on, which starts a cut piece after warm-up chunks, not exact)
+# and exact (`flashqla_exact`: that cut off, one chain a head), each replayed from a CUDA graph
 # (plots/fla_bench.py), beside our stage's binary and the same stage through the Python package
 # (CUDA graph too; a packed batch given cu_seqlens_cpu, so that the graph never waits).
 #
@@ -101,11 +102,11 @@ sizes_of() {
 for group in $(echo "$groups" | tr ',' ' '); do
     rows_of "$group" > /dev/null # an unknown group stops here, before anything runs
     data=$out/layouts_$group.dat
-    gpu_data_header "bench_layouts.sh $bin $out $group" "shape sequences tokens H HV K V stage ms_binary ms_package ms_fla ms_flashinfer ms_flashqla fla/ours flashinfer/ours flashqla/ours err_package err_fla err_flashinfer err_flashqla floor_ms roof_binary roof_package roof_fla roof_flashinfer roof_flashqla eager" > "$data"
+    gpu_data_header "bench_layouts.sh $bin $out $group" "shape sequences tokens H HV K V stage ms_binary ms_package ms_fla ms_flashinfer ms_flashqla ms_flashqla_exact fla/ours flashinfer/ours flashqla/ours flashqla_exact/ours err_package err_fla err_flashinfer err_flashqla err_flashqla_exact floor_ms roof_binary roof_package roof_fla roof_flashinfer roof_flashqla roof_flashqla_exact eager" > "$data"
     # one bench process for the group's rows, fed through a pipe as the rows' problems are made
     rm -f "$work/to_bench" "$work/from_bench"
     mkfifo "$work/to_bench" "$work/from_bench"
-    python3 plots/fla_bench.py --reps 30 --dtypes bf16 --peers gdn_steps,fla,flashinfer,flashqla --serve \
+    python3 plots/fla_bench.py --reps 30 --dtypes bf16 --peers gdn_steps,fla,flashinfer,flashqla,flashqla_exact --serve \
         < "$work/to_bench" > "$work/from_bench" &
     exec 3> "$work/to_bench" 4< "$work/from_bench"
     # the stage the package picks for each row (for a packed batch, that of its rows padded to
@@ -141,14 +142,14 @@ for line in sys.stdin:
         done
         printf '%s' "$runs" | grep 'error=' >&2 || true
         : > "$work/eager"
-        package=$(time_of "$runs" gdn_steps) fla=$(time_of "$runs" fla_chunk) fi=$(time_of "$runs" flashinfer) qla=$(time_of "$runs" flashqla)
+        package=$(time_of "$runs" gdn_steps) fla=$(time_of "$runs" fla_chunk) fi=$(time_of "$runs" flashinfer) qla=$(time_of "$runs" flashqla) qla_exact=$(time_of "$runs" flashqla_exact)
         eager=$(paste -s -d , "$work/eager")
         ours=${ms_binary:-0}
-        e_package=$(err_of "$runs" gdn_steps) e_fla=$(err_of "$runs" fla_chunk) e_fi=$(err_of "$runs" flashinfer) e_qla=$(err_of "$runs" flashqla)
-        echo "$name $N $tokens $H $HV $K $V ${stage%%_*} ${ms_binary:-nan} ${package:-nan} ${fla:-nan} ${fi:-nan} ${qla:-nan}" \
-            "$(ratio "${fla:-0}" "$ours") $(ratio "${fi:-0}" "$ours") $(ratio "${qla:-0}" "$ours")" \
-            "${e_package:--} ${e_fla:--} ${e_fi:--} ${e_qla:--} $floor $(fraction "$floor" "${ms_binary:-nan}")" \
-            "$(fraction "$floor" "${package:-nan}") $(fraction "$floor" "${fla:-nan}") $(fraction "$floor" "${fi:-nan}") $(fraction "$floor" "${qla:-nan}")" \
+        e_package=$(err_of "$runs" gdn_steps) e_fla=$(err_of "$runs" fla_chunk) e_fi=$(err_of "$runs" flashinfer) e_qla=$(err_of "$runs" flashqla) e_qla_exact=$(err_of "$runs" flashqla_exact)
+        echo "$name $N $tokens $H $HV $K $V ${stage%%_*} ${ms_binary:-nan} ${package:-nan} ${fla:-nan} ${fi:-nan} ${qla:-nan} ${qla_exact:-nan}" \
+            "$(ratio "${fla:-0}" "$ours") $(ratio "${fi:-0}" "$ours") $(ratio "${qla:-0}" "$ours") $(ratio "${qla_exact:-0}" "$ours")" \
+            "${e_package:--} ${e_fla:--} ${e_fi:--} ${e_qla:--} ${e_qla_exact:--} $floor $(fraction "$floor" "${ms_binary:-nan}")" \
+            "$(fraction "$floor" "${package:-nan}") $(fraction "$floor" "${fla:-nan}") $(fraction "$floor" "${fi:-nan}") $(fraction "$floor" "${qla:-nan}") $(fraction "$floor" "${qla_exact:-nan}")" \
             "${eager:--}" >> "$data"
         rm -rf "$work/p" "$work/o"
     done
