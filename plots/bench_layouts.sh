@@ -33,8 +33,8 @@
 # offsets on the host), timed eagerly instead, launches included; - where every time is a replay.
 # The roofline (plots/bench_lib.sh): floor_ms, the least time at the rates in
 # plots/data/gpu_peak.dat (bin/gpu_peak on the card its header names: rerun it on another
-# card), the larger of the flops (our stage's count, the same problem for
-# every method) over the tensor rate and the least bytes over the copy rate: q and k (bf16, a
+# card), the larger of the flops (stage 06's count: the problem's, the same for every method;
+# 07's own count adds its fold's) over the tensor rate and the least bytes over the copy rate: q and k (bf16, a
 # key head's), v (bf16), g and beta (fp32) read once, o (bf16) and ht (fp32) written once; roof_*
 # is floor_ms over each time, the fraction of the roofline reached.
 # The figure of the ours group: plots/layouts.gp (make plots draws it where the file is).
@@ -126,7 +126,10 @@ for line in sys.stdin:
         # ours: the binary (a shape it refuses: then FLA's o is the reference for the errors)
         binary=$("$bin/$stage" --in "$work/p" --reps 20 --out "$work/o" 2>&1 | grep '^result' || true)
         ms_binary=$(field median_ms "$binary")
-        flops=$(awk -v g="$(field gflops "$binary")" -v ms="${ms_binary:-0}" 'BEGIN { printf "%.0f", g * ms * 1e6 }')
+        # the roofline's flops are the problem's, as stage 06 counts them: 07's count adds its fold's
+        counted=$binary
+        [ "${stage%%_*}" = 06 ] || counted=$("$bin/06_warp_specialized" --in "$work/p" --reps 1 2>&1 | grep '^result' || true)
+        flops=$(awk -v g="$(field gflops "$counted")" -v ms="$(field median_ms "$counted")" 'BEGIN { printf "%.0f", g * ms * 1e6 }')
         bytes=$((tokens * (4 * H * K + 4 * HV * V + 8 * HV) + N * HV * K * V * 4))
         floor=nan
         [ -n "$ms_binary" ] && floor=$(roofline_ms "$flops" "$bytes")
