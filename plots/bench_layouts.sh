@@ -19,8 +19,10 @@
 #           and 4 or 8 equal sequences, K = V = 128
 #   35b     the same rows for Qwen3.5-35B/9B/4B at tensor parallelism 1 (16 key, 32 value heads)
 # A packed batch runs on 06 or 07, the stage picked for its rows padded to the longest sequence.
-# ROWS (optional, space-separated row names such as "8x4096 1x65536"): only those rows of each
-# group, e.g. to finish a group whose run was cut short.
+# ROWS (optional, space-separated row names such as "8x4096 1x65536"): only those rows, e.g. to
+# finish a group whose run was cut short. A group's file then holds those rows alone (merge them
+# with the earlier run's by hand), and a group with none of them keeps its file as it is; a name
+# that is no row of the groups asked for stops the script before anything runs.
 #
 #   sh plots/bench_layouts.sh bin plots/data [tp8]   (a CUDA device, PyTorch, FLA, FlashInfer,
 #                     flash-qla, the package importable: pip install --target build/python .)
@@ -99,8 +101,17 @@ sizes_of() {
     if [ "$N" -eq 1 ]; then sizes="--B 1 --T $tokens"; else sizes="--lengths $all"; fi
 }
 
+for wanted in ${ROWS:-}; do
+    found=""
+    for group in $(echo "$groups" | tr ',' ' '); do
+        rows_of "$group" > /dev/null # an unknown group stops here, before anything runs
+        rows_of "$group" | awk -v name="$wanted" '$1 == name { found = 1 } END { exit !found }' && found=1
+    done
+    [ -n "$found" ] || { echo "bench_layouts.sh: ROWS names '$wanted', which is no row of $groups" >&2; exit 1; }
+done
 for group in $(echo "$groups" | tr ',' ' '); do
     rows_of "$group" > /dev/null # an unknown group stops here, before anything runs
+    [ -n "$(selected_rows "$group")" ] || continue # none of ROWS: the group's file stays as it is
     data=$out/layouts_$group.dat
     gpu_data_header "bench_layouts.sh $bin $out $group" "shape sequences tokens H HV K V stage ms_binary ms_package ms_fla ms_flashinfer ms_flashqla ms_flashqla_exact fla/ours flashinfer/ours flashqla/ours flashqla_exact/ours err_package err_fla err_flashinfer err_flashqla err_flashqla_exact floor_ms roof_binary roof_package roof_fla roof_flashinfer roof_flashqla roof_flashqla_exact eager" > "$data"
     # one bench process for the group's rows, fed through a pipe as the rows' problems are made

@@ -123,6 +123,14 @@ eager=$(awk '/^#/ { next } !header { header = 1; next } $13 != "1.5" || $14 != "
 rows=$(mkdir -p "$stand/out_rows" && ROWS="1x32768,gva 8x4096" PATH="$stand/path:$PATH" sh plots/bench_layouts.sh "$stand/bin" "$stand/out_rows" ours > "$stand/out_rows.log" 2>&1 &&
     awk '/^#/ { next } !header { header = 1; next } { printf "%s ", $1 }' "$stand/out_rows/layouts_ours.dat")
 [ "$rows" = "8x4096 1x32768,gva " ] || fail "bench_layouts.sh with ROWS=\"1x32768,gva 8x4096\": rows '$rows' ($(tail -1 "$stand/out_rows.log"))"
+# a group with none of the named rows keeps its file; a name that is no row stops the script
+echo "kept" > "$stand/out_rows/layouts_tp8.dat"
+ROWS="8x4096" PATH="$stand/path:$PATH" sh plots/bench_layouts.sh "$stand/bin" "$stand/out_rows" ours,tp8 > "$stand/out_rows.log" 2>&1 &&
+    [ "$(cat "$stand/out_rows/layouts_tp8.dat")" = kept ] || fail "bench_layouts.sh with ROWS=8x4096: the tp8 file was rewritten"
+if ROWS="1x99" PATH="$stand/path:$PATH" sh plots/bench_layouts.sh "$stand/bin" "$stand/out_rows" ours > "$stand/out_rows.log" 2>&1 ||
+    ! grep -q "ROWS names '1x99'" "$stand/out_rows.log"; then
+    fail "bench_layouts.sh with ROWS=1x99: no one-line refusal ($(tail -1 "$stand/out_rows.log"))"
+fi
 run bench_gpu.sh gpu_shapes.dat gpu_vs_T.dat
 run bench_sequence.sh stage07_shapes.dat stage07_vs_T.dat
 [ "$failures" -eq 0 ] || exit 1

@@ -16,7 +16,7 @@
  * steps a head. Where the (head, 64 columns) blocks are fewer than the SMs, the chains stay
  * 11a's: four times the blocks. Limits: 11a's.
  *
- * Measured: 4.52 ms at (8, 4096, 16, 128, 128), in one run on an NVIDIA H100 80GB HBM3
+ * Measured: 4.52 ms at (8, 4096, 16, 128, 128), the mean of two runs in one job on an NVIDIA H100 80GB HBM3
  * (plots/data/backward_pass4_two_blocks.dat); FLA's backward 3.31 ms at that shape in the peers' run on the
  * same card model (plots/data/backward_gpu.dat).
  *

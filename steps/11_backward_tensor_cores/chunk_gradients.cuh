@@ -21,8 +21,9 @@
  * elementwise factors in the products' epilogues, and dgamma and dbeta, which are a row's dot
  * products (q_i . (S0 dO_i), k_i . dY_i, ...: each lane's terms, added over its quad by
  * shuffles, store_row_sums) and row sums less column sums of the C x C matrices whose entries
- * carry a decay e^(gamma_a - gamma_b) (E = dP o P for P, H = F o (K K^T) for M), one thread a
- * row; dg is dgamma summed from the chunk's end back (gamma is g's running sum).
+ * carry a decay e^(gamma_a - gamma_b) (E = dP o P for P, H = F o (K K^T) for M), each warp's
+ * rows and each lane's columns added in registers, then the warps' shares in shared memory; dg
+ * is dgamma summed from the chunk's end back (gamma is g's running sum).
  *
  * Included by backward_tensor_cores.cu after warp_tiles.cuh.
  */

@@ -24,7 +24,7 @@
 
 typedef __nv_bfloat16 bf16;
 /* CHUNK is fixed: stage 05's blocked solve (wy_chunked_solve.cuh) is built for 64 tokens. K and V
- * at most MAX_WIDTH: a 64 x 128 bf16 tile is 17 KB, and pass 4's blocks hold ten of them. */
+ * at most MAX_WIDTH: a 64 x 128 bf16 tile is 17 KB, and pass 4's blocks hold five or six at once. */
 enum { CHUNK = 64, MAX_WIDTH = 128, THREADS = 256, WARPS = THREADS / 32 };
 constexpr int TOKEN_STRIDE = CHUNK + 8; /* bf16 row stride of a 64 x 64 tile */
 
