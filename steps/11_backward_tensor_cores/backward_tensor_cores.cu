@@ -9,11 +9,14 @@
  * times, about 36 KB a block-step forward and 52 KB backward, from L2, and each block waits
  * for them every chunk. With 64 columns a head's chunk is read twice, by blocks of 8 warps (each
  * warp one 16-row tile of the state and all 64 columns, 32 fp32 accumulators); a chunk's step
- * does four times the products for the same wait. The other passes are 11a's.
+ * does four times the products for the same wait. And the two chains need nothing of each
+ * other (only pass 1's outputs and the inputs), so one launch runs both (both_chains_kernel):
+ * where one chain's blocks leave SMs idle, the other's fill them. The other passes are 11a's.
  *
  * Cost: 11a's products and bytes, less the chains' repeated reads: a chunk's keys and -W (and
- * queries) read by the V / 64 blocks of its head instead of V / 16. Depth: 11a's, 2 T / 64 chunk
- * steps a head. Where the (head, 64 columns) blocks are fewer than the SMs, the chains stay
+ * queries) read by the V / 64 blocks of its head instead of V / 16. Depth: T / 64 chunk steps a
+ * head where the chains' blocks all fit on the GPU at once, 2 T / 64 (11a's) where they take
+ * two waves. Where the (head, 64 columns) blocks are fewer than the SMs, the chains stay
  * 11a's: four times the blocks. Limits: 11a's.
  *
  * Measured: 4.52 ms at (8, 4096, 16, 128, 128), the mean of two runs in one job on an NVIDIA H100 80GB HBM3
@@ -46,8 +49,8 @@ static int backward_tensor_cores_backward(const gdn_device_problem *p, const gdn
 {
     const size_t wide_blocks = p->B * p->H * ((round_up16(p->V) + 63) / 64);
     if (wide_blocks >= (size_t)gdn_sm_count())
-        return run_backward_passes<64>(p, c, s, r, g);
-    return run_backward_passes<16>(p, c, s, r, g);
+        return run_backward_passes<64, true>(p, c, s, r, g);
+    return run_backward_passes<16, true>(p, c, s, r, g);
 }
 
 extern "C" const gdn_backward_stage backward_tensor_cores_stage = {
