@@ -190,14 +190,19 @@ __device__ __forceinline__ static void add_row_terms(float (&acc)[TILES][4], con
  * warp's total for its columns goes to partial[CHUNK (w / 4) + row], a row of partial sums for
  * each share of the columns. Every lane of the warp calls it. The row's sum over all columns
  * is the shares' in their order (row_sum): no atomics, the same bits every run. */
-__device__ __forceinline__ static void store_row_sums(float (&sum)[2], const warp_part &w, float *partial)
+/* the four lanes of each of the warp's rows g and g + 8 add their terms (two shuffles each) */
+__device__ __forceinline__ static void add_over_quads(float (&sum)[2])
 {
-    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int offset = 1; offset < 4; offset *= 2) {
         sum[0] += __shfl_xor_sync(0xffffffffu, sum[0], offset);
         sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], offset);
     }
+}
+__device__ __forceinline__ static void store_row_sums(float (&sum)[2], const warp_part &w, float *partial)
+{
+    const int lane = threadIdx.x % 32;
+    add_over_quads(sum);
     if (lane % 4 == 0) {
         float *out = partial + CHUNK * (threadIdx.x / 32 / 4) + w.row0 + lane / 4;
         out[0] = sum[0];
