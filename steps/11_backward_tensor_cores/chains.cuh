@@ -16,8 +16,9 @@
  * rounded), so that the keys and queries enter as the bf16 inputs they are, never rounded again.
  * Each chunk's tiles are read from global memory at its start, by every thread, then a barrier:
  * the simplest feed, which leaves the chain waiting on memory at each chunk (stage 06 overlaps
- * it with a ring of copies). Depth: 2 T / 64 chunk steps a head, each three products 64 deep
- * or K deep.
+ * it with a ring of copies). Depth: T / 64 chunk steps a chain, each three products 64 deep or
+ * K deep; 2 T / 64 a head where the chains run one after the other, T / 64 where their blocks
+ * run at once (both_chains_kernel, when they all fit on the GPU).
  *
  * Included by backward_tensor_cores.cu after warp_tiles.cuh.
  */
@@ -38,8 +39,8 @@ struct chain_shape {
     static constexpr int STRIDE = COLUMNS + 8;                /* bf16 row stride of the B tiles: ldmatrix without conflicts */
     static constexpr int DO_PER_THREAD = CHUNK * COLUMNS / THREADS; /* a thread's elements of the dO tile */
     /* blocks an SM must hold, which caps the registers a thread: 16 columns, three (the shared
-     * memory of the backward chain's); 64 columns, two (128 registers): the 256 blocks of 128
-     * heads at V = 128 then run in one wave on 132 SMs, not two */
+     * memory of the backward chain's); 64 columns, two (128 registers): one chain's 256 blocks
+     * of 128 heads at V = 128 then run in one wave on 132 SMs, not two */
     static constexpr int MIN_BLOCKS = COLUMNS == 16 ? 3 : 2;
 };
 
@@ -335,8 +336,9 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
  * and ht; dS_C, dVnew and dh0), so neither waits for the other: launched one after the other,
  * each leaves the SMs its blocks do not fill idle for its whole depth of chunk steps, where
  * together they share them. The first `backward_blocks` blocks take the backward chain, the
- * longer of the two (more products a step), so that it starts first; shared memory is the
- * backward chain's, the larger. */
+ * longer of the two (more products a step), so that it tends to start first (the GPU places
+ * blocks in about their order, without a promise); shared memory is the backward chain's, the
+ * larger, for both roles: the forward's 16-column blocks fit three an SM, not five, at K = 128. */
 template <int COLUMNS>
 __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS)
     both_chains_kernel(gdn_device_problem p, gdn_device_cotangents cot, backward_workspace w, float *ht, float *dh0,

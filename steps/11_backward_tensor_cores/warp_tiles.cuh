@@ -185,11 +185,6 @@ __device__ __forceinline__ static void add_row_terms(float (&acc)[TILES][4], con
     }
 }
 
-/* Row sums of a product's part: sum[0] and sum[1] hold this lane's terms of rows g and g + 8 of
- * the warp's 16 (g = lane / 4); the four lanes of a row add theirs (two shuffles), and the
- * warp's total for its columns goes to partial[CHUNK (w / 4) + row], a row of partial sums for
- * each share of the columns. Every lane of the warp calls it. The row's sum over all columns
- * is the shares' in their order (row_sum): no atomics, the same bits every run. */
 /* the four lanes of each of the warp's rows g and g + 8 add their terms (two shuffles each) */
 __device__ __forceinline__ static void add_over_quads(float (&sum)[2])
 {
@@ -199,6 +194,11 @@ __device__ __forceinline__ static void add_over_quads(float (&sum)[2])
         sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], offset);
     }
 }
+/* Row sums of a product's part: sum[0] and sum[1] hold this lane's terms of rows g and g + 8 of
+ * the warp's 16 (g = lane / 4); the four lanes of a row add theirs (two shuffles), and the
+ * warp's total for its columns goes to partial[CHUNK (w / 4) + row], a row of partial sums for
+ * each share of the columns. Every lane of the warp calls it. The row's sum over all columns
+ * is the shares' in their order (row_sum): no atomics, the same bits every run. */
 __device__ __forceinline__ static void store_row_sums(float (&sum)[2], const warp_part &w, float *partial)
 {
     const int lane = threadIdx.x % 32;
