@@ -56,7 +56,7 @@ static int backward_tensor_cores_backward(const gdn_device_problem *p, const gdn
 
 extern "C" const gdn_backward_stage backward_tensor_cores_stage = {
     .name = "11_backward_tensor_cores",
-    .idea = "11a with the chains on blocks of 64 columns: each chunk's tiles read once for 64 columns of the state",
+    .idea = "11a with the chains on blocks of 64 columns, both at once: each chunk's tiles read once for 64 columns of the state",
     .options = GDN_OPTION_CHUNK,
     .backward = NULL,
     .counted_flops = backward_chunked_flops,
