@@ -65,7 +65,7 @@ static_assert((int)CHUNK == (int)SOLVE_CHUNK, "pass 1's chunk is the solve's");
 static int mma_sync_backward(const gdn_device_problem *p, const gdn_device_cotangents *c, const gdn_settings *s,
                              gdn_device_result *r, gdn_device_gradients *g)
 {
-    return run_backward_passes<16>(p, c, s, r, g);
+    return run_backward_passes<16, false>(p, c, s, r, g);
 }
 
 extern "C" const gdn_backward_stage backward_mma_sync_stage = {

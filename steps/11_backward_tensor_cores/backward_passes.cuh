@@ -71,8 +71,8 @@ static int backward_passes_workspace(const gdn_problem *p, const gdn_settings *s
 }
 
 /* the four passes, in the current stream; the chains' blocks carry COLUMNS columns of the state
- * (chain_shape) */
-template <int COLUMNS>
+ * (chain_shape), and TOGETHER runs passes 2 and 3 in one launch (both_chains_kernel) */
+template <int COLUMNS, bool TOGETHER>
 static int run_backward_passes(const gdn_device_problem *p, const gdn_device_cotangents *c, const gdn_settings *s,
                                gdn_device_result *r, gdn_device_gradients *g)
 {
@@ -93,10 +93,18 @@ static int run_backward_passes(const gdn_device_problem *p, const gdn_device_cot
         return -1;
     CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, chunk_blocks, THREADS, prepare_tiles_at(nullptr, K, V).bytes, *p, *c, w);
     constexpr int CHAIN_THREADS = chain_shape<COLUMNS>::THREADS;
-    CUDA_LAUNCH_WITH_SHARED(forward_chain_kernel<COLUMNS>, chain_blocks, CHAIN_THREADS,
-                            chain_tiles_at<COLUMNS>(nullptr, K, false).bytes, *p, w, r->ht);
-    CUDA_LAUNCH_WITH_SHARED(backward_chain_kernel<COLUMNS>, chain_blocks, CHAIN_THREADS,
-                            chain_tiles_at<COLUMNS>(nullptr, K, true).bytes, *p, *c, w, g->dh0);
+    if constexpr (TOGETHER) {
+        unsigned both_blocks;
+        if (gdn_blocks_for(2 * (size_t)chain_blocks, 1, &both_blocks))
+            return -1;
+        CUDA_LAUNCH_WITH_SHARED(both_chains_kernel<COLUMNS>, both_blocks, CHAIN_THREADS,
+                                chain_tiles_at<COLUMNS>(nullptr, K, true).bytes, *p, *c, w, r->ht, g->dh0, chain_blocks);
+    } else {
+        CUDA_LAUNCH_WITH_SHARED(forward_chain_kernel<COLUMNS>, chain_blocks, CHAIN_THREADS,
+                                chain_tiles_at<COLUMNS>(nullptr, K, false).bytes, *p, w, r->ht);
+        CUDA_LAUNCH_WITH_SHARED(backward_chain_kernel<COLUMNS>, chain_blocks, CHAIN_THREADS,
+                                chain_tiles_at<COLUMNS>(nullptr, K, true).bytes, *p, *c, w, g->dh0);
+    }
     CUDA_LAUNCH_WITH_SHARED(read_gradients_kernel, chunk_blocks, GRADIENT_THREADS, read_tiles_at(nullptr, K, V).bytes, *p, *c, w,
                             r->o, *g);
     CUDA_LAUNCH_WITH_SHARED(wy_gradients_kernel, chunk_blocks, GRADIENT_THREADS, wy_tiles_at(nullptr, K, V).bytes, *p, w, *g);

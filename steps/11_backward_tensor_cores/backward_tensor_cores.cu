@@ -9,14 +9,18 @@
  * times, about 36 KB a block-step forward and 52 KB backward, from L2, and each block waits
  * for them every chunk. With 64 columns a head's chunk is read twice, by blocks of 8 warps (each
  * warp one 16-row tile of the state and all 64 columns, 32 fp32 accumulators); a chunk's step
- * does four times the products for the same wait. The other passes are 11a's.
+ * does four times the products for the same wait. And the two chains need nothing of each
+ * other (only pass 1's outputs and the inputs), so one launch runs both (both_chains_kernel):
+ * where one chain's blocks leave SMs idle, the other's fill them. The other passes are 11a's.
  *
  * Cost: 11a's products and bytes, less the chains' repeated reads: a chunk's keys and -W (and
- * queries) read by the V / 64 blocks of its head instead of V / 16. Depth: 11a's, 2 T / 64 chunk
- * steps a head. Where the (head, 64 columns) blocks are fewer than the SMs, the chains stay
- * 11a's: four times the blocks. Limits: 11a's.
+ * queries) read by the V / 64 blocks of its head instead of V / 16. Depth: T / 64 chunk steps a
+ * head where the chains' blocks all fit on the GPU at once, 2 T / 64 (11a's) where they take
+ * two waves. Where the two chains' (head, 64 columns) blocks are fewer than the SMs, the
+ * chains take 11a's blocks of 16 columns: four times as many. Limits: 11a's.
  *
- * Measured: 4.52 ms at (8, 4096, 16, 128, 128), the mean of two runs in one job on an NVIDIA H100 80GB HBM3
+ * Measured, with the chains launched one after the other: 4.52 ms at (8, 4096, 16, 128, 128),
+ * the mean of two runs in one job on an NVIDIA H100 80GB HBM3
  * (plots/data/backward_pass4_two_blocks.dat); FLA's backward 3.31 ms at that shape in the peers' run on the
  * same card model (plots/data/backward_gpu.dat).
  *
@@ -38,21 +42,21 @@ extern "C" {                                      /* stage 10's flop count: the 
 
 static_assert((int)CHUNK == (int)SOLVE_CHUNK, "pass 1's chunk is the solve's");
 
-/* the chains on blocks of 64 columns, 8 warps each, where there are enough of them to give every
- * SM one; with fewer (few heads, a narrow V) 11a's blocks of 16 columns, four times as many, so
- * that the SMs are not left idle for the whole sequence. Either way the same bits. */
+/* the chains on blocks of 64 columns, 8 warps each, where the two chains' blocks together give
+ * every SM one; with fewer (few heads, a narrow V) 11a's blocks of 16 columns, four times as
+ * many, so that the SMs are not left idle for the whole sequence. Either way the same bits. */
 static int backward_tensor_cores_backward(const gdn_device_problem *p, const gdn_device_cotangents *c, const gdn_settings *s,
                                           gdn_device_result *r, gdn_device_gradients *g)
 {
     const size_t wide_blocks = p->B * p->H * ((round_up16(p->V) + 63) / 64);
-    if (wide_blocks >= (size_t)gdn_sm_count())
-        return run_backward_passes<64>(p, c, s, r, g);
-    return run_backward_passes<16>(p, c, s, r, g);
+    if (2 * wide_blocks >= (size_t)gdn_sm_count())
+        return run_backward_passes<64, true>(p, c, s, r, g);
+    return run_backward_passes<16, true>(p, c, s, r, g);
 }
 
 extern "C" const gdn_backward_stage backward_tensor_cores_stage = {
     .name = "11_backward_tensor_cores",
-    .idea = "11a with the chains on blocks of 64 columns: each chunk's tiles read once for 64 columns of the state",
+    .idea = "11a with the chains on blocks of 64 columns, both at once: each chunk's tiles read once for 64 columns of the state",
     .options = GDN_OPTION_CHUNK,
     .backward = NULL,
     .counted_flops = backward_chunked_flops,

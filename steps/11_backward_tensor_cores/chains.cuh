@@ -16,8 +16,9 @@
  * rounded), so that the keys and queries enter as the bf16 inputs they are, never rounded again.
  * Each chunk's tiles are read from global memory at its start, by every thread, then a barrier:
  * the simplest feed, which leaves the chain waiting on memory at each chunk (stage 06 overlaps
- * it with a ring of copies). Depth: 2 T / 64 chunk steps a head, each three products 64 deep
- * or K deep.
+ * it with a ring of copies). Depth: T / 64 chunk steps a chain, each three products 64 deep or
+ * K deep; 2 T / 64 a head where the chains run one after the other, T / 64 where their blocks
+ * run at once (both_chains_kernel, when they all fit on the GPU).
  *
  * Included by backward_tensor_cores.cu after warp_tiles.cuh.
  */
@@ -38,8 +39,8 @@ struct chain_shape {
     static constexpr int STRIDE = COLUMNS + 8;                /* bf16 row stride of the B tiles: ldmatrix without conflicts */
     static constexpr int DO_PER_THREAD = CHUNK * COLUMNS / THREADS; /* a thread's elements of the dO tile */
     /* blocks an SM must hold, which caps the registers a thread: 16 columns, three (the shared
-     * memory of the backward chain's); 64 columns, two (128 registers): the 256 blocks of 128
-     * heads at V = 128 then run in one wave on 132 SMs, not two */
+     * memory of the backward chain's); 64 columns, two (128 registers): one chain's 256 blocks
+     * of 128 heads at V = 128 then run in one wave on 132 SMs, not two */
     static constexpr int MIN_BLOCKS = COLUMNS == 16 ? 3 : 2;
 };
 
@@ -172,13 +173,14 @@ __device__ static void stage_chain_chunk(const gdn_device_problem &p, const back
     }
 }
 
-/* which block: a head's column blocks in turn; column0, the block's first column of the state */
+/* which head this block works on, its chain's blocks starting at first_block: a head's column
+ * blocks in turn; column0, the block's first column of the state */
 template <int COLUMNS>
-__device__ __forceinline__ static size_t chain_head(const gdn_device_problem &p, int &column0)
+__device__ __forceinline__ static size_t chain_head(const gdn_device_problem &p, unsigned first_block, int &column0)
 {
     const size_t blocks_per_head = (round_up16(p.V) + COLUMNS - 1) / COLUMNS;
-    column0 = (int)(blockIdx.x % blocks_per_head) * COLUMNS;
-    return blockIdx.x / blocks_per_head;
+    column0 = (int)((blockIdx.x - first_block) % blocks_per_head) * COLUMNS;
+    return (blockIdx.x - first_block) / blocks_per_head;
 }
 
 /* this warp's part of a chunk's 64 x COLUMNS product (Vnew, dVnew) */
@@ -193,10 +195,10 @@ __device__ __forceinline__ static warp_part chain_part(void)
         return {16 * (warp % 4), 8 * shape::PART_TILES * (warp / 4), shape::PART_TILES};
 }
 
-/* ---- pass 2: the forward chain, S0 of every chunk and Vnew (eq. 13, 15) ---- */
+/* ---- pass 2: the forward chain, S0 of every chunk and Vnew (eq. 13, 15); its blocks start at
+ * first_block of the launch ---- */
 template <int COLUMNS>
-__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS) forward_chain_kernel(gdn_device_problem p,
-                                                                                                backward_workspace w, float *ht)
+__device__ __forceinline__ static void forward_chain(const gdn_device_problem &p, const backward_workspace &w, float *ht, unsigned first_block)
 {
     using shape = chain_shape<COLUMNS>;
     constexpr int STRIDE = shape::STRIDE, TILES = shape::TILES, PART_TILES = shape::PART_TILES;
@@ -204,7 +206,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
     const chain_tiles s = chain_tiles_at<COLUMNS>((unsigned char *)shared, p.K, false);
     const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V), LDK = stride_of(p.K);
     int column0;
-    const size_t head = chain_head<COLUMNS>(p, column0);
+    const size_t head = chain_head<COLUMNS>(p, first_block, column0);
     const warp_part part = chain_part<COLUMNS>();
     chain_state<COLUMNS> S;
     load_state<COLUMNS>(S, p.h0 ? p.h0 + head * K * V : nullptr, K, V, column0);
@@ -243,11 +245,11 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
     store_state<COLUMNS>(S, ht + head * K * V, K, V, column0);
 }
 
-/* ---- pass 3: the backward chain, dS_C of every chunk, dVnew and dh0 (eq. 19a, 19b) ---- */
+/* ---- pass 3: the backward chain, dS_C of every chunk, dVnew and dh0 (eq. 19a, 19b); its blocks
+ * start at first_block of the launch ---- */
 template <int COLUMNS>
-__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS) backward_chain_kernel(gdn_device_problem p,
-                                                                                                 gdn_device_cotangents cot,
-                                                                                                 backward_workspace w, float *dh0)
+__device__ __forceinline__ static void backward_chain(const gdn_device_problem &p, const gdn_device_cotangents &cot,
+                                                      const backward_workspace &w, float *dh0, unsigned first_block)
 {
     using shape = chain_shape<COLUMNS>;
     constexpr int STRIDE = shape::STRIDE, TILES = shape::TILES, PART_TILES = shape::PART_TILES;
@@ -256,7 +258,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
     const chain_tiles s = chain_tiles_at<COLUMNS>((unsigned char *)shared, p.K, true);
     const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V), LDK = stride_of(p.K);
     int column0;
-    const size_t head = chain_head<COLUMNS>(p, column0);
+    const size_t head = chain_head<COLUMNS>(p, first_block, column0);
     const warp_part part = chain_part<COLUMNS>();
     constexpr int ROW_STEP = shape::THREADS / COLUMNS; /* dO and P^T dO: a thread's rows row0 + k ROW_STEP, column c */
     const int c = threadIdx.x % COLUMNS, row0 = threadIdx.x / COLUMNS;
@@ -314,4 +316,36 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
     }
     if (dh0)
         store_state<COLUMNS>(dS, dh0 + head * K * V, K, V, column0);
+}
+
+/* ---- the chains' launches ---- */
+template <int COLUMNS>
+__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS)
+    forward_chain_kernel(gdn_device_problem p, backward_workspace w, float *ht)
+{
+    forward_chain<COLUMNS>(p, w, ht, 0);
+}
+template <int COLUMNS>
+__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS)
+    backward_chain_kernel(gdn_device_problem p, gdn_device_cotangents cot, backward_workspace w, float *dh0)
+{
+    backward_chain<COLUMNS>(p, cot, w, dh0, 0);
+}
+/* Both chains in one launch. They read only what pass 1 and the inputs left (the keys, -W, the
+ * gates; U and h0 forward; the queries, dO, P^T dO and dht backward) and write apart (S0, Vnew
+ * and ht; dS_C, dVnew and dh0), so neither waits for the other: launched one after the other,
+ * each leaves the SMs its blocks do not fill idle for its whole depth of chunk steps, where
+ * together they share them. The first `backward_blocks` blocks take the backward chain, the
+ * longer of the two (more products a step), so that it tends to start first (the GPU places
+ * blocks in about their order, without a promise); shared memory is the backward chain's, the
+ * larger, for both roles: the forward's 16-column blocks fit three an SM, not five, at K = 128. */
+template <int COLUMNS>
+__global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS)
+    both_chains_kernel(gdn_device_problem p, gdn_device_cotangents cot, backward_workspace w, float *ht, float *dh0,
+                       unsigned backward_blocks)
+{
+    if (blockIdx.x < backward_blocks)
+        backward_chain<COLUMNS>(p, cot, w, dh0, 0);
+    else
+        forward_chain<COLUMNS>(p, w, ht, backward_blocks);
 }

@@ -107,11 +107,7 @@ __device__ __forceinline__ static void store_column_sum(float kept, const warp_p
 __device__ __forceinline__ static void add_row_sums(float (&sum)[2], const warp_part &w, const float *factor, float *partial)
 {
     const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int offset = 1; offset < 4; offset *= 2) {
-        sum[0] += __shfl_xor_sync(0xffffffffu, sum[0], offset);
-        sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], offset);
-    }
+    add_over_quads(sum);
     if (lane % 4 == 0) {
         const int row = w.row0 + lane / 4;
         float *out = partial + CHUNK * (threadIdx.x / 32 / 4) + row;

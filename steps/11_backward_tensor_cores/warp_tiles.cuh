@@ -185,6 +185,15 @@ __device__ __forceinline__ static void add_row_terms(float (&acc)[TILES][4], con
     }
 }
 
+/* the four lanes of each of the warp's rows g and g + 8 add their terms (two shuffles each) */
+__device__ __forceinline__ static void add_over_quads(float (&sum)[2])
+{
+#pragma unroll
+    for (int offset = 1; offset < 4; offset *= 2) {
+        sum[0] += __shfl_xor_sync(0xffffffffu, sum[0], offset);
+        sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], offset);
+    }
+}
 /* Row sums of a product's part: sum[0] and sum[1] hold this lane's terms of rows g and g + 8 of
  * the warp's 16 (g = lane / 4); the four lanes of a row add theirs (two shuffles), and the
  * warp's total for its columns goes to partial[CHUNK (w / 4) + row], a row of partial sums for
@@ -193,11 +202,7 @@ __device__ __forceinline__ static void add_row_terms(float (&acc)[TILES][4], con
 __device__ __forceinline__ static void store_row_sums(float (&sum)[2], const warp_part &w, float *partial)
 {
     const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int offset = 1; offset < 4; offset *= 2) {
-        sum[0] += __shfl_xor_sync(0xffffffffu, sum[0], offset);
-        sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], offset);
-    }
+    add_over_quads(sum);
     if (lane % 4 == 0) {
         float *out = partial + CHUNK * (threadIdx.x / 32 / 4) + w.row0 + lane / 4;
         out[0] = sum[0];
