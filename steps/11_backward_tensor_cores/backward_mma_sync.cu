@@ -38,10 +38,10 @@
  * chunk's tiles from memory (no copy ring): with few heads the chains are the bound. Limits:
  * --chunk 64 only, K and V at most 128.
  *
- * Measured: 6.70 ms at (8, 4096, 16, 128, 128), in one run on an NVIDIA H100 80GB HBM3, with
- * pass 1 in 91 KB and pass 4 on 8 warps (plots/data/backward_handoff.dat; the 70 KB pass 1 and
- * the 16-warp pass 4 it shares with 11 are measured in 11); FLA's backward 3.31 ms at that shape
- * in the peers' run on the same card model (plots/data/backward_gpu.dat).
+ * Measured: 5.60 ms at (8, 4096, 16, 128, 128), the mean of two runs in one job on an NVIDIA
+ * H100 80GB HBM3 (plots/data/backward_chains_together.dat; the passes it shares with 11 are
+ * measured step by step in docs/11, "Fitting the passes to an SM"); FLA's backward 3.31 ms at
+ * that shape in the peers' run on the same card model (plots/data/backward_gpu.dat).
  *
  * Build and run:  make bin/11a_backward_mma_sync && bin/11a_backward_mma_sync --T 4096 --H 8 --K 128 --V 128 --check-against oracle
  */
