@@ -23,6 +23,7 @@
  * Where there is no GPU it stops with one line.
  */
 #include <cuda_bf16.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +123,9 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1) wgmma_kernel(int steps, floa
                 mine[c * WGMMA_SUMS + 4 * j + r] = d[c][j][r];
 }
 
+/* whether this build's code for the GPU has wgmma (common/wgmma.cuh, HAVE_WGMMA) */
+__global__ void wgmma_compiled_kernel(int *has_wgmma) { *has_wgmma = HAVE_WGMMA; }
+
 typedef enum { COPY_BY_KERNEL, COPY_BY_MEMCPY, MMA, WGMMA } measure_kind;
 
 typedef struct {
@@ -130,7 +134,7 @@ typedef struct {
     uint4 *to;
     size_t pieces;
     unsigned copy_blocks, mma_blocks, wgmma_blocks;
-    int steps;
+    int steps, wgmma_steps;
     float *sums, *wgmma_sums;
 } measure;
 
@@ -149,7 +153,7 @@ static int run_once(const measure *m)
         CUDA_CHECK_LAUNCH("mma_kernel");
         break;
     case WGMMA:
-        wgmma_kernel<<<m->wgmma_blocks, WGMMA_THREADS>>>(m->steps, m->wgmma_sums);
+        wgmma_kernel<<<m->wgmma_blocks, WGMMA_THREADS>>>(m->wgmma_steps, m->wgmma_sums);
         CUDA_CHECK_LAUNCH("wgmma_kernel");
         break;
     }
@@ -213,7 +217,8 @@ static int gpu_peak(long copy_mib, long reps)
     m.copy_blocks = (unsigned)(8 * sms);
     m.mma_blocks = (unsigned)(4 * sms); /* 32 warps an SM */
     m.wgmma_blocks = (unsigned)(2 * sms);
-    m.steps = 16384; /* mma.sync's; wgmma's a quarter as many steps of WGMMA_DEPTH products */
+    m.steps = 16384;
+    m.wgmma_steps = m.steps / WGMMA_DEPTH; /* as many products a sum as mma.sync's */
     unsigned long long *wrong = NULL;
     uint4 *from = NULL, *to = NULL;
     CUDA_CHECK(cudaMalloc(&from, m.pieces * sizeof(uint4)));
@@ -247,16 +252,20 @@ static int gpu_peak(long copy_mib, long reps)
     m.kind = MMA;
     if (time_median(&m, (int)reps, &mma_ms))
         return -1;
+    /* wgmma where this build has it (sm_90a's code on a Hopper GPU): else its rate is nan */
+    int *has_wgmma = NULL, wgmma_here = 0;
+    CUDA_CHECK(cudaMalloc(&has_wgmma, sizeof *has_wgmma));
+    wgmma_compiled_kernel<<<1, 1>>>(has_wgmma);
+    CUDA_CHECK_LAUNCH("wgmma_compiled_kernel");
+    CUDA_CHECK(cudaMemcpy(&wgmma_here, has_wgmma, sizeof wgmma_here, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(has_wgmma));
     m.kind = WGMMA;
-    const int mma_steps = m.steps;
-    m.steps = mma_steps / WGMMA_DEPTH;
-    if (time_median(&m, (int)reps, &wgmma_ms))
+    if (wgmma_here && time_median(&m, (int)reps, &wgmma_ms))
         return -1;
-    m.steps = mma_steps;
 
     /* every sum of every lane is 16 x its products (ones times ones, depth 16) */
     if (check_sums(m.sums, (size_t)m.mma_blocks * MMA_THREADS * CHAINS * 4, 16.0f * (float)m.steps, "mma.sync") ||
-        check_sums(m.wgmma_sums, wgmma_sums, 16.0f * (float)m.steps, "wgmma"))
+        (wgmma_here && check_sums(m.wgmma_sums, wgmma_sums, 16.0f * WGMMA_DEPTH * (float)m.wgmma_steps, "wgmma")))
         return -1;
     CUDA_CHECK(cudaFree(from));
     CUDA_CHECK(cudaFree(to));
@@ -266,11 +275,11 @@ static int gpu_peak(long copy_mib, long reps)
 
     const double bytes = 2.0 * (double)m.pieces * sizeof(uint4); /* read and written */
     const double flops = 2.0 * 16 * 8 * 16 * CHAINS * (double)m.steps * (double)m.mma_blocks * (MMA_THREADS / 32);
-    const double wgmma_flops = 2.0 * 64 * 128 * 16 * WGMMA_CHAINS * WGMMA_DEPTH * (double)(m.steps / WGMMA_DEPTH) *
+    const double wgmma_flops = 2.0 * 64 * 128 * 16 * WGMMA_CHAINS * WGMMA_DEPTH * (double)m.wgmma_steps *
                                (double)m.wgmma_blocks * (WGMMA_THREADS / 128);
     printf("result tool=gpu_peak sms=%d copy_mib=%ld copy_gbs=%.1f memcpy_gbs=%.1f mma_bf16_tflops=%.1f wgmma_bf16_tflops=%.1f\n", sms,
            copy_mib, bytes / (copy_ms * 1e-3) * 1e-9, bytes / (memcpy_ms * 1e-3) * 1e-9, flops / (mma_ms * 1e-3) * 1e-12,
-           wgmma_flops / (wgmma_ms * 1e-3) * 1e-12);
+           wgmma_here ? wgmma_flops / (wgmma_ms * 1e-3) * 1e-12 : nan(""));
     return 0;
 }
 
