@@ -29,13 +29,14 @@ gpu_data_header() {
     echo "$2"
 }
 
-# peak_rates: copy_gbs and mma_tflops (GB/s of copies, TFLOP/s of mma.sync bf16) from the last
-# line of bin/gpu_peak's data file, plots/data/gpu_peak.dat: the rates of the card its header
-# names (rerun bin/gpu_peak on another card)
+# peak_rates: copy_gbs and mma_tflops (GB/s of copies, TFLOP/s of bf16 tensor products: the
+# faster of mma.sync and wgmma where the file has both) from the last line of bin/gpu_peak's
+# data file, plots/data/gpu_peak.dat: the rates of the card its header names (rerun bin/gpu_peak
+# on another card)
 # shellcheck disable=SC2034 # the two are the callers' to read
 peak_rates() {
     peak=$(tail -1 "$(dirname "$0")/data/gpu_peak.dat")
-    copy_gbs=$(echo "$peak" | awk '{ print $3 }') mma_tflops=$(echo "$peak" | awk '{ print $5 }')
+    copy_gbs=$(echo "$peak" | awk '{ print $3 }') mma_tflops=$(echo "$peak" | awk '{ print ($6 + 0 > $5 + 0 ? $6 : $5) }')
 }
 # roofline_ms FLOPS BYTES: the least time (ms) at those rates, after peak_rates: the larger of
 # the flops over the tensor rate and the bytes over the copy rate

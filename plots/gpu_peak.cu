@@ -1,6 +1,6 @@
-/* gpu_peak.cu -- the two rates the GPU stages are measured against (docs/06, "Against the
+/* gpu_peak.cu -- the rates the GPU stages are measured against (docs/06, "Against the
  * roofline"): how fast this GPU copies memory, and how many bf16 flops a second its tensor
- * cores give through mma.sync, the instruction stage 06 uses.
+ * cores give through mma.sync, the instruction most of stage 06 uses, and through wgmma.
  *
  * Copy: a kernel reads one buffer and writes another, 16 bytes a thread a step (grid-stride
  * loop, 8 blocks of 256 threads an SM), both buffers far larger than the L2 cache; the bytes
@@ -10,15 +10,20 @@
  * fp32 (8 products in flight hide the instruction's latency), its operands in registers, no
  * memory touched; 2 x 16 x 8 x 16 flops an instruction. With every operand 1, each product
  * adds 16 to each sum, so the sums are checked exactly (16 x steps stays below 2^24).
- * mma.sync is not the H200's fastest path: wgmma (which 06 does not use) reaches the data
- * sheet's 989 TFLOP/s; this is the rate stage 06's own instruction can reach.
+ * Tensor cores by wgmma, Hopper's warpgroup instruction (06's output warps and the peers' kernels
+ * use it): each of a block's two warpgroups runs WGMMA_CHAINS independent 64 x 128 sums through
+ * wgmma.m64n128k16, A (ones) in registers and B (ones) from a 128-row tile in shared memory,
+ * every product of a step issued before one wait; 2 x 64 x 128 x 16 flops an instruction,
+ * checked as the mma.sync sums are. The roofline takes the faster of the two rates: a kernel
+ * that outruns mma.sync is not above the card's roof.
  * Times: CUDA events, the median of --reps runs after 3 warm-up runs.
  *
  * Build and run:  make bin/gpu_peak && bin/gpu_peak [--copy-mib 1024] [--reps 20]
- * Prints one line: result tool=gpu_peak copy_gbs=... memcpy_gbs=... mma_bf16_tflops=...
+ * Prints one line: result tool=gpu_peak copy_gbs=... memcpy_gbs=... mma_bf16_tflops=... wgmma_bf16_tflops=...
  * Where there is no GPU it stops with one line.
  */
 #include <cuda_bf16.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,11 +33,15 @@
 #include "../common/device.h"
 #include "../common/error.h"
 #include "../common/stage.h"
+#include "../common/wgmma.cuh" /* the descriptors and wgmma.m64n128k16 with A in registers */
 extern "C" {
 #include "../common/timing.h"
 }
 
 constexpr int COPY_THREADS = 256, MMA_THREADS = 256, CHAINS = 8, WARMUP = 3;
+/* a step: WGMMA_DEPTH products into each of WGMMA_CHAINS sums, then one wait; WGMMA_SUMS: a
+   thread's registers of one 64 x 128 sum */
+constexpr int WGMMA_THREADS = 256, WGMMA_CHAINS = 2, WGMMA_DEPTH = 4, WGMMA_SUMS = 16 * 4;
 
 __global__ void copy_kernel(const uint4 *from, uint4 *to, size_t pieces)
 {
@@ -78,16 +87,55 @@ __global__ void mma_kernel(int steps, float *sums)
             mine[4 * c + r] = d[c][r];
 }
 
-typedef enum { COPY_BY_KERNEL, COPY_BY_MEMCPY, MMA } measure_kind;
+/* WGMMA_CHAINS independent 64 x 128 sums a warpgroup, WGMMA_DEPTH x `steps` products each, as a
+ * matrix product's main loop issues its k steps: depth 16 each. B is
+ * rows of ones in a 1024-byte-aligned tile (any rows give the same ones, so the swizzle does
+ * not matter here), made visible to wgmma's reads (the async proxy) before the first. Every
+ * lane writes its sums, so the compiler keeps every product. */
+__global__ void __launch_bounds__(WGMMA_THREADS, 1) wgmma_kernel(int steps, float *sums)
+{
+    __shared__ __align__(1024) __nv_bfloat16 ones[128 * 64];
+    for (int i = threadIdx.x; i < 128 * 64; i += blockDim.x)
+        ones[i] = __float2bfloat16_rn(1.0f);
+    fence_shared_for_bulk_store(); /* the threads' writes, for the async proxy's reads */
+    __syncthreads();
+    const __nv_bfloat162 one_pair = __floats2bfloat162_rn(1.0f, 1.0f);
+    const uint32_t one = *(const uint32_t *)&one_pair;
+    const uint32_t a[4] = {one, one, one, one};
+    const uint64_t b = swizzled_descriptor(ones);
+    float d[WGMMA_CHAINS][16][4] = {};
+    for (int step = 0; step < steps; step++) {
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < WGMMA_DEPTH; k++)
+#pragma unroll
+            for (int c = 0; c < WGMMA_CHAINS; c++)
+                wgmma_64x128x16_a_in_registers<1, false>(d[c], a, b, 1);
+        wgmma_commit_and_wait();
+    }
+    float *mine = sums + ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * WGMMA_CHAINS * WGMMA_SUMS;
+#pragma unroll
+    for (int c = 0; c < WGMMA_CHAINS; c++)
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                mine[c * WGMMA_SUMS + 4 * j + r] = d[c][j][r];
+}
+
+/* whether this build's code for the GPU has wgmma (common/wgmma.cuh, HAVE_WGMMA) */
+__global__ void wgmma_compiled_kernel(int *has_wgmma) { *has_wgmma = HAVE_WGMMA; }
+
+typedef enum { COPY_BY_KERNEL, COPY_BY_MEMCPY, MMA, WGMMA } measure_kind;
 
 typedef struct {
     measure_kind kind;
     const uint4 *from;
     uint4 *to;
     size_t pieces;
-    unsigned copy_blocks, mma_blocks;
-    int steps;
-    float *sums;
+    unsigned copy_blocks, mma_blocks, wgmma_blocks;
+    int steps, wgmma_steps;
+    float *sums, *wgmma_sums;
 } measure;
 
 static int run_once(const measure *m)
@@ -103,6 +151,10 @@ static int run_once(const measure *m)
     case MMA:
         mma_kernel<<<m->mma_blocks, MMA_THREADS>>>(m->steps, m->sums);
         CUDA_CHECK_LAUNCH("mma_kernel");
+        break;
+    case WGMMA:
+        wgmma_kernel<<<m->wgmma_blocks, WGMMA_THREADS>>>(m->wgmma_steps, m->wgmma_sums);
+        CUDA_CHECK_LAUNCH("wgmma_kernel");
         break;
     }
     return 0;
@@ -138,6 +190,23 @@ static int time_median(const measure *m, int reps, double *median_ms)
     return status;
 }
 
+/* every one of `count` sums on the device equals `expected` */
+static int check_sums(const float *device_sums, size_t count, float expected, const char *instruction)
+{
+    float *host = (float *)malloc(count * sizeof(float));
+    if (!host)
+        return gdn_set_error("gpu_peak: out of host memory");
+    if (cudaMemcpy(host, device_sums, count * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
+        free(host);
+        return gdn_set_error("gpu_peak: reading the %s sums back: %s", instruction, cudaGetErrorString(cudaGetLastError()));
+    }
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; i++)
+        wrong += host[i] != expected;
+    free(host);
+    return wrong ? gdn_set_error("gpu_peak: %zu of %zu %s sums differ from %.0f", wrong, count, instruction, (double)expected) : 0;
+}
+
 static int gpu_peak(long copy_mib, long reps)
 {
     if (!gdn_cuda_device_present())
@@ -147,12 +216,16 @@ static int gpu_peak(long copy_mib, long reps)
     m.pieces = (size_t)copy_mib * 1024 * 1024 / sizeof(uint4);
     m.copy_blocks = (unsigned)(8 * sms);
     m.mma_blocks = (unsigned)(4 * sms); /* 32 warps an SM */
+    m.wgmma_blocks = (unsigned)(2 * sms);
     m.steps = 16384;
+    m.wgmma_steps = m.steps / WGMMA_DEPTH; /* as many products a sum as mma.sync's */
     unsigned long long *wrong = NULL;
     uint4 *from = NULL, *to = NULL;
     CUDA_CHECK(cudaMalloc(&from, m.pieces * sizeof(uint4)));
     CUDA_CHECK(cudaMalloc(&to, m.pieces * sizeof(uint4)));
     CUDA_CHECK(cudaMalloc(&m.sums, (size_t)m.mma_blocks * MMA_THREADS * CHAINS * 4 * sizeof(float)));
+    const size_t wgmma_sums = (size_t)m.wgmma_blocks * WGMMA_THREADS * WGMMA_CHAINS * WGMMA_SUMS;
+    CUDA_CHECK(cudaMalloc(&m.wgmma_sums, wgmma_sums * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&wrong, sizeof *wrong));
     m.from = from;
     m.to = to;
@@ -160,7 +233,7 @@ static int gpu_peak(long copy_mib, long reps)
     fill_kernel<<<m.copy_blocks, COPY_THREADS>>>(from, m.pieces);
     CUDA_CHECK_LAUNCH("fill_kernel");
     CUDA_CHECK(cudaMemset(to, 0xff, m.pieces * sizeof(uint4))); /* poisoned: a piece not copied shows */
-    double copy_ms = 0, memcpy_ms = 0, mma_ms = 0;
+    double copy_ms = 0, memcpy_ms = 0, mma_ms = 0, wgmma_ms = 0;
     m.kind = COPY_BY_KERNEL;
     if (run_once(&m))
         return -1;
@@ -179,36 +252,39 @@ static int gpu_peak(long copy_mib, long reps)
     m.kind = MMA;
     if (time_median(&m, (int)reps, &mma_ms))
         return -1;
+    /* wgmma where this build has it (sm_90a's code on a Hopper GPU): else its rate is nan */
+    int *has_wgmma = NULL, wgmma_here = 0;
+    CUDA_CHECK(cudaMalloc(&has_wgmma, sizeof *has_wgmma));
+    wgmma_compiled_kernel<<<1, 1>>>(has_wgmma);
+    CUDA_CHECK_LAUNCH("wgmma_compiled_kernel");
+    CUDA_CHECK(cudaMemcpy(&wgmma_here, has_wgmma, sizeof wgmma_here, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(has_wgmma));
+    m.kind = WGMMA;
+    if (wgmma_here && time_median(&m, (int)reps, &wgmma_ms))
+        return -1;
 
-    /* every sum of every lane is 16 x steps */
-    const size_t sums = (size_t)m.mma_blocks * MMA_THREADS * CHAINS * 4;
-    float *host = (float *)malloc(sums * sizeof(float));
-    if (!host)
-        return gdn_set_error("gpu_peak: out of host memory");
-    if (cudaMemcpy(host, m.sums, sums * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
-        free(host);
-        return gdn_set_error("gpu_peak: reading the sums back: %s", cudaGetErrorString(cudaGetLastError()));
-    }
-    size_t wrong_sums = 0;
-    for (size_t i = 0; i < sums; i++)
-        wrong_sums += host[i] != 16.0f * (float)m.steps;
-    free(host);
-    if (wrong_sums)
-        return gdn_set_error("gpu_peak: %zu of %zu tensor-core sums differ from %d", wrong_sums, sums, 16 * m.steps);
+    /* every sum of every lane is 16 x its products (ones times ones, depth 16) */
+    if (check_sums(m.sums, (size_t)m.mma_blocks * MMA_THREADS * CHAINS * 4, 16.0f * (float)m.steps, "mma.sync") ||
+        (wgmma_here && check_sums(m.wgmma_sums, wgmma_sums, 16.0f * WGMMA_DEPTH * (float)m.wgmma_steps, "wgmma")))
+        return -1;
     CUDA_CHECK(cudaFree(from));
     CUDA_CHECK(cudaFree(to));
     CUDA_CHECK(cudaFree(m.sums));
+    CUDA_CHECK(cudaFree(m.wgmma_sums));
     CUDA_CHECK(cudaFree(wrong));
 
     const double bytes = 2.0 * (double)m.pieces * sizeof(uint4); /* read and written */
     const double flops = 2.0 * 16 * 8 * 16 * CHAINS * (double)m.steps * (double)m.mma_blocks * (MMA_THREADS / 32);
-    printf("result tool=gpu_peak sms=%d copy_mib=%ld copy_gbs=%.1f memcpy_gbs=%.1f mma_bf16_tflops=%.1f\n", sms, copy_mib,
-           bytes / (copy_ms * 1e-3) * 1e-9, bytes / (memcpy_ms * 1e-3) * 1e-9, flops / (mma_ms * 1e-3) * 1e-12);
+    const double wgmma_flops = 2.0 * 64 * 128 * 16 * WGMMA_CHAINS * WGMMA_DEPTH * (double)m.wgmma_steps *
+                               (double)m.wgmma_blocks * (WGMMA_THREADS / 128);
+    printf("result tool=gpu_peak sms=%d copy_mib=%ld copy_gbs=%.1f memcpy_gbs=%.1f mma_bf16_tflops=%.1f wgmma_bf16_tflops=%.1f\n", sms,
+           copy_mib, bytes / (copy_ms * 1e-3) * 1e-9, bytes / (memcpy_ms * 1e-3) * 1e-9, flops / (mma_ms * 1e-3) * 1e-12,
+           wgmma_here ? wgmma_flops / (wgmma_ms * 1e-3) * 1e-12 : nan(""));
     return 0;
 }
 
 static const char usage[] =
-    "gpu_peak: this GPU's copy rate and its bf16 mma.sync rate, the roofs of stage 06's roofline\n"
+    "gpu_peak: this GPU's copy rate and its bf16 tensor rates (mma.sync, wgmma), the roofs of the roofline\n"
     "\n"
     "usage: bin/gpu_peak [options]\n"
     "  --copy-mib N   size of each of the two copy buffers, MiB (default 1024)\n"
@@ -216,7 +292,7 @@ static const char usage[] =
     "  --help         this text\n"
     "\n"
     "prints one line: result tool=gpu_peak sms=... copy_mib=... copy_gbs=... memcpy_gbs=...\n"
-    "mma_bf16_tflops=...\n";
+    "mma_bf16_tflops=... wgmma_bf16_tflops=...\n";
 
 int main(int argc, char **argv)
 {
