@@ -28,7 +28,7 @@ bin=${1:-bin}
 out=${2:-plots/data}
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward" > "$rows"
 peak_rates
 # floor FLOPS B T H K V: the roofline's least time, ms (the least bytes: 8 K + 6 V + 16 a token and head)
 floor_of() { roofline_ms "$1" "$(($2 * $3 * $4 * (8 * $5 + 6 * $6 + 16)))"; }
@@ -36,6 +36,15 @@ line_of() { printf '%s\n' "$1" | grep "peer=$2 mode=$3" | head -1; }
 # SHAPES: "B T H K V" groups, comma-separated (a subset, for a run that must stay short: the peers'
 # TileLang kernels compile on their first call at each shape, about two minutes)
 shapes=${SHAPES:-8 4096 16 128 128,4 4096 64 128 128,1 8192 96 128 128,2 16384 16 128 128,1 16384 8 64 64}
+# PEERS: the peers to time, comma-separated, of fla, flashqla and gdn_steps (all three unless
+# given; one left out has nan in its columns)
+peers_asked=${PEERS:-fla,flashqla,gdn_steps}
+case ",$peers_asked," in
+*[!a-z_,]* | *,,*) echo "bench_backward_gpu.sh: PEERS='$peers_asked' is not a comma-separated list of fla, flashqla, gdn_steps" >&2; exit 2 ;;
+esac
+for peer in $(printf '%s' "$peers_asked" | tr ',' ' '); do
+    case $peer in fla | flashqla | gdn_steps) ;; *) echo "bench_backward_gpu.sh: PEERS names '$peer', not one of fla, flashqla, gdn_steps" >&2; exit 2 ;; esac
+done
 old_ifs=$IFS
 IFS=,
 # shellcheck disable=SC2086 # split at the commas
@@ -52,7 +61,7 @@ for shape in "$@"; do
     narrow=$(field median_ms "$("$bin"/11a_backward_mma_sync --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($1, $2, $3, $4, $5))" 2>/dev/null || echo 06_warp_specialized)
     forward=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 2>&1 | grep '^result' || true)")
-    peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers fla,flashqla,gdn_steps "$work/p:$work/o" 2>&1 ||
+    peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers "$peers_asked" "$work/p:$work/o" 2>&1 ||
         echo "plots/fla_backward_bench.py ended with status $?") # a crash (a signal) prints no line of its own
     printf '%s\n' "$peers" | grep -v 'median_ms=' >&2 || true # why a peer did not run: its line, or a traceback
     fla_b=$(field median_ms "$(line_of "$peers" fla backward)") fla_fb=$(field median_ms "$(line_of "$peers" fla forward_backward)")

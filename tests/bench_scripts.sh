@@ -131,6 +131,17 @@ eager=$(awk '/^#/ { next } !header { header = 1; next } $13 != "1.5" || $14 != "
 floor=$(awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; header = 1; next }
     $1 == "1x65536" { print $column["stage"], $column["floor_ms"] }' "$stand/out_bench_layouts/layouts_ours.dat")
 case $floor in 07\ 0.1*) ;; *) fail "bench_layouts.sh, layouts_ours.dat: the 1x65536 row's stage and floor_ms are '$floor', not 07 and the bytes' 0.1385 ms" ;; esac
+# PEERS names the backward's peers: only those run, the others' columns are nan; a name that is
+# no peer stops the script
+peers=$(mkdir -p "$stand/out_peers" && PEERS=fla SHAPES="1 64 2 16 16" PATH="$stand/path:$PATH" sh plots/bench_backward_gpu.sh "$stand/bin" "$stand/out_peers" > "$stand/out_peers.log" 2>&1 &&
+    awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; header = 1; next }
+        { print $column["ms_fla_backward"], $column["ms_flashqla_backward"], $column["ms_package_backward"] }' "$stand/out_peers/backward_gpu.dat")
+[ "$peers" = "2.0 nan nan" ] || fail "bench_backward_gpu.sh with PEERS=fla: FLA, FlashQLA, package times '$peers', not '2.0 nan nan' ($(tail -1 "$stand/out_peers.log"))"
+if PEERS=fla,triton PATH="$stand/path:$PATH" sh plots/bench_backward_gpu.sh "$stand/bin" "$stand/out_peers" > "$stand/out_peers.log" 2>&1; then
+    fail "bench_backward_gpu.sh with PEERS=fla,triton ran"
+else
+    grep -q "PEERS names 'triton'" "$stand/out_peers.log" || fail "bench_backward_gpu.sh with PEERS=fla,triton: '$(tail -1 "$stand/out_peers.log")'"
+fi
 # ROWS names the rows to run: those, in the group's order, and no others
 rows=$(mkdir -p "$stand/out_rows" && ROWS="1x32768,gva 8x4096" PATH="$stand/path:$PATH" sh plots/bench_layouts.sh "$stand/bin" "$stand/out_rows" ours > "$stand/out_rows.log" 2>&1 &&
     awk '/^#/ { next } !header { header = 1; next } { printf "%s ", $1 }' "$stand/out_rows/layouts_ours.dat")
