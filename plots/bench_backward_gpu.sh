@@ -16,7 +16,7 @@
 # relative L2), proof of the same problem. nan: that code did not run the
 # shape (its line in the log says why). The roofline: floor_ms is the least time the backward
 # can take at the rates in plots/data/gpu_peak.dat (bin/gpu_peak on the card its header names,
-# copies and mma.sync bf16: rerun it on another card), the larger of its flops (stage 10's count, the same products for every
+# copies and the faster of mma.sync and wgmma bf16: rerun it on another card), the larger of its flops (stage 10's count, the same products for every
 # method) over the tensor rate and its least bytes over the copy rate; the least bytes a token
 # and head read q, k, v, do, g and beta and write dq, dk, dv, dg and dbeta once, in bf16 and fp32
 # as FLA keeps them, 8 K + 6 V + 16 (the states, K V a head, are left out); roof_* is floor_ms
@@ -26,6 +26,15 @@ set -eu
 . "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data}
+# PEERS: the peers to time, comma-separated, of fla, flashqla and gdn_steps (all three unless
+# given; one left out has nan in its columns), checked before anything is written
+peers_asked=${PEERS:-fla,flashqla,gdn_steps}
+case ",$peers_asked," in
+*[!a-z_,]* | *,,*) echo "bench_backward_gpu.sh: PEERS='$peers_asked' is not a comma-separated list of fla, flashqla, gdn_steps" >&2; exit 2 ;;
+esac
+for peer in $(printf '%s' "$peers_asked" | tr ',' ' '); do
+    case $peer in fla | flashqla | gdn_steps) ;; *) echo "bench_backward_gpu.sh: PEERS names '$peer', not one of fla, flashqla, gdn_steps" >&2; exit 2 ;; esac
+done
 bench_begin
 rows=$out/backward_gpu.dat
 gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward" > "$rows"
@@ -36,15 +45,6 @@ line_of() { printf '%s\n' "$1" | grep "peer=$2 mode=$3" | head -1; }
 # SHAPES: "B T H K V" groups, comma-separated (a subset, for a run that must stay short: the peers'
 # TileLang kernels compile on their first call at each shape, about two minutes)
 shapes=${SHAPES:-8 4096 16 128 128,4 4096 64 128 128,1 8192 96 128 128,2 16384 16 128 128,1 16384 8 64 64}
-# PEERS: the peers to time, comma-separated, of fla, flashqla and gdn_steps (all three unless
-# given; one left out has nan in its columns)
-peers_asked=${PEERS:-fla,flashqla,gdn_steps}
-case ",$peers_asked," in
-*[!a-z_,]* | *,,*) echo "bench_backward_gpu.sh: PEERS='$peers_asked' is not a comma-separated list of fla, flashqla, gdn_steps" >&2; exit 2 ;;
-esac
-for peer in $(printf '%s' "$peers_asked" | tr ',' ' '); do
-    case $peer in fla | flashqla | gdn_steps) ;; *) echo "bench_backward_gpu.sh: PEERS names '$peer', not one of fla, flashqla, gdn_steps" >&2; exit 2 ;; esac
-done
 old_ifs=$IFS
 IFS=,
 # shellcheck disable=SC2086 # split at the commas

@@ -132,7 +132,7 @@ floor=$(awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; h
     $1 == "1x65536" { print $column["stage"], $column["floor_ms"] }' "$stand/out_bench_layouts/layouts_ours.dat")
 case $floor in 07\ 0.1*) ;; *) fail "bench_layouts.sh, layouts_ours.dat: the 1x65536 row's stage and floor_ms are '$floor', not 07 and the bytes' 0.1385 ms" ;; esac
 # PEERS names the backward's peers: only those run, the others' columns are nan; a name that is
-# no peer stops the script
+# no peer stops the script before it writes anything
 peers=$(mkdir -p "$stand/out_peers" && PEERS=fla SHAPES="1 64 2 16 16" PATH="$stand/path:$PATH" sh plots/bench_backward_gpu.sh "$stand/bin" "$stand/out_peers" > "$stand/out_peers.log" 2>&1 &&
     awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; header = 1; next }
         { print $column["ms_fla_backward"], $column["ms_flashqla_backward"], $column["ms_package_backward"] }' "$stand/out_peers/backward_gpu.dat")
@@ -141,6 +141,8 @@ if PEERS=fla,triton PATH="$stand/path:$PATH" sh plots/bench_backward_gpu.sh "$st
     fail "bench_backward_gpu.sh with PEERS=fla,triton ran"
 else
     grep -q "PEERS names 'triton'" "$stand/out_peers.log" || fail "bench_backward_gpu.sh with PEERS=fla,triton: '$(tail -1 "$stand/out_peers.log")'"
+    grep -q "^1 64 2 16 16 " "$stand/out_peers/backward_gpu.dat" ||
+        fail "bench_backward_gpu.sh with PEERS=fla,triton wrote over the data file it was given"
 fi
 # ROWS names the rows to run: those, in the group's order, and no others
 rows=$(mkdir -p "$stand/out_rows" && ROWS="1x32768,gva 8x4096" PATH="$stand/path:$PATH" sh plots/bench_layouts.sh "$stand/bin" "$stand/out_rows" ours > "$stand/out_rows.log" 2>&1 &&

@@ -38,7 +38,7 @@
  * chunk's tiles from memory (no copy ring): with few heads the chains are the bound. Limits:
  * --chunk 64 only, K and V at most 128.
  *
- * Measured: 5.60 ms at (8, 4096, 16, 128, 128), the mean of two runs in one job on an NVIDIA
+ * Measured: 5.61 ms at (8, 4096, 16, 128, 128), the mean of two runs in one job on an NVIDIA
  * H100 80GB HBM3 (plots/data/backward_chains_together.dat; the passes it shares with 11 are
  * measured step by step in docs/11, "Fitting the passes to an SM"); in the peers' run on the
  * same card model 11a takes 5.66 ms there and FLA's backward 3.19 (plots/data/backward_gpu.dat).

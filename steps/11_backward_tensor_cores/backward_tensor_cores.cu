@@ -21,9 +21,9 @@
  *
  * Measured, the mean of two runs in one job on an NVIDIA H100 80GB HBM3
  * (plots/data/backward_chains_together.dat): 4.50 ms at (8, 4096, 16, 128, 128), 1.76 ms at
- * (1, 16384, 8, 64, 64), 1.43x the chains launched one after the other. Beside FLA's backward
- * in one run on that card model (plots/data/backward_gpu.dat), FLA takes 1.11x our time at the
- * second shape and 0.71x at the first.
+ * (1, 16384, 8, 64, 64), where the chains launched one after the other take 1.43x that. Beside
+ * FLA's backward in one run on that card model (plots/data/backward_gpu.dat), FLA takes 1.11x
+ * our time at the second shape and 0.71x at the first.
  *
  * Build and run:  make bin/11_backward_tensor_cores && bin/11_backward_tensor_cores --T 4096 --H 8 --K 128 --V 128 --check-against oracle
  */

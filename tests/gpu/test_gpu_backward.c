@@ -212,7 +212,8 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
  * The last three, 140 heads each, give 11 at least as many (head, 64 columns) blocks as an H100
  * or H200 has SMs, so that its chains run on blocks of 64 columns: V = 96 (a partial second
  * block), K = 100 and V = 40 (keys staged element by element, one partial block, warps past KP),
- * K = 64 (half the warps without state rows); the others run 11a's. */
+ * K = 64 (half the warps without state rows); the others run 11a's blocks of 16 columns, both
+ * chains in one launch. */
 static const test_shape tensor_core_shapes[] = {
     {2, 1, 3, 64, 64},     {1, 63, 1, 64, 64},  {2, 65, 3, 128, 128}, {1, 200, 3, 64, 128}, {2, 200, 1, 128, 64},
     {1, 1000, 1, 128, 128}, {2, 1000, 3, 64, 64}, {1, 130, 2, 40, 72},  {2, 77, 2, 100, 24},  {2, 130, 70, 128, 96},
