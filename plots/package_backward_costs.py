@@ -5,7 +5,8 @@ autograd hands them over:
   autograd   torch.autograd.grad through gdn_steps.chunk_gated_delta_rule (the graph kept): the
              cotangents made fp32, stage 11's launches, the gradients cast back to the inputs' dtypes
   library    the package's call of stage 11 alone (_cuda_backward), fp32 cotangents already made
-each the median of 20 after 3 warm-ups, CUDA events, a 2 x L2 buffer zeroed before each; then
+each the median of 20 after 3 warm-ups, timed by fla_bench.py's median_ms (CUDA events, its
+L2 flush before each), as the peers are; then
 the host time of a call (10 calls queued without waiting, over 10) and torch.profiler's table of
 5 autograd calls, whose CUDA column splits the time into stage 11's kernels and the casts
 (aten::copy_).
@@ -13,6 +14,8 @@ the host time of a call (10 calls queued without waiting, over 10) and torch.pro
     PYTHONPATH=build/python python3 plots/package_backward_costs.py      (a CUDA device, PyTorch)
 """
 import math
+import os
+import sys
 import time
 
 import torch
@@ -20,6 +23,9 @@ from torch.profiler import ProfilerActivity, profile
 
 import gdn_steps
 from gdn_steps import _cuda_backward
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fla_bench import median_ms as timed_median_ms  # noqa: E402 (the peers' timing and flush)
 
 torch.manual_seed(0)
 l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -29,17 +35,7 @@ flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
 def median_ms(fn, reps=20):
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+    return timed_median_ms(fn, reps, flush)
 
 
 def host_ms(fn, calls=10):
