@@ -27,18 +27,19 @@ static int check_limits(size_t heads, size_t T, size_t K, size_t V, size_t C)
 static int workspace_layout(size_t heads, size_t T, size_t K, size_t V, void *base, backward_workspace *w, size_t *bytes)
 {
     const size_t chunks = chunks_of(T), KP = (size_t)round_up16(K), VP = (size_t)round_up16(V);
-    const size_t factors[10][4] = {{heads, T, sizeof(double), 1},
+    const size_t factors[11][4] = {{heads, T, sizeof(double), 1},
                                   {heads, T, sizeof(double), 1},
                                   {heads, chunks, CHUNK * CHUNK, sizeof(bf16)},
                                   {heads, chunks, CHUNK * KP, sizeof(bf16)},
                                   {heads, T, V, sizeof(float)},
                                   {heads, T, V, sizeof(float)},
+                                  {heads, chunks, CHUNK * VP, sizeof(bf16)},
                                   {heads, T, VP, sizeof(bf16)},
                                   {heads, T, VP, sizeof(bf16)},
                                   {heads, chunks, KP * VP, sizeof(bf16)},
                                   {heads, chunks, KP * VP, sizeof(bf16)}};
-    size_t offsets[10], offset = 0;
-    for (int i = 0; i < 10; i++) {
+    size_t offsets[11], offset = 0;
+    for (int i = 0; i < 11; i++) {
         size_t size;
         if (gdn_multiply_sizes(&size, 4, factors[i]) || size > SIZE_MAX - 255 - offset)
             return gdn_set_error("the backward's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
@@ -58,7 +59,8 @@ static int workspace_layout(size_t heads, size_t T, size_t K, size_t V, void *ba
                                   (bf16 *)(at + offsets[6]),
                                   (bf16 *)(at + offsets[7]),
                                   (bf16 *)(at + offsets[8]),
-                                  (bf16 *)(at + offsets[9])};
+                                  (bf16 *)(at + offsets[9]),
+                                  (bf16 *)(at + offsets[10])};
     }
     return 0;
 }

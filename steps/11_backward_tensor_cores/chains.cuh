@@ -37,7 +37,7 @@ struct chain_shape {
     static constexpr int TILES = COLUMNS / 8;                 /* 8-column tiles of the state a warp */
     static constexpr int PART_TILES = TILES / (WARPS / 4);    /* a warp's 8-column tiles of Vnew or dVnew */
     static constexpr int STRIDE = COLUMNS + 8;                /* bf16 row stride of the B tiles: ldmatrix without conflicts */
-    static constexpr int DO_PER_THREAD = CHUNK * COLUMNS / THREADS; /* a thread's elements of the dO tile */
+    static constexpr int DO_PER_THREAD = CHUNK * COLUMNS / THREADS; /* a thread's elements of the dO tiles */
     /* blocks an SM must hold, which caps the registers a thread: 16 columns, three (the shared
      * memory of the backward chain's); 64 columns, two (128 registers): one chain's 256 blocks
      * of 128 heads at V = 128 then run in one wave on 132 SMs, not two */
@@ -50,7 +50,8 @@ struct chain_tiles {
     float *to_end;                  /* exp(gamma_C - gamma_j), 0 past the chunk */
     bf16 *keys, *queries, *minus_W; /* [64][K + 8] */
     bf16 *state;                    /* [KP][COLUMNS + 8]: S0 or dS_C by rows, the B operand */
-    bf16 *values, *dO16;            /* [64][COLUMNS + 8]: the chunk's columns of Vnew (decayed) or dVnew; scale e^gamma dO */
+    bf16 *values, *dO16;            /* [64][COLUMNS + 8]: the chunk's columns of Vnew (decayed) or dVnew; scale e^gamma dO
+                                       (pass 1) */
     float *PtdO;                    /* [64][COLUMNS + 8]: the chunk's columns of P^T dO (pass 1), copied ahead */
     size_t bytes;
 };
@@ -270,10 +271,12 @@ __device__ __forceinline__ static void backward_chain(const gdn_device_problem &
         const int n = x.n;
         /* asked for now, all at once, so that they arrive while the tiles are copied: the block's
          * P^T dO (pass 1), by cp.async into its tile (every reader of the last chunk's is past
-         * the last barrier), and this thread's elements of dO, into registers. A thread takes
-         * one column c and every ROW_STEP-th row from row0: its addresses are one base and
-         * constant steps, nothing the compiler keeps across chunks. */
-        float dO[DO_PER_THREAD];
+         * the last barrier), and this thread's elements of scale e^gamma dO (pass 1, bf16), into
+         * registers, stored to their tile after the next barrier with nothing done to them in
+         * between. A thread takes one column c and every ROW_STEP-th row from row0: its
+         * addresses are one base and constant steps, nothing the compiler keeps across chunks. */
+        bf16 dO[DO_PER_THREAD];
+        const bf16 *scaled_dO = w.scaled_dO + x.index * CHUNK * VP + column0 + c;
 #pragma unroll
         for (int k = 0; k < DO_PER_THREAD; k++) {
             const int i = row0 + k * ROW_STEP;
@@ -282,7 +285,7 @@ __device__ __forceinline__ static void backward_chain(const gdn_device_problem &
                 __pipeline_memcpy_async(s.PtdO + i * STRIDE + c, w.PtdO + (x.row + i) * V + column0 + c, 4);
             else
                 s.PtdO[i * STRIDE + c] = 0.0f;
-            dO[k] = inside ? cot.d_o[token_of(p, x, i) * V + column0 + c] : 0.0f;
+            dO[k] = inside ? scaled_dO[i * VP] : __float2bfloat16_rn(0.0f);
         }
         __pipeline_commit(); /* waited for with the chunk's tiles (stage_chain_chunk) */
         __syncthreads();
@@ -290,11 +293,8 @@ __device__ __forceinline__ static void backward_chain(const gdn_device_problem &
         publish_state<COLUMNS>(dS, w.dS_end + x.index * KP * VP, s.state, KP, VP, column0); /* dS_C: for pass 4 and for dVnew */
         __syncthreads();
 #pragma unroll
-        for (int k = 0; k < DO_PER_THREAD; k++) { /* scale e^gamma_i dO_i, rounded once; read after the next barrier */
-            const int i = row0 + k * ROW_STEP;
-            const float value = i < n && column_inside ? p.scale * expf((float)s.gamma[i]) * dO[k] : 0.0f;
-            s.dO16[i * STRIDE + c] = __float2bfloat16_rn(value);
-        }
+        for (int k = 0; k < DO_PER_THREAD; k++) /* read after the next barrier */
+            s.dO16[(row0 + k * ROW_STEP) * STRIDE + c] = dO[k];
 
         /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: this warp's part, depth K; dVnew in
          * bf16 (zero past V) is the B operand of dS0 and goes to pass 4 */

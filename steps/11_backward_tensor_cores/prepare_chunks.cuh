@@ -4,6 +4,7 @@
  *     M     = lower(diag(beta) (K K^T) o decay),  Tm = (I + M)^-1   (eq. 10-11)
  *     U     = Tm (diag(beta) V),   -W = Tm (-diag(beta e^gamma) K)  (eq. 12)
  *     P     = scale lower(Q K^T o decay),   and P^T dO              (eq. 14, 19a's first term)
+ *     scale e^gamma dO, in bf16                                     (19b's operand of Q^T)
  *
  * One block of 8 warps a (head, chunk), every chunk at once. K K^T, Q K^T, U, -W and P^T dO run
  * on tensor cores (warp_product); the solve stays in fp32 on CUDA cores: Tm enters every product
@@ -151,4 +152,18 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
                 w.PtdO[(x.row + i) * V + c] = sum;
         });
     }
+
+    /* scale e^gamma_i dO_i, rounded once to bf16: the B operand of Q^T in the backward chain's
+     * dS0 (eq. 19b). It needs no state, so it is made here, every chunk at once, and the chain
+     * loads it as it is instead of loading dO and scaling it on its critical path. Staged in
+     * the right operand's place once P^T dO has read it (its factors in e^gamma's, which
+     * nothing reads any more), then written whole: zero past the chunk and past V. */
+    for (int i = threadIdx.x; i < CHUNK; i += THREADS)
+        s.grown[i] *= p.scale;
+    __syncthreads();
+    stage_tile(s.right, LDV, CHUNK, VP, cot.d_o + token_of(p, x, 0) * V, value_stride, n, V, s.grown);
+    __syncthreads();
+    uint4 *scaled_dO = (uint4 *)(w.scaled_dO + x.index * CHUNK * VP);
+    for (int e = threadIdx.x; e < CHUNK * VP / 8; e += THREADS)
+        scaled_dO[e] = *(const uint4 *)(s.right + e / (VP / 8) * LDV + e % (VP / 8) * 8);
 }

@@ -369,6 +369,8 @@ typedef struct {
     bf16 *Tm;               /* [heads chunks][64][64]: (I + M)^-1, as the products read it */
     bf16 *minus_W;          /* [heads chunks][64][round_up16(K)]: -W, zero past the chunk and past K */
     float *U, *PtdO;        /* [heads T][V]: U and P^T dO (pass 1), the chains' fp32 addends */
+    bf16 *scaled_dO;        /* [heads chunks][64][VP]: scale e^gamma_i dO_i (pass 1), the backward chain's B operand
+                               of Q^T, zero past the chunk and past V */
     bf16 *Vnew, *dVnew;     /* [heads T][VP]: Vnew (pass 2) and dVnew (pass 3) in bf16, the only form pass 4 reads
                                them in, zero past V */
     bf16 *S0, *dS_end;      /* [heads chunks][KP][VP]: the state at each chunk's start; dL/dS at its end; in bf16,
