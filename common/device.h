@@ -65,11 +65,18 @@ typedef struct gdn_device_result {
 /* A backward pass's cotangents and gradients on the GPU (gradients.h's, fp32, same layouts). */
 typedef struct gdn_device_cotangents {
     const float *d_o, *dht;
+    /* For stage 11 called from PyTorch, where autograd hands dO over in bf16: dO as bf16 bit
+     * patterns, read in place of d_o (then NULL); NULL for every other caller. */
+    const unsigned short *d_o_bf16;
 } gdn_device_cotangents;
 
 typedef struct gdn_device_gradients {
     float *dq, *dk, *dv, *dg, *dbeta;
     float *dh0;                      /* NULL without h0 */
+    /* For stage 11 called from PyTorch with bf16 q, k and v: dq and dv written here as bf16 bit
+     * patterns instead (rounded once from the same fp32 sums). dk stays fp32: its kernel is at
+     * its 64 registers, and a bf16 store there spills. NULL for every other caller. */
+    unsigned short *dq_bf16, *dv_bf16;
 } gdn_device_gradients;
 
 /* The runner GPU backward stages name (cuda_backward_runner.cu). */

@@ -216,10 +216,14 @@ extern "C" int gdn_library_cuda_backward_workspace(const char *stage_name, const
 
 /* Queues the backward into c->stream: from the cotangents d_o [B, T, H, V] and dht [B, H, K, V]
  * (fp32), o and ht (fp32, recomputed) and the gradients dq, dk [B, T, H, K], dv [B, T, H, V],
- * dg, dbeta [B, T, H] and, with h0, dh0 [B, H, K, V], all fp32. */
+ * dg, dbeta [B, T, H] and, with h0, dh0 [B, H, K, V], all fp32. d_o_bf16: dO in bf16 (bit
+ * patterns), read instead of d_o (then NULL); dq_bf16 and dv_bf16: both or neither, dq and dv
+ * written there in bf16 instead (dq and dv then NULL). dk is fp32 either way. o may be NULL:
+ * the caller has it from the forward, and the stage then neither makes nor writes it. */
 extern "C" int gdn_library_cuda_backward(const char *stage_name, const gdn_library_call *c, void *workspace,
                                          int64_t workspace_bytes, const float *d_o, const float *dht, float *o, float *ht,
-                                         float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dh0)
+                                         float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dh0,
+                                         const unsigned short *d_o_bf16, unsigned short *dq_bf16, unsigned short *dv_bf16)
 {
     gdn_problem p;
     gdn_settings s;
@@ -228,17 +232,22 @@ extern "C" int gdn_library_cuda_backward(const char *stage_name, const gdn_libra
     if (status == 0 && (int64_t)needed > workspace_bytes)
         status = gdn_set_error("%s needs %zu bytes of workspace; %lld given", backward_tensor_cores_stage.name, needed,
                                (long long)workspace_bytes);
-    if (status == 0 && (!d_o || !dht || !o || !ht || !dq || !dk || !dv || !dg || !dbeta || (c->h0 && !dh0) ||
-                        (needed && !workspace)))
-        status = gdn_set_error("the cotangents, o, ht, every gradient (dh0 with h0) and the workspace are all needed");
+    const int bf16_gradients = dq_bf16 != NULL;
+    if (status == 0 && !dq_bf16 != !dv_bf16)
+        status = gdn_set_error("dq and dv in bf16: both or neither");
+    if (status == 0 && (!d_o == !d_o_bf16))
+        status = gdn_set_error("dO once: in fp32 or in bf16");
+    if (status == 0 && (!dht || !ht || (!bf16_gradients && (!dq || !dv)) || !dk || !dg || !dbeta ||
+                        (c->h0 && !dh0) || (needed && !workspace)))
+        status = gdn_set_error("the cotangents, ht, every gradient (dh0 with h0) and the workspace are all needed");
     if (status == 0) {
         const gdn_device_problem device = device_problem(&p, c);
-        const gdn_device_cotangents cotangents = {d_o, dht};
+        const gdn_device_cotangents cotangents = {d_o, dht, d_o_bf16};
         gdn_device_result result = {};
         result.o = o, result.ht = ht;
         result.workspace = workspace, result.workspace_bytes = (size_t)workspace_bytes;
         result.layout.HV = p.H, result.layout.sequences = p.B, result.layout.longest = p.T; /* the plain layout */
-        gdn_device_gradients gradients = {dq, dk, dv, dg, dbeta, c->h0 ? dh0 : NULL};
+        gdn_device_gradients gradients = {dq, dk, dv, dg, dbeta, c->h0 ? dh0 : NULL, dq_bf16, dv_bf16};
         gdn_set_pass_stream((cudaStream_t)c->stream);
         status = backward_tensor_cores_stage.device_backward(&device, &cotangents, &s, &result, &gradients);
         gdn_set_pass_stream(NULL);

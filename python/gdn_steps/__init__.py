@@ -103,7 +103,7 @@ def _cuda_library():
         library.gdn_library_cuda_backward_workspace.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Call),
                                                                 ctypes.POINTER(ctypes.c_int64)]
         library.gdn_library_cuda_backward.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Call), ctypes.c_void_p,
-                                                      ctypes.c_int64] + [ctypes.c_void_p] * 10
+                                                      ctypes.c_int64] + [ctypes.c_void_p] * 13
         _libraries["cuda"] = library
     return _libraries["cuda"]
 
@@ -296,10 +296,11 @@ def _cuda_forward(stage, q, k, v, g, beta, h0, scale, segments, precise, batch_i
     return (o_bf16 if o_in_bf16.value else o), ht
 
 
-def _cuda_backward(stage, q, k, v, g, beta, h0, scale, d_o, dht):
-    """The gradients dq, dk, dv, dg, dbeta, dh0 (fp32, dh0 None without h0) from the GPU backward
-    stage, queued in PyTorch's current stream: q, k, v bf16 with one key head a value head, g,
-    beta, h0, d_o and dht fp32, B rows, all contiguous on one CUDA device."""
+def _cuda_backward(stage, q, k, v, g, beta, h0, scale, d_o, dht, bf16_gradients=False):
+    """The gradients dq, dk, dv, dg, dbeta, dh0 (fp32, dh0 None without h0; dq and dv in bf16
+    with bf16_gradients) from the GPU backward stage, queued in PyTorch's current stream: q, k, v
+    bf16 with one key head a value head, g, beta, h0 and dht fp32, d_o fp32 or bf16 (read as it
+    is), B rows, all contiguous on one CUDA device."""
     call = _cuda_call(q, k, v, g, beta, h0, scale, None, False)
     library, name = _cuda_library(), stage.encode()
     key = _cuda_key("backward workspace", stage, call)
@@ -311,18 +312,24 @@ def _cuda_backward(stage, q, k, v, g, beta, h0, scale, d_o, dht):
         _cuda_answers[key] = answer.value
     workspace_bytes = _cuda_answers[key]
     workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=q.device)
-    like = (v, dht, q, k, v, g, beta)  # o and ht (recomputed, not returned), then the gradients
-    o, ht, dq, dk, dv, dg, dbeta = (torch.empty(x.shape, dtype=torch.float32, device=q.device) for x in like)
+    like = (dht, k, g, beta)  # ht (recomputed, not returned; o is not made), then the fp32 gradients
+    ht, dk, dg, dbeta = (torch.empty(x.shape, dtype=torch.float32, device=q.device) for x in like)
+    gradient_dtype = torch.bfloat16 if bf16_gradients else torch.float32
+    dq, dv = (torch.empty(x.shape, dtype=gradient_dtype, device=q.device) for x in (q, v))
     dh0 = None if h0 is None else torch.empty_like(h0)
     if poison_cuda_outputs:
-        for x in (o, ht, dq, dk, dv, dg, dbeta, dh0):
+        for x in (ht, dq, dk, dv, dg, dbeta, dh0):
             if x is not None:
                 x.fill_(float("nan"))
+    in_bf16 = d_o.dtype == torch.bfloat16
+    fp32_or_none = (lambda x: None) if bf16_gradients else _pointer
+    bf16_or_none = _pointer if bf16_gradients else (lambda x: None)
     with _native_lock, torch.cuda.device(q.device):
         if library.gdn_library_cuda_backward(name, ctypes.byref(call), workspace.data_ptr(), workspace_bytes,
-                                             d_o.data_ptr(), dht.data_ptr(), o.data_ptr(), ht.data_ptr(), dq.data_ptr(),
-                                             dk.data_ptr(), dv.data_ptr(), dg.data_ptr(), dbeta.data_ptr(),
-                                             _pointer(dh0)) != 0:
+                                             None if in_bf16 else d_o.data_ptr(), dht.data_ptr(), None,
+                                             ht.data_ptr(), fp32_or_none(dq), dk.data_ptr(), fp32_or_none(dv),
+                                             dg.data_ptr(), dbeta.data_ptr(), _pointer(dh0),
+                                             d_o.data_ptr() if in_bf16 else None, bf16_or_none(dq), bf16_or_none(dv)) != 0:
             raise RuntimeError("gdn_steps: %s" % library.gdn_library_cuda_error().decode())
     return dq, dk, dv, dg, dbeta, dh0
 
@@ -347,8 +354,13 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
         B, T, H, K = q.shape
         HV, V = v.shape[2], v.shape[3]
         where = q.device
+        # stage 11 reads dO in bf16 as autograd hands it over for a bf16 o, and writes dq and dv in
+        # bf16, the dtype they go back in, where no key head is shared (a shared head's gradients
+        # are summed below, in fp32): no casts of them on the way in or out (dk comes in fp32)
+        d_o_in_bf16 = on_gpu and d_o is not None and d_o.dtype == torch.bfloat16
+        bf16_gradients = on_gpu and HV == H and all(x.dtype == torch.bfloat16 for x in saved[:3])
         d_o = torch.zeros((B, T, HV, V), dtype=torch.float32, device=where) if d_o is None \
-            else d_o.detach().to(where, torch.float32).contiguous()
+            else d_o.detach().contiguous() if d_o_in_bf16 else d_o.detach().to(where, torch.float32).contiguous()
         dht = torch.zeros((B, HV, K, V), dtype=torch.float32, device=where) if dht is None \
             else dht.detach().to(where, torch.float32).contiguous()
         # the backward stages take one key head per value head: q and k repeated for each, their
@@ -357,7 +369,7 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
         if group > 1:
             q, k = (x.repeat_interleave(group, dim=2).contiguous() for x in (q, k))
         if on_gpu:
-            gradients = list(_cuda_backward(backward_stage, q, k, v, g, beta, h0, scale, d_o, dht))
+            gradients = list(_cuda_backward(backward_stage, q, k, v, g, beta, h0, scale, d_o, dht, bf16_gradients))
         else:
             gradients = list(_GatedDeltaRule.backward(_SavedOnHost(q, k, v, g, beta, h0, scale, backward_stage), d_o, dht))
         if group > 1:

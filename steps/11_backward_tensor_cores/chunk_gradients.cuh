@@ -130,18 +130,22 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 2) read_gradients_ker
 
     /* the bf16 tiles' copies on their way (Vnew and S0 as the chains left them, padded) while
      * dO is loaded and rounded; S0, asked for last, a copy group of its own, may still land
-     * while P and dP are made */
+     * while P and dP are made (dO given in bf16 is one more copy group, asked for before S0) */
     stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
     stage_tile(s.Vnew16, LDV, CHUNK, VP, w.Vnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
+    if (cot.d_o_bf16)
+        stage_tile(s.dO16, LDV, CHUNK, VP, (const bf16 *)cot.d_o_bf16 + first * V, value_stride, n, V, (const float *)nullptr,
+                   false);
     copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
-    stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
+    if (!cot.d_o_bf16)
+        stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
     for (int i = threadIdx.x; i < CHUNK; i += GRADIENT_THREADS) {
         s.gamma[i] = i < n ? w.gamma[x.row + i] : 0.0;
         s.read[i] = i < n ? p.scale * expf((float)w.gamma[x.row + i]) : 0.0f;
         s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - w.gamma[x.row + i])) : 0.0f;
     }
-    wait_all_but(1); /* every group but S0's: the queries, the keys and Vnew */
+    wait_all_but(1); /* every group but S0's: the queries, the keys, Vnew (and dO in bf16) */
     __syncthreads();
 
     /* P and dP = dO Vnew^T, the same part of both; Z = scale decay dP to shared memory, P kept
@@ -185,7 +189,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 2) read_gradients_ker
         warp_product(acc, rows_of(s.Z16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
         for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
             if (i < n && c < K)
-                g.dq[token_of(p, x, i) * K + c] = value;
+                store_gradient(g.dq, g.dq_bf16, token_of(p, x, i) * K + c, value);
         });
     }
     __syncthreads(); /* dO read: P and the sums take its place */
@@ -193,7 +197,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 2) read_gradients_ker
     store_column_sum(e_column_kept, square, s.e_columns);
     __syncthreads();
 
-    {   /* o = scale e^gamma_i (Q S0)_i + P Vnew (eq. 14) */
+    if (o) { /* o = scale e^gamma_i (Q S0)_i + P Vnew (eq. 14); a caller that has o already passes NULL */
         float acc[WIDE][4] = {};
         warp_product(acc, rows_of(s.queries, LDK), rows_of(s.S0, LDV), values_part.row0, values_part.col0, KP, values_part.tiles);
         for_each_sum(acc, values_part, [&](int i, int c, float &value) { value *= s.read[i]; });
@@ -345,7 +349,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 2) wy_gradients_kerne
         store_row_sums(sum, values_part, s.v_dot);
         for_each_sum(acc, values_part, [&](int i, int c, float &value) {
             if (i < n && c < V)
-                g.dv[token_of(p, x, i) * V + c] = s.beta[i] * value;
+                store_gradient(g.dv, g.dv_bf16, token_of(p, x, i) * V + c, s.beta[i] * value);
         });
     }
     __syncthreads(); /* dW complete */

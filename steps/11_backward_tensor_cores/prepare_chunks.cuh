@@ -141,7 +141,11 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
     __syncthreads();
 
     /* P^T dO, the first term of dVnew (eq. 19a): A = P read transposed, B = dO in bf16 */
-    stage_tile(s.right, LDV, CHUNK, VP, cot.d_o + token_of(p, x, 0) * V, value_stride, n, V, (const float *)nullptr);
+    if (cot.d_o_bf16)
+        stage_tile(s.right, LDV, CHUNK, VP, (const bf16 *)cot.d_o_bf16 + token_of(p, x, 0) * V, value_stride, n, V,
+                   (const float *)nullptr);
+    else
+        stage_tile(s.right, LDV, CHUNK, VP, cot.d_o + token_of(p, x, 0) * V, value_stride, n, V, (const float *)nullptr);
     __syncthreads();
     {
         const warp_part part = part_of(VP);
@@ -161,7 +165,10 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         s.grown[i] *= p.scale;
     __syncthreads();
-    stage_tile(s.right, LDV, CHUNK, VP, cot.d_o + token_of(p, x, 0) * V, value_stride, n, V, s.grown);
+    if (cot.d_o_bf16)
+        stage_tile(s.right, LDV, CHUNK, VP, (const bf16 *)cot.d_o_bf16 + token_of(p, x, 0) * V, value_stride, n, V, s.grown);
+    else
+        stage_tile(s.right, LDV, CHUNK, VP, cot.d_o + token_of(p, x, 0) * V, value_stride, n, V, s.grown);
     __syncthreads();
     uint4 *scaled_dO = (uint4 *)(w.scaled_dO + x.index * CHUNK * VP);
     for (int e = threadIdx.x; e < CHUNK * VP / 8; e += THREADS)

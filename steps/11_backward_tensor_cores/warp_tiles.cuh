@@ -227,6 +227,16 @@ __device__ __forceinline__ static float to_float(float x) { return x; }
 __device__ __forceinline__ static float to_float(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ static float to_float(unsigned short bits) { return __bfloat162float(__ushort_as_bfloat16(bits)); }
 
+/* a gradient's element, in bf16 where the caller asked for it so (rounded once from the fp32
+ * sum, as a cast of the fp32 gradient would round it), else in fp32 */
+__device__ __forceinline__ static void store_gradient(float *fp32, unsigned short *bf16_bits, size_t index, float value)
+{
+    if (bf16_bits)
+        bf16_bits[index] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+    else
+        fp32[index] = value;
+}
+
 /* tile[i][c] = bf16(scale_i * from[i * stride + c]) for i < rows, c < columns; zero elsewhere in
  * the tile_rows x tile_columns tile (row stride ld, a multiple of 8: stride_of). scale NULL: 1
  * (a bf16 source then copies exactly). Consecutive threads take consecutive columns, so the

@@ -276,5 +276,31 @@ def test_library_refuses_a_short_workspace():
     assert "bytes of workspace; 16 given" in library.gdn_library_cuda_error().decode()
     tensors = [torch.empty(1, device="cuda") for _ in range(9)]  # d_o, dht, o, ht, dq .. dbeta: never reached
     assert library.gdn_library_cuda_backward(b"11", ctypes.byref(call), o.data_ptr(), 16, *[x.data_ptr() for x in tensors],
-                                             None) == -1
+                                             None, None, None, None) == -1
     assert "bytes of workspace; 16 given" in library.gdn_library_cuda_error().decode()
+
+
+@pytest.mark.parametrize("B,T,H,K,V,with_h0", [(2, 200, 3, 64, 64, True), (1, 130, 2, 100, 100, False),
+                                               (1, 300, 3, 128, 128, True), (1, 130, 70, 32, 64, True)])
+def test_backward_in_bf16_is_the_fp32_backward_rounded(B, T, H, K, V, with_h0):
+    """Stage 11 reading dO in bf16 and writing dq and dv in bf16 (autograd's dtypes) gives the
+    fp32 call's gradients rounded once to bf16, bit for bit, and every other output the same bits:
+    dO given in fp32 holds the same bf16 values, and each gradient is the same fp32 sum rounded.
+    The shapes take both copy paths of dO in bf16 (by cp.async where V is a multiple of 8, else
+    element by element: V = 100) and both widths of the chains (70 heads: 64-column blocks)."""
+    (q, k, v, g, beta, h0), _ = cuda_problem(B, T, H, K, V, seed=400 + T, with_h0=with_h0)
+    generator = torch.Generator().manual_seed(500 + T)
+    d_o = torch.randn(B, T, H, V, generator=generator).to(torch.bfloat16).cuda()
+    dht = torch.randn(B, H, K, V, generator=generator).cuda()
+    scale = 1.0 / K ** 0.5
+    fp32 = gdn_steps._cuda_backward("11", q, k, v, g, beta, h0, scale, d_o.float(), dht)
+    bf16 = gdn_steps._cuda_backward("11", q, k, v, g, beta, h0, scale, d_o, dht, bf16_gradients=True)
+    torch.cuda.synchronize()
+    for name, a, b in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), fp32, bf16):
+        if name == "dh0" and not with_h0:
+            assert a is None and b is None
+            continue
+        want = a.to(torch.bfloat16) if name in ("dq", "dv") else a
+        assert b.dtype == want.dtype and b.shape == want.shape, name
+        assert torch.isfinite(b.float()).all() and a.abs().max() > 0, name
+        assert torch.equal(b, want), (name, (b.float() - want.float()).abs().max().item())
