@@ -3,7 +3,8 @@
 For two shapes, on random bf16 q, k, v, beta and fp32 g (no h0), with bf16 dO and fp32 dht as
 autograd hands them over:
   autograd   torch.autograd.grad through gdn_steps.chunk_gated_delta_rule (the graph kept): the
-             cotangents made fp32, stage 11's launches, the gradients cast back to the inputs' dtypes
+             package's hand-over (dht made fp32, bf16 dO read as it is, dq and dv written in bf16,
+             dk cast back), stage 11's launches
   library    the package's call of stage 11 alone (_cuda_backward), fp32 cotangents already made
 each the median of 20 after 3 warm-ups, timed by fla_bench.py's median_ms (CUDA events, its
 L2 flush before each), as the peers are; then

@@ -6,7 +6,8 @@
  * S0 and Vnew, eq. 13-15; pass 3 the backward chain, dS_C and dVnew, eq. 19a-19b; pass 4 o and
  * the gradients, eq. 14-15 and 19c-19d) and in what the workspace carries between them (gamma,
  * Tm, -W, U, P^T dO, Vnew, dVnew, S0 and dS_C; the decays and P are recomputed where
- * they are used), with each product, 27 a chunk, one warp's
+ * they are used), but for dO's operand in the backward chain, scale e^gamma dO in bf16, which
+ * needs no state and which pass 1 makes for every chunk at once; with each product, 27 a chunk, one warp's
  * mma.sync.m16n8k16 tiles (warp_tiles.cuh): a 16 x 16 bf16 tile times a 16 x 8 one into 16 x 8
  * fp32 sums in one instruction, where stage 10's GPU twin spends 256 fp32 multiply-adds of its
  * threads. Operands are staged in shared memory as bf16 and read by ldmatrix as they lie or
@@ -29,8 +30,9 @@
  *
  * Cost: stage 10's products (backward_chunked_flops at C = 64: 18 K V + 64 (22 K + 12 V) + 4.3 *
  * 64^2 flops a token), on tensor cores. Bytes a token, about: q and k in bf16 (k read by both
- * chains' V / 16 column blocks, q by the backward chain's) 2 K (5 + 3 V / 16), v 4 V, do (fp32)
- * 12 V, U and P^T dO (fp32, written and read) 16 V, Vnew and dVnew (bf16, written and read) 8 V,
+ * chains' V / 16 column blocks, q by the backward chain's) 2 K (5 + 3 V / 16), v 4 V, do (fp32,
+ * read twice by pass 1, once by pass 4) 12 V, scale e^gamma dO (bf16, written and read) 4 V, U
+ * and P^T dO (fp32, written and read) 16 V, Vnew and dVnew (bf16, written and read) 8 V,
  * -W (bf16, read by every column block of both chains) 2 K (1 + V / 8), the states (bf16, K V a
  * chunk each, S0 read twice) 0.16 K V, the outputs 8 V + 16 K (dk is written, read and
  * rewritten): about 23 KB at K = V = 128, much of it re-read from L2. Depth: 2 T / 64 chunk
@@ -38,10 +40,10 @@
  * chunk's tiles from memory (no copy ring): with few heads the chains are the bound. Limits:
  * --chunk 64 only, K and V at most 128.
  *
- * Measured: 5.61 ms at (8, 4096, 16, 128, 128), the mean of two runs in one job on an NVIDIA
- * H100 80GB HBM3 (plots/data/backward_chains_together.dat; the passes it shares with 11 are
+ * Measured: 5.48 ms at (8, 4096, 16, 128, 128), the mean of two runs in one job on an NVIDIA
+ * H100 80GB HBM3 (plots/data/backward_scaled_dO.dat; the passes it shares with 11 are
  * measured step by step in docs/11, "Fitting the passes to an SM"); in the peers' run on the
- * same card model 11a takes 5.66 ms there and FLA's backward 3.19 (plots/data/backward_gpu.dat).
+ * same card model 11a takes 5.45 ms there and FLA's backward 3.22 (plots/data/backward_gpu.dat).
  *
  * Build and run:  make bin/11a_backward_mma_sync && bin/11a_backward_mma_sync --T 4096 --H 8 --K 128 --V 128 --check-against oracle
  */

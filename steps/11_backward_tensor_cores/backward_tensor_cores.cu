@@ -20,10 +20,11 @@
  * chains take 11a's blocks of 16 columns: four times as many. Limits: 11a's.
  *
  * Measured, the mean of two runs in one job on an NVIDIA H100 80GB HBM3
- * (plots/data/backward_chains_together.dat): 4.50 ms at (8, 4096, 16, 128, 128), 1.76 ms at
- * (1, 16384, 8, 64, 64), where the chains launched one after the other take 1.43x that. Beside
- * FLA's backward in one run on that card model (plots/data/backward_gpu.dat), FLA takes 1.11x
- * our time at the second shape and 0.71x at the first.
+ * (plots/data/backward_scaled_dO.dat): 4.45 ms at (8, 4096, 16, 128, 128), 1.50 ms at
+ * (1, 16384, 8, 64, 64); launching the chains one after the other takes 1.43x the second
+ * (plots/data/backward_chains_together.dat). Beside FLA's backward in one run on that card
+ * model (plots/data/backward_gpu.dat), FLA takes 1.05x our time at the second shape and 0.73x
+ * at the first.
  *
  * Build and run:  make bin/11_backward_tensor_cores && bin/11_backward_tensor_cores --T 4096 --H 8 --K 128 --V 128 --check-against oracle
  */
