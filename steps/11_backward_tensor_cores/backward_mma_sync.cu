@@ -4,10 +4,10 @@
  * The idea (docs/11_backward_tensor_cores.md): 10_backward_chunked_cuda's passes, chunk C = 64,
  * unchanged in what they compute (pass 1 the solve, W, U and P^T dO; pass 2 the forward chain,
  * S0 and Vnew, eq. 13-15; pass 3 the backward chain, dS_C and dVnew, eq. 19a-19b; pass 4 o and
- * the gradients, eq. 14-15 and 19c-19d) and in what the workspace carries between them (gamma,
- * Tm, -W, U, P^T dO, Vnew, dVnew, S0 and dS_C; the decays and P are recomputed where
- * they are used), but for dO's operand in the backward chain, scale e^gamma dO in bf16, which
- * needs no state and which pass 1 makes for every chunk at once; with each product, 27 a chunk, one warp's
+ * the gradients, eq. 14-15 and 19c-19d; pass 1 also makes the backward chain's operand scale
+ * e^gamma dO, which needs no state) and in what the workspace carries between them (gamma,
+ * Tm, -W, U, P^T dO, scale e^gamma dO, Vnew, dVnew, S0 and dS_C; the decays and P are
+ * recomputed where they are used), with each product, 27 a chunk, one warp's
  * mma.sync.m16n8k16 tiles (warp_tiles.cuh): a 16 x 16 bf16 tile times a 16 x 8 one into 16 x 8
  * fp32 sums in one instruction, where stage 10's GPU twin spends 256 fp32 multiply-adds of its
  * threads. Operands are staged in shared memory as bf16 and read by ldmatrix as they lie or

@@ -24,7 +24,8 @@ constexpr int SOLVE_STRIDE = CHUNK + 4;
 
 /* pass 1's shared memory, cut from base (null: only the bytes). Two pairs share their bytes,
  * each pair used one after the other: the queries, read by Q K^T only, then the fp32 Tm of the
- * solve; the solve's scratch, then the right operand of U, -W and P^T dO. About 70 KB at
+ * solve; the solve's scratch, then the right operand of U, -W and P^T dO and the staging of
+ * scale e^gamma dO. About 70 KB at
  * K = V = 128, so three blocks share an SM and one block's copies wait while another computes. */
 struct prepare_tiles {
     double *gamma;
@@ -158,10 +159,10 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
     }
 
     /* scale e^gamma_i dO_i, rounded once to bf16: the B operand of Q^T in the backward chain's
-     * dS0 (eq. 19b). It needs no state, so it is made here, every chunk at once, and the chain
-     * loads it as it is instead of loading dO and scaling it on its critical path. Staged in
-     * the right operand's place once P^T dO has read it (its factors in e^gamma's, which
-     * nothing reads any more), then written whole: zero past the chunk and past V. */
+     * dS0 (eq. 19b). It needs no state, so it is made here, every chunk at once, and the chain's
+     * path has no expf, scaling or rounding of dO. Staged in the right operand's place once
+     * P^T dO has read it (dO read again, from L2 as a rule), its factors in e^gamma's, which
+     * nothing after -W reads; then written whole: zero past the chunk and past V. */
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         s.grown[i] *= p.scale;
     __syncthreads();
