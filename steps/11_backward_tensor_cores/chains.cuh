@@ -13,7 +13,8 @@
  * to shared memory in bf16 each chunk as the B operand of the next product. Every product is a
  * warp_product; the diagonal factors (the decays, scale e^gamma) multiply the fp32 side where
  * they can (the sums of K dS, the rows of Vnew before they are rounded, dO before it is
- * rounded, by pass 1), so that the keys and queries enter as the bf16 inputs they are, never rounded again.
+ * rounded, by pass 1), so that the keys and queries enter as the bf16 inputs they are, never
+ * rounded again.
  * Each chunk's tiles are read from global memory at its start, by every thread, then a barrier:
  * the simplest feed, which leaves the chain waiting on memory at each chunk (stage 06 overlaps
  * it with a ring of copies). Depth: T / 64 chunk steps a chain, each three products 64 deep or
@@ -332,10 +333,10 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
     backward_chain<COLUMNS>(p, cot, w, dh0, 0);
 }
 /* Both chains in one launch. They read only what pass 1 and the inputs left (the keys, -W, the
- * gates; U and h0 forward; the queries, scale e^gamma dO, P^T dO and dht backward) and write apart (S0, Vnew
- * and ht; dS_C, dVnew and dh0), so neither waits for the other: launched one after the other,
- * each leaves the SMs its blocks do not fill idle for its whole depth of chunk steps, where
- * together they share them. The first `backward_blocks` blocks take the backward chain, the
+ * gates; U and h0 forward; the queries, scale e^gamma dO, P^T dO and dht backward) and write
+ * apart (S0, Vnew and ht; dS_C, dVnew and dh0), so neither waits for the other: launched one
+ * after the other, each leaves the SMs its blocks do not fill idle for its whole depth of chunk
+ * steps, where together they share them. The first `backward_blocks` blocks take the backward chain, the
  * longer of the two (more products a step), so that it tends to start first (the GPU places
  * blocks in about their order, without a promise); shared memory is the backward chain's, the
  * larger, for both roles: the forward's 16-column blocks fit three an SM, not five, at K = 128. */
