@@ -11,7 +11,9 @@
 #                                                   Hopper with Triton < 3.7.1), flash-qla)
 #
 # Writes OUTDIR/backward_gpu.dat, a row a shape. Times: medians (ours: of 10 after a warm-up,
-# CUDA events, L2 flushed; the peers: of 30, eager, the same flush); ms_tc_backward is stage 11's
+# CUDA events, L2 flushed; the peers: of 30, eager, the same flush; *_graph: the same calls replayed
+# from CUDA graphs, the forward in one and its backward in a second, graph_vs_eager the largest
+# relative difference between a peer's gradients so replayed and its eager ones); ms_tc_backward is stage 11's
 # backward, fla/tc FLA's backward over it, ms_11a_backward the step before it (11a_backward_mma_sync). err_*: the peer's dq and dv against ours (stage 10,
 # relative L2), proof of the same problem. nan: that code did not run the
 # shape (its line in the log says why). The roofline: floor_ms is the least time the backward
@@ -37,7 +39,7 @@ for peer in $(printf '%s' "$peers_asked" | tr ',' ' '); do
 done
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward ms_fla_backward_graph ms_flashqla_backward_graph ms_package_backward_graph ms_fla_fwd_bwd_graph ms_flashqla_fwd_bwd_graph ms_package_fwd_bwd_graph fla_graph/tc graph_vs_eager" > "$rows"
 peak_rates
 # floor FLOPS B T H K V: the roofline's least time, ms (the least bytes: 8 K + 6 V + 16 a token and head)
 floor_of() { roofline_ms "$1" "$(($2 * $3 * $4 * (8 * $5 + 6 * $6 + 16)))"; }
@@ -67,6 +69,11 @@ for shape in "$@"; do
     fla_b=$(field median_ms "$(line_of "$peers" fla backward)") fla_fb=$(field median_ms "$(line_of "$peers" fla forward_backward)")
     pkg_b=$(field median_ms "$(line_of "$peers" gdn_steps backward)") pkg_fb=$(field median_ms "$(line_of "$peers" gdn_steps forward_backward)")
     qla_b=$(field median_ms "$(line_of "$peers" flashqla backward)") qla_fb=$(field median_ms "$(line_of "$peers" flashqla forward_backward)")
+    fla_bg=$(field median_ms "$(line_of "$peers" fla backward_graph)") fla_fbg=$(field median_ms "$(line_of "$peers" fla forward_backward_graph)")
+    qla_bg=$(field median_ms "$(line_of "$peers" flashqla backward_graph)") qla_fbg=$(field median_ms "$(line_of "$peers" flashqla forward_backward_graph)")
+    pkg_bg=$(field median_ms "$(line_of "$peers" gdn_steps backward_graph)") pkg_fbg=$(field median_ms "$(line_of "$peers" gdn_steps forward_backward_graph)")
+    # the largest difference between a peer's gradients replayed from its graphs and its eager ones
+    apart=$(printf '%s\n' "$peers" | grep 'mode=backward_graph' | sed -n 's/.*graph_vs_eager=\([^ ]*\).*/\1/p' | sort -g | tail -1)
     e_fq=$(field err_dq_vs_ours "$(line_of "$peers" fla backward)") e_fv=$(field err_dv_vs_ours "$(line_of "$peers" fla backward)")
     e_qq=$(field err_dq_vs_ours "$(line_of "$peers" flashqla backward)") e_qv=$(field err_dv_vs_ours "$(line_of "$peers" flashqla backward)")
     echo "$shape ${backward:-nan} ${tc:-nan} ${forward:-nan} ${fla_b:-nan} ${fla_fb:-nan} ${qla_b:-nan} ${qla_fb:-nan}" \
@@ -74,7 +81,8 @@ for shape in "$@"; do
         "${e_fq:--} ${e_fv:--} ${e_qq:--} ${e_qv:--}" \
         "$(floor_of "$flops" "$@") $(fraction "$(floor_of "$flops" "$@")" "${backward:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${tc:-nan}")" \
         "$(fraction "$(floor_of "$flops" "$@")" "${fla_b:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${qla_b:-nan}")" \
-        "${pkg_b:-nan} ${pkg_fb:-nan} $(ratio "${fla_fb:-0}" "${pkg_fb:-0}") ${narrow:-nan}" >> "$rows"
+        "${pkg_b:-nan} ${pkg_fb:-nan} $(ratio "${fla_fb:-0}" "${pkg_fb:-0}") ${narrow:-nan}" \
+        "${fla_bg:-nan} ${qla_bg:-nan} ${pkg_bg:-nan} ${fla_fbg:-nan} ${qla_fbg:-nan} ${pkg_fbg:-nan} $(ratio "${fla_bg:-0}" "${tc:-0}") ${apart:--}" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done
 cat "$rows"

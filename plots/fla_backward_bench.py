@@ -11,7 +11,13 @@ gradients, then
              h0, the graph kept (retain_graph), so that each run is the backward alone;
   forward+backward: the forward and that grad, from fresh leaves each run;
 each the median of --reps runs after warm-up, CUDA events, a 2 x L2-sized buffer overwritten
-before every run (plots/fla_bench.py's flush). With :OURS_DIR (a backward stage's --out folder)
+before every run (plots/fla_bench.py's flush). Then the kernels alone, replayed from CUDA
+graphs: the forward captured in one graph and its grad in a second, on one side stream and in
+one memory pool (as torch.cuda.make_graphed_callables captures a module), so that
+  backward_graph: the second graph's replay, and forward_backward_graph: both, in turn;
+the gradients the replays write are compared with the eager ones (graph_vs_eager, relative L2:
+the same kernels on the same values give 0). A peer that cannot be captured keeps its eager
+times and gets one line saying why. With :OURS_DIR (a backward stage's --out folder)
 each peer's gradients are compared with ours (relative L2): proof of the same problem, and how
 far a bf16 backward is from our fp32 one. Prints one `result peer=... mode=...` line a
 measurement, or one line saying why a peer did not run.
@@ -42,6 +48,34 @@ os.environ["FLA_DISABLE_BACKEND_DISPATCH"] = "0"
 os.environ["FLA_FLASH_QLA"] = "0"
 
 GRADIENTS = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
+
+
+def one_line(error):
+    """an exception as the one line a result gives for it"""
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+def captured(forward, inputs, order, do, dht):
+    """(forward graph, backward graph, the gradients the second writes, the (o, ht) the first
+    writes): forward(inputs) and the grad of its (o, ht) with cotangents (do, dht) to
+    inputs[order], each captured in a CUDA graph, after a warm-up on the same side stream
+    (compiles, autotuning and first allocations stay out of the capture). The backward's kernels
+    run on the stream its forward ran on, so both are captured on one stream, and in one memory
+    pool, so that the second graph reads what the first writes; retain_graph, and the caller
+    holding (o, ht) and inputs, keep what the graphs read alive for every replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            o, ht = forward(inputs)
+            torch.autograd.grad((o, ht), [inputs[t] for t in order], (do, dht))
+    torch.cuda.current_stream().wait_stream(side)
+    forward_graph, backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(forward_graph, stream=side):
+        o, ht = forward(inputs)
+    with torch.cuda.graph(backward_graph, stream=side, pool=forward_graph.pool()):
+        grads = torch.autograd.grad((o, ht), [inputs[t] for t in order], (do, dht), retain_graph=True)
+    return forward_graph, backward_graph, grads, (o, ht)
 
 
 def main():
@@ -100,9 +134,21 @@ def main():
                 times = {"backward": median_ms(backward, args.reps, flush),
                          "forward_backward": median_ms(forward_backward, args.reps, flush)}
             except Exception as error:  # report, do not hide: one line, then the next peer
-                message = str(error).splitlines()[0] if str(error) else ""
-                print(f"result peer={peer} {sizes} error={type(error).__name__}: {message}", flush=True)
+                print(f"result peer={peer} {sizes} error={one_line(error)}", flush=True)
                 continue
+            try:  # the kernels alone: the forward and its grad captured in two graphs, replayed
+                graph_inputs = fresh()
+                forward_graph, backward_graph, graph_grads, graph_outputs = captured(forward, graph_inputs, order, do, dht)
+                forward_graph.replay()
+                backward_graph.replay()
+                torch.cuda.synchronize()
+                apart = max(relative(a.float().cpu().numpy(), b.float().cpu().numpy()) for a, b in zip(graph_grads, grads))
+                times["backward_graph"] = median_ms(backward_graph.replay, args.reps, flush)
+                times["forward_backward_graph"] = median_ms(lambda: (forward_graph.replay(), backward_graph.replay()),
+                                                            args.reps, flush)
+            except Exception as error:  # the eager times stand; say why the graphs did not
+                print(f"result peer={peer} mode=graph {sizes} error={one_line(error)}", flush=True)
+                apart = None
             check = ""
             if ours:
                 for t, gradient in zip(order, grads):
@@ -110,8 +156,9 @@ def main():
                     if os.path.exists(mine):
                         check += f" err_d{t}_vs_ours={relative(gradient.float().cpu().numpy(), np.load(mine)):.3e}"
             for mode, ms in times.items():
-                print(f"result peer={peer} mode={mode} dtype=bf16 {sizes} median_ms={ms:.4f}{check} device=\"{name}\"",
-                      flush=True)
+                graph_check = f" graph_vs_eager={apart:.3e}" if mode.endswith("_graph") else ""
+                print(f"result peer={peer} mode={mode} dtype=bf16 {sizes} median_ms={ms:.4f}{check}{graph_check} "
+                      f"device=\"{name}\"", flush=True)
 
 
 if __name__ == "__main__":

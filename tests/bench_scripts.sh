@@ -67,6 +67,7 @@ answer() {
         *fla_backward_bench.py)
             for mode in backward forward_backward; do
                 echo "result peer=$peer mode=$mode dtype=bf16 median_ms=2.0 err_dq_vs_ours=1e-3 err_dv_vs_ours=1e-3"
+                echo "result peer=$peer mode=${mode}_graph dtype=bf16 median_ms=1.5 err_dq_vs_ours=1e-3 err_dv_vs_ours=1e-3 graph_vs_eager=0.000e+00"
             done ;;
         *)
             name=$peer; [ "$peer" = fla ] && name=fla_chunk
@@ -135,8 +136,9 @@ case $floor in 07\ 0.1*) ;; *) fail "bench_layouts.sh, layouts_ours.dat: the 1x6
 # no peer stops the script before it writes anything
 peers=$(mkdir -p "$stand/out_peers" && PEERS=fla SHAPES="1 64 2 16 16" PATH="$stand/path:$PATH" sh plots/bench_backward_gpu.sh "$stand/bin" "$stand/out_peers" > "$stand/out_peers.log" 2>&1 &&
     awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; header = 1; next }
-        { print $column["ms_fla_backward"], $column["ms_flashqla_backward"], $column["ms_package_backward"] }' "$stand/out_peers/backward_gpu.dat")
-[ "$peers" = "2.0 nan nan" ] || fail "bench_backward_gpu.sh with PEERS=fla: FLA, FlashQLA, package times '$peers', not '2.0 nan nan' ($(tail -1 "$stand/out_peers.log"))"
+        { print $column["ms_fla_backward"], $column["ms_flashqla_backward"], $column["ms_package_backward"], $column["ms_fla_backward_graph"], $column["ms_package_backward_graph"], $column["graph_vs_eager"] }' "$stand/out_peers/backward_gpu.dat")
+[ "$peers" = "2.0 nan nan 1.5 nan 0.000e+00" ] ||
+    fail "bench_backward_gpu.sh with PEERS=fla: FLA, FlashQLA, package times, FLA's and the package's from graphs, graph_vs_eager '$peers', not '2.0 nan nan 1.5 nan 0.000e+00' ($(tail -1 "$stand/out_peers.log"))"
 if PEERS=fla,triton PATH="$stand/path:$PATH" sh plots/bench_backward_gpu.sh "$stand/bin" "$stand/out_peers" > "$stand/out_peers.log" 2>&1; then
     fail "bench_backward_gpu.sh with PEERS=fla,triton ran"
 else

@@ -23,9 +23,9 @@
  * (plots/data/backward_scaled_dO.dat): 4.45 ms at (8, 4096, 16, 128, 128), 1.50 ms at
  * (1, 16384, 8, 64, 64). In the code of plots/data/backward_chains_together.dat, the chains
  * launched one after the other take 1.43x the joint launch's time at the second shape (2.52
- * against 1.76 ms). Beside FLA's backward in one run on that card model
- * (plots/data/backward_gpu.dat), FLA takes 1.05x our time at the second shape and 0.73x at the
- * first.
+ * against 1.76 ms). Beside FLA's backward replayed from a CUDA graph, in one run on that card
+ * model (plots/data/backward_gpu.dat), FLA takes 0.58x our time at the second shape and 0.63x
+ * at the first.
  *
  * Build and run:  make bin/11_backward_tensor_cores && bin/11_backward_tensor_cores --T 4096 --H 8 --K 128 --V 128 --check-against oracle
  */

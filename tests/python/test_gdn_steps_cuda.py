@@ -213,6 +213,51 @@ def test_captured_in_a_cuda_graph(B, T, H, stage):
         assert relative_error(o.cpu(), want_o) < BF16_BOUND
 
 
+@pytest.mark.parametrize("B,T,H,K,V", [(1, 300, 2, 64, 64), (2, 1000, 4, 128, 128)])
+def test_backward_captured_in_a_cuda_graph(B, T, H, K, V):
+    """The forward and its backward through stage 11, each captured in a CUDA graph (on one side
+    stream and in one memory pool, as plots/fla_backward_bench.py times them) and replayed on new
+    inputs and cotangents copied into the captured ones, give the gradients an eager call on the
+    new values gives, bit for bit: the library queues every kernel in PyTorch's current stream
+    and waits for nothing on the host. The gradients are poisoned inside the graph, each replay."""
+    (q, k, v, g, beta, h0), _ = cuda_problem(B, T, H, K, V, seed=31, with_h0=True)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v, g, beta, h0)]
+
+    def forward(inputs):
+        return gdn_steps.chunk_gated_delta_rule(*inputs[:5], initial_state=inputs[5], output_final_state=True)
+
+    def cotangents(seed, o):
+        generator = torch.Generator().manual_seed(seed)
+        return (torch.randn(o.shape, generator=generator).to(o.dtype).cuda(),
+                torch.randn(B, H, K, V, generator=generator).cuda())
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture, as PyTorch asks
+        o, ht = forward(leaves)
+        d_o, dht = cotangents(32, o)
+        torch.autograd.grad((o, ht), leaves, (d_o, dht))
+    torch.cuda.current_stream().wait_stream(side)
+    forward_graph, backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(forward_graph, stream=side):
+        o, ht = forward(leaves)
+    with torch.cuda.graph(backward_graph, stream=side, pool=forward_graph.pool()):
+        captured = torch.autograd.grad((o, ht), leaves, (d_o, dht), retain_graph=True)
+    new, _ = cuda_problem(B, T, H, K, V, seed=33, with_h0=True)
+    new_d_o, new_dht = cotangents(34, o)
+    with torch.no_grad():
+        for x, value in zip(leaves + [d_o, dht], new + [new_d_o, new_dht]):
+            x.copy_(value)
+    forward_graph.replay()
+    backward_graph.replay()
+    fresh = [x.clone().requires_grad_() for x in new]
+    eager = torch.autograd.grad(forward(fresh), fresh, (new_d_o, new_dht))
+    torch.cuda.synchronize()
+    for name, a, b in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), captured, eager):
+        assert torch.isfinite(a.float()).all() and a.abs().max() > 0, name
+        assert torch.equal(a, b), (name, (a.float() - b.float()).abs().max().item())
+
+
 @pytest.mark.parametrize("backward_stage", [None, "10"])
 def test_autograd_on_cuda_tensors(backward_stage):
     """loss.backward() through a GPU forward: the gradients of the CPU path on the same
