@@ -73,7 +73,8 @@ for shape in "$@"; do
     qla_bg=$(field median_ms "$(line_of "$peers" flashqla backward_graph)") qla_fbg=$(field median_ms "$(line_of "$peers" flashqla forward_backward_graph)")
     pkg_bg=$(field median_ms "$(line_of "$peers" gdn_steps backward_graph)") pkg_fbg=$(field median_ms "$(line_of "$peers" gdn_steps forward_backward_graph)")
     # the largest difference between a peer's gradients replayed from its graphs and its eager ones
-    apart=$(printf '%s\n' "$peers" | grep 'mode=backward_graph' | sed -n 's/.*graph_vs_eager=\([^ ]*\).*/\1/p' | sort -g | tail -1)
+    apart=$(printf '%s\n' "$peers" | sed -n 's/.*mode=backward_graph.*graph_vs_eager=\([^ ]*\).*/\1/p' |
+        awk '/nan/ { worst = "nan"; exit } worst == "" || $1 + 0 > worst + 0 { worst = $1 } END { print worst }') # nan stays nan
     e_fq=$(field err_dq_vs_ours "$(line_of "$peers" fla backward)") e_fv=$(field err_dv_vs_ours "$(line_of "$peers" fla backward)")
     e_qq=$(field err_dq_vs_ours "$(line_of "$peers" flashqla backward)") e_qv=$(field err_dv_vs_ours "$(line_of "$peers" flashqla backward)")
     echo "$shape ${backward:-nan} ${tc:-nan} ${forward:-nan} ${fla_b:-nan} ${fla_fb:-nan} ${qla_b:-nan} ${qla_fb:-nan}" \

@@ -142,7 +142,8 @@ def main():
                 forward_graph.replay()
                 backward_graph.replay()
                 torch.cuda.synchronize()
-                apart = max(relative(a.float().cpu().numpy(), b.float().cpu().numpy()) for a, b in zip(graph_grads, grads))
+                apart = max((relative(a.float().cpu().numpy(), b.float().cpu().numpy()) for a, b in zip(graph_grads, grads)),
+                            key=lambda x: math.inf if math.isnan(x) else x)  # a NaN is the worst, never hidden
                 times["backward_graph"] = median_ms(backward_graph.replay, args.reps, flush)
                 times["forward_backward_graph"] = median_ms(lambda: (forward_graph.replay(), backward_graph.replay()),
                                                             args.reps, flush)
