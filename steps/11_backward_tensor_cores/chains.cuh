@@ -39,6 +39,7 @@ struct chain_shape {
     static constexpr int PART_TILES = TILES / (WARPS / 4);    /* a warp's 8-column tiles of Vnew or dVnew */
     static constexpr int STRIDE = COLUMNS + 8;                /* bf16 row stride of the B tiles: ldmatrix without conflicts */
     static constexpr int DO_PER_THREAD = CHUNK * COLUMNS / THREADS; /* a thread's elements of the dO tiles */
+    static_assert(THREADS >= CHUNK, "a thread a token of the chunk stages gamma (stage_chain_chunk)");
     /* blocks an SM must hold, which caps the registers a thread: 16 columns, three (the shared
      * memory of the backward chain's); 64 columns, two (128 registers): one chain's 256 blocks
      * of 128 heads at V = 128 then run in one wave on 132 SMs, not two */
@@ -133,24 +134,29 @@ __device__ __forceinline__ static void publish_state(const chain_state<COLUMNS> 
     });
 }
 
-/* The chain's step on its state (eq. 15, 19b): S = e^gamma_C S + what add(tile, row0) adds
- * into each of this warp's 16-row tiles of it (those below KP) */
+/* add(tile, row0) into each of this warp's 16-row tiles of the state (those below KP) */
 template <int COLUMNS, typename Add>
-__device__ __forceinline__ static void decay_then_add(chain_state<COLUMNS> &S, float decay, int KP, Add add)
+__device__ __forceinline__ static void add_to_state(chain_state<COLUMNS> &S, int KP, Add add)
 {
     using shape = chain_shape<COLUMNS>;
     const int warp = threadIdx.x / 32;
 #pragma unroll
-    for (int q = 0; q < shape::ROW_TILES; q++) {
-        if (16 * (warp + shape::WARPS * q) >= KP)
-            continue;
+    for (int q = 0; q < shape::ROW_TILES; q++)
+        if (16 * (warp + shape::WARPS * q) < KP)
+            add(S[q], 16 * (warp + shape::WARPS * q));
+}
+/* The chain's step on its state (eq. 15, 19b): S = e^gamma_C S + what add(tile, row0) adds */
+template <int COLUMNS, typename Add>
+__device__ __forceinline__ static void decay_then_add(chain_state<COLUMNS> &S, float decay, int KP, Add add)
+{
+    add_to_state<COLUMNS>(S, KP, [&](float (&tile)[chain_shape<COLUMNS>::TILES][4], int row0) {
 #pragma unroll
-        for (int j = 0; j < shape::TILES; j++)
+        for (int j = 0; j < chain_shape<COLUMNS>::TILES; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
-                S[q][j][r] *= decay;
-        add(S[q], 16 * (warp + shape::WARPS * q));
-    }
+                tile[j][r] *= decay;
+        add(tile, row0);
+    });
 }
 
 /* A chunk's tiles both chains read: the keys (and the queries), -W, gamma and the decays to the
@@ -160,18 +166,20 @@ __device__ static void stage_chain_chunk(const gdn_device_problem &p, const back
 {
     const int K = (int)p.K, KP = round_up16(p.K), LDK = stride_of(p.K), n = x.n;
     const size_t key_stride = p.H * p.K;
-    /* the three tiles' copies all asked for, then one wait (copy_rows16's, which waits for every
-     * copy this thread has asked for) */
+    /* gamma asked for first, then the three tiles' copies, then one wait (copy_rows16's, which
+     * waits for every copy this thread has asked for): the loads arrive during the copies */
+    const double *gamma = w.gamma + x.row;
+    const int i = threadIdx.x; /* the block has at least CHUNK threads */
+    const double gamma_i = i < n ? gamma[i] : 0.0, gamma_end = gamma[n - 1];
     stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + token_of(p, x, 0) * K, key_stride, n, K, (const float *)nullptr,
                false);
     if (s.queries)
         stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + token_of(p, x, 0) * K, key_stride, n, K,
                    (const float *)nullptr, false);
     copy_rows16(s.minus_W, LDK * 2, w.minus_W + x.index * CHUNK * KP, KP * 2, CHUNK, KP * 2);
-    const double *gamma = w.gamma + x.row;
-    for (int i = threadIdx.x; i < CHUNK; i += blockDim.x) {
-        s.gamma[i] = i < n ? gamma[i] : 0.0;
-        s.to_end[i] = i < n ? expf((float)(gamma[n - 1] - gamma[i])) : 0.0f;
+    if (i < CHUNK) {
+        s.gamma[i] = gamma_i;
+        s.to_end[i] = i < n ? expf((float)(gamma_end - gamma_i)) : 0.0f;
     }
 }
 
@@ -213,7 +221,7 @@ __device__ __forceinline__ static void forward_chain(const gdn_device_problem &p
     chain_state<COLUMNS> S;
     load_state<COLUMNS>(S, p.h0 ? p.h0 + head * K * V : nullptr, K, V, column0);
     for (size_t chunk = 0; chunk < w.chunks; chunk++) {
-        const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
+        const chunk_at x = chunk_of_head(p, w, head, chunk);
         const int n = x.n;
         float U[PART_TILES][4] = {}; /* this lane's U, asked for now: it arrives while the tiles are copied */
         for_each_sum(U, part, [&](int i, int c, float &value) {
@@ -268,7 +276,7 @@ __device__ __forceinline__ static void backward_chain(const gdn_device_problem &
     chain_state<COLUMNS> dS;
     load_state<COLUMNS>(dS, cot.dht + head * K * V, K, V, column0);
     for (size_t chunk = w.chunks; chunk-- > 0;) {
-        const chunk_at x = chunk_of(p, w, head * w.chunks + chunk);
+        const chunk_at x = chunk_of_head(p, w, head, chunk);
         const int n = x.n;
         /* asked for now, all at once, so that they arrive while the tiles are copied: the block's
          * P^T dO (pass 1), by cp.async into its tile (every reader of the last chunk's is past
@@ -291,11 +299,18 @@ __device__ __forceinline__ static void backward_chain(const gdn_device_problem &
         __pipeline_commit(); /* waited for with the chunk's tiles (stage_chain_chunk) */
         __syncthreads();
         stage_chain_chunk(p, w, x, s);
-        publish_state<COLUMNS>(dS, w.dS_end + x.index * KP * VP, s.state, KP, VP, column0); /* dS_C: for pass 4 and for dVnew */
-        __syncthreads();
 #pragma unroll
         for (int k = 0; k < DO_PER_THREAD; k++) /* read after the next barrier */
             s.dO16[(row0 + k * ROW_STEP) * STRIDE + c] = dO[k];
+        publish_state<COLUMNS>(dS, w.dS_end + x.index * KP * VP, s.state, KP, VP, column0); /* dS_C: for pass 4 and for dVnew */
+        __syncthreads();
+
+        /* dS0's first two terms, e^gamma_C dS_C + Q^T (scale e^gamma dO) (A = the queries read
+         * transposed, depth 64), in the accumulators now: they need no dVnew, and their products
+         * overlap dVnew's. dS_C is in shared memory for dVnew's product. */
+        decay_then_add<COLUMNS>(dS, expf((float)s.gamma[n - 1]), KP, [&](float (&tile)[TILES][4], int row0) {
+            warp_product(tile, transpose_of(s.queries, LDK), rows_of(s.dO16, STRIDE), row0, 0, CHUNK, TILES);
+        });
 
         /* dVnew = P^T dO + e^(gamma_C - gamma_i) (K dS_C)_i: this warp's part, depth K; dVnew in
          * bf16 (zero past V) is the B operand of dS0 and goes to pass 4 */
@@ -308,10 +323,9 @@ __device__ __forceinline__ static void backward_chain(const gdn_device_problem &
         store_bf16_pairs(acc, part, w.dVnew + x.row * VP + column0, VP, n, VP - column0);
         __syncthreads();
 
-        /* dS0 = e^gamma_C dS_C + Q^T (scale e^gamma dO) + (-W)^T dVnew: A = the queries and -W read
-         * transposed, depth 64 each */
-        decay_then_add<COLUMNS>(dS, expf((float)s.gamma[n - 1]), KP, [&](float (&tile)[TILES][4], int row0) {
-            warp_product(tile, transpose_of(s.queries, LDK), rows_of(s.dO16, STRIDE), row0, 0, CHUNK, TILES);
+        /* dS0 = e^gamma_C dS_C + Q^T (scale e^gamma dO) + (-W)^T dVnew: the last term, A = -W read
+         * transposed, depth 64, added in the order the sums had */
+        add_to_state<COLUMNS>(dS, KP, [&](float (&tile)[TILES][4], int row0) {
             warp_product(tile, transpose_of(s.minus_W, LDK), rows_of(s.values, STRIDE), row0, 0, CHUNK, TILES);
         });
     }

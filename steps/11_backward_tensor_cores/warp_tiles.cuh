@@ -253,6 +253,24 @@ __device__ __forceinline__ static void store_gradient(float *fp32, unsigned shor
  * the block's. Returns whether the tile went by cp.async, as one copy group of its own (so that
  * a caller can wait for the groups before it alone: wait_all_but). */
 constexpr int LOADS_IN_FLIGHT = 4;
+/* piece(i, u) for this thread's places (row i, piece u) of a rows x pieces tile, consecutive
+ * threads taking consecutive places (e = threadIdx.x, + blockDim.x, ...: row e / pieces, piece
+ * e % pieces). Where pieces divides the block's threads (K and V powers of two) a thread keeps
+ * one piece and steps over the rows, with no division in the loop: a division by a number known
+ * only at run time is about 20 instructions, and the chains stage three tiles a chunk step,
+ * several pieces a thread each, on their serial path. */
+template <typename Piece>
+__device__ __forceinline__ static void for_each_piece(int rows, int pieces, Piece piece)
+{
+    if (blockDim.x % pieces == 0) {
+        const int u = (int)threadIdx.x % pieces, row_step = (int)blockDim.x / pieces;
+        for (int i = (int)threadIdx.x / pieces; i < rows; i += row_step)
+            piece(i, u);
+    } else {
+        for (int e = threadIdx.x; e < rows * pieces; e += blockDim.x)
+            piece(e / pieces, e % pieces);
+    }
+}
 template <typename Source>
 __device__ static bool stage_tile(bf16 *tile, int ld, int tile_rows, int tile_columns, const Source *from, size_t stride, int rows,
                                   int columns, const float *scale, bool complete = true)
@@ -262,13 +280,13 @@ __device__ static bool stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
         ld % 8 == 0) {
         const int pieces = tile_columns / PIECE, count = tile_rows * pieces;
         if (sizeof(Source) == 2 && !scale) { /* bf16 as it is: asynchronous copies */
-            for (int e = threadIdx.x; e < count; e += blockDim.x) {
-                const int i = e / pieces, c = (e % pieces) * PIECE;
+            for_each_piece(tile_rows, pieces, [&](int i, int u) {
+                const int c = u * PIECE;
                 if (i < rows && c < columns) /* a piece lies wholly inside or wholly outside: columns % PIECE == 0 */
                     __pipeline_memcpy_async(tile + i * ld + c, from + i * stride + c, 16);
                 else
                     *(uint4 *)(tile + i * ld + c) = make_uint4(0u, 0u, 0u, 0u);
-            }
+            });
             __pipeline_commit();
             if (complete)
                 __pipeline_wait_prior(0);
@@ -328,12 +346,10 @@ __device__ static bool stage_tile(bf16 *tile, int ld, int tile_rows, int tile_co
 __device__ static void copy_rows16(void *to, int to_stride, const void *from, int from_stride, int rows, int row_bytes,
                                    bool complete = true)
 {
-    const int units = row_bytes / 16;
-    for (int e = threadIdx.x; e < rows * units; e += blockDim.x) {
-        const int i = e / units, u = e % units;
+    for_each_piece(rows, row_bytes / 16, [&](int i, int u) {
         const uint4 *row = (const uint4 *)((const unsigned char *)from + (size_t)i * from_stride);
         __pipeline_memcpy_async((uint4 *)((unsigned char *)to + (size_t)i * to_stride) + u, row + u, 16);
-    }
+    });
     __pipeline_commit();
     if (complete)
         __pipeline_wait_prior(0);
@@ -394,16 +410,23 @@ typedef struct {
     int n;
 } chunk_at;
 
-__device__ static chunk_at chunk_of(const gdn_device_problem &p, const backward_workspace &w, size_t index)
+/* chunk `chunk` of head `head`: a chain's loop over its head's chunks divides by no chunk count
+ * (a 64-bit division is a call of about 80 instructions), and b and h come from a 32-bit one
+ * (the B H heads are fewer than a grid's 2^32 blocks: gdn_blocks_for) */
+__device__ static chunk_at chunk_of_head(const gdn_device_problem &p, const backward_workspace &w, size_t head, size_t chunk)
 {
     chunk_at x;
-    x.index = index;
-    x.head = index / w.chunks;
-    x.b = x.head / p.H, x.h = x.head % p.H;
-    x.t0 = index % w.chunks * CHUNK;
-    x.row = x.head * p.T + x.t0;
+    x.head = head;
+    x.b = (unsigned)head / (unsigned)p.H, x.h = (unsigned)head % (unsigned)p.H;
+    x.index = head * w.chunks + chunk;
+    x.t0 = chunk * CHUNK;
+    x.row = head * p.T + x.t0;
     x.n = (int)(p.T - x.t0 < CHUNK ? p.T - x.t0 : CHUNK);
     return x;
+}
+__device__ static chunk_at chunk_of(const gdn_device_problem &p, const backward_workspace &w, size_t index)
+{
+    return chunk_of_head(p, w, index / w.chunks, index % w.chunks);
 }
 /* the token index (gdn_device_token) of the chunk's token i; consecutive tokens are H rows apart */
 __device__ __forceinline__ static size_t token_of(const gdn_device_problem &p, const chunk_at &x, int i)
