@@ -44,8 +44,8 @@
  * H100 80GB HBM3 (plots/data/backward_scaled_dO.dat; the passes it shares with 11 are
  * measured step by step in docs/11, "Fitting the passes to an SM"); in the peers' run on the
  * same card model 11a takes 5.41 ms there and FLA's backward, replayed from a CUDA graph, 2.78
- * (plots/data/backward_gpu.dat). 1.97 ms at (1, 16384, 8, 64, 64)
- * (plots/data/backward_chain_instructions.dat).
+ * (plots/data/backward_gpu.dat). 1.69 ms at (1, 16384, 8, 64, 64)
+ * (plots/data/backward_chain_copies.dat).
  *
  * Build and run:  make bin/11a_backward_mma_sync && bin/11a_backward_mma_sync --T 4096 --H 8 --K 128 --V 128 --check-against oracle
  */

@@ -20,7 +20,7 @@
  * chains take 11a's blocks of 16 columns: four times as many. Limits: 11a's.
  *
  * Measured, the mean of two runs in one job on an NVIDIA H100 80GB HBM3
- * (plots/data/backward_chain_instructions.dat): 4.45 ms at (8, 4096, 16, 128, 128), 1.35 ms at
+ * (plots/data/backward_chain_copies.dat): 4.43 ms at (8, 4096, 16, 128, 128), 1.17 ms at
  * (1, 16384, 8, 64, 64). In the code of plots/data/backward_chains_together.dat, the chains
  * launched one after the other take 1.43x the joint launch's time at the second shape (2.52
  * against 1.76 ms). Beside FLA's backward replayed from a CUDA graph, in one run on that card

@@ -38,7 +38,6 @@ struct chain_shape {
     static constexpr int TILES = COLUMNS / 8;                 /* 8-column tiles of the state a warp */
     static constexpr int PART_TILES = TILES / (WARPS / 4);    /* a warp's 8-column tiles of Vnew or dVnew */
     static constexpr int STRIDE = COLUMNS + 8;                /* bf16 row stride of the B tiles: ldmatrix without conflicts */
-    static constexpr int DO_PER_THREAD = CHUNK * COLUMNS / THREADS; /* a thread's elements of the dO tiles */
     static_assert(THREADS >= CHUNK, "a thread a token of the chunk stages gamma (stage_chain_chunk)");
     /* blocks an SM must hold, which caps the registers a thread: 16 columns, three (the shared
      * memory of the backward chain's); 64 columns, two (128 registers): one chain's 256 blocks
@@ -46,7 +45,7 @@ struct chain_shape {
     static constexpr int MIN_BLOCKS = COLUMNS == 16 ? 3 : 2;
 };
 
-/* a chain block's shared memory; dO16 only in pass 3 */
+/* a chain block's shared memory; queries and dO16 only in pass 3 */
 struct chain_tiles {
     double *gamma;
     float *to_end;                  /* exp(gamma_C - gamma_j), 0 past the chunk */
@@ -54,7 +53,7 @@ struct chain_tiles {
     bf16 *state;                    /* [KP][COLUMNS + 8]: S0 or dS_C by rows, the B operand */
     bf16 *values, *dO16;            /* [64][COLUMNS + 8]: the chunk's columns of Vnew (decayed) or dVnew; scale e^gamma dO
                                        (pass 1) */
-    float *PtdO;                    /* [64][COLUMNS + 8]: the chunk's columns of P^T dO (pass 1), copied ahead */
+    float *addend;                  /* [64][COLUMNS + 8]: the chunk's columns of U or of P^T dO (pass 1), copied ahead */
     size_t bytes;
 };
 template <int COLUMNS>
@@ -71,7 +70,7 @@ __host__ __device__ static chain_tiles chain_tiles_at(unsigned char *base, size_
     t.state = cut.take<bf16>(round_up16(K) * STRIDE);
     t.values = cut.take<bf16>(CHUNK * STRIDE);
     t.dO16 = backward ? cut.take<bf16>(CHUNK * STRIDE) : nullptr;
-    t.PtdO = backward ? cut.take<float>(CHUNK * STRIDE) : nullptr;
+    t.addend = cut.take<float>(CHUNK * STRIDE);
     t.bytes = cut.used;
     return t;
 }
@@ -183,6 +182,27 @@ __device__ static void stage_chain_chunk(const gdn_device_problem &p, const back
     }
 }
 
+/* The block's columns of one chunk of pass 1's [heads chunks][64][VP] arrays (zero past the chunk
+ * and past V) into a [64][COLUMNS + 8] tile by cp.async, not waited for (stage_chain_chunk's
+ * wait is): whole 16-byte pieces with no test each, since pass 1 wrote the zeros. A 64-column
+ * block reaching past VP (V < 64 past column0) copies VP - column0 columns; the rest of its
+ * tile, zeroed once by zero_columns_past, is never copied over. */
+template <int COLUMNS, typename T>
+__device__ __forceinline__ static void copy_chunk_columns(T *tile, const T *chunk, int VP, int column0)
+{
+    const int width = min(COLUMNS, VP - column0);
+    copy_rows16(tile, chain_shape<COLUMNS>::STRIDE * (int)sizeof(T), chunk + column0, VP * (int)sizeof(T), CHUNK,
+                width * (int)sizeof(T), false);
+}
+template <int COLUMNS, typename T>
+__device__ __forceinline__ static void zero_columns_past(T *tile, int VP, int column0)
+{
+    const int width = min(COLUMNS, VP - column0), words = (COLUMNS - width) * (int)sizeof(T) / 4;
+    const int row_words = chain_shape<COLUMNS>::STRIDE * (int)sizeof(T) / 4, first = width * (int)sizeof(T) / 4;
+    for (int e = threadIdx.x; e < CHUNK * words; e += blockDim.x)
+        ((unsigned *)tile)[e / words * row_words + first + e % words] = 0u;
+}
+
 /* which head this block works on, its chain's blocks starting at first_block: a head's column
  * blocks in turn; column0, the block's first column of the state */
 template <int COLUMNS>
@@ -220,14 +240,12 @@ __device__ __forceinline__ static void forward_chain(const gdn_device_problem &p
     const warp_part part = chain_part<COLUMNS>();
     chain_state<COLUMNS> S;
     load_state<COLUMNS>(S, p.h0 ? p.h0 + head * K * V : nullptr, K, V, column0);
+    zero_columns_past<COLUMNS>(s.addend, VP, column0);
     for (size_t chunk = 0; chunk < w.chunks; chunk++) {
         const chunk_at x = chunk_of_head(p, w, head, chunk);
         const int n = x.n;
-        float U[PART_TILES][4] = {}; /* this lane's U, asked for now: it arrives while the tiles are copied */
-        for_each_sum(U, part, [&](int i, int c, float &value) {
-            if (i < n && column0 + c < V)
-                value = w.U[(x.row + i) * V + column0 + c];
-        });
+        /* the block's columns of U, asked for now: they arrive while the tiles are copied */
+        copy_chunk_columns<COLUMNS>(s.addend, w.U + x.index * CHUNK * VP, VP, column0);
         __syncthreads(); /* the last chunk's tiles read */
         stage_chain_chunk(p, w, x, s);
         publish_state<COLUMNS>(S, w.S0 + x.index * KP * VP, s.state, KP, VP, column0); /* S0: for pass 4 and for Vnew */
@@ -238,10 +256,8 @@ __device__ __forceinline__ static void forward_chain(const gdn_device_problem &p
          * operand of the update. */
         float acc[PART_TILES][4] = {};
         warp_product(acc, rows_of(s.minus_W, LDK), rows_of(s.state, STRIDE), part.row0, part.col0, KP, PART_TILES);
-        add_sums(acc, U);
         for_each_sum(acc, part, [&](int i, int c, float &value) {
-            if (i >= n || column0 + c >= V)
-                value = 0.0f;
+            value = i < n && column0 + c < V ? value + s.addend[i * STRIDE + c] : 0.0f;
             s.values[i * STRIDE + c] = __float2bfloat16_rn(s.to_end[i] * value);
         });
         store_bf16_pairs(acc, part, w.Vnew + x.row * VP + column0, VP, n, VP - column0);
@@ -263,45 +279,26 @@ __device__ __forceinline__ static void backward_chain(const gdn_device_problem &
 {
     using shape = chain_shape<COLUMNS>;
     constexpr int STRIDE = shape::STRIDE, TILES = shape::TILES, PART_TILES = shape::PART_TILES;
-    constexpr int DO_PER_THREAD = shape::DO_PER_THREAD;
     extern __shared__ uint4 shared[];
     const chain_tiles s = chain_tiles_at<COLUMNS>((unsigned char *)shared, p.K, true);
     const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V), LDK = stride_of(p.K);
     int column0;
     const size_t head = chain_head<COLUMNS>(p, first_block, column0);
     const warp_part part = chain_part<COLUMNS>();
-    constexpr int ROW_STEP = shape::THREADS / COLUMNS; /* dO and P^T dO: a thread's rows row0 + k ROW_STEP, column c */
-    const int c = threadIdx.x % COLUMNS, row0 = threadIdx.x / COLUMNS;
-    const bool column_inside = column0 + c < V;
     chain_state<COLUMNS> dS;
     load_state<COLUMNS>(dS, cot.dht + head * K * V, K, V, column0);
+    zero_columns_past<COLUMNS>(s.addend, VP, column0);
+    zero_columns_past<COLUMNS>(s.dO16, VP, column0);
     for (size_t chunk = w.chunks; chunk-- > 0;) {
         const chunk_at x = chunk_of_head(p, w, head, chunk);
         const int n = x.n;
-        /* asked for now, all at once, so that they arrive while the tiles are copied: the block's
-         * P^T dO (pass 1), by cp.async into its tile (every reader of the last chunk's is past
-         * the last barrier), and this thread's elements of scale e^gamma dO (pass 1, bf16), into
-         * registers, stored to their tile after the next barrier with nothing done to them in
-         * between. A thread takes one column c and every ROW_STEP-th row from row0: its
-         * addresses are one base and constant steps, nothing the compiler keeps across chunks. */
-        bf16 dO[DO_PER_THREAD];
-        const bf16 *scaled_dO = w.scaled_dO + x.index * CHUNK * VP + column0 + c;
-#pragma unroll
-        for (int k = 0; k < DO_PER_THREAD; k++) {
-            const int i = row0 + k * ROW_STEP;
-            const bool inside = i < n && column_inside;
-            if (inside)
-                __pipeline_memcpy_async(s.PtdO + i * STRIDE + c, w.PtdO + (x.row + i) * V + column0 + c, 4);
-            else
-                s.PtdO[i * STRIDE + c] = 0.0f;
-            dO[k] = inside ? scaled_dO[i * VP] : __float2bfloat16_rn(0.0f);
-        }
-        __pipeline_commit(); /* waited for with the chunk's tiles (stage_chain_chunk) */
+        /* asked for now, so that they arrive while the tiles are copied: the block's columns of
+         * P^T dO and of scale e^gamma dO (pass 1), into their tiles, whose readers of the last
+         * chunk are all past the last barrier */
+        copy_chunk_columns<COLUMNS>(s.addend, w.PtdO + x.index * CHUNK * VP, VP, column0);
+        copy_chunk_columns<COLUMNS>(s.dO16, w.scaled_dO + x.index * CHUNK * VP, VP, column0);
         __syncthreads();
         stage_chain_chunk(p, w, x, s);
-#pragma unroll
-        for (int k = 0; k < DO_PER_THREAD; k++) /* read after the next barrier */
-            s.dO16[(row0 + k * ROW_STEP) * STRIDE + c] = dO[k];
         publish_state<COLUMNS>(dS, w.dS_end + x.index * KP * VP, s.state, KP, VP, column0); /* dS_C: for pass 4 and for dVnew */
         __syncthreads();
 
@@ -317,7 +314,7 @@ __device__ __forceinline__ static void backward_chain(const gdn_device_problem &
         float acc[PART_TILES][4] = {};
         warp_product(acc, rows_of(s.keys, LDK), rows_of(s.state, STRIDE), part.row0, part.col0, KP, PART_TILES);
         for_each_sum(acc, part, [&](int i, int c, float &value) {
-            value = i < n && column0 + c < V ? __fmaf_rn(value, s.to_end[i], s.PtdO[i * STRIDE + c]) : 0.0f;
+            value = i < n && column0 + c < V ? __fmaf_rn(value, s.to_end[i], s.addend[i * STRIDE + c]) : 0.0f;
             s.values[i * STRIDE + c] = __float2bfloat16_rn(value);
         });
         store_bf16_pairs(acc, part, w.dVnew + x.row * VP + column0, VP, n, VP - column0);

@@ -52,6 +52,19 @@ __host__ __device__ static prepare_tiles prepare_tiles_at(unsigned char *base, s
     return t;
 }
 
+/* the chunk's dO (bf16 or fp32, as the caller gave it) into the right operand's place, each row
+ * scaled by scale[i] (null: 1) and rounded once to bf16 (stage_tile) */
+__device__ static void stage_dO(const gdn_device_problem &p, const gdn_device_cotangents &cot, const chunk_at &x,
+                                const prepare_tiles &s, const float *scale)
+{
+    const int V = (int)p.V, VP = round_up16(p.V), LDV = stride_of(p.V);
+    const size_t at = token_of(p, x, 0) * V, value_stride = p.H * p.V;
+    if (cot.d_o_bf16)
+        stage_tile(s.right, LDV, CHUNK, VP, (const bf16 *)cot.d_o_bf16 + at, value_stride, x.n, V, scale);
+    else
+        stage_tile(s.right, LDV, CHUNK, VP, cot.d_o + at, value_stride, x.n, V, scale);
+}
+
 __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, gdn_device_cotangents cot,
                                                                           backward_workspace w)
 {
@@ -118,10 +131,8 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
         const warp_part part = part_of(VP);
         float acc[8][4] = {};
         warp_product(acc, rows_of(s.Tm16, TOKEN_STRIDE), rows_of(s.right, LDV), part.row0, part.col0, CHUNK, part.tiles);
-        for_each_sum(acc, part, [&](int i, int c, float &sum) {
-            if (i < n && c < V)
-                w.U[(x.row + i) * V + c] = sum;
-        });
+        float *U = w.U + x.index * CHUNK * VP;
+        for_each_sum(acc, part, [&](int i, int c, float &sum) { U[i * VP + c] = i < n && c < V ? sum : 0.0f; });
     }
     __syncthreads(); /* the right operand read */
 
@@ -142,20 +153,14 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
     __syncthreads();
 
     /* P^T dO, the first term of dVnew (eq. 19a): A = P read transposed, B = dO in bf16 */
-    if (cot.d_o_bf16)
-        stage_tile(s.right, LDV, CHUNK, VP, (const bf16 *)cot.d_o_bf16 + token_of(p, x, 0) * V, value_stride, n, V,
-                   (const float *)nullptr);
-    else
-        stage_tile(s.right, LDV, CHUNK, VP, cot.d_o + token_of(p, x, 0) * V, value_stride, n, V, (const float *)nullptr);
+    stage_dO(p, cot, x, s, nullptr);
     __syncthreads();
     {
         const warp_part part = part_of(VP);
         float acc[8][4] = {};
         warp_product(acc, transpose_of(s.P16, TOKEN_STRIDE), rows_of(s.right, LDV), part.row0, part.col0, CHUNK, part.tiles);
-        for_each_sum(acc, part, [&](int i, int c, float &sum) {
-            if (i < n && c < V)
-                w.PtdO[(x.row + i) * V + c] = sum;
-        });
+        float *PtdO = w.PtdO + x.index * CHUNK * VP;
+        for_each_sum(acc, part, [&](int i, int c, float &sum) { PtdO[i * VP + c] = i < n && c < V ? sum : 0.0f; });
     }
 
     /* scale e^gamma_i dO_i, rounded once to bf16: the B operand of Q^T in the backward chain's
@@ -166,12 +171,10 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
         s.grown[i] *= p.scale;
     __syncthreads();
-    if (cot.d_o_bf16)
-        stage_tile(s.right, LDV, CHUNK, VP, (const bf16 *)cot.d_o_bf16 + token_of(p, x, 0) * V, value_stride, n, V, s.grown);
-    else
-        stage_tile(s.right, LDV, CHUNK, VP, cot.d_o + token_of(p, x, 0) * V, value_stride, n, V, s.grown);
+    stage_dO(p, cot, x, s, s.grown);
     __syncthreads();
-    uint4 *scaled_dO = (uint4 *)(w.scaled_dO + x.index * CHUNK * VP);
-    for (int e = threadIdx.x; e < CHUNK * VP / 8; e += THREADS)
-        scaled_dO[e] = *(const uint4 *)(s.right + e / (VP / 8) * LDV + e % (VP / 8) * 8);
+    bf16 *scaled_dO = w.scaled_dO + x.index * CHUNK * VP;
+    for_each_piece(CHUNK, VP / 8, [&](int i, int u) {
+        *(uint4 *)(scaled_dO + i * VP + 8 * u) = *(const uint4 *)(s.right + i * LDV + 8 * u);
+    });
 }

@@ -255,16 +255,17 @@ __device__ __forceinline__ static void store_gradient(float *fp32, unsigned shor
 constexpr int LOADS_IN_FLIGHT = 4;
 /* piece(i, u) for this thread's places (row i, piece u) of a rows x pieces tile, consecutive
  * threads taking consecutive places (e = threadIdx.x, + blockDim.x, ...: row e / pieces, piece
- * e % pieces). Where pieces divides the block's threads (K and V powers of two) a thread keeps
- * one piece and steps over the rows, with no division in the loop: a division by a number known
- * only at run time is about 20 instructions, and the chains stage three tiles a chunk step,
- * several pieces a thread each, on their serial path. */
+ * e % pieces). Where pieces is a power of two that divides the block's threads (K and V powers
+ * of two) a thread keeps one piece and steps over the rows, its row and piece found by a shift
+ * and a mask: a division by a number known only at run time is about 20 instructions, and the
+ * chains stage three tiles a chunk step on their serial path. */
 template <typename Piece>
 __device__ __forceinline__ static void for_each_piece(int rows, int pieces, Piece piece)
 {
-    if (blockDim.x % pieces == 0) {
-        const int u = (int)threadIdx.x % pieces, row_step = (int)blockDim.x / pieces;
-        for (int i = (int)threadIdx.x / pieces; i < rows; i += row_step)
+    const unsigned mask = (unsigned)pieces - 1u;
+    if ((pieces & mask) == 0 && (blockDim.x & mask) == 0) {
+        const int shift = __ffs(pieces) - 1, u = (int)(threadIdx.x & mask), row_step = (int)(blockDim.x >> shift);
+        for (int i = (int)(threadIdx.x >> shift); i < rows; i += row_step)
             piece(i, u);
     } else {
         for (int e = threadIdx.x; e < rows * pieces; e += blockDim.x)
@@ -385,8 +386,8 @@ struct shared_cut {
 
 /* ---- the workspace between the passes ---- */
 
-/* Rows of U, P^T dO, Vnew, dVnew, gamma and dgamma are head * T + t (Vnew's and dVnew's VP
- * wide); Tm, -W and the states are a block a (head, chunk). Every element a pass reads was
+/* Rows of Vnew, dVnew, gamma and dgamma are head * T + t (Vnew's and dVnew's VP wide); Tm, -W,
+ * U, P^T dO, scale e^gamma dO and the states are a block a (head, chunk). Every element a pass reads was
  * written by a pass before it (the runner fills the workspace with NaN bytes before each
  * checked run). */
 typedef struct {
@@ -394,7 +395,8 @@ typedef struct {
     double *gamma, *dgamma; /* [heads T]: the gates' running sums in each chunk; pass 4's dL/dgamma */
     bf16 *Tm;               /* [heads chunks][64][64]: (I + M)^-1, as the products read it */
     bf16 *minus_W;          /* [heads chunks][64][round_up16(K)]: -W, zero past the chunk and past K */
-    float *U, *PtdO;        /* [heads T][V]: U and P^T dO (pass 1), the chains' fp32 addends */
+    float *U, *PtdO;        /* [heads chunks][64][VP]: U and P^T dO (pass 1), the chains' fp32 addends, zero past the
+                               chunk and past V */
     bf16 *scaled_dO;        /* [heads chunks][64][VP]: scale e^gamma_i dO_i (pass 1), the backward chain's B operand
                                of Q^T, zero past the chunk and past V */
     bf16 *Vnew, *dVnew;     /* [heads T][VP]: Vnew (pass 2) and dVnew (pass 3) in bf16, the only form pass 4 reads
@@ -404,9 +406,10 @@ typedef struct {
 } backward_workspace;
 
 /* One chunk: n tokens from t0 of head (b, h) (head = b H + h); row = head T + t0, its first row in
- * the workspace's per-token arrays; index = head chunks + chunk. */
+ * the workspace's per-token arrays; index = head chunks + chunk; token0, its first token's index
+ * in the inputs (gdn_device_token). */
 typedef struct {
-    size_t b, h, head, t0, row, index;
+    size_t b, h, head, t0, row, index, token0;
     int n;
 } chunk_at;
 
@@ -422,14 +425,16 @@ __device__ static chunk_at chunk_of_head(const gdn_device_problem &p, const back
     x.t0 = chunk * CHUNK;
     x.row = head * p.T + x.t0;
     x.n = (int)(p.T - x.t0 < CHUNK ? p.T - x.t0 : CHUNK);
+    x.token0 = gdn_device_token(&p, x.b, x.t0, x.h);
     return x;
 }
 __device__ static chunk_at chunk_of(const gdn_device_problem &p, const backward_workspace &w, size_t index)
 {
     return chunk_of_head(p, w, index / w.chunks, index % w.chunks);
 }
-/* the token index (gdn_device_token) of the chunk's token i; consecutive tokens are H rows apart */
+/* the token index (gdn_device_token) of the chunk's token i; consecutive tokens are H rows apart:
+ * one multiply-add from token0, and b, t0 and h need not stay in registers */
 __device__ __forceinline__ static size_t token_of(const gdn_device_problem &p, const chunk_at &x, int i)
 {
-    return gdn_device_token(&p, x.b, x.t0 + (size_t)i, x.h);
+    return x.token0 + (size_t)i * p.H;
 }
