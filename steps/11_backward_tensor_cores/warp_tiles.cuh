@@ -135,11 +135,10 @@ __device__ __forceinline__ static void for_each_sum(float (&acc)[TILES][4], cons
     }
 }
 
-/* acc += earlier, element by element: an epilogue that adds values from memory (U to Vnew in the
- * forward chain, dk's first part to dk) loaded into registers by for_each_sum before the
- * products, all of them asked for at once. Loaded inside the epilogue, each load would
- * wait for the store before it (the compiler cannot tell the addresses apart): one memory latency
- * an element. The same bits: a + b is b + a. */
+/* acc += earlier, element by element: an epilogue that adds values from memory (dk's first part
+ * to dk) loaded into registers by for_each_sum before the products, all of them asked for at
+ * once. Loaded inside the epilogue, each load would wait for the store before it (the compiler
+ * cannot tell the addresses apart): one memory latency an element. The same bits: a + b is b + a. */
 template <int TILES>
 __device__ __forceinline__ static void add_sums(float (&acc)[TILES][4], const float (&earlier)[TILES][4])
 {
@@ -257,8 +256,8 @@ constexpr int LOADS_IN_FLIGHT = 4;
  * threads taking consecutive places (e = threadIdx.x, + blockDim.x, ...: row e / pieces, piece
  * e % pieces). Where pieces is a power of two that divides the block's threads (K and V powers
  * of two) a thread keeps one piece and steps over the rows, its row and piece found by a shift
- * and a mask: a division by a number known only at run time is about 20 instructions, and the
- * chains stage three tiles a chunk step on their serial path. */
+ * and a mask: a division by a number known only at run time is about 20 instructions, and a
+ * backward chain step stages five tiles on its serial path. */
 template <typename Piece>
 __device__ __forceinline__ static void for_each_piece(int rows, int pieces, Piece piece)
 {
