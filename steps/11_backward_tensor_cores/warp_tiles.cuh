@@ -408,7 +408,7 @@ typedef struct {
  * the workspace's per-token arrays; index = head chunks + chunk; token0, its first token's index
  * in the inputs (gdn_device_token). */
 typedef struct {
-    size_t b, h, head, t0, row, index, token0;
+    size_t head, t0, row, index, token0;
     int n;
 } chunk_at;
 
@@ -418,22 +418,23 @@ typedef struct {
 __device__ static chunk_at chunk_of_head(const gdn_device_problem &p, const backward_workspace &w, size_t head, size_t chunk)
 {
     chunk_at x;
+    const size_t b = (unsigned)head / (unsigned)p.H, h = (unsigned)head % (unsigned)p.H;
     x.head = head;
-    x.b = (unsigned)head / (unsigned)p.H, x.h = (unsigned)head % (unsigned)p.H;
     x.index = head * w.chunks + chunk;
     x.t0 = chunk * CHUNK;
     x.row = head * p.T + x.t0;
     x.n = (int)(p.T - x.t0 < CHUNK ? p.T - x.t0 : CHUNK);
-    x.token0 = gdn_device_token(&p, x.b, x.t0, x.h);
+    x.token0 = gdn_device_token(&p, b, x.t0, h);
     return x;
 }
 __device__ static chunk_at chunk_of(const gdn_device_problem &p, const backward_workspace &w, size_t index)
 {
     return chunk_of_head(p, w, index / w.chunks, index % w.chunks);
 }
-/* the token index (gdn_device_token) of the chunk's token i; consecutive tokens are H rows apart:
- * one multiply-add from token0, and b, t0 and h need not stay in registers */
+/* the token index (gdn_device_token) of the chunk's token i: token0 and the step of i tokens
+ * (gdn_device_token of token i of sequence 0, head 0), one multiply-add, so that b, t0 and h need
+ * not stay in registers */
 __device__ __forceinline__ static size_t token_of(const gdn_device_problem &p, const chunk_at &x, int i)
 {
-    return x.token0 + (size_t)i * p.H;
+    return x.token0 + gdn_device_token(&p, 0, (size_t)i, 0);
 }
