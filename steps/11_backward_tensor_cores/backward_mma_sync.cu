@@ -43,7 +43,7 @@
  * Measured: 5.48 ms at (8, 4096, 16, 128, 128), the mean of two runs in one job on an NVIDIA
  * H100 80GB HBM3 (plots/data/backward_scaled_dO.dat; the passes it shares with 11 are
  * measured step by step in docs/11, "Fitting the passes to an SM"); in the peers' run on the
- * same card model 11a takes 5.41 ms there and FLA's backward, replayed from a CUDA graph, 2.78
+ * same card model 11a takes 5.09 ms there and FLA's backward, replayed from a CUDA graph, 2.77
  * (plots/data/backward_gpu.dat). 1.69 ms at (1, 16384, 8, 64, 64)
  * (plots/data/backward_chain_copies.dat).
  *

@@ -24,7 +24,7 @@
  * (1, 16384, 8, 64, 64). In the code of plots/data/backward_chains_together.dat, the chains
  * launched one after the other take 1.43x the joint launch's time at the second shape (2.52
  * against 1.76 ms). Beside FLA's backward replayed from a CUDA graph, in one run on that card
- * model (plots/data/backward_gpu.dat), FLA takes 0.58x our time at the second shape and 0.63x
+ * model (plots/data/backward_gpu.dat), FLA takes 0.76x our time at the second shape and 0.62x
  * at the first.
  *
  * Build and run:  make bin/11_backward_tensor_cores && bin/11_backward_tensor_cores --T 4096 --H 8 --K 128 --V 128 --check-against oracle
