@@ -386,9 +386,9 @@ struct shared_cut {
 /* ---- the workspace between the passes ---- */
 
 /* Rows of Vnew, dVnew, gamma and dgamma are head * T + t (Vnew's and dVnew's VP wide); Tm, -W,
- * U, P^T dO, scale e^gamma dO and the states are a block a (head, chunk). Every element a pass reads was
- * written by a pass before it (the runner fills the workspace with NaN bytes before each
- * checked run). */
+ * U, P^T dO, scale e^gamma dO and the states are a block a (head, chunk). Every element a pass
+ * reads was written by a pass before it (the runner fills the workspace with NaN bytes before
+ * each checked run). */
 typedef struct {
     size_t chunks;
     double *gamma, *dgamma; /* [heads T]: the gates' running sums in each chunk; pass 4's dL/dgamma */
