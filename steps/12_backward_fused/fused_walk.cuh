@@ -17,7 +17,9 @@
  *
  * One block of 16 warps a (sequence, head): dS, K x V in fp32, is cut over the warps as 16 rows
  * (warp % 8) by 64 columns (from 64 (warp / 8)), 32 accumulators a thread; every other product
- * is cut by part_of<16>, as stage 11's pass 4. The tiles take their places by when they are
+ * is cut by part_of<16>, and the pieces stage 11's pass 4 makes the same way are its own
+ * functions (chunk_gradients.cuh: chunk_probabilities, chunk_dq, chunk_o, chunk_dk_first,
+ * chunk_solve_gradients, ...), called here on the walk's tiles. The tiles take their places by when they are
  * live (walk_tiles), about 212 KB, laid out for K = V = 128 whatever K and V: one block an SM, so the blocks are the heads,
  * and where B H is under the SM count the card idles (stage 11 cuts the chains by columns there).
  *
@@ -25,7 +27,6 @@
  */
 #pragma once
 
-constexpr int WALK_WARPS = 16, WALK_THREADS = 32 * WALK_WARPS, WALK_SHARES = WALK_WARPS / 4;
 constexpr int STATE_TILES = 8; /* 8-column n-tiles of dS a warp: 64 columns */
 /* every tile's row stride, K and V or 64 wide: the widest's, so that every place is a constant
  * offset from the start of shared memory (places found from K and V at run time would hold a
@@ -59,11 +60,11 @@ __host__ __device__ constexpr static walk_tiles walk_tiles_at(unsigned char *bas
     t.gamma = cut.take<double>(CHUNK), t.dgamma = cut.take<double>(CHUNK);
     t.beta = cut.take<float>(CHUNK), t.grown = cut.take<float>(CHUNK);
     t.read = cut.take<float>(CHUNK), t.to_end = cut.take<float>(CHUNK);
-    t.row_terms = cut.take<float>(WALK_SHARES * CHUNK), t.e_columns = cut.take<float>(WALK_SHARES * CHUNK);
-    t.k_dot = cut.take<float>(WALK_SHARES * CHUNK), t.v_dot = cut.take<float>(WALK_SHARES * CHUNK);
-    t.y_dot = cut.take<float>(WALK_SHARES * CHUNK), t.b_sum = cut.take<float>(WALK_SHARES * CHUNK);
-    t.h_rows = cut.take<float>(WALK_SHARES * CHUNK), t.h_columns = cut.take<float>(WALK_SHARES * CHUNK);
-    t.state_dot = cut.take<float>(WALK_WARPS);
+    t.row_terms = cut.take<float>(GRADIENT_SHARES * CHUNK), t.e_columns = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.k_dot = cut.take<float>(GRADIENT_SHARES * CHUNK), t.v_dot = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.y_dot = cut.take<float>(GRADIENT_SHARES * CHUNK), t.b_sum = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.h_rows = cut.take<float>(GRADIENT_SHARES * CHUNK), t.h_columns = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.state_dot = cut.take<float>(GRADIENT_WARPS);
     t.keys = cut.take<bf16>(CHUNK * LDK), t.values = cut.take<bf16>(CHUNK * LDV);
     t.S0 = cut.take<bf16>(KP * LDV), t.dS16 = cut.take<bf16>(KP * LDV);
     t.Tm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.dVnew16 = cut.take<bf16>(CHUNK * LDV);
@@ -107,10 +108,10 @@ __device__ __forceinline__ static void for_each_state(const state_part &d, Eleme
 }
 
 /* The walk of one (sequence, head) a block. o: NULL where the caller has it. */
-__global__ static void __launch_bounds__(WALK_THREADS, 1) fused_walk_kernel(gdn_device_problem p, gdn_device_cotangents cot,
+__global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(gdn_device_problem p, gdn_device_cotangents cot,
                                                                             backward_workspace w, float *o, gdn_device_gradients g)
 {
-    constexpr int WIDE = part_tiles<WALK_WARPS>(MAX_WIDTH), SQUARE = part_tiles<WALK_WARPS>(CHUNK); /* a warp's n-tiles */
+    constexpr int WIDE = part_tiles<GRADIENT_WARPS>(MAX_WIDTH), SQUARE = part_tiles<GRADIENT_WARPS>(CHUNK); /* a warp's n-tiles */
     static_assert(SQUARE == 2, "keep_column_sums takes two n-tiles");
     extern __shared__ uint4 shared[];
     const size_t head = blockIdx.x;
@@ -118,10 +119,9 @@ __global__ static void __launch_bounds__(WALK_THREADS, 1) fused_walk_kernel(gdn_
     constexpr int LDK = WALK_LD, LDV = WALK_LD;
     const walk_tiles s = walk_tiles_at((unsigned char *)shared);
     const size_t key_stride = p.H * p.K, value_stride = p.H * p.V;
-    const warp_part keys_part = part_of<WALK_WARPS>(KP), values_part = part_of<WALK_WARPS>(VP);
-    const warp_part square = part_of<WALK_WARPS>(CHUNK);
+    const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP);
+    const warp_part square = part_of<GRADIENT_WARPS>(CHUNK);
     const state_part d = state_part_of(KP, VP);
-    const tile Tm_t = transpose_of(s.Tm16, TOKEN_STRIDE);
 
     /* dS = dL/dht (or 0), and its bf16 copy, the B operand of K dS_C and dS_C Vnew^T */
     float dS[STATE_TILES][4] = {};
@@ -149,7 +149,7 @@ __global__ static void __launch_bounds__(WALK_THREADS, 1) fused_walk_kernel(gdn_
                        false);
         else
             stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
-        for (int i = threadIdx.x; i < CHUNK; i += WALK_THREADS) {
+        for (int i = threadIdx.x; i < CHUNK; i += GRADIENT_THREADS) {
             const double gamma = i < n ? w.gamma[x.row + i] : 0.0;
             s.gamma[i] = gamma;
             s.beta[i] = i < n ? p.beta[token_of(p, x, i)] : 0.0f;
@@ -160,68 +160,19 @@ __global__ static void __launch_bounds__(WALK_THREADS, 1) fused_walk_kernel(gdn_
         __pipeline_wait_prior(0);
         __syncthreads();
 
-        /* P and dP = dO Vnew^T; Z = scale decay dP; E = dP P summed by rows and by columns
-         * (read_gradients_kernel's) */
-        {
-            float P[SQUARE][4] = {}, dP[SQUARE][4] = {}, e_row[2] = {0.0f, 0.0f}, e_column[SQUARE][2] = {};
-            warp_product(P, rows_of(s.queries, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
-            warp_product(dP, rows_of(s.dO16, LDV), transpose_of(s.Vnew16, LDV), square.row0, square.col0, VP, square.tiles);
-#pragma unroll
-            for (int j = 0; j < SQUARE; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int i = fragment_row(square.row0, r), l = fragment_column(square.col0, j, r);
-                    const float decay = l <= i && i < n ? expf((float)(s.gamma[i] - s.gamma[l])) : 0.0f;
-                    P[j][r] *= p.scale * decay;
-                    s.Z16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(p.scale * decay * dP[j][r]);
-                    const float E = l < i ? dP[j][r] * P[j][r] : 0.0f;
-                    e_row[r >= 2] += E;
-                    e_column[j][r & 1] += E;
-                }
-            store_row_sums(e_row, square, s.row_terms);
-            store_column_sum(keep_column_sums(e_column), square, s.e_columns);
+        {   /* P, dP, Z and E (chunk_probabilities); P to its own place at once */
+            float P[SQUARE][4] = {};
+            const float e_column_kept = chunk_probabilities(P, square, s.queries, s.keys, LDK, s.dO16, s.Vnew16, LDV, s.gamma, n,
+                                                            p.scale, KP, VP, s.Z16, s.row_terms);
+            store_column_sum(e_column_kept, square, s.e_columns);
             store_bf16_pairs(P, square, s.P16, TOKEN_STRIDE, CHUNK, CHUNK);
         }
         __syncthreads();
 
-        {   /* dq = scale e^gamma_i (S0 dO_i) + Z K; q_i . (S0 dO_i) scale e^gamma_i onto E's row sums */
-            float acc[WIDE][4] = {}, q_sum[2] = {0.0f, 0.0f};
-            warp_product(acc, rows_of(s.dO16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP, keys_part.tiles);
-            add_row_terms(acc, keys_part, q_sum,
-                          [&](int i, int c, float value) { return value * __bfloat162float(s.queries[i * LDK + c]); });
-            add_row_sums(q_sum, keys_part, s.read, s.row_terms);
-            for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.read[i]; });
-            warp_product(acc, rows_of(s.Z16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK,
-                         keys_part.tiles);
-            for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
-                if (i < n && c < K)
-                    store_gradient(g.dq, g.dq_bf16, token_of(p, x, i) * K + c, value);
-            });
-        }
-        if (o) { /* o = scale e^gamma_i (Q S0)_i + P Vnew (eq. 14) */
-            float acc[WIDE][4] = {};
-            warp_product(acc, rows_of(s.queries, LDK), rows_of(s.S0, LDV), values_part.row0, values_part.col0, KP,
-                         values_part.tiles);
-            for_each_sum(acc, values_part, [&](int i, int c, float &value) { value *= s.read[i]; });
-            warp_product(acc, rows_of(s.P16, TOKEN_STRIDE), rows_of(s.Vnew16, LDV), values_part.row0, values_part.col0, CHUNK,
-                         values_part.tiles);
-            for_each_sum(acc, values_part, [&](int i, int c, float &value) {
-                if (i < n && c < V)
-                    o[token_of(p, x, i) * V + c] = value;
-            });
-        }
-        {   /* <S0, dS_C>, the last token's gate term: a fixed order, the same bits every run */
-            float state_dot = 0.0f;
-            for (int e = threadIdx.x; e < KP * VP; e += WALK_THREADS) {
-                const int at = e / VP * LDV + e % VP;
-                state_dot += __bfloat162float(s.S0[at]) * __bfloat162float(s.dS16[at]);
-            }
-#pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2)
-                state_dot += __shfl_xor_sync(0xffffffffu, state_dot, offset);
-            if (threadIdx.x % 32 == 0)
-                s.state_dot[threadIdx.x / 32] = state_dot;
-        }
+        chunk_dq(p, x, g, keys_part, s.queries, s.keys, LDK, s.dO16, s.S0, LDV, s.Z16, s.read, s.row_terms);
+        if (o)
+            chunk_o(p, x, o, values_part, s.queries, LDK, s.S0, s.P16, s.Vnew16, LDV, s.read);
+        chunk_state_dot(s.S0, LDV, s.dS16, LDV, KP, VP, s.state_dot);
         {   /* dVnew = e^(gamma_C - gamma_i) (K dS_C)_i + P^T dO (eq. 19a), zero past the chunk and
              * past V: the operand of dX and dW */
             float acc[WIDE][4] = {};
@@ -233,38 +184,15 @@ __global__ static void __launch_bounds__(WALK_THREADS, 1) fused_walk_kernel(gdn_
                 s.dVnew16[i * LDV + c] = __float2bfloat16_rn(i < n && c < V ? value : 0.0f);
             });
         }
-        {   /* dk's first part = e^(gamma_C - gamma_i) (dS_C Vnew_i) + Z^T Q, to dk until the rest is
-             * added (the same lanes read it back: no barrier between); k_i . (dS_C Vnew_i) for dgamma */
-            float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f};
-            warp_product(acc, rows_of(s.Vnew16, LDV), transpose_of(s.dS16, LDV), keys_part.row0, keys_part.col0, VP,
-                         keys_part.tiles);
-            add_row_terms(acc, keys_part, sum,
-                          [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
-            store_row_sums(sum, keys_part, s.k_dot);
-            for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.to_end[i]; });
-            warp_product(acc, transpose_of(s.Z16, TOKEN_STRIDE), rows_of(s.queries, LDK), keys_part.row0, keys_part.col0, CHUNK,
-                         keys_part.tiles);
-            for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
-                if (i < n && c < K)
-                    g.dk[token_of(p, x, i) * K + c] = value;
-            });
-        }
+        /* dk's first part to dk, read back by the same lanes in chunk_solve_gradients (kept in
+         * registers beside dS's 32 accumulators, it spills) */
+        chunk_dk_first(p, x, g, keys_part, s.queries, s.keys, LDK, s.Vnew16, s.dS16, LDV, s.Z16, s.to_end, s.k_dot);
         __syncthreads(); /* dVnew complete; Vnew, P and dO read */
 
         {   /* dX = Tm^T dVnew, dv = beta dX (eq. 19c); dX_i . v_i for dbeta; -e^gamma dv, the chain's
              * operand, into Vnew's place; dO scaled by scale e^gamma in place for Q^T */
-            float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f};
-            warp_product(acc, Tm_t, rows_of(s.dVnew16, LDV), values_part.row0, values_part.col0, CHUNK, values_part.tiles);
-            add_row_terms(acc, values_part, sum,
-                          [&](int i, int c, float value) { return value * __bfloat162float(s.values[i * LDV + c]); });
-            store_row_sums(sum, values_part, s.v_dot);
-            for_each_sum(acc, values_part, [&](int i, int c, float &value) {
-                const float dv = s.beta[i] * value;
-                if (i < n && c < V)
-                    store_gradient(g.dv, g.dv_bf16, token_of(p, x, i) * V + c, dv);
-                s.minus_Ddv16[i * LDV + c] = __float2bfloat16_rn(-s.grown[i] * dv);
-            });
-            for (int e = threadIdx.x; e < CHUNK * VP; e += WALK_THREADS) {
+            chunk_dv(p, x, g, values_part, s.Tm16, s.dVnew16, s.values, LDV, s.beta, s.grown, s.v_dot, s.minus_Ddv16);
+            for (int e = threadIdx.x; e < CHUNK * VP; e += GRADIENT_THREADS) {
                 const int i = e / VP, at = i * LDV + e % VP;
                 s.dO16[at] = __float2bfloat16_rn(s.read[i] * __bfloat162float(s.dO16[at]));
             }
@@ -290,104 +218,16 @@ __global__ static void __launch_bounds__(WALK_THREADS, 1) fused_walk_kernel(gdn_
         }
         __syncthreads();
 
-        {   /* dTm = lower(dVnew V^T diag(beta) + dW K^T diag(beta e^gamma)) (eq. 19c), into P's place */
-            float xv[SQUARE][4] = {}, yk[SQUARE][4] = {};
-            warp_product(xv, rows_of(s.dVnew16, LDV), transpose_of(s.values, LDV), square.row0, square.col0, VP, square.tiles);
-            warp_product(yk, rows_of(s.dW16, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
-#pragma unroll
-            for (int j = 0; j < SQUARE; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int i = fragment_row(square.row0, r), l = fragment_column(square.col0, j, r);
-                    const float value = l < i ? s.beta[l] * (xv[j][r] + s.grown[l] * yk[j][r]) : 0.0f;
-                    s.dTm16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(value);
-                }
-        }
-        __syncthreads();
-        {   /* R = Tm^T dTm, into dTm's place once every warp has read dTm (eq. 19d) */
-            float acc[SQUARE][4] = {};
-            warp_product(acc, Tm_t, rows_of(s.dTm16, TOKEN_STRIDE), square.row0, square.col0, CHUNK, square.tiles);
-            __syncthreads();
-            for_each_sum(acc, square, [&](int a, int b, float &value) { s.dTm16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(value); });
-        }
-        __syncthreads();
-        {   /* dM = -R Tm^T below the diagonal; F = dM beta decay, into dO's place; H = F o K K^T by
-             * rows and columns for dgamma; dM decay K K^T for dbeta (wy_gradients_kernel's) */
-            float RT[SQUARE][4] = {}, kk[SQUARE][4] = {}, sum[2] = {0.0f, 0.0f}, h_row[2] = {0.0f, 0.0f}, h_column[SQUARE][2] = {};
-            warp_product(RT, rows_of(s.dTm16, TOKEN_STRIDE), Tm_t, square.row0, square.col0, CHUNK, square.tiles);
-            warp_product(kk, rows_of(s.keys, LDK), transpose_of(s.keys, LDK), square.row0, square.col0, KP, square.tiles);
-#pragma unroll
-            for (int j = 0; j < SQUARE; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int a = fragment_row(square.row0, r), b = fragment_column(square.col0, j, r);
-                    const float decay = b < a && a < n ? expf((float)(s.gamma[a] - s.gamma[b])) : 0.0f;
-                    const float dM = -RT[j][r], F = dM * s.beta[a] * decay;
-                    s.F[a * SQUARE_STRIDE + b] = F;
-                    h_row[r >= 2] += F * kk[j][r];
-                    h_column[j][r & 1] += F * kk[j][r];
-                    sum[r >= 2] += dM * decay * kk[j][r];
-                }
-            store_row_sums(sum, square, s.b_sum);
-            store_row_sums(h_row, square, s.h_rows);
-            store_column_sum(keep_column_sums(h_column), square, s.h_columns);
-        }
-        __syncthreads();
-#pragma unroll 1
-        for (int step = 0; step < CHUNK * CHUNK / WALK_THREADS; step++) { /* F + F^T, into Z's place */
-            const int e = threadIdx.x + WALK_THREADS * step, a = e / CHUNK, b = e % CHUNK;
-            s.F16[a * TOKEN_STRIDE + b] = __float2bfloat16_rn(s.F[a * SQUARE_STRIDE + b] + s.F[b * SQUARE_STRIDE + a]);
-        }
-        __syncthreads();
-        {   /* dY = Tm^T dW; dk = dk's first part (asked for first, arriving during the products) +
-             * beta e^gamma dY + (F + F^T) K */
-            float acc[WIDE][4] = {}, sum[2] = {0.0f, 0.0f}, dk_first[WIDE][4] = {};
-            for_each_sum(dk_first, keys_part, [&](int i, int c, float &value) {
-                if (i < n && c < K)
-                    value = g.dk[token_of(p, x, i) * K + c];
-            });
-            warp_product(acc, Tm_t, rows_of(s.dW16, LDK), keys_part.row0, keys_part.col0, CHUNK, keys_part.tiles);
-            add_row_terms(acc, keys_part, sum,
-                          [&](int i, int c, float value) { return value * __bfloat162float(s.keys[i * LDK + c]); });
-            store_row_sums(sum, keys_part, s.y_dot);
-            for_each_sum(acc, keys_part, [&](int i, int c, float &value) { value *= s.beta[i] * s.grown[i]; });
-            warp_product(acc, rows_of(s.F16, TOKEN_STRIDE), rows_of(s.keys, LDK), keys_part.row0, keys_part.col0, CHUNK,
-                         keys_part.tiles);
-            add_sums(acc, dk_first);
-            for_each_sum(acc, keys_part, [&](int i, int c, float &value) {
-                if (i < n && c < K)
-                    g.dk[token_of(p, x, i) * K + c] = value;
-            });
-        }
+        chunk_solve_gradients(p, x, g, s.Tm16, s.dVnew16, s.values, LDV, s.dW16, s.keys, LDK, s.dTm16, s.F, s.F16, s.gamma,
+                              s.beta, s.grown, s.y_dot, s.b_sum, s.h_rows, s.h_columns);
         __syncthreads(); /* the row sums complete */
-
-        /* dgamma_i and dbeta_i, a thread a row: the reads' terms (q_i's and P's, Kdec's, the last
-         * token's <S0, dS_C>), then the WY form's and the solve's */
-        if (threadIdx.x < n) {
+        if (threadIdx.x < n) { /* dgamma_i and dbeta_i, a thread a row: the reads' terms, then the WY form's */
             const int i = threadIdx.x;
-            double dgamma = (double)row_sum<WALK_WARPS>(s.row_terms, i) - (double)row_sum<WALK_WARPS>(s.e_columns, i);
-            if (i < last)
-                dgamma -= s.to_end[i] * row_sum<WALK_WARPS>(s.k_dot, i);
-            else {
-                for (int j = 0; j < last; j++)
-                    dgamma += s.to_end[j] * row_sum<WALK_WARPS>(s.k_dot, j);
-                float total = 0.0f;
-                for (int warp = 0; warp < WALK_WARPS; warp++)
-                    total += s.state_dot[warp];
-                dgamma += (double)expf((float)s.gamma[last]) * total;
-            }
-            const float y_dot = row_sum<WALK_WARPS>(s.y_dot, i);
-            dgamma += s.beta[i] * s.grown[i] * y_dot;
-            dgamma += (double)row_sum<WALK_WARPS>(s.h_rows, i) - (double)row_sum<WALK_WARPS>(s.h_columns, i);
-            s.dgamma[i] = dgamma;
-            g.dbeta[token_of(p, x, i)] = row_sum<WALK_WARPS>(s.v_dot, i) + s.grown[i] * y_dot + row_sum<WALK_WARPS>(s.b_sum, i);
+            const double reads = read_dgamma(i, n, s.gamma, s.to_end, s.row_terms, s.e_columns, s.k_dot, s.state_dot);
+            s.dgamma[i] = wy_dgamma_dbeta(p, x, g, i, reads, s.beta, s.grown, s.v_dot, s.y_dot, s.b_sum, s.h_rows, s.h_columns);
         }
         __syncthreads();
-        if (threadIdx.x == 0) { /* dg_t sums dgamma from the chunk's end back */
-            double from_later = 0.0;
-            for (int i = n - 1; i >= 0; i--)
-                g.dg[token_of(p, x, i)] = (float)(from_later += s.dgamma[i]);
-        }
+        chunk_dg(p, x, g, s.dgamma);
     }
     if (g.dh0 && d.rows)
         for_each_state(d, [&](int j, int r, int m, int c) {
