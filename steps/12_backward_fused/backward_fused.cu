@@ -7,10 +7,11 @@
  * Here the backward chain's block does pass 4's work as it walks: dS in its registers, each
  * chunk's gradients made from the dVnew and dS_C it has just made (fused_walk.cuh). With the
  * value gradient as the chain's operand (-W^T dVnew = K^T (-e^gamma dv)) it never reads -W.
- * Pass 1 and the forward chain are stage 11's, unchanged: they leave Tm, S0 and Vnew.
+ * Pass 1 and the forward chain are stage 11's: they leave Tm, S0 and Vnew; pass 1 without P^T dO
+ * and scale e^gamma dO (prepare_chunks_kernel<false>), which the walk makes itself.
  *
- * Cost: stage 10's products, P^T dO once more. Bytes between launches: pass 1's and the forward
- * chain's; the walk reads q, k, v, dO, Tm, S0 and Vnew once a chunk and writes the gradients.
+ * Cost: stage 10's products. Bytes between launches: gamma, Tm, -W and U from pass 1, S0 and
+ * Vnew from the forward chain; the walk reads q, k, v, dO, Tm, S0 and Vnew once a chunk and writes the gradients.
  * Depth: T / 64 chunk steps a head, each the whole chunk's work: one block a head (about 212 KB
  * of shared memory), so B H blocks, and with fewer heads than SMs the card idles.
  * Limits: stage 11's.
@@ -46,7 +47,7 @@ static int fused_passes(const gdn_device_problem *p, const gdn_device_cotangents
         gdn_blocks_for(heads * ((round_up16(V) + COLUMNS - 1) / COLUMNS), 1, &chain_blocks) ||
         gdn_blocks_for(heads, 1, &walk_blocks))
         return -1;
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, chunk_blocks, THREADS, prepare_tiles_at(nullptr, K, V).bytes, *p, *c, w);
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<false>, chunk_blocks, THREADS, prepare_tiles_at(nullptr, K, V).bytes, *p, *c, w);
     CUDA_LAUNCH_WITH_SHARED(forward_chain_kernel<COLUMNS>, chain_blocks, chain_shape<COLUMNS>::THREADS,
                             chain_tiles_at<COLUMNS>(nullptr, K, false).bytes, *p, w, r->ht);
     CUDA_LAUNCH_WITH_SHARED(fused_walk_kernel, walk_blocks, GRADIENT_THREADS, walk_tiles_at(nullptr).bytes, *p, *c, w, r->o, *g);
