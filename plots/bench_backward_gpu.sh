@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench_backward_gpu.sh BIN OUTDIR -- our GPU backward (bin/10_backward_chunked_cuda, fp32, and
-# bin/11_backward_tensor_cores, the same passes on tensor cores with bf16 operands) beside FLA's
+# bin/11_backward_tensor_cores, the same passes on tensor cores with bf16 operands, and
+# bin/12_backward_fused, 11's backward chain and pass 4 as one walk a head) beside FLA's
 # and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), and ours through the Python
 # package (the forward stage it picks, then stage 11 by autograd: ms_package_*), side by side in one run on
 # the same problems and cotangents: the backward alone, and the forward plus the backward (ours:
