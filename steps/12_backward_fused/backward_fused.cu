@@ -15,6 +15,8 @@
  * Depth: T / 64 chunk steps a head, each the whole chunk's work: one block a head (about 212 KB
  * of shared memory), so B H blocks, and with fewer heads than SMs the card idles.
  * Limits: stage 11's.
+ * Measured in one job on an NVIDIA H100 80GB HBM3 (plots/data/backward_fused_steps.dat): 3.98 ms
+ * at (8, 4096, 16, 128, 128), 1.11x stage 11; 7.32 ms at (1, 16384, 8, 64, 64), eight blocks.
  *
  * Build and run:  make bin/12_backward_fused && bin/12_backward_fused --B 8 --T 1024 --H 16 --K 128 --V 128 --check-against oracle
  */
