@@ -43,12 +43,12 @@ kind_of() { if gpu_only "$1"; then echo cu; else echo c; fi; }
 # that folder ("../NN_name/name.cuh"): the stage compared against reads those as its own, and
 # code both compile is no lesson of the diff
 text_of() {
-    folder=$(dirname "$1")
     while IFS= read -r line || [ -n "$line" ]; do
         printf '%s\n' "$line"
         header=$(printf '%s' "$line" | sed -n 's/^#include "\([a-z_]*\.cuh\)".*/\1/p')
-        if [ -n "$header" ] && [ -f "$folder/$header" ]; then
-            text_of "$folder/$header" "${2:-}"
+        # the folder from $1 each time: sh has no local variables, and a nested call's would stay
+        if [ -n "$header" ] && [ -f "$(dirname "$1")/$header" ]; then
+            text_of "$(dirname "$1")/$header" "${2:-}"
         elif [ -n "${2:-}" ]; then
             header=$(printf '%s' "$line" | sed -n "s|^#include \"\.\./$(basename "$2")/\([a-z_]*\.cuh\)\".*|\1|p")
             if [ -n "$header" ] && [ -f "$2/$header" ]; then

@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench_backward_gpu.sh BIN OUTDIR -- our GPU backward (bin/10_backward_chunked_cuda, fp32, and
-# bin/11_backward_tensor_cores, the same passes on tensor cores with bf16 operands) beside FLA's
+# bin/11_backward_tensor_cores, the same passes on tensor cores with bf16 operands, and
+# bin/12_backward_fused, 11's backward chain and pass 4 as one walk a head) beside FLA's
 # and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), and ours through the Python
 # package (the forward stage it picks, then stage 11 by autograd: ms_package_*), side by side in one run on
 # the same problems and cotangents: the backward alone, and the forward plus the backward (ours:
@@ -14,8 +15,9 @@
 # CUDA events, L2 flushed; the peers: of 30, eager, the same flush; *_graph: the same calls replayed
 # from CUDA graphs, the forward in one and its backward in a second, graph_vs_eager the largest
 # relative difference between a peer's gradients so replayed and its eager ones); ms_tc_backward is stage 11's
-# backward, fla/tc FLA's backward over it, ms_11a_backward the step before it (11a_backward_mma_sync). err_*: the peer's dq and dv against ours (stage 10,
-# relative L2), proof of the same problem. nan: that code did not run the
+# backward, fla/tc FLA's backward over it, ms_11a_backward the step before it (11a_backward_mma_sync),
+# ms_fused_backward stage 12's (12_backward_fused), fla_graph/fused and flashqla_graph/fused the
+# peers' graph times over it. err_*: the peer's dq and dv against ours (stage 10, relative L2), proof of the same problem. nan: that code did not run the
 # shape (its line in the log says why). The roofline: floor_ms is the least time the backward
 # can take at the rates in plots/data/gpu_peak.dat (bin/gpu_peak on the card its header names,
 # copies and the faster of mma.sync and wgmma bf16: rerun it on another card), the larger of its flops (stage 10's count, the same products for every
@@ -39,7 +41,7 @@ for peer in $(printf '%s' "$peers_asked" | tr ',' ' '); do
 done
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward ms_fla_backward_graph ms_flashqla_backward_graph ms_package_backward_graph ms_fla_fwd_bwd_graph ms_flashqla_fwd_bwd_graph ms_package_fwd_bwd_graph fla_graph/tc graph_vs_eager" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward ms_fla_backward_graph ms_flashqla_backward_graph ms_package_backward_graph ms_fla_fwd_bwd_graph ms_flashqla_fwd_bwd_graph ms_package_fwd_bwd_graph fla_graph/tc graph_vs_eager ms_fused_backward fla_graph/fused flashqla_graph/fused" > "$rows"
 peak_rates
 # floor FLOPS B T H K V: the roofline's least time, ms (the least bytes: 8 K + 6 V + 16 a token and head)
 floor_of() { roofline_ms "$1" "$(($2 * $3 * $4 * (8 * $5 + 6 * $6 + 16)))"; }
@@ -61,6 +63,7 @@ for shape in "$@"; do
     flops=$(awk -v g="$(field gflops "$result")" -v ms="${backward:-0}" 'BEGIN { printf "%.0f", g * ms * 1e6 }') # stage 10's count
     tc=$(field median_ms "$("$bin"/11_backward_tensor_cores --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     narrow=$(field median_ms "$("$bin"/11a_backward_mma_sync --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
+    fused=$(field median_ms "$("$bin"/12_backward_fused --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($1, $2, $3, $4, $5))" 2>/dev/null || echo 06_warp_specialized)
     forward=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 2>&1 | grep '^result' || true)")
     peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers "$peers_asked" "$work/p:$work/o" 2>&1 ||
@@ -83,7 +86,8 @@ for shape in "$@"; do
         "$(floor_of "$flops" "$@") $(fraction "$(floor_of "$flops" "$@")" "${backward:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${tc:-nan}")" \
         "$(fraction "$(floor_of "$flops" "$@")" "${fla_b:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${qla_b:-nan}")" \
         "${pkg_b:-nan} ${pkg_fb:-nan} $(ratio "${fla_fb:-0}" "${pkg_fb:-0}") ${narrow:-nan}" \
-        "${fla_bg:-nan} ${qla_bg:-nan} ${pkg_bg:-nan} ${fla_fbg:-nan} ${qla_fbg:-nan} ${pkg_fbg:-nan} $(ratio "${fla_bg:-0}" "${tc:-0}") ${apart:--}" >> "$rows"
+        "${fla_bg:-nan} ${qla_bg:-nan} ${pkg_bg:-nan} ${fla_fbg:-nan} ${qla_fbg:-nan} ${pkg_fbg:-nan} $(ratio "${fla_bg:-0}" "${tc:-0}") ${apart:--}" \
+        "${fused:-nan} $(ratio "${fla_bg:-0}" "${fused:-0}") $(ratio "${qla_bg:-0}" "${fused:-0}")" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done
 cat "$rows"

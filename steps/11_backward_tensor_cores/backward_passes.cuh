@@ -93,7 +93,7 @@ static int run_backward_passes(const gdn_device_problem *p, const gdn_device_cot
     if (gdn_blocks_for(heads * w.chunks, 1, &chunk_blocks) ||
         gdn_blocks_for(heads * ((round_up16(V) + COLUMNS - 1) / COLUMNS), 1, &chain_blocks))
         return -1;
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel, chunk_blocks, THREADS, prepare_tiles_at(nullptr, K, V).bytes, *p, *c, w);
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<true>, chunk_blocks, THREADS, prepare_tiles_at(nullptr, K, V).bytes, *p, *c, w);
     constexpr int CHAIN_THREADS = chain_shape<COLUMNS>::THREADS;
     if constexpr (TOGETHER) {
         unsigned both_blocks;

@@ -65,6 +65,9 @@ __device__ static void stage_dO(const gdn_device_problem &p, const gdn_device_co
         stage_tile(s.right, LDV, CHUNK, VP, cot.d_o + at, value_stride, x.n, V, scale);
 }
 
+/* FOR_BACKWARD_CHAIN: also P^T dO and scale e^gamma dO, the backward chain's addend and operand
+ * (stage 12's walk makes both itself, and needs only gamma, Tm, -W and U) */
+template <bool FOR_BACKWARD_CHAIN>
 __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_device_problem p, gdn_device_cotangents cot,
                                                                           backward_workspace w)
 {
@@ -79,7 +82,8 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
     /* both copies on their way while the gates load; one wait (either tile may have taken the
      * synchronous path: q and k need not share their alignment) */
     stage_tile(s.keys, LDK, CHUNK, KP, k16, key_stride, n, K, (const float *)nullptr, false);
-    stage_tile(s.queries, LDK, CHUNK, KP, q16, key_stride, n, K, (const float *)nullptr, false);
+    if constexpr (FOR_BACKWARD_CHAIN)
+        stage_tile(s.queries, LDK, CHUNK, KP, q16, key_stride, n, K, (const float *)nullptr, false);
     for (int i = threadIdx.x; i < CHUNK; i += THREADS) {
         s.gamma[i] = i < n ? p.g[token_of(p, x, i)] : 0.0;
         s.beta[i] = i < n ? p.beta[token_of(p, x, i)] : 0.0f;
@@ -100,13 +104,16 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
      * and i < n, so no exponent is positive (eq. 10 and 14) */
     {
         const warp_part part = part_of(CHUNK);
-        float kk[4][4] = {}, qk[4][4] = {};
+        float kk[4][4] = {};
         warp_product(kk, rows_of(s.keys, LDK), transpose_of(s.keys, LDK), part.row0, part.col0, KP, part.tiles);
-        warp_product(qk, rows_of(s.queries, LDK), transpose_of(s.keys, LDK), part.row0, part.col0, KP, part.tiles);
-        for_each_sum(qk, part, [&](int i, int l, float &sum) {
-            const float decay = l <= i && i < n ? expf((float)(s.gamma[i] - s.gamma[l])) : 0.0f;
-            s.P16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(p.scale * decay * sum);
-        });
+        if constexpr (FOR_BACKWARD_CHAIN) {
+            float qk[4][4] = {};
+            warp_product(qk, rows_of(s.queries, LDK), transpose_of(s.keys, LDK), part.row0, part.col0, KP, part.tiles);
+            for_each_sum(qk, part, [&](int i, int l, float &sum) {
+                const float decay = l <= i && i < n ? expf((float)(s.gamma[i] - s.gamma[l])) : 0.0f;
+                s.P16[i * TOKEN_STRIDE + l] = __float2bfloat16_rn(p.scale * decay * sum);
+            });
+        }
         __syncthreads(); /* every warp's reads of the queries done: Tm takes their bytes */
         for_each_sum(kk, part, [&](int i, int l, float &sum) {
             const float decay = l <= i && i < n ? expf((float)(s.gamma[i] - s.gamma[l])) : 0.0f;
@@ -150,31 +157,33 @@ __global__ static void __launch_bounds__(THREADS, 3) prepare_chunks_kernel(gdn_d
         bf16 *minus_W = w.minus_W + x.index * CHUNK * KP;
         for_each_sum(acc, part, [&](int i, int c, float &sum) { minus_W[i * KP + c] = __float2bfloat16_rn(sum); });
     }
-    __syncthreads();
 
-    /* P^T dO, the first term of dVnew (eq. 19a): A = P read transposed, B = dO in bf16 */
-    stage_dO(p, cot, x, s, nullptr);
-    __syncthreads();
-    {
-        const warp_part part = part_of(VP);
-        float acc[8][4] = {};
-        warp_product(acc, transpose_of(s.P16, TOKEN_STRIDE), rows_of(s.right, LDV), part.row0, part.col0, CHUNK, part.tiles);
-        float *PtdO = w.PtdO + x.index * CHUNK * VP;
-        for_each_sum(acc, part, [&](int i, int c, float &sum) { PtdO[i * VP + c] = i < n && c < V ? sum : 0.0f; });
+    if constexpr (FOR_BACKWARD_CHAIN) {
+        __syncthreads(); /* -W's operand read: dO takes its place */
+        /* P^T dO, the first term of dVnew (eq. 19a): A = P read transposed, B = dO in bf16 */
+        stage_dO(p, cot, x, s, nullptr);
+        __syncthreads();
+        {
+            const warp_part part = part_of(VP);
+            float acc[8][4] = {};
+            warp_product(acc, transpose_of(s.P16, TOKEN_STRIDE), rows_of(s.right, LDV), part.row0, part.col0, CHUNK, part.tiles);
+            float *PtdO = w.PtdO + x.index * CHUNK * VP;
+            for_each_sum(acc, part, [&](int i, int c, float &sum) { PtdO[i * VP + c] = i < n && c < V ? sum : 0.0f; });
+        }
+
+        /* scale e^gamma_i dO_i, rounded once to bf16: the B operand of Q^T in the backward chain's
+         * dS0 (eq. 19b). It needs no state, so it is made here, every chunk at once, and the chain's
+         * path has no expf, scaling or rounding of dO. Staged in the right operand's place once
+         * P^T dO has read it (dO read again, from L2 as a rule), its factors in e^gamma's, which
+         * nothing after -W reads; then written whole: zero past the chunk and past V. */
+        for (int i = threadIdx.x; i < CHUNK; i += THREADS)
+            s.grown[i] *= p.scale;
+        __syncthreads();
+        stage_dO(p, cot, x, s, s.grown);
+        __syncthreads();
+        bf16 *scaled_dO = w.scaled_dO + x.index * CHUNK * VP;
+        for_each_piece(CHUNK, VP / 8, [&](int i, int u) {
+            *(uint4 *)(scaled_dO + i * VP + 8 * u) = *(const uint4 *)(s.right + i * LDV + 8 * u);
+        });
     }
-
-    /* scale e^gamma_i dO_i, rounded once to bf16: the B operand of Q^T in the backward chain's
-     * dS0 (eq. 19b). It needs no state, so it is made here, every chunk at once, and the chain's
-     * path has no expf, scaling or rounding of dO. Staged in the right operand's place once
-     * P^T dO has read it (dO read again, from L2 as a rule), its factors in e^gamma's, which
-     * nothing after -W reads; then written whole: zero past the chunk and past V. */
-    for (int i = threadIdx.x; i < CHUNK; i += THREADS)
-        s.grown[i] *= p.scale;
-    __syncthreads();
-    stage_dO(p, cot, x, s, s.grown);
-    __syncthreads();
-    bf16 *scaled_dO = w.scaled_dO + x.index * CHUNK * VP;
-    for_each_piece(CHUNK, VP / 8, [&](int i, int u) {
-        *(uint4 *)(scaled_dO + i * VP + 8 * u) = *(const uint4 *)(s.right + i * LDV + 8 * u);
-    });
 }

@@ -5,7 +5,8 @@
  * the same bf16-rounded inputs, each tensor within the bound FLA's tests give it
  * (gdn_backward_tolerance, common/tolerances.h), over T from 1 to 1000, B 1 and 2, H 1, 3 and 70,
  * K and V 64 and 128 and off the multiples of 16, with and without h0, extreme gates and the
- * edge cases, and against 11a_backward_mma_sync bit for bit over the same cases; exact zeros
+ * edge cases, and against 11a_backward_mma_sync bit for bit over the same cases; 12_backward_fused
+ * against the oracle, 10_backward_chunked_cuda and 11 over the same cases; exact zeros
  * where the algebra gives them; wrong chunks and sizes refused with one line, by the library call
  * and by the binary. Needs a GPU. */
 #include <stdio.h>
@@ -16,7 +17,8 @@
 #include "../../steps/10_backward_chunked/backward_chunked.h"
 #include "../test_support.h"
 
-extern const gdn_backward_stage backward_chunked_cuda_stage, backward_mma_sync_stage, backward_tensor_cores_stage;
+extern const gdn_backward_stage backward_chunked_cuda_stage, backward_mma_sync_stage, backward_tensor_cores_stage,
+    backward_fused_stage;
 
 /* o, ht and every gradient present of stage's result b within the bound the stage gives each
  * tensor (gdn_backward_tolerance) of reference (in double): the oracle, or with against_stage
@@ -173,7 +175,9 @@ static void assert_same_bits(const gdn_problem *p, const test_backward_result *a
 
 /* 11 on p's inputs rounded to bf16 (as its binary's driver rounds them), against the oracle and
  * against 10_backward_chunked_cuda (fp32) on the same rounded inputs, each tensor within its
- * bound, and against 11a bit for bit; the cotangents drawn fresh from the case number */
+ * bound, and against 11a bit for bit; 12 (its rounding placed apart from 11's: dv, not -W, is
+ * the chain's operand) against the oracle, 10_cuda and 11, each within the same bounds; the
+ * cotangents drawn fresh from the case number */
 static void check_tensor_cores(gdn_problem *p, int case_number, const char *what)
 {
     gdn_problem_round_to_bf16(p);
@@ -182,6 +186,7 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
     gdn_cotangents_generate(&c, p, 7919u * (uint64_t)case_number + 29u);
     test_backward_result tensor = test_run_backward(&backward_tensor_cores_stage, p, &c, 0);
     test_backward_result narrow = test_run_backward(&backward_mma_sync_stage, p, &c, 0);
+    test_backward_result fused = test_run_backward(&backward_fused_stage, p, &c, 0);
     test_backward_result fp32 = test_run_backward(&backward_chunked_cuda_stage, p, &c, 64);
     const size_t o_count = gdn_tokens(p) * p->V, ht_count = gdn_state_count(p);
     double *o = malloc((o_count + ht_count) * sizeof *o);
@@ -194,13 +199,21 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
     assert_same_bits(p, &tensor, &narrow, name);
     snprintf(name, sizeof name, "11 vs oracle, %s", what);
     assert_tensors_close(&backward_tensor_cores_stage, p, &tensor, o, o + o_count, &reference, 0, name);
+    snprintf(name, sizeof name, "12 vs oracle, %s", what);
+    assert_tensors_close(&backward_fused_stage, p, &fused, o, o + o_count, &reference, 0, name);
     widen(p, &fp32, o, &reference);
     snprintf(name, sizeof name, "11 vs 10_cuda, %s", what);
     assert_tensors_close(&backward_tensor_cores_stage, p, &tensor, o, o + o_count, &reference, 1, name);
+    snprintf(name, sizeof name, "12 vs 10_cuda, %s", what);
+    assert_tensors_close(&backward_fused_stage, p, &fused, o, o + o_count, &reference, 1, name);
+    widen(p, &tensor, o, &reference);
+    snprintf(name, sizeof name, "12 vs 11, %s", what);
+    assert_tensors_close(&backward_fused_stage, p, &fused, o, o + o_count, &reference, 1, name);
     gdn_gradients_f64_free(&reference);
     free(o);
     test_backward_result_free(&tensor);
     test_backward_result_free(&narrow);
+    test_backward_result_free(&fused);
     test_backward_result_free(&fp32);
     gdn_cotangents_free(&c);
 }
@@ -260,8 +273,9 @@ END_TEST
 /* beta = 0 and no h0: nothing is ever written, so S = 0, and o, ht, dq, dk, dv and dg are exactly
  * 0 (every product meets a zero operand, no poison or padding leaks in); dbeta is not, and is
  * checked against the oracle */
-START_TEST(gpu_backward_tensor_cores_exact_zeros)
+START_TEST(gpu_backward_tensor_cores_exact_zeros) /* _i: 11, then 12 */
 {
+    const gdn_backward_stage *stage = _i == 0 ? &backward_tensor_cores_stage : &backward_fused_stage;
     gdn_problem p = test_problem((test_shape){2, 150, 3, 64, 72}, 0, 5600);
     for (size_t i = 0; i < gdn_tokens(&p); i++)
         p.beta[i] = 0;
@@ -269,14 +283,14 @@ START_TEST(gpu_backward_tensor_cores_exact_zeros)
     gdn_cotangents c;
     ck_assert_int_eq(gdn_cotangents_alloc(&c, &p), 0);
     gdn_cotangents_generate(&c, &p, 5600);
-    test_backward_result b = test_run_backward(&backward_tensor_cores_stage, &p, &c, 0);
+    test_backward_result b = test_run_backward(stage, &p, &c, 0);
     const real_t *zeros[6] = {b.r.o, b.r.ht, b.g.dq, b.g.dk, b.g.dv, b.g.dg};
     const size_t counts[6] = {gdn_tokens(&p) * p.V, gdn_state_count(&p), gdn_tokens(&p) * p.K, gdn_tokens(&p) * p.K,
                               gdn_tokens(&p) * p.V, gdn_tokens(&p)};
     static const char *const names[6] = {"o", "ht", "dq", "dk", "dv", "dg"};
     for (int t = 0; t < 6; t++)
         for (size_t i = 0; i < counts[t]; i++)
-            ck_assert_msg(zeros[t][i] == 0, "%s[%zu] = %g, not 0", names[t], i, (double)zeros[t][i]);
+            ck_assert_msg(zeros[t][i] == 0, "%s: %s[%zu] = %g, not 0", stage->name, names[t], i, (double)zeros[t][i]);
     const size_t o_count = gdn_tokens(&p) * p.V;
     double *o = malloc((o_count + gdn_state_count(&p)) * sizeof *o);
     gdn_gradients_f64 reference;
@@ -288,7 +302,7 @@ START_TEST(gpu_backward_tensor_cores_exact_zeros)
         norm += reference.dbeta[i] * reference.dbeta[i];
     ck_assert_msg(norm > 1, "dbeta is not zero where beta is: |dbeta|^2 = %g", norm);
     assert_close(gdn_compare_representable(b.g.dbeta, reference.dbeta, gdn_tokens(&p)),
-                 gdn_backward_tolerance(&backward_tensor_cores_stage, "dbeta", 0), "dbeta with beta = 0");
+                 gdn_backward_tolerance(stage, "dbeta", 0), "dbeta with beta = 0");
     gdn_gradients_f64_free(&reference);
     free(o);
     test_backward_result_free(&b);
@@ -300,14 +314,16 @@ END_TEST
 /* _i: a chunk other than 64 (32, then 128), K = 129, V = 129: refused by the library call with one
  * line naming the value; 4: the binary refuses --chunk 32 the same way, exit status non-zero and
  * no result line; 5: the binary's own check against the oracle, each tensor within its bound */
-START_TEST(gpu_backward_tensor_cores_refuses_bad_sizes)
+START_TEST(gpu_backward_tensor_cores_refuses_bad_sizes) /* _i: six cases of 11, then of 12 */
 {
-    if (_i >= 4) {
+    const gdn_backward_stage *stage = _i < 6 ? &backward_tensor_cores_stage : &backward_fused_stage;
+    const int j = _i % 6;
+    if (j >= 4) {
         char out[4096], err[4096];
-        const char *arguments = _i == 4 ? "--B 1 --T 100 --H 2 --K 64 --V 64 --chunk 32 --reps 1 --check-against oracle"
+        const char *arguments = j == 4 ? "--B 1 --T 100 --H 2 --K 64 --V 64 --chunk 32 --reps 1 --check-against oracle"
                                         : "--B 1 --T 200 --H 2 --K 64 --V 96 --h0 --reps 1 --check-against oracle";
-        const int status = test_run_program("", "11_backward_tensor_cores", arguments, out, sizeof out, err, sizeof err);
-        if (_i == 4)
+        const int status = test_run_program("", stage->name, arguments, out, sizeof out, err, sizeof err);
+        if (j == 4)
             test_assert_refused(status, out, err, "--chunk 32");
         else {
             ck_assert_msg(status == 0, "%s", err);
@@ -319,17 +335,17 @@ START_TEST(gpu_backward_tensor_cores_refuses_bad_sizes)
     static const test_shape shapes[4] = {{1, 100, 1, 16, 16}, {1, 100, 1, 16, 16}, {1, 10, 1, 129, 8}, {1, 10, 1, 8, 129}};
     static const size_t chunks[4] = {32, 128, 0, 0};
     static const char *const messages[4] = {"--chunk 32", "--chunk 128", "K = 129", "V = 129"};
-    gdn_problem p = test_problem(shapes[_i], 0, 5700 + _i);
+    gdn_problem p = test_problem(shapes[j], 0, 5700 + j);
     gdn_problem_round_to_bf16(&p);
     gdn_cotangents c;
     ck_assert_int_eq(gdn_cotangents_alloc(&c, &p), 0);
     gdn_cotangents_generate(&c, &p, 5700);
-    gdn_settings s = {.reps = 1, .threads = 1, .chunk = chunks[_i]};
-    backward_tensor_cores_stage.resolve_options(&p, &s);
+    gdn_settings s = {.reps = 1, .threads = 1, .chunk = chunks[j]};
+    stage->resolve_options(&p, &s);
     gdn_result r;
     gdn_gradients g;
-    ck_assert_int_ne(gdn_backward_run_once(&backward_tensor_cores_stage, &p, &c, &s, &r, &g), 0);
-    ck_assert_msg(strstr(gdn_last_error(), messages[_i]) != NULL, "%s", gdn_last_error());
+    ck_assert_int_ne(gdn_backward_run_once(stage, &p, &c, &s, &r, &g), 0);
+    ck_assert_msg(strstr(gdn_last_error(), messages[j]) != NULL, "%s", gdn_last_error());
     ck_assert_msg(strchr(gdn_last_error(), '\n') == NULL, "more than one line: %s", gdn_last_error());
     gdn_result_free(&r);
     gdn_gradients_free(&g);
@@ -352,8 +368,8 @@ Suite *gpu_backward_suite(void)
     tcase_set_timeout(tensor_cores, 300);
     tcase_add_loop_test(tensor_cores, gpu_backward_tensor_cores_over_shapes, 0, 2 * TENSOR_CORE_SHAPES);
     tcase_add_loop_test(tensor_cores, gpu_backward_tensor_cores_extremes, 0, 3 + test_edge_case_count - 1);
-    tcase_add_test(tensor_cores, gpu_backward_tensor_cores_exact_zeros);
-    tcase_add_loop_test(tensor_cores, gpu_backward_tensor_cores_refuses_bad_sizes, 0, 6);
+    tcase_add_loop_test(tensor_cores, gpu_backward_tensor_cores_exact_zeros, 0, 2);
+    tcase_add_loop_test(tensor_cores, gpu_backward_tensor_cores_refuses_bad_sizes, 0, 12);
     suite_add_tcase(suite, tensor_cores);
     return suite;
 }

@@ -1,0 +1,237 @@
+/* fused_walk.cuh -- the backward chain and every gradient of a chunk in one block: a (sequence,
+ * head) walks its chunks from the last, dS in its warps' registers.
+ *
+ * Per chunk, with S0 and Vnew from the forward chain and Tm from pass 1 (stage 11's kernels):
+ *     P, dP = dO Vnew^T, Z = scale lower(dP o decay)                        (eq. 14)
+ *     dq    = diag(scale e^gamma) dO S0^T + Z K,   o = diag(scale e^gamma) Q S0 + P Vnew
+ *     dVnew = P^T dO + diag(e^(gamma_C - gamma)) K dS_C                     (eq. 19a)
+ *     dk    = diag(e^(gamma_C - gamma)) Vnew dS_C^T + Z^T Q + ...            (its first part)
+ *     dX    = Tm^T dVnew,  dv = diag(beta) dX                                (eq. 19c)
+ *     dS0   = e^gamma_C dS_C + Q^T diag(scale e^gamma) dO + K^T (-diag(e^gamma) dv)   (eq. 19b)
+ *     dW    = -dVnew S0^T, dTm, dM = -Tm^T dTm Tm^T, F, dk += ...            (eq. 19c, 19d)
+ * The last term of dS0 is eq. 19b's -W^T dVnew: W = Tm diag(beta e^gamma) K, so W^T dVnew =
+ * K^T diag(e^gamma) (diag(beta) Tm^T dVnew) = K^T diag(e^gamma) dv. The value gradient is the
+ * chain's operand, and -W is never read. dVnew and dS_C stay in shared memory; dk's first part
+ * goes to dk and is read back by the same lanes, from L2 as a rule (kept in registers, it makes
+ * the kernel spill: 32 accumulators of dS and 16 of it through the WY products).
+ *
+ * One block of 16 warps a (sequence, head): dS, K x V in fp32, is cut over the warps as 16 rows
+ * (warp % 8) by 64 columns (from 64 (warp / 8)), 32 accumulators a thread; every other product
+ * is cut by part_of<16>, and the pieces stage 11's pass 4 makes the same way are its own
+ * functions (chunk_gradients.cuh: chunk_probabilities, chunk_dq, chunk_o, chunk_dk_first,
+ * chunk_solve_gradients, ...), called here on the walk's tiles. The tiles take their places by when they are
+ * live (walk_tiles), about 212 KB, laid out for K = V = 128 whatever K and V: one block an SM, so the blocks are the heads,
+ * and where B H is under the SM count the card idles (stage 11 cuts the chains by columns there).
+ *
+ * Included by backward_fused.cu after stage 11's headers.
+ */
+#pragma once
+
+constexpr int STATE_TILES = 8; /* 8-column n-tiles of dS a warp: 64 columns */
+/* every tile's row stride, K and V or 64 wide: the widest's, so that every place is a constant
+ * offset from the start of shared memory (places found from K and V at run time would hold a
+ * register pair each through the whole walk) */
+constexpr int WALK_LD = stride_of(MAX_WIDTH);
+
+/* The walk's shared memory. Each place holds one tile, then another once the first is read:
+ *   queries, then dW;  dO, then scale e^gamma dO (in place), then F (fp32);  Vnew, then -e^gamma dv;
+ *   P, then dTm and R;  Z, then F + F^T.
+ * keys, values, S0, dS_C (bf16), Tm and dVnew have places of their own. */
+struct walk_tiles {
+    double *gamma, *dgamma;
+    float *beta, *grown, *read, *to_end;
+    float *row_terms, *e_columns, *k_dot, *v_dot, *y_dot, *b_sum, *h_rows, *h_columns; /* [shares][64] row sums */
+    float *state_dot;                                                                   /* [16]: a warp's <S0, dS_C> */
+    bf16 *keys, *values, *S0, *dS16, *Tm16, *dVnew16;
+    bf16 *queries, *dW16;
+    bf16 *dO16;
+    float *F;
+    bf16 *Vnew16, *minus_Ddv16;
+    bf16 *P16, *dTm16;
+    bf16 *Z16, *F16;
+    size_t bytes;
+};
+__host__ __device__ constexpr static walk_tiles walk_tiles_at(unsigned char *base)
+{
+    constexpr int LDK = WALK_LD, LDV = WALK_LD, KP = MAX_WIDTH;
+    constexpr size_t dO_bytes = CHUNK * LDV * sizeof(bf16), F_bytes = CHUNK * SQUARE_STRIDE * sizeof(float);
+    shared_cut cut = {base, 0};
+    walk_tiles t = {};
+    t.gamma = cut.take<double>(CHUNK), t.dgamma = cut.take<double>(CHUNK);
+    t.beta = cut.take<float>(CHUNK), t.grown = cut.take<float>(CHUNK);
+    t.read = cut.take<float>(CHUNK), t.to_end = cut.take<float>(CHUNK);
+    t.row_terms = cut.take<float>(GRADIENT_SHARES * CHUNK), t.e_columns = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.k_dot = cut.take<float>(GRADIENT_SHARES * CHUNK), t.v_dot = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.y_dot = cut.take<float>(GRADIENT_SHARES * CHUNK), t.b_sum = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.h_rows = cut.take<float>(GRADIENT_SHARES * CHUNK), t.h_columns = cut.take<float>(GRADIENT_SHARES * CHUNK);
+    t.state_dot = cut.take<float>(GRADIENT_WARPS);
+    t.keys = cut.take<bf16>(CHUNK * LDK), t.values = cut.take<bf16>(CHUNK * LDV);
+    t.S0 = cut.take<bf16>(KP * LDV), t.dS16 = cut.take<bf16>(KP * LDV);
+    t.Tm16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.dVnew16 = cut.take<bf16>(CHUNK * LDV);
+    t.queries = cut.take<bf16>(CHUNK * LDK), t.dW16 = t.queries;
+    unsigned char *dO_place = cut.take<unsigned char>(dO_bytes > F_bytes ? dO_bytes : F_bytes);
+    if (base)
+        t.dO16 = (bf16 *)dO_place, t.F = (float *)dO_place;
+    t.Vnew16 = cut.take<bf16>(CHUNK * LDV), t.minus_Ddv16 = t.Vnew16;
+    t.P16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.dTm16 = t.P16;
+    t.Z16 = cut.take<bf16>(CHUNK * TOKEN_STRIDE), t.F16 = t.Z16;
+    t.bytes = cut.used;
+    return t;
+}
+/* one block an SM: 227 KB of shared memory a block at most */
+static_assert(walk_tiles_at(nullptr).bytes <= 227 * 1024, "the walk's tiles fit one block an SM");
+
+/* this warp's 16 x 64 part of dS: rows from 16 (warp % 8), columns from 64 (warp / 8); its
+ * n-tiles below VP, and whether its rows are below KP */
+struct state_part {
+    int row0, col0, tiles;
+    bool rows;
+};
+__device__ __forceinline__ static state_part state_part_of(int KP, int VP)
+{
+    const int warp = threadIdx.x / 32, row0 = 16 * (warp % 8), col0 = 64 * (warp / 8);
+    const int tiles = VP - col0 >= 64 ? STATE_TILES : VP > col0 ? (VP - col0) / 8 : 0;
+    return {row0, col0, tiles, row0 < KP && tiles > 0};
+}
+/* f(j, r, m, c) for each of this lane's elements of dS: accumulator [j][r] is row m, column c */
+template <typename Element>
+__device__ __forceinline__ static void for_each_state(const state_part &d, Element f)
+{
+#pragma unroll
+    for (int j = 0; j < STATE_TILES; j++) {
+        if (j >= d.tiles)
+            break;
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            f(j, r, fragment_row(d.row0, r), fragment_column(d.col0, j, r));
+    }
+}
+
+/* The walk of one (sequence, head) a block. o: NULL where the caller has it. */
+__global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(gdn_device_problem p, gdn_device_cotangents cot,
+                                                                            backward_workspace w, float *o, gdn_device_gradients g)
+{
+    constexpr int WIDE = part_tiles<GRADIENT_WARPS>(MAX_WIDTH), SQUARE = part_tiles<GRADIENT_WARPS>(CHUNK); /* a warp's n-tiles */
+    static_assert(SQUARE == 2, "keep_column_sums takes two n-tiles");
+    extern __shared__ uint4 shared[];
+    const size_t head = blockIdx.x;
+    const int K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V);
+    constexpr int LDK = WALK_LD, LDV = WALK_LD;
+    const walk_tiles s = walk_tiles_at((unsigned char *)shared);
+    const size_t key_stride = p.H * p.K, value_stride = p.H * p.V;
+    const warp_part keys_part = part_of<GRADIENT_WARPS>(KP), values_part = part_of<GRADIENT_WARPS>(VP);
+    const warp_part square = part_of<GRADIENT_WARPS>(CHUNK);
+    const state_part d = state_part_of(KP, VP);
+
+    /* dS = dL/dht (or 0), and its bf16 copy, the B operand of K dS_C and dS_C Vnew^T */
+    float dS[STATE_TILES][4] = {};
+    if (d.rows)
+        for_each_state(d, [&](int j, int r, int m, int c) {
+            dS[j][r] = cot.dht && m < K && c < V ? cot.dht[head * K * V + (size_t)m * V + c] : 0.0f;
+            s.dS16[m * LDV + c] = __float2bfloat16_rn(dS[j][r]);
+        });
+
+    for (size_t chunk = w.chunks; chunk-- > 0;) {
+        const chunk_at x = chunk_of_head(p, w, head, chunk);
+        const int n = x.n, last = n - 1;
+        const size_t first = token_of(p, x, 0);
+        __syncthreads(); /* the last chunk's tiles read, dS_C in dS16 */
+
+        /* every tile on its way at once; the gates while they come */
+        stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
+        stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
+        stage_tile(s.values, LDV, CHUNK, VP, (const bf16 *)p.v_bf16 + first * V, value_stride, n, V, (const float *)nullptr, false);
+        stage_tile(s.Vnew16, LDV, CHUNK, VP, w.Vnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
+        copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
+        copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2, false);
+        if (cot.d_o_bf16)
+            stage_tile(s.dO16, LDV, CHUNK, VP, (const bf16 *)cot.d_o_bf16 + first * V, value_stride, n, V, (const float *)nullptr,
+                       false);
+        else
+            stage_tile(s.dO16, LDV, CHUNK, VP, cot.d_o + first * V, value_stride, n, V, (const float *)nullptr);
+        for (int i = threadIdx.x; i < CHUNK; i += GRADIENT_THREADS) {
+            const double gamma = i < n ? w.gamma[x.row + i] : 0.0;
+            s.gamma[i] = gamma;
+            s.beta[i] = i < n ? p.beta[token_of(p, x, i)] : 0.0f;
+            s.grown[i] = i < n ? expf((float)gamma) : 0.0f;
+            s.read[i] = i < n ? p.scale * expf((float)gamma) : 0.0f;
+            s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - gamma)) : 0.0f;
+        }
+        __pipeline_wait_prior(0);
+        __syncthreads();
+
+        {   /* P, dP, Z and E (chunk_probabilities); P to its own place at once */
+            float P[SQUARE][4] = {};
+            const float e_column_kept = chunk_probabilities(P, square, s.queries, s.keys, LDK, s.dO16, s.Vnew16, LDV, s.gamma, n,
+                                                            p.scale, KP, VP, s.Z16, s.row_terms);
+            store_column_sum(e_column_kept, square, s.e_columns);
+            store_bf16_pairs(P, square, s.P16, TOKEN_STRIDE, CHUNK, CHUNK);
+        }
+        __syncthreads();
+
+        chunk_dq(p, x, g, keys_part, s.queries, s.keys, LDK, s.dO16, s.S0, LDV, s.Z16, s.read, s.row_terms);
+        if (o)
+            chunk_o(p, x, o, values_part, s.queries, LDK, s.S0, s.P16, s.Vnew16, LDV, s.read);
+        chunk_state_dot(s.S0, LDV, s.dS16, LDV, KP, VP, s.state_dot);
+        {   /* dVnew = e^(gamma_C - gamma_i) (K dS_C)_i + P^T dO (eq. 19a), zero past the chunk and
+             * past V: the operand of dX and dW */
+            float acc[WIDE][4] = {};
+            warp_product(acc, rows_of(s.keys, LDK), rows_of(s.dS16, LDV), values_part.row0, values_part.col0, KP, values_part.tiles);
+            for_each_sum(acc, values_part, [&](int i, int c, float &value) { value *= s.to_end[i]; });
+            warp_product(acc, transpose_of(s.P16, TOKEN_STRIDE), rows_of(s.dO16, LDV), values_part.row0, values_part.col0, CHUNK,
+                         values_part.tiles);
+            for_each_sum(acc, values_part, [&](int i, int c, float &value) {
+                s.dVnew16[i * LDV + c] = __float2bfloat16_rn(i < n && c < V ? value : 0.0f);
+            });
+        }
+        /* dk's first part to dk, read back by the same lanes in chunk_solve_gradients (kept in
+         * registers beside dS's 32 accumulators, it spills) */
+        chunk_dk_first(p, x, g, keys_part, s.queries, s.keys, LDK, s.Vnew16, s.dS16, LDV, s.Z16, s.to_end, s.k_dot);
+        __syncthreads(); /* dVnew complete; Vnew, P and dO read */
+
+        {   /* dX = Tm^T dVnew, dv = beta dX (eq. 19c); dX_i . v_i for dbeta; -e^gamma dv, the chain's
+             * operand, into Vnew's place; dO scaled by scale e^gamma in place for Q^T */
+            chunk_dv(p, x, g, values_part, s.Tm16, s.dVnew16, s.values, LDV, s.beta, s.grown, s.v_dot, s.minus_Ddv16);
+            for (int e = threadIdx.x; e < CHUNK * VP; e += GRADIENT_THREADS) {
+                const int i = e / VP, at = i * LDV + e % VP;
+                s.dO16[at] = __float2bfloat16_rn(s.read[i] * __bfloat162float(s.dO16[at]));
+            }
+        }
+        __syncthreads();
+
+        /* dS0 = e^gamma_C dS_C + Q^T (scale e^gamma dO) + K^T (-e^gamma dv) (eq. 19b), in the
+         * registers; dW = -dVnew S0^T, waiting in registers for the queries' place */
+        if (d.rows) {
+            const float decay = expf((float)s.gamma[last]);
+            for_each_state(d, [&](int j, int r, int m, int c) { dS[j][r] *= decay; });
+            warp_product(dS, transpose_of(s.queries, LDK), rows_of(s.dO16, LDV), d.row0, d.col0, CHUNK, d.tiles);
+            warp_product(dS, transpose_of(s.keys, LDK), rows_of(s.minus_Ddv16, LDV), d.row0, d.col0, CHUNK, d.tiles);
+        }
+        {
+            float acc[WIDE][4] = {};
+            warp_product(acc, rows_of(s.dVnew16, LDV), transpose_of(s.S0, LDV), keys_part.row0, keys_part.col0, VP,
+                         keys_part.tiles);
+            __syncthreads(); /* the queries, scale e^gamma dO and -e^gamma dv read; dS_C read long since */
+            for_each_sum(acc, keys_part, [&](int i, int c, float &value) { s.dW16[i * LDK + c] = __float2bfloat16_rn(-value); });
+            if (d.rows)
+                for_each_state(d, [&](int j, int r, int m, int c) { s.dS16[m * LDV + c] = __float2bfloat16_rn(dS[j][r]); });
+        }
+        __syncthreads();
+
+        chunk_solve_gradients(p, x, g, s.Tm16, s.dVnew16, s.values, LDV, s.dW16, s.keys, LDK, s.dTm16, s.F, s.F16, s.gamma,
+                              s.beta, s.grown, s.y_dot, s.b_sum, s.h_rows, s.h_columns);
+        __syncthreads(); /* the row sums complete */
+        if (threadIdx.x < n) { /* dgamma_i and dbeta_i, a thread a row: the reads' terms, then the WY form's */
+            const int i = threadIdx.x;
+            const double reads = read_dgamma(i, n, s.gamma, s.to_end, s.row_terms, s.e_columns, s.k_dot, s.state_dot);
+            s.dgamma[i] = wy_dgamma_dbeta(p, x, g, i, reads, s.beta, s.grown, s.v_dot, s.y_dot, s.b_sum, s.h_rows, s.h_columns);
+        }
+        __syncthreads();
+        chunk_dg(p, x, g, s.dgamma);
+    }
+    if (g.dh0 && d.rows)
+        for_each_state(d, [&](int j, int r, int m, int c) {
+            if (m < K && c < V)
+                g.dh0[head * K * V + (size_t)m * V + c] = dS[j][r];
+        });
+}
