@@ -81,30 +81,17 @@ __host__ __device__ constexpr static walk_tiles walk_tiles_at(unsigned char *bas
 /* one block an SM: 227 KB of shared memory a block at most */
 static_assert(walk_tiles_at(nullptr).bytes <= 227 * 1024, "the walk's tiles fit one block an SM");
 
-/* this warp's 16 x 64 part of dS: rows from 16 (warp % 8), columns from 64 (warp / 8); its
- * n-tiles below VP, and whether its rows are below KP */
+/* this warp's 16 x 64 part of dS: rows from 16 (warp % 8), columns from 64 (warp / 8), its
+ * n-tiles below VP (for_each_sum's and warp_product's part), and whether its rows are below KP */
 struct state_part {
-    int row0, col0, tiles;
+    warp_part part;
     bool rows;
 };
 __device__ __forceinline__ static state_part state_part_of(int KP, int VP)
 {
     const int warp = threadIdx.x / 32, row0 = 16 * (warp % 8), col0 = 64 * (warp / 8);
     const int tiles = VP - col0 >= 64 ? STATE_TILES : VP > col0 ? (VP - col0) / 8 : 0;
-    return {row0, col0, tiles, row0 < KP && tiles > 0};
-}
-/* f(j, r, m, c) for each of this lane's elements of dS: accumulator [j][r] is row m, column c */
-template <typename Element>
-__device__ __forceinline__ static void for_each_state(const state_part &d, Element f)
-{
-#pragma unroll
-    for (int j = 0; j < STATE_TILES; j++) {
-        if (j >= d.tiles)
-            break;
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            f(j, r, fragment_row(d.row0, r), fragment_column(d.col0, j, r));
-    }
+    return {{row0, col0, tiles}, row0 < KP && tiles > 0};
 }
 
 /* The walk of one (sequence, head) a block. o: NULL where the caller has it. */
@@ -126,9 +113,9 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
     /* dS = dL/dht (or 0), and its bf16 copy, the B operand of K dS_C and dS_C Vnew^T */
     float dS[STATE_TILES][4] = {};
     if (d.rows)
-        for_each_state(d, [&](int j, int r, int m, int c) {
-            dS[j][r] = cot.dht && m < K && c < V ? cot.dht[head * K * V + (size_t)m * V + c] : 0.0f;
-            s.dS16[m * LDV + c] = __float2bfloat16_rn(dS[j][r]);
+        for_each_sum(dS, d.part, [&](int m, int c, float &value) {
+            value = cot.dht && m < K && c < V ? cot.dht[head * K * V + (size_t)m * V + c] : 0.0f;
+            s.dS16[m * LDV + c] = __float2bfloat16_rn(value);
         });
 
     for (size_t chunk = w.chunks; chunk-- > 0;) {
@@ -203,9 +190,10 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
          * registers; dW = -dVnew S0^T, waiting in registers for the queries' place */
         if (d.rows) {
             const float decay = expf((float)s.gamma[last]);
-            for_each_state(d, [&](int j, int r, int m, int c) { dS[j][r] *= decay; });
-            warp_product(dS, transpose_of(s.queries, LDK), rows_of(s.dO16, LDV), d.row0, d.col0, CHUNK, d.tiles);
-            warp_product(dS, transpose_of(s.keys, LDK), rows_of(s.minus_Ddv16, LDV), d.row0, d.col0, CHUNK, d.tiles);
+            for_each_sum(dS, d.part, [&](int m, int c, float &value) { value *= decay; });
+            warp_product(dS, transpose_of(s.queries, LDK), rows_of(s.dO16, LDV), d.part.row0, d.part.col0, CHUNK, d.part.tiles);
+            warp_product(dS, transpose_of(s.keys, LDK), rows_of(s.minus_Ddv16, LDV), d.part.row0, d.part.col0, CHUNK,
+                         d.part.tiles);
         }
         {
             float acc[WIDE][4] = {};
@@ -214,7 +202,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
             __syncthreads(); /* the queries, scale e^gamma dO and -e^gamma dv read; dS_C read long since */
             for_each_sum(acc, keys_part, [&](int i, int c, float &value) { s.dW16[i * LDK + c] = __float2bfloat16_rn(-value); });
             if (d.rows)
-                for_each_state(d, [&](int j, int r, int m, int c) { s.dS16[m * LDV + c] = __float2bfloat16_rn(dS[j][r]); });
+                for_each_sum(dS, d.part, [&](int m, int c, float &value) { s.dS16[m * LDV + c] = __float2bfloat16_rn(value); });
         }
         __syncthreads();
 
@@ -230,8 +218,8 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
         chunk_dg(p, x, g, s.dgamma);
     }
     if (g.dh0 && d.rows)
-        for_each_state(d, [&](int j, int r, int m, int c) {
+        for_each_sum(dS, d.part, [&](int m, int c, float &value) {
             if (m < K && c < V)
-                g.dh0[head * K * V + (size_t)m * V + c] = dS[j][r];
+                g.dh0[head * K * V + (size_t)m * V + c] = value;
         });
 }
