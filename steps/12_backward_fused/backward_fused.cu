@@ -6,13 +6,13 @@
  * 7.3 GB through DRAM, most of it what they hand each other (docs/11, "What bounds the stage").
  * Here the backward chain's block does pass 4's work as it walks: dS in its registers, each
  * chunk's gradients made from the dVnew and dS_C it has just made (fused_walk.cuh). With the
- * value gradient as the chain's operand (-W^T dVnew = K^T (-e^gamma dv)) it never reads -W.
+ * value gradient as the chain's operand (-W^T dVnew = K^T (-e^gamma dv)) the walk never reads -W.
  * Pass 1 and the forward chain are stage 11's: they leave Tm, S0 and Vnew; pass 1 without P^T dO
  * and scale e^gamma dO (prepare_chunks_kernel<false>), which the walk makes itself.
  *
  * Cost: stage 10's products. Bytes between launches: gamma, Tm, -W and U from pass 1, S0 and
  * Vnew from the forward chain; the walk reads q, k, v, dO, Tm, S0 and Vnew once a chunk and writes the gradients.
- * Depth: T / 64 chunk steps a head, each the whole chunk's work: one block a head (about 212 KB
+ * Depth: T / 64 chunk steps a head, each the whole chunk's work: one block a head (about 207 KB
  * of shared memory), so B H blocks, and with fewer heads than SMs the card idles.
  * Limits: stage 11's.
  * Measured in one job on an NVIDIA H100 80GB HBM3 (plots/data/backward_fused_steps.dat): 3.98 ms
@@ -31,7 +31,7 @@ extern "C" {                                      /* stage 10's flop count: the 
 #include "../11_backward_tensor_cores/warp_tiles.cuh"
 #include "../11_backward_tensor_cores/prepare_chunks.cuh"
 #include "../11_backward_tensor_cores/chains.cuh"
-#include "../11_backward_tensor_cores/chunk_gradients.cuh" /* the row and column sums' helpers */
+#include "../11_backward_tensor_cores/chunk_gradients.cuh" /* pass 4's pieces, which the walk calls */
 #include "../11_backward_tensor_cores/backward_passes.cuh"
 #include "fused_walk.cuh"
 

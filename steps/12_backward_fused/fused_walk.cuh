@@ -11,16 +11,16 @@
  *     dW    = -dVnew S0^T, dTm, dM = -Tm^T dTm Tm^T, F, dk += ...            (eq. 19c, 19d)
  * The last term of dS0 is eq. 19b's -W^T dVnew: W = Tm diag(beta e^gamma) K, so W^T dVnew =
  * K^T diag(e^gamma) (diag(beta) Tm^T dVnew) = K^T diag(e^gamma) dv. The value gradient is the
- * chain's operand, and -W is never read. dVnew and dS_C stay in shared memory; dk's first part
+ * chain's operand, and the walk never reads -W (one product more on the chain: Tm^T dVnew). dVnew and dS_C stay in shared memory; dk's first part
  * goes to dk and is read back by the same lanes, from L2 as a rule (kept in registers, it makes
  * the kernel spill: 32 accumulators of dS and 16 of it through the WY products).
  *
  * One block of 16 warps a (sequence, head): dS, K x V in fp32, is cut over the warps as 16 rows
- * (warp % 8) by 64 columns (from 64 (warp / 8)), 32 accumulators a thread; every other product
+ * (from 16 (warp % 8)) by 64 columns (from 64 (warp / 8)), 32 accumulators a thread; every other product
  * is cut by part_of<16>, and the pieces stage 11's pass 4 makes the same way are its own
  * functions (chunk_gradients.cuh: chunk_probabilities, chunk_dq, chunk_o, chunk_dk_first,
  * chunk_solve_gradients, ...), called here on the walk's tiles. The tiles take their places by when they are
- * live (walk_tiles), about 212 KB, laid out for K = V = 128 whatever K and V: one block an SM, so the blocks are the heads,
+ * live (walk_tiles), about 207 KB (212,032 bytes), laid out for K = V = 128 whatever K and V: one block an SM, so the blocks are the heads,
  * and where B H is under the SM count the card idles (stage 11 cuts the chains by columns there).
  *
  * Included by backward_fused.cu after stage 11's headers.
@@ -28,9 +28,9 @@
 #pragma once
 
 constexpr int STATE_TILES = 8; /* 8-column n-tiles of dS a warp: 64 columns */
-/* every tile's row stride, K and V or 64 wide: the widest's, so that every place is a constant
- * offset from the start of shared memory (places found from K and V at run time would hold a
- * register pair each through the whole walk) */
+/* every K- or V-wide tile's row stride: the widest's (the C x C tiles keep TOKEN_STRIDE), so
+ * that every place is a constant offset from the start of shared memory (places found from K and
+ * V at run time would hold a register pair each through the whole walk) */
 constexpr int WALK_LD = stride_of(MAX_WIDTH);
 
 /* The walk's shared memory. Each place holds one tile, then another once the first is read:
@@ -40,7 +40,7 @@ constexpr int WALK_LD = stride_of(MAX_WIDTH);
 struct walk_tiles {
     double *gamma, *dgamma;
     float *beta, *grown, *read, *to_end;
-    float *row_terms, *e_columns, *k_dot, *v_dot, *y_dot, *b_sum, *h_rows, *h_columns; /* [shares][64] row sums */
+    float *row_terms, *e_columns, *k_dot, *v_dot, *y_dot, *b_sum, *h_rows, *h_columns; /* [shares][64] row or column sums */
     float *state_dot;                                                                   /* [16]: a warp's <S0, dS_C> */
     bf16 *keys, *values, *S0, *dS16, *Tm16, *dVnew16;
     bf16 *queries, *dW16;
@@ -110,7 +110,8 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
     const warp_part square = part_of<GRADIENT_WARPS>(CHUNK);
     const state_part d = state_part_of(KP, VP);
 
-    /* dS = dL/dht (or 0), and its bf16 copy, the B operand of K dS_C and dS_C Vnew^T */
+    /* dS = dL/dht (or 0), and its bf16 copy dS_C: the B operand of K dS_C and (transposed) of
+     * Vnew dS_C^T, and <S0, dS_C>'s */
     float dS[STATE_TILES][4] = {};
     if (d.rows)
         for_each_sum(dS, d.part, [&](int m, int c, float &value) {
@@ -122,7 +123,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
         const chunk_at x = chunk_of_head(p, w, head, chunk);
         const int n = x.n, last = n - 1;
         const size_t first = token_of(p, x, 0);
-        __syncthreads(); /* the last chunk's tiles read, dS_C in dS16 */
+        __syncthreads(); /* the previous step's tiles read, dS_C in dS16 */
 
         /* every tile on its way at once; the gates while they come */
         stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
