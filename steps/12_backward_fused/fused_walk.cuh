@@ -11,17 +11,19 @@
  *     dW    = -dVnew S0^T, dTm, dM = -Tm^T dTm Tm^T, F, dk += ...            (eq. 19c, 19d)
  * The last term of dS0 is eq. 19b's -W^T dVnew: W = Tm diag(beta e^gamma) K, so W^T dVnew =
  * K^T diag(e^gamma) (diag(beta) Tm^T dVnew) = K^T diag(e^gamma) dv. The value gradient is the
- * chain's operand, and the walk never reads -W (one product more on the chain: Tm^T dVnew). dVnew and dS_C stay in shared memory; dk's first part
- * goes to dk and is read back by the same lanes, from L2 as a rule (kept in registers, it makes
- * the kernel spill: 32 accumulators of dS and 16 of it through the WY products).
+ * chain's operand, and the walk never reads -W (one product more on the chain: Tm^T dVnew).
+ * dVnew and dS_C stay in shared memory; dk's first part goes to dk and is read back by the same
+ * lanes, from L2 as a rule (kept in registers, it makes the kernel spill: 32 accumulators of dS
+ * and 16 of it through the WY products).
  *
  * One block of 16 warps a (sequence, head): dS, K x V in fp32, is cut over the warps as 16 rows
- * (from 16 (warp % 8)) by 64 columns (from 64 (warp / 8)), 32 accumulators a thread; every other product
- * is cut by part_of<16>, and the pieces stage 11's pass 4 makes the same way are its own
+ * (from 16 (warp % 8)) by 64 columns (from 64 (warp / 8)), 32 accumulators a thread; every other
+ * product is cut by part_of<16>, and the pieces stage 11's pass 4 makes the same way are its own
  * functions (chunk_gradients.cuh: chunk_probabilities, chunk_dq, chunk_o, chunk_dk_first,
- * chunk_solve_gradients, ...), called here on the walk's tiles. The tiles take their places by when they are
- * live (walk_tiles), about 207 KB (212,032 bytes), laid out for K = V = 128 whatever K and V: one block an SM, so the blocks are the heads,
- * and where B H is under the SM count the card idles (stage 11 cuts the chains by columns there).
+ * chunk_solve_gradients, ...), called here on the walk's tiles. The tiles take their places by
+ * when they are live (walk_tiles), about 207 KB (212,032 bytes), laid out for K = V = 128
+ * whatever K and V: one block an SM, so the blocks are the heads, and where B H is under the SM
+ * count the card idles (stage 11 cuts the chains by columns there).
  *
  * Included by backward_fused.cu after stage 11's headers.
  */
