@@ -72,6 +72,24 @@ static int backward_passes_workspace(const gdn_problem *p, const gdn_settings *s
                                                                                                                           : 0;
 }
 
+/* the problem and the settings checked (the limits, q, k and v in bf16), and the workspace
+ * laid out in r's, which must be large enough: what every backward on these passes does first */
+static int backward_passes_workspace_of(const gdn_device_problem *p, const gdn_settings *s, const gdn_device_result *r,
+                                        backward_workspace *w)
+{
+    const size_t heads = p->B * p->H;
+    if (check_limits(heads, p->T, p->K, p->V, s->chunk))
+        return -1;
+    if (!p->q_bf16 || !p->k_bf16 || !p->v_bf16)
+        return gdn_set_error("the tensor-core backward reads q, k and v in bf16, and none were given");
+    size_t bytes = 0;
+    if (workspace_layout(heads, p->T, p->K, p->V, r->workspace, w, &bytes))
+        return -1;
+    if (bytes > r->workspace_bytes)
+        return gdn_set_error("the backward's workspace needs %zu bytes, %zu were given", bytes, r->workspace_bytes);
+    return 0;
+}
+
 /* the four passes, in the current stream; the chains' blocks carry COLUMNS columns of the state
  * (chain_shape), and TOGETHER runs passes 2 and 3 in one launch (both_chains_kernel) */
 template <int COLUMNS, bool TOGETHER>
@@ -79,16 +97,9 @@ static int run_backward_passes(const gdn_device_problem *p, const gdn_device_cot
                                gdn_device_result *r, gdn_device_gradients *g)
 {
     const size_t heads = p->B * p->H, K = p->K, V = p->V;
-    if (check_limits(heads, p->T, K, V, s->chunk))
-        return -1;
-    if (!p->q_bf16 || !p->k_bf16 || !p->v_bf16)
-        return gdn_set_error("the tensor-core backward reads q, k and v in bf16, and none were given");
     backward_workspace w;
-    size_t bytes = 0;
-    if (workspace_layout(heads, p->T, K, V, r->workspace, &w, &bytes))
+    if (backward_passes_workspace_of(p, s, r, &w))
         return -1;
-    if (bytes > r->workspace_bytes)
-        return gdn_set_error("the backward's workspace needs %zu bytes, %zu were given", bytes, r->workspace_bytes);
     unsigned chunk_blocks, chain_blocks;
     if (gdn_blocks_for(heads * w.chunks, 1, &chunk_blocks) ||
         gdn_blocks_for(heads * ((round_up16(V) + COLUMNS - 1) / COLUMNS), 1, &chain_blocks))

@@ -60,16 +60,9 @@ static int backward_fused_backward(const gdn_device_problem *p, const gdn_device
                                    gdn_device_result *r, gdn_device_gradients *g)
 {
     const size_t heads = p->B * p->H;
-    if (check_limits(heads, p->T, p->K, p->V, s->chunk))
-        return -1;
-    if (!p->q_bf16 || !p->k_bf16 || !p->v_bf16)
-        return gdn_set_error("the tensor-core backward reads q, k and v in bf16, and none were given");
     backward_workspace w;
-    size_t bytes = 0;
-    if (workspace_layout(heads, p->T, p->K, p->V, r->workspace, &w, &bytes))
+    if (backward_passes_workspace_of(p, s, r, &w))
         return -1;
-    if (bytes > r->workspace_bytes)
-        return gdn_set_error("the backward's workspace needs %zu bytes, %zu were given", bytes, r->workspace_bytes);
     if (heads * ((round_up16(p->V) + 63) / 64) >= (size_t)gdn_sm_count())
         return fused_passes<64>(p, c, w, r, g);
     return fused_passes<16>(p, c, w, r, g);
