@@ -388,7 +388,7 @@ plots:
 # Its native library is the CPU stages (forward 01-05, backward 09 and 10) and python/library.c,
 # built from the same sources as the binaries, once per precision: float64 tensors run the
 # double build. Where nvcc is found, a third library runs CUDA tensors: the GPU stages that read
-# bf16 (06a .. 06f, 06, 07 and the backward 11; the objects the binaries link) and python/library_cuda.cu, with the
+# bf16 (06a .. 06f, 06, 07 and the backwards 11 and 12; the objects the binaries link) and python/library_cuda.cu, with the
 # float build's C sources compiled position-independent. `pip install .` runs `make lib` (setup.py).
 LIBRARY_STAGES  := 01_naive_loop 02_affine 03_parallel_scan 04_two_phase_scan 05_wy_chunked 09_backward_loop \
                    10_backward_chunked
@@ -400,7 +400,7 @@ lib: $(LIBRARIES)
 python/gdn_steps/libgdn_steps_%.so: $(LIBRARY_SOURCES) $(wildcard common/*.h steps/*/*.h python/*.h) | require-build
 	$(call quiet,CC)$(CC) $(LIBRARY_CFLAGS) -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L \
 	    $(if $(filter double,$*),-DGDN_DOUBLE) -fPIC -shared $(LIBRARY_SOURCES) -o $@ -lm
-CUDA_LIBRARY_OBJECTS := $(foreach s,$(SUB_STAGES) 06_warp_specialized 07_sequence_parallel 11_backward_tensor_cores,\
+CUDA_LIBRARY_OBJECTS := $(foreach s,$(SUB_STAGES) 06_warp_specialized 07_sequence_parallel 11_backward_tensor_cores 12_backward_fused,\
                           $(call stage_object,$(s))) $(CUDA_RUNNER) $(BUILD)/python/library_cuda.o \
                         $(LIBRARY_SOURCES:%.c=build/pic/%.o)
 build/pic/%.o: %.c | require-build

@@ -7,8 +7,8 @@
  * and PyTorch's current stream as the pass's stream (common/device.h), and returns as soon as
  * the kernels are queued. Nothing is copied, nothing waits for the GPU, nothing is allocated:
  * the call can be captured in a CUDA graph. The stages are those that read bf16 inputs, as
- * FLA's callers hold them: 06a .. 06f, 06 and 07 forward, and stage 11 backward (loss.backward()
- * on CUDA tensors: the gradients from the same bf16 inputs, on the GPU).
+ * FLA's callers hold them: 06a .. 06f, 06 and 07 forward, and stage 11 or 12 backward
+ * (loss.backward() on CUDA tensors: the gradients from the same bf16 inputs, on the GPU).
  *
  * What it does not check: the outputs' values. A check would wait for the GPU; the package's
  * suite checks them (tests/python/test_gdn_steps_cuda.py). Everything that can be checked
@@ -36,7 +36,10 @@ static const gdn_stage *const gpu_stages[] = {&tensor_cores_stage, &producer_con
                                               &warp_chain_stage,   &output_warps_stage,      &warp_specialized_stage,
                                               &sequence_parallel_stage};
 enum { GPU_STAGES = sizeof gpu_stages / sizeof gpu_stages[0] };
-extern "C" const gdn_backward_stage backward_tensor_cores_stage; /* the GPU backward that reads bf16 */
+/* the GPU backwards that read bf16: stage 11's four passes and stage 12's walk */
+extern "C" const gdn_backward_stage backward_tensor_cores_stage, backward_fused_stage;
+static const gdn_backward_stage *const gpu_backward_stages[] = {&backward_tensor_cores_stage, &backward_fused_stage};
+enum { GPU_BACKWARD_STAGES = sizeof gpu_backward_stages / sizeof gpu_backward_stages[0] };
 
 extern "C" const char *gdn_library_cuda_error(void) { return gdn_last_error(); }
 
@@ -177,19 +180,24 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
     return status;
 }
 
-/* ---- the backward: stage 11 ---- */
+/* ---- the backward: stage 11 or 12 ---- */
 
-/* Stage 11 for a call, its problem and settings checked: one key head a value head and B rows
- * (the package repeats grouped keys and runs a packed batch a sequence at a time), no forward
- * options; the workspace it needs, in bytes. */
+/* The GPU backward stage a name picks (its number or its full name), its problem and settings
+ * checked: one key head a value head and B rows (the package repeats grouped keys and runs a
+ * packed batch a sequence at a time), no forward options; the workspace it needs, in bytes. */
 static int prepare_backward(const char *stage_name, const gdn_library_call *c, gdn_problem *p, gdn_settings *s,
-                            size_t *workspace)
+                            const gdn_backward_stage **picked, size_t *workspace)
 {
-    const gdn_backward_stage *stage = &backward_tensor_cores_stage;
+    const gdn_backward_stage *stage = NULL;
     *workspace = 0;
     memset(p, 0, sizeof *p); /* released by the caller whatever fails below */
-    if (!gdn_library_names(stage_name, stage->name))
-        return gdn_set_error("no GPU backward stage '%s' (there is %s)", stage_name, stage->name);
+    for (int i = 0; i < GPU_BACKWARD_STAGES && !stage; i++)
+        if (gdn_library_names(stage_name, gpu_backward_stages[i]->name))
+            stage = gpu_backward_stages[i];
+    if (!stage)
+        return gdn_set_error("no GPU backward stage '%s' (there are %s and %s)", stage_name, gpu_backward_stages[0]->name,
+                             gpu_backward_stages[1]->name);
+    *picked = stage;
     if (c->HV != c->H || c->offsets)
         return gdn_set_error("%s takes one key head a value head and B rows (HV = %lld, H = %lld%s)", stage->name,
                              (long long)c->HV, (long long)c->H, c->offsets ? ", cu_seqlens given" : "");
@@ -207,8 +215,9 @@ extern "C" int gdn_library_cuda_backward_workspace(const char *stage_name, const
 {
     gdn_problem p;
     gdn_settings s;
+    const gdn_backward_stage *stage = NULL;
     size_t needed;
-    int status = prepare_backward(stage_name, c, &p, &s, &needed);
+    int status = prepare_backward(stage_name, c, &p, &s, &stage, &needed);
     gdn_library_release(&p);
     *bytes = (int64_t)needed;
     return status;
@@ -227,10 +236,11 @@ extern "C" int gdn_library_cuda_backward(const char *stage_name, const gdn_libra
 {
     gdn_problem p;
     gdn_settings s;
+    const gdn_backward_stage *stage = NULL;
     size_t needed;
-    int status = prepare_backward(stage_name, c, &p, &s, &needed);
+    int status = prepare_backward(stage_name, c, &p, &s, &stage, &needed);
     if (status == 0 && (int64_t)needed > workspace_bytes)
-        status = gdn_set_error("%s needs %zu bytes of workspace; %lld given", backward_tensor_cores_stage.name, needed,
+        status = gdn_set_error("%s needs %zu bytes of workspace; %lld given", stage->name, needed,
                                (long long)workspace_bytes);
     const int bf16_gradients = dq_bf16 != NULL;
     if (status == 0 && !dq_bf16 != !dv_bf16)
@@ -249,7 +259,7 @@ extern "C" int gdn_library_cuda_backward(const char *stage_name, const gdn_libra
         result.layout.HV = p.H, result.layout.sequences = p.B, result.layout.longest = p.T; /* the plain layout */
         gdn_device_gradients gradients = {dq, dk, dv, dg, dbeta, c->h0 ? dh0 : NULL, dq_bf16, dv_bf16};
         gdn_set_pass_stream((cudaStream_t)c->stream);
-        status = backward_tensor_cores_stage.device_backward(&device, &cotangents, &s, &result, &gradients);
+        status = stage->device_backward(&device, &cotangents, &s, &result, &gradients);
         gdn_set_pass_stream(NULL);
     }
     gdn_library_release(&p);

@@ -21,9 +21,9 @@ packed batch runs on 06 and 07 as rows padded to its longest sequence; its offse
 on the host and on the GPU (cu_seqlens on q's device with cu_seqlens_cpu: no copy, no wait).
 
 loss.backward() runs a backward stage: for CPU tensors stage 10 (or 09, backward_stage="09"); for
-CUDA tensors stage 11 on the GPU, in PyTorch's current stream, on the same bf16 q, k, v (V and
-K at most 128; else, or with backward_stage="10" or "09", stage 10 or 09 on host copies in
-float32, which synchronises). Every argument is checked before anything runs: a
+CUDA tensors stage 11 (or 12, backward_stage="12") on the GPU, in PyTorch's current stream, on
+the same bf16 q, k, v (V and K at most 128; else, or with backward_stage="10" or "09", stage 10
+or 09 on host copies in float32, which synchronises). Every argument is checked before anything runs: a
 wrong dtype, shape, device or layout raises, naming it. The values (finite, g <= 0, beta in
 [0, 1]) are checked for CPU tensors only: checking CUDA tensors would wait for the GPU.
 """
@@ -41,8 +41,8 @@ FORWARD_STAGES = ("01_naive_loop", "02_affine", "03_parallel_scan", "04_two_phas
 GPU_STAGES = ("06a_tensor_cores", "06b_producer_consumer", "06c_bulk_outputs", "06d_bulk_prepare", "06e_warp_chain",
               "06f_output_warps", "06_warp_specialized", "07_sequence_parallel")
 BACKWARD_STAGES = ("09_backward_loop", "10_backward_chunked")
-GPU_BACKWARD_STAGES = ("11_backward_tensor_cores",)
-GPU_BACKWARD_WIDTH = 128  # stage 11 keeps K- and V-wide tiles in shared memory: K and V at most this
+GPU_BACKWARD_STAGES = ("11_backward_tensor_cores", "12_backward_fused")
+GPU_BACKWARD_WIDTH = 128  # stages 11 and 12 keep K- and V-wide tiles in shared memory: K and V at most this
 GPU_CHUNK = 64  # the GPU stages' tokens per chunk: stage 07 cuts a sequence into at most T / 64 segments
 
 # Tests set this: outputs of CUDA calls are filled with NaN before the kernels run, so that a
@@ -354,7 +354,7 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
         B, T, H, K = q.shape
         HV, V = v.shape[2], v.shape[3]
         where = q.device
-        # stage 11 reads dO in bf16 as autograd hands it over for a bf16 o, and writes dq and dv in
+        # stages 11 and 12 read dO in bf16 as autograd hands it over for a bf16 o, and write dq and dv in
         # bf16, the dtype they go back in, where no key head is shared (a shared head's gradients
         # are summed below, in fp32): no casts of them on the way in or out (dk comes in fp32)
         d_o_in_bf16 = on_gpu and d_o is not None and d_o.dtype == torch.bfloat16
@@ -409,7 +409,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     output_final_state). stage picks the forward stage (CPU tensors: 01-05, "05" by default;
     CUDA tensors: 06a .. 06f, 06, 07, by shape by default), backward_stage the one loss.backward()
     runs (CPU tensors: 09 or 10, "10" by default; CUDA tensors: 11 on the GPU by default where K
-    and V are at most 128, else 10; 09 and 10 on host copies), chunk the tokens per chunk (05,
+    and V are at most 128, else 10; 12 on the GPU; 09 and 10 on host copies), chunk the tokens per chunk (05,
     1-128), segments stage 04's or 07's, precise the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths
     that give a sequence the same bits whatever the batch and heads around it (06 unless stage
     or segments say 07). cu_seqlens may be on the CPU or on q's device; with CUDA tensors the
@@ -432,8 +432,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         raise ValueError("backward_stage=%r runs on the GPU: it needs CUDA tensors (CPU tensors: 09 or 10)" % (backward_stage,))
     backward_name = _stage_name(backward_stage, BACKWARD_STAGES + (GPU_BACKWARD_STAGES if on_gpu else ()), "backward_stage")
     if backward_name in GPU_BACKWARD_STAGES and max(K, V) > GPU_BACKWARD_WIDTH:
-        raise ValueError("backward_stage=%r: stage 11 takes K and V up to %d, got K=%d V=%d (stage 10 takes them on "
-                         "host copies)" % (backward_stage, GPU_BACKWARD_WIDTH, K, V))
+        raise ValueError("backward_stage=%r: stage %s takes K and V up to %d, got K=%d V=%d (stage 10 takes them on "
+                         "host copies)" % (backward_stage, backward_name[:2], GPU_BACKWARD_WIDTH, K, V))
     if min(B, T, H, K, HV, V) == 0:
         raise ValueError("every size must be positive: q %s, v %s" % (list(q.shape), list(v.shape)))
     if HV % H != 0:

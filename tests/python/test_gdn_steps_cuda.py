@@ -20,14 +20,14 @@ import gdn_steps
 from test_gdn_steps import problem, reference, relative_error
 
 BF16_BOUND = 5e-3
-# The gradients of stage 11, the GPU backward on bf16 operands: GDN_TOLERANCE_BF16_BACKWARD_GRAD
+# The gradients of stages 11 and 12, the GPU backwards on bf16 operands: GDN_TOLERANCE_BF16_BACKWARD_GRAD
 # (dq, dk, dv, dh0) and _GATES (dg, dbeta) of common/tolerances.h, FLA's bounds for its bf16
 # backward; stages 09 and 10 on host copies compute in fp32 and keep BF16_BOUND.
 GRADIENT_BOUNDS = {"q": 8e-3, "k": 8e-3, "v": 8e-3, "h0": 8e-3, "g": 2e-2, "beta": 2e-2}
 
 
 def gradient_bound(backward_stage, name):
-    return GRADIENT_BOUNDS[name] if backward_stage is None else BF16_BOUND
+    return BF16_BOUND if backward_stage in ("09", "10") else GRADIENT_BOUNDS[name]
 
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device: torch.cuda.is_available() is False", allow_module_level=True)
@@ -115,12 +115,12 @@ def test_packed_batches(lengths, H, HV, K, V, stage, where):
     assert relative_error(ht.cpu(), want_ht) < BF16_BOUND
 
 
-@pytest.mark.parametrize("backward_stage", [None, "10"])
+@pytest.mark.parametrize("backward_stage", [None, "10", "12"])
 @pytest.mark.parametrize("HV,packed", [(2, True), (4, False), (4, True)])
 def test_gradients_of_layouts_on_cuda_tensors(HV, packed, backward_stage):
     """loss.backward() on CUDA tensors with grouped value heads (q and k shared by HV / 2 value
     heads) and cu_seqlens: the CPU path's gradients on the same values, from stage 11 on the GPU
-    (the default) and from stage 10 on host copies."""
+    (the default) or 12, and from stage 10 on host copies."""
     (q, k, v, g, beta, _), _ = cuda_problem(1, 150, 2, 64, 32, seed=63 + HV, HV=HV)
     offsets = torch.tensor([0, 1, 70, 150]) if packed else None
     h0 = torch.randn(3 if packed else 1, HV, 64, 32, generator=torch.Generator().manual_seed(64)).cuda()
@@ -258,10 +258,10 @@ def test_backward_captured_in_a_cuda_graph(B, T, H, K, V):
         assert torch.equal(a, b), (name, (a.float() - b.float()).abs().max().item())
 
 
-@pytest.mark.parametrize("backward_stage", [None, "10"])
+@pytest.mark.parametrize("backward_stage", [None, "10", "12"])
 def test_autograd_on_cuda_tensors(backward_stage):
     """loss.backward() through a GPU forward: the gradients of the CPU path on the same
-    bf16-rounded values, from stage 11 on the GPU (the default, within FLA's bf16 gradient
+    bf16-rounded values, from stage 11 on the GPU (the default) or 12 (within FLA's bf16 gradient
     bounds) and from stage 10 on host copies (the bf16 bound); they come back on the GPU."""
     (q, k, v, g, beta, h0), _ = cuda_problem(1, 70, 2, 64, 32, seed=17, with_h0=True)
     leaves_gpu = [x.float().requires_grad_() for x in (q, k, v, g, beta, h0)]
@@ -297,6 +297,7 @@ def test_cuda_errors_before_any_kernel():
         ("06a_tensor_cores has no batch-invariant mode", dict(base, stage="06a", batch_invariant=True)),
         ("initial_state has shape [1, 2, 64, 32]", dict(base, initial_state=h0[..., :32].contiguous())),
         ("stage 11 takes K and V up to 128, got K=64 V=192", dict(base, v=torch.cat([v, v, v], dim=3), backward_stage="11")),
+        ("stage 12 takes K and V up to 128, got K=64 V=192", dict(base, v=torch.cat([v, v, v], dim=3), backward_stage="12")),
     ]
     for message, arguments in cases:
         with pytest.raises((ValueError, TypeError)) as raised:
@@ -327,8 +328,9 @@ def test_library_refuses_a_short_workspace():
 
 @pytest.mark.parametrize("B,T,H,K,V,with_h0", [(2, 200, 3, 64, 64, True), (1, 130, 2, 100, 100, False),
                                                (1, 300, 3, 128, 128, True), (1, 130, 70, 32, 64, True)])
-def test_backward_in_bf16_is_the_fp32_backward_rounded(B, T, H, K, V, with_h0):
-    """Stage 11 reading dO in bf16 and writing dq and dv in bf16 (autograd's dtypes) gives the
+@pytest.mark.parametrize("stage", ["11", "12"])
+def test_backward_in_bf16_is_the_fp32_backward_rounded(stage, B, T, H, K, V, with_h0):
+    """Stage 11 or 12 reading dO in bf16 and writing dq and dv in bf16 (autograd's dtypes) gives the
     fp32 call's gradients rounded once to bf16, bit for bit, and every other output the same bits:
     dO given in fp32 holds the same bf16 values, and each gradient is the same fp32 sum rounded.
     The shapes take both copy paths of dO in bf16 (by cp.async where V is a multiple of 8, else
@@ -338,8 +340,8 @@ def test_backward_in_bf16_is_the_fp32_backward_rounded(B, T, H, K, V, with_h0):
     d_o = torch.randn(B, T, H, V, generator=generator).to(torch.bfloat16).cuda()
     dht = torch.randn(B, H, K, V, generator=generator).cuda()
     scale = 1.0 / K ** 0.5
-    fp32 = gdn_steps._cuda_backward("11", q, k, v, g, beta, h0, scale, d_o.float(), dht)
-    bf16 = gdn_steps._cuda_backward("11", q, k, v, g, beta, h0, scale, d_o, dht, bf16_gradients=True)
+    fp32 = gdn_steps._cuda_backward(stage, q, k, v, g, beta, h0, scale, d_o.float(), dht)
+    bf16 = gdn_steps._cuda_backward(stage, q, k, v, g, beta, h0, scale, d_o, dht, bf16_gradients=True)
     torch.cuda.synchronize()
     for name, a, b in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), fp32, bf16):
         if name == "dh0" and not with_h0:
