@@ -23,8 +23,8 @@ on the host and on the GPU (cu_seqlens on q's device with cu_seqlens_cpu: no cop
 loss.backward() runs a backward stage: for CPU tensors stage 10 (or 09, backward_stage="09"); for
 CUDA tensors stage 11 (or 12, backward_stage="12") on the GPU, in PyTorch's current stream, on
 the same bf16 q, k, v (V and K at most 128; else, or with backward_stage="10" or "09", stage 10
-or 09 on host copies in float32, which synchronises). Every argument is checked before anything runs: a
-wrong dtype, shape, device or layout raises, naming it. The values (finite, g <= 0, beta in
+or 09 on host copies in float32, which synchronises). Every argument is checked before anything
+runs: a wrong dtype, shape, device or layout raises, naming it. The values (finite, g <= 0, beta in
 [0, 1]) are checked for CPU tensors only: checking CUDA tensors would wait for the GPU.
 """
 import ctypes
@@ -354,9 +354,9 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
         B, T, H, K = q.shape
         HV, V = v.shape[2], v.shape[3]
         where = q.device
-        # stages 11 and 12 read dO in bf16 as autograd hands it over for a bf16 o, and write dq and dv in
-        # bf16, the dtype they go back in, where no key head is shared (a shared head's gradients
-        # are summed below, in fp32): no casts of them on the way in or out (dk comes in fp32)
+        # stages 11 and 12 read dO in bf16 as autograd hands it over for a bf16 o, and write dq and
+        # dv in bf16, the dtype they go back in, where no key head is shared (a shared head's
+        # gradients are summed below, in fp32): no casts of them on the way in or out (dk comes in fp32)
         d_o_in_bf16 = on_gpu and d_o is not None and d_o.dtype == torch.bfloat16
         bf16_gradients = on_gpu and HV == H and all(x.dtype == torch.bfloat16 for x in saved[:3])
         d_o = torch.zeros((B, T, HV, V), dtype=torch.float32, device=where) if d_o is None \
@@ -409,8 +409,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     output_final_state). stage picks the forward stage (CPU tensors: 01-05, "05" by default;
     CUDA tensors: 06a .. 06f, 06, 07, by shape by default), backward_stage the one loss.backward()
     runs (CPU tensors: 09 or 10, "10" by default; CUDA tensors: 11 on the GPU by default where K
-    and V are at most 128, else 10; 12 on the GPU; 09 and 10 on host copies), chunk the tokens per chunk (05,
-    1-128), segments stage 04's or 07's, precise the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths
+    and V are at most 128, else 10; 12 on the GPU; 09 and 10 on host copies), chunk the tokens
+    per chunk (05, 1-128), segments stage 04's or 07's, precise the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths
     that give a sequence the same bits whatever the batch and heads around it (06 unless stage
     or segments say 07). cu_seqlens may be on the CPU or on q's device; with CUDA tensors the
     offsets are needed on both: a call to capture in a CUDA graph passes cu_seqlens on q's device
