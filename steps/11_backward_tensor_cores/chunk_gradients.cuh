@@ -47,12 +47,13 @@ struct read_tiles {
     bf16 *P16;                                       /* in dO16's place */
     float *row_terms;                  /* [4][64] partial sums: E's rows and q_i . (S0 dO_i) e^gamma_i scale */
     float *e_columns, *k_dot, *state_dot; /* after P16: [4][64] partial sums each, a warp's dot */
+    double *key_sums;                     /* [2]: keys_before_last's */
     size_t bytes;
 };
 __host__ __device__ constexpr static read_tiles read_tiles_at(unsigned char *base, size_t K, size_t V)
 {
     const int LDK = stride_of(K), LDV = stride_of(V), KP = round_up16(K);
-    constexpr size_t SUMS = 2 * GRADIENT_SHARES * CHUNK * sizeof(float) + GRADIENT_WARPS * sizeof(float);
+    constexpr size_t SUMS = 2 * GRADIENT_SHARES * CHUNK * sizeof(float) + GRADIENT_WARPS * sizeof(float) + 2 * sizeof(double);
     const size_t P_and_sums = CHUNK * TOKEN_STRIDE * sizeof(bf16) + SUMS, dO_bytes = CHUNK * LDV * sizeof(bf16);
     shared_cut cut = {base, 0};
     read_tiles t = {};
@@ -70,6 +71,7 @@ __host__ __device__ constexpr static read_tiles read_tiles_at(unsigned char *bas
         t.e_columns = after.take<float>(GRADIENT_SHARES * CHUNK);
         t.k_dot = after.take<float>(GRADIENT_SHARES * CHUNK);
         t.state_dot = after.take<float>(GRADIENT_WARPS);
+        t.key_sums = after.take<double>(2);
     }
     t.bytes = cut.used;
     return t;
@@ -225,19 +227,38 @@ __device__ __forceinline__ static void chunk_dk_first(const gdn_device_problem &
     });
 }
 
+/* The last token's share of Kdec's terms, sum over j < last of e^(gamma_C - gamma_j) k_j .
+ * (dS_C Vnew_j): warps 0 and 1, a row a lane, each warp's sum by shuffles (a fixed tree: the same
+ * bits every run) to key_sums[warp], complete after the caller's barrier. One thread adding 63
+ * rows' sums one after another held the whole block at the barrier behind it. */
+__device__ __forceinline__ static void keys_before_last(int n, const float *to_end, const float *k_dot, double *key_sums)
+{
+    static_assert(CHUNK == 64, "two warps, a row a lane");
+    if (threadIdx.x >= CHUNK)
+        return;
+    const int j = threadIdx.x;
+    double sum = j < n - 1 ? (double)(to_end[j] * row_sum<GRADIENT_WARPS>(k_dot, j)) : 0.0;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (j % 32 == 0)
+        key_sums[j / 32] = sum;
+}
+
 /* dgamma_i's terms from the reads, for the thread of row i: q_i's and P's (row sum less column
- * sum of E) and Kdec's, whose gate gamma_C - gamma_i gives to the last token and takes from
- * token i, and the last token's e^gamma_C <S0, dS_C> (the warps' sums in their order) */
+ * sum of E) and Kdec's, whose gate gamma_C - gamma_i gives to the last token (keys_before_last's
+ * sums) and takes from token i, and the last token's e^gamma_C <S0, dS_C> (the warps' sums in
+ * their order) */
 __device__ __forceinline__ static double read_dgamma(int i, int n, const double *gamma, const float *to_end, const float *row_terms,
-                                                     const float *e_columns, const float *k_dot, const float *state_dot)
+                                                     const float *e_columns, const float *k_dot, const float *state_dot,
+                                                     const double *key_sums)
 {
     const int last = n - 1;
     double dgamma = (double)row_sum<GRADIENT_WARPS>(row_terms, i) - (double)row_sum<GRADIENT_WARPS>(e_columns, i);
     if (i < last)
         dgamma -= to_end[i] * row_sum<GRADIENT_WARPS>(k_dot, i);
     else {
-        for (int j = 0; j < last; j++)
-            dgamma += to_end[j] * row_sum<GRADIENT_WARPS>(k_dot, j);
+        dgamma += key_sums[0] + key_sums[1];
         float total = 0.0f;
         for (int warp = 0; warp < GRADIENT_WARPS; warp++)
             total += state_dot[warp];
@@ -302,9 +323,11 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 2) read_gradients_ker
     __syncthreads();
     chunk_dk_first(p, x, g, keys_part, s.queries, s.keys, LDK, s.Vnew16, s.dS_end, LDV, s.Z16, s.to_end, s.k_dot);
     __syncthreads(); /* the row sums complete */
+    keys_before_last(n, s.to_end, s.k_dot, s.key_sums);
+    __syncthreads();
     if (threadIdx.x < n) /* dgamma's terms from the reads, a thread a row */
         w.dgamma[x.row + threadIdx.x] =
-            read_dgamma(threadIdx.x, n, s.gamma, s.to_end, s.row_terms, s.e_columns, s.k_dot, s.state_dot);
+            read_dgamma(threadIdx.x, n, s.gamma, s.to_end, s.row_terms, s.e_columns, s.k_dot, s.state_dot, s.key_sums);
 }
 
 /* ---- through the WY form and the solve: dv, dk's rest, dbeta, dgamma's rest, dg ---- */

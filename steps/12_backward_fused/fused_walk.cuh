@@ -21,7 +21,7 @@
  * product is cut by part_of<16>, and the pieces stage 11's pass 4 makes the same way are its own
  * functions (chunk_gradients.cuh: chunk_probabilities, chunk_dq, chunk_o, chunk_dk_first,
  * chunk_solve_gradients, ...), called here on the walk's tiles. The tiles take their places by
- * when they are live (walk_tiles), about 207 KB (212,032 bytes), laid out for K = V = 128
+ * when they are live (walk_tiles), about 207 KB (212,048 bytes), laid out for K = V = 128
  * whatever K and V: one block an SM, so the blocks are the heads, and where B H is under the SM
  * count the card idles (stage 11 cuts the chains by columns there).
  *
@@ -40,7 +40,7 @@ constexpr int WALK_LD = stride_of(MAX_WIDTH);
  *   P, then dTm and R;  Z, then F + F^T.
  * keys, values, S0, dS_C (bf16), Tm and dVnew have places of their own. */
 struct walk_tiles {
-    double *gamma, *dgamma;
+    double *gamma, *dgamma, *key_sums; /* key_sums [2]: keys_before_last's */
     float *beta, *grown, *read, *to_end;
     float *row_terms, *e_columns, *k_dot, *v_dot, *y_dot, *b_sum, *h_rows, *h_columns; /* [shares][64] row or column sums */
     float *state_dot;                                                                   /* [16]: a warp's <S0, dS_C> */
@@ -59,7 +59,7 @@ __host__ __device__ constexpr static walk_tiles walk_tiles_at(unsigned char *bas
     constexpr size_t dO_bytes = CHUNK * LDV * sizeof(bf16), F_bytes = CHUNK * SQUARE_STRIDE * sizeof(float);
     shared_cut cut = {base, 0};
     walk_tiles t = {};
-    t.gamma = cut.take<double>(CHUNK), t.dgamma = cut.take<double>(CHUNK);
+    t.gamma = cut.take<double>(CHUNK), t.dgamma = cut.take<double>(CHUNK), t.key_sums = cut.take<double>(2);
     t.beta = cut.take<float>(CHUNK), t.grown = cut.take<float>(CHUNK);
     t.read = cut.take<float>(CHUNK), t.to_end = cut.take<float>(CHUNK);
     t.row_terms = cut.take<float>(GRADIENT_SHARES * CHUNK), t.e_columns = cut.take<float>(GRADIENT_SHARES * CHUNK);
@@ -182,6 +182,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
         {   /* dX = Tm^T dVnew, dv = beta dX (eq. 19c); dX_i . v_i for dbeta; -e^gamma dv, the chain's
              * operand, into Vnew's place; dO scaled by scale e^gamma in place for Q^T */
             chunk_dv(p, x, g, values_part, s.Tm16, s.dVnew16, s.values, LDV, s.beta, s.grown, s.v_dot, s.minus_Ddv16);
+            keys_before_last(n, s.to_end, s.k_dot, s.key_sums); /* k_dot complete at the barrier above */
             for (int e = threadIdx.x; e < CHUNK * VP; e += GRADIENT_THREADS) {
                 const int i = e / VP, at = i * LDV + e % VP;
                 s.dO16[at] = __float2bfloat16_rn(s.read[i] * __bfloat162float(s.dO16[at]));
@@ -214,7 +215,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
         __syncthreads(); /* the row sums complete */
         if (threadIdx.x < n) { /* dgamma_i and dbeta_i, a thread a row: the reads' terms, then the WY form's */
             const int i = threadIdx.x;
-            const double reads = read_dgamma(i, n, s.gamma, s.to_end, s.row_terms, s.e_columns, s.k_dot, s.state_dot);
+            const double reads = read_dgamma(i, n, s.gamma, s.to_end, s.row_terms, s.e_columns, s.k_dot, s.state_dot, s.key_sums);
             s.dgamma[i] = wy_dgamma_dbeta(p, x, g, i, reads, s.beta, s.grown, s.v_dot, s.y_dot, s.b_sum, s.h_rows, s.h_columns);
         }
         __syncthreads();
