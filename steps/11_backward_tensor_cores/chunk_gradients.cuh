@@ -229,8 +229,8 @@ __device__ __forceinline__ static void chunk_dk_first(const gdn_device_problem &
 
 /* The last token's share of Kdec's terms, sum over j < last of e^(gamma_C - gamma_j) k_j .
  * (dS_C Vnew_j): warps 0 and 1, a row a lane, each warp's sum by shuffles (a fixed tree: the same
- * bits every run) to key_sums[warp], complete after the caller's barrier. One thread adding 63
- * rows' sums one after another held the whole block at the barrier behind it. */
+ * bits every run) to key_sums[warp], complete after the caller's barrier: the last row's thread
+ * adding 63 rows one after another would keep the whole block at the barrier behind it. */
 __device__ __forceinline__ static void keys_before_last(int n, const float *to_end, const float *k_dot, double *key_sums)
 {
     static_assert(CHUNK == 64, "two warps, a row a lane");
