@@ -147,6 +147,8 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
             s.read[i] = i < n ? p.scale * expf((float)gamma) : 0.0f;
             s.to_end[i] = i < n ? expf((float)(w.gamma[x.row + last] - gamma)) : 0.0f;
         }
+        if (chunk + 1 < w.chunks) /* the later chunk's dg by thread 0, one row after another, while the tiles come */
+            chunk_dg(p, chunk_of_head(p, w, head, chunk + 1), g, s.dgamma);
         __pipeline_wait_prior(0);
         __syncthreads();
 
@@ -183,10 +185,20 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
              * operand, into Vnew's place; dO scaled by scale e^gamma in place for Q^T */
             chunk_dv(p, x, g, values_part, s.Tm16, s.dVnew16, s.values, LDV, s.beta, s.grown, s.v_dot, s.minus_Ddv16);
             keys_before_last(n, s.to_end, s.k_dot, s.key_sums); /* k_dot complete at the barrier above */
-            for (int e = threadIdx.x; e < CHUNK * VP; e += GRADIENT_THREADS) {
-                const int i = e / VP, at = i * LDV + e % VP;
-                s.dO16[at] = __float2bfloat16_rn(s.read[i] * __bfloat162float(s.dO16[at]));
-            }
+            for_each_piece(CHUNK, VP / 8, [&](int i, int u) { /* 16 bytes a place, no division where VP / 8 is a power of two */
+                union {
+                    uint4 bytes;
+                    __nv_bfloat162 pair[4];
+                } piece;
+                uint4 *at = (uint4 *)(s.dO16 + i * LDV + 8 * u);
+                piece.bytes = *at;
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    const float2 value = __bfloat1622float2(piece.pair[h]);
+                    piece.pair[h] = __floats2bfloat162_rn(s.read[i] * value.x, s.read[i] * value.y);
+                }
+                *at = piece.bytes;
+            });
         }
         __syncthreads();
 
@@ -218,9 +230,10 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
             const double reads = read_dgamma(i, n, s.gamma, s.to_end, s.row_terms, s.e_columns, s.k_dot, s.state_dot, s.key_sums);
             s.dgamma[i] = wy_dgamma_dbeta(p, x, g, i, reads, s.beta, s.grown, s.v_dot, s.y_dot, s.b_sum, s.h_rows, s.h_columns);
         }
-        __syncthreads();
-        chunk_dg(p, x, g, s.dgamma);
     }
+    __syncthreads();
+    if (w.chunks > 0) /* the first chunk's dg: no chunk is left to hide it behind */
+        chunk_dg(p, chunk_of_head(p, w, head, 0), g, s.dgamma);
     if (g.dh0 && d.rows)
         for_each_sum(dS, d.part, [&](int m, int c, float &value) {
             if (m < K && c < V)
