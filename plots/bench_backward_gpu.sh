@@ -3,7 +3,8 @@
 # bin/11_backward_tensor_cores, the same passes on tensor cores with bf16 operands, and
 # bin/12_backward_fused, 11's backward chain and pass 4 as one walk a head) beside FLA's
 # and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), and ours through the Python
-# package (the forward stage it picks, then stage 11 by autograd: ms_package_*), side by side in one run on
+# package (the forward stage it picks, then stage 11 by autograd: ms_package_*; then stage 12:
+# ms_package12_*), side by side in one run on
 # the same problems and cotangents: the backward alone, and the forward plus the backward (ours:
 # 06's or 07's forward, the stage picked for the shape, plus stage 10). Shapes: four at K = V =
 # 128, (8, 4096, 16), (4, 4096, 64), (1, 8192, 96), (2, 16384, 16), and (1, 16384, 8, 64, 64).
@@ -17,7 +18,9 @@
 # relative difference between a peer's gradients so replayed and its eager ones); ms_tc_backward is stage 11's
 # backward, fla/tc FLA's backward over it, ms_11a_backward the step before it (11a_backward_mma_sync),
 # ms_fused_backward stage 12's (12_backward_fused), fla_graph/fused and flashqla_graph/fused the
-# peers' graph times over it. err_*: the peer's dq and dv against ours (stage 10, relative L2), proof of the same problem. nan: that code did not run the
+# peers' graph times over it; ms_package12_backward_graph the package's backward through stage 12
+# (backward_stage="12": dO in bf16, o left to the forward, as the peers' backward), replayed from
+# its graph, and fla_graph/package12, flashqla_graph/package12 the peers' graph times over it. err_*: the peer's dq and dv against ours (stage 10, relative L2), proof of the same problem. nan: that code did not run the
 # shape (its line in the log says why). The roofline: floor_ms is the least time the backward
 # can take at the rates in plots/data/gpu_peak.dat (bin/gpu_peak on the card its header names,
 # copies and the faster of mma.sync and wgmma bf16: rerun it on another card), the larger of its flops (stage 10's count, the same products for every
@@ -30,18 +33,18 @@ set -eu
 . "$(dirname "$0")/bench_lib.sh"
 bin=${1:-bin}
 out=${2:-plots/data}
-# PEERS: the peers to time, comma-separated, of fla, flashqla and gdn_steps (all three unless
-# given; one left out has nan in its columns), checked before anything is written
-peers_asked=${PEERS:-fla,flashqla,gdn_steps}
+# PEERS: the peers to time, comma-separated, of fla, flashqla, gdn_steps and gdn_steps_12 (all four
+# unless given; one left out has nan in its columns), checked before anything is written
+peers_asked=${PEERS:-fla,flashqla,gdn_steps,gdn_steps_12}
 case ",$peers_asked," in
-*[!a-z_,]* | *,,*) echo "bench_backward_gpu.sh: PEERS='$peers_asked' is not a comma-separated list of fla, flashqla, gdn_steps" >&2; exit 2 ;;
+*[!a-z0-9_,]* | *,,*) echo "bench_backward_gpu.sh: PEERS='$peers_asked' is not a comma-separated list of fla, flashqla, gdn_steps, gdn_steps_12" >&2; exit 2 ;;
 esac
 for peer in $(printf '%s' "$peers_asked" | tr ',' ' '); do
-    case $peer in fla | flashqla | gdn_steps) ;; *) echo "bench_backward_gpu.sh: PEERS names '$peer', not one of fla, flashqla, gdn_steps" >&2; exit 2 ;; esac
+    case $peer in fla | flashqla | gdn_steps | gdn_steps_12) ;; *) echo "bench_backward_gpu.sh: PEERS names '$peer', not one of fla, flashqla, gdn_steps, gdn_steps_12" >&2; exit 2 ;; esac
 done
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward ms_fla_backward_graph ms_flashqla_backward_graph ms_package_backward_graph ms_fla_fwd_bwd_graph ms_flashqla_fwd_bwd_graph ms_package_fwd_bwd_graph fla_graph/tc graph_vs_eager ms_fused_backward fla_graph/fused flashqla_graph/fused" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward ms_fla_backward_graph ms_flashqla_backward_graph ms_package_backward_graph ms_fla_fwd_bwd_graph ms_flashqla_fwd_bwd_graph ms_package_fwd_bwd_graph fla_graph/tc graph_vs_eager ms_fused_backward fla_graph/fused flashqla_graph/fused ms_package12_backward_graph fla_graph/package12 flashqla_graph/package12" > "$rows"
 peak_rates
 # floor FLOPS B T H K V: the roofline's least time, ms (the least bytes: 8 K + 6 V + 16 a token and head)
 floor_of() { roofline_ms "$1" "$(($2 * $3 * $4 * (8 * $5 + 6 * $6 + 16)))"; }
@@ -75,6 +78,7 @@ for shape in "$@"; do
     fla_bg=$(field median_ms "$(line_of "$peers" fla backward_graph)") fla_fbg=$(field median_ms "$(line_of "$peers" fla forward_backward_graph)")
     qla_bg=$(field median_ms "$(line_of "$peers" flashqla backward_graph)") qla_fbg=$(field median_ms "$(line_of "$peers" flashqla forward_backward_graph)")
     pkg_bg=$(field median_ms "$(line_of "$peers" gdn_steps backward_graph)") pkg_fbg=$(field median_ms "$(line_of "$peers" gdn_steps forward_backward_graph)")
+    pkg12_bg=$(field median_ms "$(line_of "$peers" gdn_steps_12 backward_graph)")
     # the largest difference between a peer's gradients replayed from its graphs and its eager ones
     apart=$(printf '%s\n' "$peers" | sed -n 's/.*mode=backward_graph.*graph_vs_eager=\([^ ]*\).*/\1/p' |
         awk '/nan/ { worst = "nan"; exit } worst == "" || $1 + 0 > worst + 0 { worst = $1 } END { print worst }') # nan stays nan
@@ -87,7 +91,8 @@ for shape in "$@"; do
         "$(fraction "$(floor_of "$flops" "$@")" "${fla_b:-nan}") $(fraction "$(floor_of "$flops" "$@")" "${qla_b:-nan}")" \
         "${pkg_b:-nan} ${pkg_fb:-nan} $(ratio "${fla_fb:-0}" "${pkg_fb:-0}") ${narrow:-nan}" \
         "${fla_bg:-nan} ${qla_bg:-nan} ${pkg_bg:-nan} ${fla_fbg:-nan} ${qla_fbg:-nan} ${pkg_fbg:-nan} $(ratio "${fla_bg:-0}" "${tc:-0}") ${apart:--}" \
-        "${fused:-nan} $(ratio "${fla_bg:-0}" "${fused:-0}") $(ratio "${qla_bg:-0}" "${fused:-0}")" >> "$rows"
+        "${fused:-nan} $(ratio "${fla_bg:-0}" "${fused:-0}") $(ratio "${qla_bg:-0}" "${fused:-0}")" \
+        "${pkg12_bg:-nan} $(ratio "${fla_bg:-0}" "${pkg12_bg:-0}") $(ratio "${qla_bg:-0}" "${pkg12_bg:-0}")" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done
 cat "$rows"

@@ -57,9 +57,9 @@ def peer_function(peer):
     if peer == "fla":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
         return chunk_gated_delta_rule, {}
-    if peer == "gdn_steps":
+    if peer in ("gdn_steps", "gdn_steps_12"):  # the second: loss.backward() through stage 12's walk
         import gdn_steps
-        return gdn_steps.chunk_gated_delta_rule, {}
+        return gdn_steps.chunk_gated_delta_rule, {"backward_stage": "12"} if peer == "gdn_steps_12" else {}
     from flash_qla import chunk_gated_delta_rule
     return chunk_gated_delta_rule, {"auto_cp": peer == "flashqla"}
 
