@@ -194,7 +194,7 @@ __device__ __forceinline__ static void chunk_o(const gdn_device_problem &p, cons
  * products each, for_each_piece's places: a shift and a mask where VP / 8 is a power of two; the
  * padding adds zeros), dS_C's rows dS_ld apart, then the warp's 32 sums by shuffles, a fixed
  * tree: the same bits every run; the warp's sum to state_dot[warp]. An element a thread, its row
- * found by a division, made this dot as slow as a product. */
+ * found by a division by VP, costs a walk step as much as one of its products (docs/12). */
 __device__ __forceinline__ static void chunk_state_dot(const bf16 *S0, int LDV, const bf16 *dS_end, int dS_ld, int KP, int VP,
                                                        float *state_dot)
 {
