@@ -200,10 +200,7 @@ __device__ __forceinline__ static void chunk_state_dot(const bf16 *S0, int LDV, 
 {
     float sum = 0.0f;
     for_each_piece(KP, VP / 8, [&](int i, int u) {
-        union {
-            uint4 bytes;
-            __nv_bfloat162 pair[4];
-        } s, d;
+        bf16_pairs16 s, d;
         s.bytes = *(const uint4 *)(S0 + i * LDV + 8 * u);
         d.bytes = *(const uint4 *)(dS_end + i * dS_ld + 8 * u);
 #pragma unroll

@@ -222,6 +222,12 @@ __device__ __forceinline__ static float row_sum(const float *partial, int i)
 
 /* ---- staging tiles in shared memory ---- */
 
+/* sixteen bytes of a bf16 tile as one load or store, and as four pairs to compute on */
+union bf16_pairs16 {
+    uint4 bytes;
+    __nv_bfloat162 pair[4];
+};
+
 __device__ __forceinline__ static float to_float(float x) { return x; }
 __device__ __forceinline__ static float to_float(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ static float to_float(unsigned short bits) { return __bfloat162float(__ushort_as_bfloat16(bits)); }

@@ -186,10 +186,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
             chunk_dv(p, x, g, values_part, s.Tm16, s.dVnew16, s.values, LDV, s.beta, s.grown, s.v_dot, s.minus_Ddv16);
             keys_before_last(n, s.to_end, s.k_dot, s.key_sums); /* k_dot complete at the barrier above */
             for_each_piece(CHUNK, VP / 8, [&](int i, int u) { /* 16 bytes a place, no division where VP / 8 is a power of two */
-                union {
-                    uint4 bytes;
-                    __nv_bfloat162 pair[4];
-                } piece;
+                bf16_pairs16 piece;
                 uint4 *at = (uint4 *)(s.dO16 + i * LDV + 8 * u);
                 piece.bytes = *at;
 #pragma unroll
