@@ -51,6 +51,7 @@ USES_07_sequence_parallel := 05_wy_chunked
 USES_10_backward_chunked := 05_wy_chunked
 USES_11_backward_tensor_cores := 10_backward_chunked 05_wy_chunked
 USES_12_backward_fused := 10_backward_chunked 05_wy_chunked
+USES_13_backward_states := 10_backward_chunked 05_wy_chunked
 
 COMMON_SOURCES := $(filter-out common/main.c,$(wildcard common/*.c))
 COMMON_OBJECTS := $(COMMON_SOURCES:%.c=$(BUILD)/%.o)

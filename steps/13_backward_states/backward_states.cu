@@ -1,0 +1,281 @@
+/* 13_backward_states -- stage 12's walk on what stage 06's forward leaves: gamma, Tm, S0 and Vnew
+ * made by 06's kernel 1 and 06's chain instead of stage 11's pass 1 and forward chain.
+ *
+ * The idea: the walk (fused_walk.cuh, unchanged) reads four things a chunk that need no
+ * cotangent: gamma, Tm = (I + M)^-1, the state S0 at the chunk's start and Vnew. Stage 12 makes
+ * them with stage 11's pass 1 and forward chain, simple kernels (a barrier between a chunk's
+ * copies and its products); stage 06 makes the same four as the inside of its forward, with
+ * tensor copies, a producer warp and consumer warps that keep S in their registers, and from v
+ * (Vnew = Tm Z, Z = diag(beta) V - diag(beta e^gamma) K S0) where K = V = 64 or 128. So here:
+ *   06's kernel 1 (launch_prepare_chunks) writes gamma straight into the walk's array (the same
+ *     layout and bits as 11's pass 1: both sum the gates by warp_gate_sums) and each chunk's
+ *     transform block (Tm's strictly lower part, bf16, 128-byte swizzled); where 06's chain
+ *     reads W and U instead, it writes those too (its parts: the chain's and the transform block);
+ *   06's chain (launch_chunk_states, stage 06's state_columns, no output warps) writes S0^T and
+ *     Vnew^T a chunk, as 06's kernel 3 reads them, and ht;
+ *   walk_inputs_kernel (here) turns those into the walk's layouts: Tm row-major with its
+ *     diagonal of ones, S0 [KP][VP] and Vnew [heads T][VP], each transposed through shared memory;
+ *   then 12's walk.
+ * 06's headers and 11's name the same things (CHUNK, THREADS, round_up16, chain_shape, ...), so
+ * each stage's come in a namespace of its own (bwd: 11's and 12's; fwd06: 06's), after
+ * everything they include.
+ *
+ * Cost: 06's forward less its outputs (kernel 3, or the chain's output warps), one pass over
+ * S0^T, Vnew^T and the transform blocks (about 60 KB read and 56 KB written a chunk at K = V =
+ * 128), then 12's walk. At (8, 4096, 16, 128, 128) stage 12's pass 1 and forward chain take about
+ * 1.2 ms of its 3.8, stage 06's whole forward 0.31 ms (docs/12). Workspace: 11's and 06's side by
+ * side (06's gamma is the walk's).
+ * Limits: stage 11's (K, V <= 128); stage 06 takes all of them. Where one of 06's launches is
+ * refused at run time (a tensor map the driver will not make, a launch it will not take), 12's
+ * own passes make the walk's inputs instead.
+ * Unmeasured.
+ *
+ * Build and run:  make bin/13_backward_states && bin/13_backward_states --B 2 --T 1000 --H 3 --K 128 --V 128 --h0 --check-against oracle
+ */
+#include <cuda_bf16.h>
+#include <cudaTypedefs.h>
+#include <cuda_pipeline_primitives.h>
+#include <stdint.h>
+#include <type_traits>
+
+/* everything stages 11, 12 and 06 include, here at global scope so that their guards keep it
+ * there; then 11's and 12's headers in namespace bwd, 06's in namespace fwd06. Both, not one:
+ * each defines functions of bf16 by the same names (to_float), which argument-dependent lookup
+ * would otherwise find side by side with the namespace's own. */
+#include "../../common/backward_stage.h"
+#include "../../common/cuda_check.h"
+#include "../../common/device.h"
+#include "../../common/stage.h"
+#include "../../common/bulk_copy.cuh"
+#include "../../common/mma_sync.cuh"
+#include "../../common/fast_exp.cuh"
+#include "../../common/wgmma.cuh"
+#include "../../common/kernel_overlap.cuh"
+#include "../../common/sync.cuh"
+#include "../../common/tensor_maps.cuh"
+#include "../05_wy_chunked/wy_chunked_solve.cuh" /* the gates' sums and the blocked solve, unchanged */
+extern "C" {
+#include "../05_wy_chunked/wy_chunked.h"
+#include "../10_backward_chunked/backward_chunked.h" /* stage 10's flop count: the same products */
+}
+#include "../06_warp_specialized/warp_specialized.h"
+
+namespace bwd {
+#include "../11_backward_tensor_cores/warp_tiles.cuh"
+#include "../11_backward_tensor_cores/prepare_chunks.cuh"
+#include "../11_backward_tensor_cores/chains.cuh"
+#include "../11_backward_tensor_cores/chunk_gradients.cuh" /* pass 4's pieces, which the walk calls */
+#include "../11_backward_tensor_cores/backward_passes.cuh"
+#include "../12_backward_fused/fused_walk.cuh"
+}
+namespace fwd06 {
+#include "../06_warp_specialized/warp_specialized.cuh"
+}
+using namespace bwd; /* the walk's names, unqualified below; 06's as fwd06:: */
+
+static_assert((int)CHUNK == (int)SOLVE_CHUNK && (int)fwd06::CHUNK == (int)CHUNK, "06's chunk is the walk's");
+static_assert((int)fwd06::MAX_K >= (int)MAX_WIDTH, "06's kernels take every K and V the walk takes");
+static_assert(fwd06::TRANSFORM_TM_BYTES == CHUNK * CHUNK * sizeof(bf16), "the transform block opens with Tm, 64 x 64 bf16");
+
+/* ---- the workspace: 11's backward_workspace, then 06's chunk_workspace ---- */
+
+/* the workspace's two parts for `heads` sequences of T tokens: *backward, 11's (a multiple of
+ * 256 bytes, each of its pieces rounded up: where 06's begins), and *total, with 06's after it
+ * (workspace_parts: gamma, the chain and transform blocks with their flags, S0^T, Vnew^T); -1
+ * on overflow */
+static int workspace_parts_of(size_t heads, size_t T, size_t K, size_t V, size_t *backward, size_t *total)
+{
+    size_t parts[4];
+    if (workspace_layout(heads, T, K, V, NULL, NULL, backward))
+        return -1;
+    if (fwd06::workspace_parts(heads, T, K, V, false, parts))
+        return gdn_set_error("06's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
+    *total = *backward;
+    for (int i = 0; i < 4; i++) {
+        if (parts[i] > SIZE_MAX - *total)
+            return gdn_set_error("the workspace of %zu heads of %zu tokens overflows size_t", heads, T);
+        *total += parts[i];
+    }
+    return 0;
+}
+static int backward_states_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+{
+    size_t backward; /* 11's limits checked (backward_passes_workspace), then both parts */
+    return backward_passes_workspace(p, s, &backward) || workspace_parts_of(p->B * p->H, p->T, p->K, p->V, &backward, bytes) ? -1 : 0;
+}
+
+/* ---- 06's layouts into the walk's ---- */
+
+/* walk_inputs_kernel's shared memory: S0 and the chunk's Vnew by rows, VP + 8 bf16 a row (16-byte
+ * rows for the copies out) */
+__host__ __device__ static inline int inputs_stride(size_t V) { return round_up16(V) + 8; }
+__host__ __device__ static inline size_t inputs_bytes(size_t K, size_t V)
+{
+    return (size_t)(round_up16(K) + CHUNK) * inputs_stride(V) * sizeof(bf16);
+}
+constexpr int INPUTS_THREADS = 256;
+
+/* eight bf16 as one 16-byte piece */
+union bf16_piece {
+    uint4 bytes;
+    bf16 value[8];
+};
+
+/* One block a (head, chunk): 06's transform block, S0^T and Vnew^T into the walk's Tm, S0 and
+ * Vnew, each written whole where the walk reads it whole (Tm, S0), and Vnew's rows only for the
+ * chunk's n tokens (the rows after them are the next chunk's, or the next head's).
+ *   Tm: row i of the transform block holds Tm[i][0 .. i) in bf16, its 16-byte pieces swizzled
+ *       (swizzled_offset: piece c / 8 at piece (c / 8) ^ (i % 8) of the row), zero from the
+ *       diagonal on; the walk's Tm is 11's: row-major, ones on the diagonal, zero above it (rows
+ *       past n included: (I + M)^-1 is the identity there).
+ *   S0^T [VP][key_stride(K)] (state column v by rows, its K keys along) -> S0 [KP][VP]; Vnew^T
+ *       [VP][TOKEN_STRIDE] -> Vnew rows: both read a 16-byte piece a thread, consecutive threads
+ *       consecutive state columns, so that each piece's eight values land in eight rows of the
+ *       shared tile, consecutive threads two bytes apart (no bank conflict); then out by rows, 16
+ *       bytes a thread. Zero past K and past V, whatever 06 left there (its padding columns of
+ *       S0^T are never written). */
+__global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_device_problem p, fwd06::chunk_workspace f,
+                                                                         backward_workspace w)
+{
+    extern __shared__ uint4 shared[];
+    const chunk_at x = chunk_of(p, w, blockIdx.x);
+    const int n = x.n, K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V);
+    const int LDK = fwd06::key_stride(p.K), LDT = inputs_stride(p.V), pieces = VP / 8;
+    bf16 *const S0 = (bf16 *)shared, *const Vnew = S0 + KP * LDT;
+    const bf16 zero = __float2bfloat16_rn(0.0f), one = __float2bfloat16_rn(1.0f);
+
+    {   /* Tm, a 16-byte piece a thread: no transpose, only the swizzle undone */
+        const bf16 *transform = (const bf16 *)(f.transforms + x.index * fwd06::TRANSFORM_BYTES);
+        bf16 *Tm = w.Tm + x.index * CHUNK * CHUNK;
+        for (int e = threadIdx.x; e < CHUNK * CHUNK / 8; e += INPUTS_THREADS) {
+            const int i = e / 8, c0 = e % 8 * 8;
+            bf16_piece piece;
+            piece.bytes = *(const uint4 *)(transform + swizzled_offset(CHUNK, i, c0));
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                piece.value[j] = c0 + j == i ? one : c0 + j < i ? piece.value[j] : zero;
+            *(uint4 *)(Tm + i * CHUNK + c0) = piece.bytes;
+        }
+    }
+
+    /* S0^T and Vnew^T into the tiles, transposed */
+    const bf16 *states_t = f.states_t + x.index * VP * LDK;
+    for (int e = threadIdx.x; e < KP / 8 * VP; e += INPUTS_THREADS) {
+        const int v = e % VP, k0 = e / VP * 8;
+        bf16_piece piece;
+        piece.bytes = v < V ? *(const uint4 *)(states_t + v * LDK + k0) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            S0[(k0 + j) * LDT + v] = k0 + j < K ? piece.value[j] : zero;
+    }
+    const bf16 *values_t = f.new_values_t + x.index * VP * fwd06::TOKEN_STRIDE;
+    for (int e = threadIdx.x; e < CHUNK / 8 * VP; e += INPUTS_THREADS) {
+        const int v = e % VP, i0 = e / VP * 8;
+        bf16_piece piece;
+        piece.bytes = v < V ? *(const uint4 *)(values_t + v * fwd06::TOKEN_STRIDE + i0) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            Vnew[(i0 + j) * LDT + v] = piece.value[j];
+    }
+    __syncthreads();
+
+    /* out by rows: S0 whole, Vnew's n rows */
+    bf16 *S0_out = w.S0 + x.index * KP * VP, *Vnew_out = w.Vnew + x.row * VP;
+    for (int e = threadIdx.x; e < KP * pieces; e += INPUTS_THREADS) {
+        const int k = e / pieces, c0 = e % pieces * 8;
+        *(uint4 *)(S0_out + k * VP + c0) = *(const uint4 *)(S0 + k * LDT + c0);
+    }
+    for (int e = threadIdx.x; e < n * pieces; e += INPUTS_THREADS) {
+        const int i = e / pieces, c0 = e % pieces * 8;
+        *(uint4 *)(Vnew_out + i * VP + c0) = *(const uint4 *)(Vnew + i * LDT + c0);
+    }
+}
+
+/* ---- the passes ---- */
+
+/* 06's kernel 1 and chain over the whole sequence from h0 (writing ht), then the conversion.
+ * Kernel 1 writes the transform block besides whatever 06's chain reads (W, U and the decayed
+ * keys where the chain does not make Vnew from v: chunk_parts_for), and gamma into the walk's
+ * array. The chain is launched as 06 launches it (after kernel 1, overlapping its end: it waits
+ * for kernel 1 before it reads); the conversion and the walk after it are ordinary launches,
+ * each after the whole of the one before. No o: the walk makes it. */
+static int forward_states(const gdn_device_problem *p, const backward_workspace &w, const gdn_device_result *r)
+{
+    size_t backward, total;
+    if (fwd06::check_key_width(p->K) || workspace_parts_of(p->B * p->H, p->T, p->K, p->V, &backward, &total))
+        return -1;
+    gdn_device_problem forward = *p;
+    if (forward.heads_per_key == 0) /* 06 divides by it (key_heads): one key head a head here */
+        forward.heads_per_key = 1;
+    fwd06::chunk_workspace f = fwd06::workspace_at((unsigned char *)r->workspace + backward, &forward, false);
+    f.gamma = w.gamma;
+    const size_t chunks = chunks_of(p->T);
+    const int parts = fwd06::chunk_parts_for<false>(&forward, chunks) | fwd06::WRITE_TRANSFORM;
+    const fwd06::chain_segments whole = {1, 1, p->h0, r->ht};
+    if (fwd06::launch_prepare_chunks<false>(&forward, f, parts) ||
+        fwd06::launch_chunk_states<false, fwd06::state_columns>(&forward, f, whole, chunks))
+        return -1;
+    unsigned blocks;
+    if (gdn_blocks_for(p->B * p->H * chunks, 1, &blocks))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED(walk_inputs_kernel, blocks, INPUTS_THREADS, inputs_bytes(p->K, p->V), forward, f, w);
+    return 0;
+}
+
+/* Stage 12's pass 1 and forward chain (blocks of 64 state columns where they give every SM
+ * one, else 16), the same launches as 12's: where 06's are refused */
+template <int COLUMNS>
+static int states_of_12(const gdn_device_problem *p, const gdn_device_cotangents *c, const backward_workspace &w,
+                        gdn_device_result *r)
+{
+    const size_t heads = p->B * p->H, K = p->K, V = p->V;
+    unsigned chunk_blocks, chain_blocks;
+    if (gdn_blocks_for(heads * w.chunks, 1, &chunk_blocks) ||
+        gdn_blocks_for(heads * ((round_up16(V) + COLUMNS - 1) / COLUMNS), 1, &chain_blocks))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<false>, chunk_blocks, THREADS, prepare_tiles_at(nullptr, K, V).bytes, *p, *c, w);
+    CUDA_LAUNCH_WITH_SHARED(forward_chain_kernel<COLUMNS>, chain_blocks, chain_shape<COLUMNS>::THREADS,
+                            chain_tiles_at<COLUMNS>(nullptr, K, false).bytes, *p, w, r->ht);
+    return 0;
+}
+
+static int backward_states_backward(const gdn_device_problem *p, const gdn_device_cotangents *c, const gdn_settings *s,
+                                    gdn_device_result *r, gdn_device_gradients *g)
+{
+    const size_t heads = p->B * p->H;
+    backward_workspace w;
+    if (backward_passes_workspace_of(p, s, r, &w))
+        return -1;
+    size_t backward, bytes;
+    if (workspace_parts_of(heads, p->T, p->K, p->V, &backward, &bytes))
+        return -1;
+    if (bytes > r->workspace_bytes)
+        return gdn_set_error("the backward's workspace needs %zu bytes, %zu were given", bytes, r->workspace_bytes);
+    /* a refusal of 06's launches or the conversion's comes from the host (a tensor map, a launch
+     * the runtime will not take); 12's passes then write every input of the walk again, after
+     * whatever of 06's did run, in the same stream */
+    if (forward_states(p, w, r)) {
+        const int fallback = heads * ((round_up16(p->V) + 63) / 64) >= (size_t)gdn_sm_count() ? states_of_12<64>(p, c, w, r)
+                                                                                               : states_of_12<16>(p, c, w, r);
+        if (fallback)
+            return -1;
+    }
+    unsigned walk_blocks;
+    if (gdn_blocks_for(heads, 1, &walk_blocks))
+        return -1;
+    CUDA_LAUNCH_WITH_SHARED(fused_walk_kernel, walk_blocks, GRADIENT_THREADS, walk_tiles_at(nullptr).bytes, *p, *c, w, r->o, *g);
+    return 0;
+}
+
+extern "C" const gdn_backward_stage backward_states_stage = {
+    .name = "13_backward_states",
+    .idea = "12's walk on the gamma, Tm, S0 and Vnew of stage 06's kernel 1 and chain, turned into the walk's layouts",
+    .options = GDN_OPTION_CHUNK,
+    .backward = NULL,
+    .counted_flops = backward_chunked_flops,
+    .resolve_options = backward_passes_resolve_options,
+    .device_backward = backward_states_backward,
+    .device_workspace_bytes = backward_states_workspace,
+    .runner = &gdn_cuda_backward_runner,
+    .bf16_inputs = 1,
+};
