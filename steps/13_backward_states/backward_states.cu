@@ -25,9 +25,8 @@
  * 128), then 12's walk. At (8, 4096, 16, 128, 128) stage 12's pass 1 and forward chain take about
  * 1.2 ms of its 3.8, stage 06's whole forward 0.31 ms (docs/12). Workspace: 11's and 06's side by
  * side (06's gamma is the walk's).
- * Limits: stage 11's (K, V <= 128); stage 06 takes all of them. Where one of 06's launches is
- * refused at run time (a tensor map the driver will not make, a launch it will not take), 12's
- * own passes make the walk's inputs instead.
+ * Limits: stage 11's (K, V <= 128); stage 06 takes all of them. A refusal of one of 06's
+ * launches at run time (a tensor map the driver will not make) is this stage's, in one line.
  * Unmeasured.
  *
  * Build and run:  make bin/13_backward_states && bin/13_backward_states --B 2 --T 1000 --H 3 --K 128 --V 128 --h0 --check-against oracle
@@ -222,23 +221,6 @@ static int forward_states(const gdn_device_problem *p, const backward_workspace 
     return 0;
 }
 
-/* Stage 12's pass 1 and forward chain (blocks of 64 state columns where they give every SM
- * one, else 16), the same launches as 12's: where 06's are refused */
-template <int COLUMNS>
-static int states_of_12(const gdn_device_problem *p, const gdn_device_cotangents *c, const backward_workspace &w,
-                        gdn_device_result *r)
-{
-    const size_t heads = p->B * p->H, K = p->K, V = p->V;
-    unsigned chunk_blocks, chain_blocks;
-    if (gdn_blocks_for(heads * w.chunks, 1, &chunk_blocks) ||
-        gdn_blocks_for(heads * ((round_up16(V) + COLUMNS - 1) / COLUMNS), 1, &chain_blocks))
-        return -1;
-    CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<false>, chunk_blocks, THREADS, prepare_tiles_at(nullptr, K, V).bytes, *p, *c, w);
-    CUDA_LAUNCH_WITH_SHARED(forward_chain_kernel<COLUMNS>, chain_blocks, chain_shape<COLUMNS>::THREADS,
-                            chain_tiles_at<COLUMNS>(nullptr, K, false).bytes, *p, w, r->ht);
-    return 0;
-}
-
 static int backward_states_backward(const gdn_device_problem *p, const gdn_device_cotangents *c, const gdn_settings *s,
                                     gdn_device_result *r, gdn_device_gradients *g)
 {
@@ -251,15 +233,8 @@ static int backward_states_backward(const gdn_device_problem *p, const gdn_devic
         return -1;
     if (bytes > r->workspace_bytes)
         return gdn_set_error("the backward's workspace needs %zu bytes, %zu were given", bytes, r->workspace_bytes);
-    /* a refusal of 06's launches or the conversion's comes from the host (a tensor map, a launch
-     * the runtime will not take); 12's passes then write every input of the walk again, after
-     * whatever of 06's did run, in the same stream */
-    if (forward_states(p, w, r)) {
-        const int fallback = heads * ((round_up16(p->V) + 63) / 64) >= (size_t)gdn_sm_count() ? states_of_12<64>(p, c, w, r)
-                                                                                               : states_of_12<16>(p, c, w, r);
-        if (fallback)
-            return -1;
-    }
+    if (forward_states(p, w, r)) /* a refusal of 06's launches or the conversion's, named by gdn_last_error */
+        return -1;
     unsigned walk_blocks;
     if (gdn_blocks_for(heads, 1, &walk_blocks))
         return -1;
