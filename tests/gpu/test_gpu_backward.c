@@ -6,7 +6,8 @@
  * (gdn_backward_tolerance, common/tolerances.h), over T from 1 to 1000, B 1 and 2, H 1, 3 and 70,
  * K and V 64 and 128 and off the multiples of 16, with and without h0, extreme gates and the
  * edge cases, and against 11a_backward_mma_sync bit for bit over the same cases; 12_backward_fused
- * against the oracle, 10_backward_chunked_cuda and 11 over the same cases; exact zeros
+ * against the oracle, 10_backward_chunked_cuda and 11 over the same cases; 13_backward_states
+ * (12's walk on the states of stage 06's kernels) against the oracle and 12; exact zeros
  * where the algebra gives them; wrong chunks and sizes refused with one line, by the library call
  * and by the binary. Needs a GPU. */
 #include <stdio.h>
@@ -18,7 +19,7 @@
 #include "../test_support.h"
 
 extern const gdn_backward_stage backward_chunked_cuda_stage, backward_mma_sync_stage, backward_tensor_cores_stage,
-    backward_fused_stage;
+    backward_fused_stage, backward_states_stage;
 
 /* o, ht and every gradient present of stage's result b within the bound the stage gives each
  * tensor (gdn_backward_tolerance) of reference (in double): the oracle, or with against_stage
@@ -177,7 +178,8 @@ static void assert_same_bits(const gdn_problem *p, const test_backward_result *a
  * against 10_backward_chunked_cuda (fp32) on the same rounded inputs, each tensor within its
  * bound, and against 11a bit for bit; 12 (its rounding placed apart from 11's: dv, not -W, is
  * the chain's operand) against the oracle, 10_cuda and 11, each within the same bounds; the
- * cotangents drawn fresh from the case number */
+ * cotangents drawn fresh from the case number; 13 (06's solve and states, rounded apart from 11's:
+ * tf32 joins, Vnew from v) against the oracle and 12 within the same bounds */
 static void check_tensor_cores(gdn_problem *p, int case_number, const char *what)
 {
     gdn_problem_round_to_bf16(p);
@@ -187,6 +189,7 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
     test_backward_result tensor = test_run_backward(&backward_tensor_cores_stage, p, &c, 0);
     test_backward_result narrow = test_run_backward(&backward_mma_sync_stage, p, &c, 0);
     test_backward_result fused = test_run_backward(&backward_fused_stage, p, &c, 0);
+    test_backward_result states = test_run_backward(&backward_states_stage, p, &c, 0);
     test_backward_result fp32 = test_run_backward(&backward_chunked_cuda_stage, p, &c, 64);
     const size_t o_count = gdn_tokens(p) * p->V, ht_count = gdn_state_count(p);
     double *o = malloc((o_count + ht_count) * sizeof *o);
@@ -201,6 +204,8 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
     assert_tensors_close(&backward_tensor_cores_stage, p, &tensor, o, o + o_count, &reference, 0, name);
     snprintf(name, sizeof name, "12 vs oracle, %s", what);
     assert_tensors_close(&backward_fused_stage, p, &fused, o, o + o_count, &reference, 0, name);
+    snprintf(name, sizeof name, "13 vs oracle, %s", what);
+    assert_tensors_close(&backward_states_stage, p, &states, o, o + o_count, &reference, 0, name);
     widen(p, &fp32, o, &reference);
     snprintf(name, sizeof name, "11 vs 10_cuda, %s", what);
     assert_tensors_close(&backward_tensor_cores_stage, p, &tensor, o, o + o_count, &reference, 1, name);
@@ -209,11 +214,15 @@ static void check_tensor_cores(gdn_problem *p, int case_number, const char *what
     widen(p, &tensor, o, &reference);
     snprintf(name, sizeof name, "12 vs 11, %s", what);
     assert_tensors_close(&backward_fused_stage, p, &fused, o, o + o_count, &reference, 1, name);
+    widen(p, &fused, o, &reference);
+    snprintf(name, sizeof name, "13 vs 12, %s", what);
+    assert_tensors_close(&backward_states_stage, p, &states, o, o + o_count, &reference, 1, name);
     gdn_gradients_f64_free(&reference);
     free(o);
     test_backward_result_free(&tensor);
     test_backward_result_free(&narrow);
     test_backward_result_free(&fused);
+    test_backward_result_free(&states);
     test_backward_result_free(&fp32);
     gdn_cotangents_free(&c);
 }
