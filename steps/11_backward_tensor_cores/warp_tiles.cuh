@@ -222,10 +222,12 @@ __device__ __forceinline__ static float row_sum(const float *partial, int i)
 
 /* ---- staging tiles in shared memory ---- */
 
-/* sixteen bytes of a bf16 tile as one load or store, and as four pairs to compute on */
+/* sixteen bytes of a bf16 tile as one load or store, as four pairs to compute on, and as eight
+ * values to scatter one by one */
 union bf16_pairs16 {
     uint4 bytes;
     __nv_bfloat162 pair[4];
+    bf16 value[8];
 };
 
 __device__ __forceinline__ static float to_float(float x) { return x; }

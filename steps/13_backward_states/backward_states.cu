@@ -114,12 +114,6 @@ __host__ __device__ static inline size_t inputs_bytes(size_t K, size_t V)
 }
 constexpr int INPUTS_THREADS = 256;
 
-/* eight bf16 as one 16-byte piece */
-union bf16_piece {
-    uint4 bytes;
-    bf16 value[8];
-};
-
 /* One block a (head, chunk): 06's transform block, S0^T and Vnew^T into the walk's Tm, S0 and
  * Vnew, each written whole where the walk reads it whole (Tm, S0), and Vnew's rows only for the
  * chunk's n tokens (the rows after them are the next chunk's, or the next head's).
@@ -148,7 +142,7 @@ __global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_
         bf16 *Tm = w.Tm + x.index * CHUNK * CHUNK;
         for (int e = threadIdx.x; e < CHUNK * CHUNK / 8; e += INPUTS_THREADS) {
             const int i = e / 8, c0 = e % 8 * 8;
-            bf16_piece piece;
+            bf16_pairs16 piece;
             piece.bytes = *(const uint4 *)(transform + swizzled_offset(CHUNK, i, c0));
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -161,7 +155,7 @@ __global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_
     const bf16 *states_t = f.states_t + x.index * VP * LDK;
     for (int e = threadIdx.x; e < KP / 8 * VP; e += INPUTS_THREADS) {
         const int v = e % VP, k0 = e / VP * 8;
-        bf16_piece piece;
+        bf16_pairs16 piece;
         piece.bytes = v < V ? *(const uint4 *)(states_t + v * LDK + k0) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int j = 0; j < 8; j++)
@@ -170,7 +164,7 @@ __global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_
     const bf16 *values_t = f.new_values_t + x.index * VP * fwd06::TOKEN_STRIDE;
     for (int e = threadIdx.x; e < CHUNK / 8 * VP; e += INPUTS_THREADS) {
         const int v = e % VP, i0 = e / VP * 8;
-        bf16_piece piece;
+        bf16_pairs16 piece;
         piece.bytes = v < V ? *(const uint4 *)(values_t + v * fwd06::TOKEN_STRIDE + i0) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int j = 0; j < 8; j++)
