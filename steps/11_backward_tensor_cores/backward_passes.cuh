@@ -2,12 +2,13 @@
  * workspace between the four passes, and the passes' launches, whose chain blocks carry COLUMNS
  * columns of the state (11a: 16, 11: 64; chains.cuh).
  *
- * Included by backward_mma_sync.cu and backward_tensor_cores.cu after the kernels' headers.
+ * Included by backward_mma_sync.cu and backward_tensor_cores.cu after the kernels' headers, and
+ * by 12 and 13 for the limits and the workspace (inline: not every includer calls each).
  */
 #pragma once
 
 /* what the kernels take: one line naming the value refused */
-static int check_limits(size_t heads, size_t T, size_t K, size_t V, size_t C)
+static inline int check_limits(size_t heads, size_t T, size_t K, size_t V, size_t C)
 {
     if (C != CHUNK)
         return gdn_set_error("--chunk %zu: the tensor-core backward runs chunks of %d tokens only (its blocked solve's)", C,
@@ -24,7 +25,7 @@ static int check_limits(size_t heads, size_t T, size_t K, size_t V, size_t C)
 }
 
 /* the workspace's pieces at base (NULL: only their size, in *bytes), each 256-byte aligned */
-static int workspace_layout(size_t heads, size_t T, size_t K, size_t V, void *base, backward_workspace *w, size_t *bytes)
+static inline int workspace_layout(size_t heads, size_t T, size_t K, size_t V, void *base, backward_workspace *w, size_t *bytes)
 {
     const size_t chunks = chunks_of(T), KP = (size_t)round_up16(K), VP = (size_t)round_up16(V);
     const size_t factors[11][4] = {{heads, T, sizeof(double), 1},
@@ -65,23 +66,31 @@ static int workspace_layout(size_t heads, size_t T, size_t K, size_t V, void *ba
     return 0;
 }
 
-static int backward_passes_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
+static inline int backward_passes_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
     const size_t heads = p->B * p->H;
     return check_limits(heads, p->T, p->K, p->V, s->chunk) || workspace_layout(heads, p->T, p->K, p->V, NULL, NULL, bytes) ? -1
                                                                                                                           : 0;
 }
 
-/* the problem and the settings checked (the limits, q, k and v in bf16), and the workspace
- * laid out in r's, which must be large enough: what every backward on these passes does first */
-static int backward_passes_workspace_of(const gdn_device_problem *p, const gdn_settings *s, const gdn_device_result *r,
-                                        backward_workspace *w)
+/* the problem and the settings checked: the limits, q, k and v in bf16 */
+static inline int check_device_problem(const gdn_device_problem *p, const gdn_settings *s)
 {
-    const size_t heads = p->B * p->H;
-    if (check_limits(heads, p->T, p->K, p->V, s->chunk))
+    if (check_limits(p->B * p->H, p->T, p->K, p->V, s->chunk))
         return -1;
     if (!p->q_bf16 || !p->k_bf16 || !p->v_bf16)
         return gdn_set_error("the tensor-core backward reads q, k and v in bf16, and none were given");
+    return 0;
+}
+
+/* the problem and the settings checked, and the workspace laid out in r's, which must be large
+ * enough: what every backward on these passes does first */
+static inline int backward_passes_workspace_of(const gdn_device_problem *p, const gdn_settings *s, const gdn_device_result *r,
+                                        backward_workspace *w)
+{
+    const size_t heads = p->B * p->H;
+    if (check_device_problem(p, s))
+        return -1;
     size_t bytes = 0;
     if (workspace_layout(heads, p->T, p->K, p->V, r->workspace, w, &bytes))
         return -1;
@@ -124,7 +133,7 @@ static int run_backward_passes(const gdn_device_problem *p, const gdn_device_cot
     return 0;
 }
 
-static void backward_passes_resolve_options(const gdn_problem *p, gdn_settings *s)
+static inline void backward_passes_resolve_options(const gdn_problem *p, gdn_settings *s)
 {
     (void)p;
     if (s->chunk == 0)

@@ -23,8 +23,8 @@
  * Cost: 06's forward less its outputs (kernel 3, or the chain's output warps), one pass over
  * S0^T, Vnew^T and the transform blocks (about 60 KB read and 56 KB written a chunk at K = V =
  * 128), then 12's walk. At (8, 4096, 16, 128, 128) stage 12's pass 1 and forward chain take about
- * 1.2 ms of its 3.8, stage 06's whole forward 0.31 ms (docs/12). Workspace: 11's and 06's side by
- * side (06's gamma is the walk's).
+ * 1.2 ms of its 3.8, stage 06's whole forward 0.31 ms (docs/12). Workspace: the four arrays the
+ * walk reads (none of 11's others) and 06's.
  * Limits: stage 11's (K, V <= 128); stage 06 takes all of them. A refusal of one of 06's
  * launches at run time (a tensor map the driver will not make) is this stage's, in one line.
  * Unmeasured.
@@ -76,31 +76,55 @@ static_assert((int)CHUNK == (int)SOLVE_CHUNK && (int)fwd06::CHUNK == (int)CHUNK,
 static_assert((int)fwd06::MAX_K >= (int)MAX_WIDTH, "06's kernels take every K and V the walk takes");
 static_assert(fwd06::TRANSFORM_TM_BYTES == CHUNK * CHUNK * sizeof(bf16), "the transform block opens with Tm, 64 x 64 bf16");
 
-/* ---- the workspace: 11's backward_workspace, then 06's chunk_workspace ---- */
+/* ---- the workspace: the walk's four arrays, then 06's chunk_workspace ---- */
 
-/* the workspace's two parts for `heads` sequences of T tokens: *backward, 11's (a multiple of
- * 256 bytes, each of its pieces rounded up: where 06's begins), and *total, with 06's after it
- * (workspace_parts: gamma, the chain and transform blocks with their flags, S0^T, Vnew^T); -1
- * on overflow */
-static int workspace_parts_of(size_t heads, size_t T, size_t K, size_t V, size_t *backward, size_t *total)
+/* The walk reads gamma, Tm, S0 and Vnew of 11's backward_workspace and nothing else; 11's other
+ * pieces (-W, U, P^T dO, the scaled dO, dVnew, dS at a chunk's end) feed passes 13 does not
+ * run, so they get no bytes here and stay NULL. At base (NULL: only the sizes): the four, each
+ * 256-byte aligned, in *walk bytes, then 06's workspace (workspace_parts: gamma, which goes
+ * unused, the walk's taking its place; the chain and transform blocks with their flags; S0^T;
+ * Vnew^T); *total: both. -1 on overflow. */
+static int workspace_parts_of(size_t heads, size_t T, size_t K, size_t V, void *base, backward_workspace *w, size_t *walk,
+                              size_t *total)
 {
-    size_t parts[4];
-    if (workspace_layout(heads, T, K, V, NULL, NULL, backward))
-        return -1;
+    const size_t chunks = chunks_of(T), KP = (size_t)round_up16(K), VP = (size_t)round_up16(V);
+    const size_t factors[4][4] = {{heads, T, sizeof(double), 1},             /* gamma */
+                                  {heads, chunks, CHUNK * CHUNK, sizeof(bf16)}, /* Tm */
+                                  {heads, chunks, KP * VP, sizeof(bf16)},       /* S0 */
+                                  {heads, T, VP, sizeof(bf16)}};                /* Vnew */
+    size_t offsets[4], offset = 0, parts[4];
+    for (int i = 0; i < 4; i++) {
+        size_t size;
+        if (gdn_multiply_sizes(&size, 4, factors[i]) || size > SIZE_MAX - 255 - offset)
+            return gdn_set_error("the walk's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
+        offsets[i] = offset;
+        offset += (size + 255) / 256 * 256;
+    }
+    *walk = *total = offset;
     if (fwd06::workspace_parts(heads, T, K, V, false, parts))
         return gdn_set_error("06's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
-    *total = *backward;
     for (int i = 0; i < 4; i++) {
         if (parts[i] > SIZE_MAX - *total)
             return gdn_set_error("the workspace of %zu heads of %zu tokens overflows size_t", heads, T);
         *total += parts[i];
     }
+    if (base) {
+        unsigned char *at = (unsigned char *)base;
+        *w = backward_workspace{};
+        w->chunks = chunks;
+        w->gamma = (double *)(at + offsets[0]);
+        w->Tm = (bf16 *)(at + offsets[1]);
+        w->S0 = (bf16 *)(at + offsets[2]);
+        w->Vnew = (bf16 *)(at + offsets[3]);
+    }
     return 0;
 }
 static int backward_states_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
-    size_t backward; /* 11's limits checked (backward_passes_workspace), then both parts */
-    return backward_passes_workspace(p, s, &backward) || workspace_parts_of(p->B * p->H, p->T, p->K, p->V, &backward, bytes) ? -1 : 0;
+    size_t walk; /* 11's limits, then both parts */
+    const size_t heads = p->B * p->H;
+    return check_limits(heads, p->T, p->K, p->V, s->chunk) || workspace_parts_of(heads, p->T, p->K, p->V, NULL, NULL, &walk, bytes) ? -1
+                                                                                                                               : 0;
 }
 
 /* ---- 06's layouts into the walk's ---- */
@@ -192,15 +216,14 @@ __global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_
  * array. The chain is launched as 06 launches it (after kernel 1, overlapping its end: it waits
  * for kernel 1 before it reads); the conversion and the walk after it are ordinary launches,
  * each after the whole of the one before. No o: the walk makes it. */
-static int forward_states(const gdn_device_problem *p, const backward_workspace &w, const gdn_device_result *r)
+static int forward_states(const gdn_device_problem *p, const backward_workspace &w, size_t walk_bytes, const gdn_device_result *r)
 {
-    size_t backward, total;
-    if (fwd06::check_key_width(p->K) || workspace_parts_of(p->B * p->H, p->T, p->K, p->V, &backward, &total))
+    if (fwd06::check_key_width(p->K))
         return -1;
     gdn_device_problem forward = *p;
     if (forward.heads_per_key == 0) /* 06 divides by it (key_heads): one key head a head here */
         forward.heads_per_key = 1;
-    fwd06::chunk_workspace f = fwd06::workspace_at((unsigned char *)r->workspace + backward, &forward, false);
+    fwd06::chunk_workspace f = fwd06::workspace_at((unsigned char *)r->workspace + walk_bytes, &forward, false);
     f.gamma = w.gamma;
     const size_t chunks = chunks_of(p->T);
     const int parts = fwd06::chunk_parts_for<false>(&forward, chunks) | fwd06::WRITE_TRANSFORM;
@@ -219,15 +242,15 @@ static int backward_states_backward(const gdn_device_problem *p, const gdn_devic
                                     gdn_device_result *r, gdn_device_gradients *g)
 {
     const size_t heads = p->B * p->H;
-    backward_workspace w;
-    if (backward_passes_workspace_of(p, s, r, &w))
+    if (check_device_problem(p, s))
         return -1;
-    size_t backward, bytes;
-    if (workspace_parts_of(heads, p->T, p->K, p->V, &backward, &bytes))
+    backward_workspace w;
+    size_t walk_bytes, bytes;
+    if (workspace_parts_of(heads, p->T, p->K, p->V, r->workspace, &w, &walk_bytes, &bytes))
         return -1;
     if (bytes > r->workspace_bytes)
         return gdn_set_error("the backward's workspace needs %zu bytes, %zu were given", bytes, r->workspace_bytes);
-    if (forward_states(p, w, r)) /* a refusal of 06's launches or the conversion's, named by gdn_last_error */
+    if (forward_states(p, w, walk_bytes, r)) /* a refusal of 06's launches or the conversion's, named by gdn_last_error */
         return -1;
     unsigned walk_blocks;
     if (gdn_blocks_for(heads, 1, &walk_blocks))
