@@ -126,5 +126,6 @@ Suite *segment_choice_suite(void);
 Suite *warp_specialized_choice_suite(void); /* host code of stage 06: runs with or without a GPU */
 Suite *context_parallel_cuda_suite(void); /* host code of stage 07: runs with or without a GPU */
 Suite *gpu_backward_suite(void);          /* tests/gpu/: the GPU backward stages (needs a GPU) */
+Suite *backward_workspace_suite(void);    /* host code of stage 13's workspace: runs with or without a GPU */
 
 #endif

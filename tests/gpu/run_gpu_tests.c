@@ -7,7 +7,7 @@
  * does not survive fork(), and one context for the whole run is also faster than one per
  * test. Where no CUDA device answers it prints one line saying why and runs only the suites
  * of host code (stage 07's choice of segments, stage 06's split of kernel 1 and its chains'
- * form), so `make test` passes on machines without a GPU (CI); on a GPU machine every test
+ * form, stage 13's workspace), so `make test` passes on machines without a GPU (CI); on a GPU machine every test
  * runs. Quiet where everything passes, as run_tests is: one summary line. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +24,7 @@ int main(int argc, char **argv)
     const char *only = argc > 1 ? argv[1] : NULL;
     SRunner *runner = srunner_create(segment_choice_suite());
     srunner_add_suite(runner, warp_specialized_choice_suite());
+    srunner_add_suite(runner, backward_workspace_suite());
     int device = gdn_cuda_device_present();
     if (device) {
         srunner_add_suite(runner, gpu_stages_suite());

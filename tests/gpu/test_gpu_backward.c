@@ -9,7 +9,7 @@
  * against the oracle, 10_backward_chunked_cuda and 11 over the same cases; 13_backward_states
  * (12's walk on the states of stage 06's kernels) against the oracle and 12; exact zeros
  * where the algebra gives them; wrong chunks and sizes refused with one line, by the library call
- * and by the binary. Needs a GPU. */
+ * and by the binary. Needs a GPU, but for the workspaces' sizes (backward_workspace_suite). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@
 
 extern const gdn_backward_stage backward_chunked_cuda_stage, backward_mma_sync_stage, backward_tensor_cores_stage,
     backward_fused_stage, backward_states_stage;
+extern const gdn_stage warp_specialized_stage;
 
 /* o, ht and every gradient present of stage's result b within the bound the stage gives each
  * tensor (gdn_backward_tolerance) of reference (in double): the oracle, or with against_stage
@@ -362,6 +363,43 @@ START_TEST(gpu_backward_tensor_cores_refuses_bad_sizes) /* _i: six cases of 11, 
     gdn_problem_free(&p);
 }
 END_TEST
+
+/* The workspaces on the host (no GPU needed). 13 keeps the four arrays its walk reads, gamma in
+ * double, Tm (64 x 64 a chunk), S0 (KP x VP a chunk) and Vnew (VP a token) in bf16, each rounded
+ * up to 256 bytes, and stage 06's workspace after them: exactly that many bytes, and fewer than
+ * 12's (11's pieces for its passes) and 06's side by side, at every shape. */
+START_TEST(backward_states_workspace_on_the_host)
+{
+    static const test_shape shapes[] = {{8, 4096, 16, 128, 128}, {1, 777, 5, 64, 100}, {3, 130, 2, 100, 64}};
+    const test_shape shape = shapes[_i];
+    const gdn_problem p = {.B = shape.B, .T = shape.T, .H = shape.H, .K = shape.K, .V = shape.V};
+    gdn_settings s = {.reps = 1, .threads = 1}, forward_settings = {.reps = 1, .threads = 1};
+    backward_states_stage.resolve_options(&p, &s);
+    warp_specialized_stage.resolve_options(&p, &forward_settings);
+    size_t states = 0, fused = 0, forward = 0;
+    ck_assert_msg(backward_states_stage.device_workspace_bytes(&p, &s, &states) == 0, "%s", gdn_last_error());
+    ck_assert_msg(backward_fused_stage.device_workspace_bytes(&p, &s, &fused) == 0, "%s", gdn_last_error());
+    ck_assert_msg(warp_specialized_stage.device_workspace_bytes(&p, &forward_settings, &forward) == 0, "%s", gdn_last_error());
+    const size_t heads = p.B * p.H, chunks = (p.T + 63) / 64, KP = (p.K + 15) / 16 * 16, VP = (p.V + 15) / 16 * 16;
+    const size_t arrays[4] = {heads * p.T * sizeof(double), heads * chunks * 64 * 64 * 2, heads * chunks * KP * VP * 2,
+                              heads * p.T * VP * 2};
+    size_t walk = 0;
+    for (int i = 0; i < 4; i++)
+        walk += (arrays[i] + 255) / 256 * 256;
+    ck_assert_msg(states == walk + forward, "13 at (%zu, %zu, %zu, %zu, %zu): %zu bytes, not the walk's %zu and 06's %zu", p.B,
+                  p.T, p.H, p.K, p.V, states, walk, forward);
+    ck_assert_msg(states < fused + forward, "13: %zu bytes, not fewer than 12's %zu and 06's %zu", states, fused, forward);
+}
+END_TEST
+
+Suite *backward_workspace_suite(void)
+{
+    Suite *suite = suite_create("backward_workspace");
+    TCase *cases = tcase_create("13_backward_states");
+    tcase_add_loop_test(cases, backward_states_workspace_on_the_host, 0, 3);
+    suite_add_tcase(suite, cases);
+    return suite;
+}
 
 Suite *gpu_backward_suite(void)
 {
