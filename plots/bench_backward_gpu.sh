@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench_backward_gpu.sh BIN OUTDIR -- our GPU backward (bin/10_backward_chunked_cuda, fp32, and
 # bin/11_backward_tensor_cores, the same passes on tensor cores with bf16 operands, and
-# bin/12_backward_fused, 11's backward chain and pass 4 as one walk a head) beside FLA's
+# bin/12_backward_fused, 11's backward chain and pass 4 as one walk a head, and
+# bin/13_backward_states, that walk on the states of 06's forward kernels) beside FLA's
 # and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), and ours through the Python
 # package (the forward stage it picks, then stage 11 by autograd: ms_package_*; then stage 12:
 # ms_package12_*), side by side in one run on
@@ -20,7 +21,9 @@
 # ms_fused_backward stage 12's (12_backward_fused), fla_graph/fused and flashqla_graph/fused the
 # peers' graph times over it; ms_package12_backward_graph the package's backward through stage 12
 # (backward_stage="12": dO in bf16, o left to the forward, as the peers' backward), replayed from
-# its graph, and fla_graph/package12, flashqla_graph/package12 the peers' graph times over it. err_*: the peer's dq and dv against ours (stage 10, relative L2), proof of the same problem. nan: that code did not run the
+# its graph, and fla_graph/package12, flashqla_graph/package12 the peers' graph times over it;
+# ms_states_backward stage 13's (13_backward_states), fla_graph/states and flashqla_graph/states
+# the peers' graph times over it. err_*: the peer's dq and dv against ours (stage 10, relative L2), proof of the same problem. nan: that code did not run the
 # shape (its line in the log says why). The roofline: floor_ms is the least time the backward
 # can take at the rates in plots/data/gpu_peak.dat (bin/gpu_peak on the card its header names,
 # copies and the faster of mma.sync and wgmma bf16: rerun it on another card), the larger of its flops (stage 10's count, the same products for every
@@ -44,7 +47,7 @@ for peer in $(printf '%s' "$peers_asked" | tr ',' ' '); do
 done
 bench_begin
 rows=$out/backward_gpu.dat
-gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward ms_fla_backward_graph ms_flashqla_backward_graph ms_package_backward_graph ms_fla_fwd_bwd_graph ms_flashqla_fwd_bwd_graph ms_package_fwd_bwd_graph fla_graph/tc graph_vs_eager ms_fused_backward fla_graph/fused flashqla_graph/fused ms_package12_backward_graph fla_graph/package12 flashqla_graph/package12" > "$rows"
+gpu_data_header "bench_backward_gpu.sh $bin $out${SHAPES:+ (SHAPES=$SHAPES)}${PEERS:+ (PEERS=$PEERS)}" "B T H K V ms_ours_backward ms_tc_backward ms_ours_forward ms_fla_backward ms_fla_fwd_bwd ms_flashqla_backward ms_flashqla_fwd_bwd fla/ours flashqla/ours fla/tc err_dq_fla err_dv_fla err_dq_flashqla err_dv_flashqla floor_ms roof_ours roof_tc roof_fla roof_flashqla ms_package_backward ms_package_fwd_bwd fla/package_fwd_bwd ms_11a_backward ms_fla_backward_graph ms_flashqla_backward_graph ms_package_backward_graph ms_fla_fwd_bwd_graph ms_flashqla_fwd_bwd_graph ms_package_fwd_bwd_graph fla_graph/tc graph_vs_eager ms_fused_backward fla_graph/fused flashqla_graph/fused ms_package12_backward_graph fla_graph/package12 flashqla_graph/package12 ms_states_backward fla_graph/states flashqla_graph/states" > "$rows"
 peak_rates
 # floor FLOPS B T H K V: the roofline's least time, ms (the least bytes: 8 K + 6 V + 16 a token and head)
 floor_of() { roofline_ms "$1" "$(($2 * $3 * $4 * (8 * $5 + 6 * $6 + 16)))"; }
@@ -67,6 +70,7 @@ for shape in "$@"; do
     tc=$(field median_ms "$("$bin"/11_backward_tensor_cores --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     narrow=$(field median_ms "$("$bin"/11a_backward_mma_sync --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     fused=$(field median_ms "$("$bin"/12_backward_fused --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
+    states=$(field median_ms "$("$bin"/13_backward_states --in "$work/p" --reps 10 2>&1 | grep '^result' || true)")
     stage=$(python3 -c "import gdn_steps; print(gdn_steps.gpu_stage_for($1, $2, $3, $4, $5))" 2>/dev/null || echo 06_warp_specialized)
     forward=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20 2>&1 | grep '^result' || true)")
     peers=$(python3 plots/fla_backward_bench.py --reps 30 --peers "$peers_asked" "$work/p:$work/o" 2>&1 ||
@@ -92,7 +96,8 @@ for shape in "$@"; do
         "${pkg_b:-nan} ${pkg_fb:-nan} $(ratio "${fla_fb:-0}" "${pkg_fb:-0}") ${narrow:-nan}" \
         "${fla_bg:-nan} ${qla_bg:-nan} ${pkg_bg:-nan} ${fla_fbg:-nan} ${qla_fbg:-nan} ${pkg_fbg:-nan} $(ratio "${fla_bg:-0}" "${tc:-0}") ${apart:--}" \
         "${fused:-nan} $(ratio "${fla_bg:-0}" "${fused:-0}") $(ratio "${qla_bg:-0}" "${fused:-0}")" \
-        "${pkg12_bg:-nan} $(ratio "${fla_bg:-0}" "${pkg12_bg:-0}") $(ratio "${qla_bg:-0}" "${pkg12_bg:-0}")" >> "$rows"
+        "${pkg12_bg:-nan} $(ratio "${fla_bg:-0}" "${pkg12_bg:-0}") $(ratio "${qla_bg:-0}" "${pkg12_bg:-0}")" \
+        "${states:-nan} $(ratio "${fla_bg:-0}" "${states:-0}") $(ratio "${qla_bg:-0}" "${states:-0}")" >> "$rows"
     rm -rf "$work/p" "$work/o"
 done
 cat "$rows"

@@ -23,7 +23,7 @@ mkdir -p "$stand/bin" "$stand/path"
 # the binaries: a result line, the --out folder made; make_problem makes its problem folder
 for name in make_problem 01_naive_loop_cuda 03_parallel_scan_cuda 04_two_phase_scan_cuda 05_wy_chunked_cuda 06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare \
     06e_warp_chain 06f_output_warps 06_warp_specialized 07_sequence_parallel 10_backward_chunked_cuda \
-    11a_backward_mma_sync 11_backward_tensor_cores 12_backward_fused; do
+    11a_backward_mma_sync 11_backward_tensor_cores 12_backward_fused 13_backward_states; do
     # 07 counts its fold's flops too: far more than 06's count of the same problem
     gflops=100; [ "$name" = 07_sequence_parallel ] && gflops=1000000
     cat > "$stand/bin/$name" << EOF
@@ -128,6 +128,12 @@ package12=$(awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = 
     "$stand/out_bench_backward_gpu/backward_gpu.dat" 2>&1)
 [ "$package12" = "1.5 1.00 1.00" ] ||
     fail "bench_backward_gpu.sh, backward_gpu.dat: ms_package12_backward_graph, fla_graph/package12, flashqla_graph/package12 '$package12', not '1.5 1.00 1.00'"
+# stage 13 beside the peers' graph times, as stage 12
+states=$(awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; header = 1; next }
+    { print $column["ms_states_backward"], $column["fla_graph/states"], $column["flashqla_graph/states"]; exit }' \
+    "$stand/out_bench_backward_gpu/backward_gpu.dat" 2>&1)
+[ "$states" = "0.5 3.00 3.00" ] ||
+    fail "bench_backward_gpu.sh, backward_gpu.dat: ms_states_backward, fla_graph/states, flashqla_graph/states '$states', not '0.5 3.00 3.00'"
 run bench_layouts.sh layouts_ours.dat layouts_tp8.dat -- ours,tp8
 # a peer with no graph time is timed eagerly and named in the row's last field; the others
 # (FlashQLA exact beside it) keep their graph time
