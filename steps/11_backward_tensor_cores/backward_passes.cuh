@@ -24,6 +24,22 @@ static inline int check_limits(size_t heads, size_t T, size_t K, size_t V, size_
     return 0;
 }
 
+/* `count` pieces one after another, each the product of its four factors in bytes and 256-byte
+ * aligned: piece i at offsets[i], *bytes in all; -1 where that overflows size_t */
+static inline int layout_pieces(int count, const size_t (*factors)[4], size_t *offsets, size_t *bytes)
+{
+    size_t offset = 0;
+    for (int i = 0; i < count; i++) {
+        size_t size;
+        if (gdn_multiply_sizes(&size, 4, factors[i]) || size > SIZE_MAX - 255 - offset)
+            return -1;
+        offsets[i] = offset;
+        offset += (size + 255) / 256 * 256;
+    }
+    *bytes = offset;
+    return 0;
+}
+
 /* the workspace's pieces at base (NULL: only their size, in *bytes), each 256-byte aligned */
 static inline int workspace_layout(size_t heads, size_t T, size_t K, size_t V, void *base, backward_workspace *w, size_t *bytes)
 {
@@ -39,15 +55,9 @@ static inline int workspace_layout(size_t heads, size_t T, size_t K, size_t V, v
                                   {heads, T, VP, sizeof(bf16)},
                                   {heads, chunks, KP * VP, sizeof(bf16)},
                                   {heads, chunks, KP * VP, sizeof(bf16)}};
-    size_t offsets[11], offset = 0;
-    for (int i = 0; i < 11; i++) {
-        size_t size;
-        if (gdn_multiply_sizes(&size, 4, factors[i]) || size > SIZE_MAX - 255 - offset)
-            return gdn_set_error("the backward's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
-        offsets[i] = offset;
-        offset += (size + 255) / 256 * 256;
-    }
-    *bytes = offset;
+    size_t offsets[11];
+    if (layout_pieces(11, factors, offsets, bytes))
+        return gdn_set_error("the backward's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
     if (base) {
         unsigned char *at = (unsigned char *)base;
         *w = (backward_workspace){chunks,

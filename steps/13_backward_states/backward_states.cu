@@ -93,15 +93,10 @@ static int workspace_parts_of(size_t heads, size_t T, size_t K, size_t V, void *
                                   {heads, chunks, CHUNK * CHUNK, sizeof(bf16)}, /* Tm */
                                   {heads, chunks, KP * VP, sizeof(bf16)},       /* S0 */
                                   {heads, T, VP, sizeof(bf16)}};                /* Vnew */
-    size_t offsets[4], offset = 0, parts[4];
-    for (int i = 0; i < 4; i++) {
-        size_t size;
-        if (gdn_multiply_sizes(&size, 4, factors[i]) || size > SIZE_MAX - 255 - offset)
-            return gdn_set_error("the walk's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
-        offsets[i] = offset;
-        offset += (size + 255) / 256 * 256;
-    }
-    *walk = *total = offset;
+    size_t offsets[4], parts[4];
+    if (layout_pieces(4, factors, offsets, walk))
+        return gdn_set_error("the walk's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
+    *total = *walk;
     if (fwd06::workspace_parts(heads, T, K, V, false, parts))
         return gdn_set_error("06's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
     for (int i = 0; i < 4; i++) {
