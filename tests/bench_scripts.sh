@@ -26,11 +26,13 @@ for name in make_problem 01_naive_loop_cuda 03_parallel_scan_cuda 04_two_phase_s
     11a_backward_mma_sync 11_backward_tensor_cores 12_backward_fused 13_backward_states; do
     # 07 counts its fold's flops too: far more than 06's count of the same problem
     gflops=100; [ "$name" = 07_sequence_parallel ] && gflops=1000000
+    # 13 apart from 12, so that its own column is seen to hold its own time
+    ms=0.5; [ "$name" = 13_backward_states ] && ms=0.25
     cat > "$stand/bin/$name" << EOF
 #!/bin/sh
 if [ "$name" = make_problem ]; then for last; do :; done; mkdir -p "\$last"; exit 0; fi
 while [ \$# -gt 0 ]; do [ "\$1" = --out ] && mkdir -p "\$2"; shift; done
-echo "result stage=$name median_ms=0.5 gflops=$gflops"
+echo "result stage=$name median_ms=$ms gflops=$gflops"
 EOF
 done
 cat > "$stand/path/nvidia-smi" << 'EOF'
@@ -132,8 +134,8 @@ package12=$(awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = 
 states=$(awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; header = 1; next }
     { print $column["ms_states_backward"], $column["fla_graph/states"], $column["flashqla_graph/states"]; exit }' \
     "$stand/out_bench_backward_gpu/backward_gpu.dat" 2>&1)
-[ "$states" = "0.5 3.00 3.00" ] ||
-    fail "bench_backward_gpu.sh, backward_gpu.dat: ms_states_backward, fla_graph/states, flashqla_graph/states '$states', not '0.5 3.00 3.00'"
+[ "$states" = "0.25 6.00 6.00" ] ||
+    fail "bench_backward_gpu.sh, backward_gpu.dat: ms_states_backward, fla_graph/states, flashqla_graph/states '$states', not '0.25 6.00 6.00'"
 run bench_layouts.sh layouts_ours.dat layouts_tp8.dat -- ours,tp8
 # a peer with no graph time is timed eagerly and named in the row's last field; the others
 # (FlashQLA exact beside it) keep their graph time

@@ -6,7 +6,9 @@
  * them with stage 11's pass 1 and forward chain, simple kernels (a barrier between a chunk's
  * copies and its products); stage 06 makes the same four as the inside of its forward, with
  * tensor copies, a producer warp and consumer warps that keep S in their registers, and from v
- * (Vnew = Tm Z, Z = diag(beta) V - diag(beta e^gamma) K S0) where K = V = 64 or 128. So here:
+ * (Vnew = Tm Z, Z = diag(beta) V - diag(beta e^gamma) K S0) where 06's chain_from_values holds
+ * (K = V = 128, or K = V = 64 with at least 24 heads; keys by tensor map), else as U - W S0 with
+ * U in bf16. So here:
  *   06's kernel 1 (launch_prepare_chunks) writes gamma straight into the walk's array (the same
  *     layout and bits as 11's pass 1: both sum the gates by warp_gate_sums) and each chunk's
  *     transform block (Tm's strictly lower part, bf16, 128-byte swizzled); where 06's chain
@@ -21,14 +23,14 @@
  * everything they include.
  *
  * Cost: 06's forward less its outputs (kernel 3, or the chain's output warps), one pass over
- * S0^T, Vnew^T and the transform blocks (about 60 KB read and 56 KB written a chunk at K = V =
- * 128), then 12's walk. At (8, 4096, 16, 128, 128) stage 12's pass 1 and forward chain take about
- * 1.2 ms of its 3.8, stage 06's whole forward 0.31 ms (docs/12). Workspace: the four arrays the
- * walk reads (none of 11's others) and 06's.
+ * S0^T, Vnew^T and the transform blocks (56 KB read and 56 KB written a chunk at K = V = 128),
+ * then 12's walk. At (8, 4096, 16, 128, 128) stage 12's pass 1 and forward chain take 0.78 and
+ * 0.63 ms under ncu, stage 06's whole forward 0.31 ms without it (docs/12). Workspace: the four
+ * arrays the walk reads (none of 11's others) and 06's.
  * Limits: stage 11's (K, V <= 128); stage 06 takes all of them. A refusal of one of 06's
  * launches at run time (a tensor map the driver will not make) is this stage's, in one line.
  * Measured (NVIDIA H100, plots/data/backward_states.dat): 3.33 ms against 12's 3.73 at (8, 4096,
- * 16, 128, 128), 1.12x; 1.07x at (1, 16384, 8, 64, 64).
+ * 16, 128, 128), 6.50 against 6.95 at (1, 16384, 8, 64, 64).
  *
  * Build and run:  make bin/13_backward_states && bin/13_backward_states --B 2 --T 1000 --H 3 --K 128 --V 128 --h0 --check-against oracle
  */
@@ -136,7 +138,8 @@ constexpr int INPUTS_THREADS = 256;
 
 /* One block a (head, chunk): 06's transform block, S0^T and Vnew^T into the walk's Tm, S0 and
  * Vnew, each written whole where the walk reads it whole (Tm, S0), and Vnew's rows only for the
- * chunk's n tokens (the rows after them are the next chunk's, or the next head's).
+ * chunk's n tokens (a chunk of n < 64 is a head's last: the rows after it are the next head's,
+ * or past the array).
  *   Tm: row i of the transform block holds Tm[i][0 .. i) in bf16, its 16-byte pieces swizzled
  *       (swizzled_offset: piece c / 8 at piece (c / 8) ^ (i % 8) of the row), zero from the
  *       diagonal on; the walk's Tm is 11's: row-major, ones on the diagonal, zero above it (rows
@@ -145,8 +148,8 @@ constexpr int INPUTS_THREADS = 256;
  *       [VP][TOKEN_STRIDE] -> Vnew rows: both read a 16-byte piece a thread, consecutive threads
  *       consecutive state columns, so that each piece's eight values land in eight rows of the
  *       shared tile, consecutive threads two bytes apart (no bank conflict); then out by rows, 16
- *       bytes a thread. Zero past K and past V, whatever 06 left there (its padding columns of
- *       S0^T are never written). */
+ *       bytes a thread. Zero past K and past V, written here whatever 06 left there: the walk
+ *       multiplies by the padding, and what 06 writes past K is 06's business, not a contract. */
 __global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_device_problem p, fwd06::chunk_workspace f,
                                                                          backward_workspace w)
 {
