@@ -124,18 +124,19 @@ run bench_stage06.sh stage06_vs_fla.dat
 run bench_peers.sh peers.dat
 run bench_python.sh python_bench.dat
 run bench_backward_gpu.sh backward_gpu.dat
+# expect_columns EXPECTED COLUMN...: backward_gpu.dat's first row holds EXPECTED in those columns
+expect_columns() {
+    expected=$1
+    shift
+    got=$(awk -v names="$*" '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; header = 1; next }
+        { n = split(names, name, " "); for (j = 1; j <= n; j++) printf "%s%s", (j > 1 ? " " : ""), $column[name[j]]; print ""; exit }' \
+        "$stand/out_bench_backward_gpu/backward_gpu.dat" 2>&1)
+    [ "$got" = "$expected" ] || fail "bench_backward_gpu.sh, backward_gpu.dat: $* '$got', not '$expected'"
+}
 # the package's backward through stage 12 is its own peer: its graph time and the peers' over it
-package12=$(awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; header = 1; next }
-    { print $column["ms_package12_backward_graph"], $column["fla_graph/package12"], $column["flashqla_graph/package12"]; exit }' \
-    "$stand/out_bench_backward_gpu/backward_gpu.dat" 2>&1)
-[ "$package12" = "1.5 1.00 1.00" ] ||
-    fail "bench_backward_gpu.sh, backward_gpu.dat: ms_package12_backward_graph, fla_graph/package12, flashqla_graph/package12 '$package12', not '1.5 1.00 1.00'"
+expect_columns "1.5 1.00 1.00" ms_package12_backward_graph fla_graph/package12 flashqla_graph/package12
 # stage 13 beside the peers' graph times, as stage 12
-states=$(awk '/^#/ { next } !header { for (i = 1; i <= NF; i++) column[$i] = i; header = 1; next }
-    { print $column["ms_states_backward"], $column["fla_graph/states"], $column["flashqla_graph/states"]; exit }' \
-    "$stand/out_bench_backward_gpu/backward_gpu.dat" 2>&1)
-[ "$states" = "0.25 6.00 6.00" ] ||
-    fail "bench_backward_gpu.sh, backward_gpu.dat: ms_states_backward, fla_graph/states, flashqla_graph/states '$states', not '0.25 6.00 6.00'"
+expect_columns "0.25 6.00 6.00" ms_states_backward fla_graph/states flashqla_graph/states
 run bench_layouts.sh layouts_ours.dat layouts_tp8.dat -- ours,tp8
 # a peer with no graph time is timed eagerly and named in the row's last field; the others
 # (FlashQLA exact beside it) keep their graph time

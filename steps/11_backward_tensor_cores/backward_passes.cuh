@@ -96,7 +96,7 @@ static inline int check_device_problem(const gdn_device_problem *p, const gdn_se
 /* the problem and the settings checked, and the workspace laid out in r's, which must be large
  * enough: what every backward on these passes does first */
 static inline int backward_passes_workspace_of(const gdn_device_problem *p, const gdn_settings *s, const gdn_device_result *r,
-                                        backward_workspace *w)
+                                               backward_workspace *w)
 {
     const size_t heads = p->B * p->H;
     if (check_device_problem(p, s))

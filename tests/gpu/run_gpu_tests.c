@@ -7,8 +7,8 @@
  * does not survive fork(), and one context for the whole run is also faster than one per
  * test. Where no CUDA device answers it prints one line saying why and runs only the suites
  * of host code (stage 07's choice of segments, stage 06's split of kernel 1 and its chains'
- * form, stage 13's workspace), so `make test` passes on machines without a GPU (CI); on a GPU machine every test
- * runs. Quiet where everything passes, as run_tests is: one summary line. */
+ * form, stage 13's workspace), so `make test` passes on machines without a GPU (CI); on a GPU
+ * machine every test runs. Quiet where everything passes, as run_tests is: one summary line. */
 #include <stdio.h>
 #include <stdlib.h>
 
