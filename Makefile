@@ -83,7 +83,7 @@ GPU_BINARIES   := $(GPU_STAGES:%=$(BIN)/%_cuda)
 GPU_OBJECTS    := $(foreach s,$(GPU_STAGES),$(call gpu_object,$(s))) $(foreach s,$(GPU_ONLY_BUILT),$(call stage_object,$(s)))
 GPU_ONLY_BINARIES := $(GPU_ONLY_BUILT:%=$(BIN)/%)
 # Sub-stages (rules below): 06 is taught as a series of binaries, 06a_tensor_cores first
-SUB_STAGES        := $(if $(GPU_ONLY_BUILT),06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare 06e_warp_chain 06f_output_warps 11a_backward_mma_sync)
+SUB_STAGES        := $(if $(GPU_ONLY_BUILT),06a_tensor_cores 06b_producer_consumer 06c_bulk_copies 06d_warp_chain 06e_output_warps 11a_backward_mma_sync)
 # every stage and sub-stage in the order a reader meets them: 06a before 06 (NN~ sorts after NNa)
 STAGES_IN_ORDER   := $(shell echo $(STAGES) $(SUB_STAGES) | tr ' ' '\n' | sed 's/^\([0-9]*\)_/\1~_/' | LC_ALL=C sort | sed 's/~_/_/')
 GPU_OBJECTS       += $(foreach s,$(SUB_STAGES),$(call stage_object,$(s)))
@@ -239,7 +239,8 @@ endef
 $(foreach s,$(GPU_ONLY_BUILT),$(eval $(call gpu_only_rules,$(s))))
 
 # Sub-stages: a GPU-only stage taught as a series of binaries, each one idea on top of the one
-# before (docs/06: 06a_tensor_cores, 06b_producer_consumer, 06c_bulk_outputs, 06d_bulk_prepare, 06e_warp_chain, 06f_output_warps, then 06_warp_specialized;
+# before (docs/06: 06a_tensor_cores, 06b_producer_consumer, 06c_bulk_copies, 06d_warp_chain,
+# 06e_output_warps, then 06_warp_specialized;
 # docs/11: 11a_backward_mma_sync, then 11_backward_tensor_cores). bin/NNx_name (x a letter) is
 # built from steps/NN_*/name.cu, whose descriptor is name_stage; it links what its stage USES.
 sub_stage_of    = $(shell echo $(1) | cut -c1-2)
@@ -389,7 +390,7 @@ plots:
 # Its native library is the CPU stages (forward 01-05, backward 09 and 10) and python/library.c,
 # built from the same sources as the binaries, once per precision: float64 tensors run the
 # double build. Where nvcc is found, a third library runs CUDA tensors: the GPU stages that read
-# bf16 (06a .. 06f, 06, 07 and the backwards 11 and 12; the objects the binaries link) and python/library_cuda.cu, with the
+# bf16 (06a .. 06e, 06, 07 and the backwards 11 and 12; the objects the binaries link) and python/library_cuda.cu, with the
 # float build's C sources compiled position-independent. `pip install .` runs `make lib` (setup.py).
 LIBRARY_STAGES  := 01_naive_loop 02_affine 03_parallel_scan 04_two_phase_scan 05_wy_chunked 09_backward_loop \
                    10_backward_chunked

@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_stage06_series.sh BIN OUTDIR -- stage 06's series as a speed curve: 05_wy_chunked_cuda,
-# then each sub-stage (06a_tensor_cores .. 06f_output_warps, then 06_warp_specialized), with FLA's Triton
+# then each sub-stage (06a_tensor_cores .. 06e_output_warps, then 06_warp_specialized), with FLA's Triton
 # chunk_gated_delta_rule replayed from a CUDA graph beside them, on the same bf16 inputs, in one
 # run, at two shapes: one of many heads at K = V = 128 and the seed shape at K = V = 64.
 #
@@ -24,8 +24,8 @@ for shape in "8 4096 16 128 128" "1 16384 8 64 64"; do
     "$bin"/make_problem --B "$1" --T "$2" --H "$3" --K "$4" --V "$5" --seed 7 "$work/p" > /dev/null
     "$bin"/06_warp_specialized --in "$work/p" --reps 1 --out "$work/o" > /dev/null
     fla_times "$work/p" "$work/o" 30
-    for stage in 05_wy_chunked_cuda 06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare 06e_warp_chain \
-        06f_output_warps 06_warp_specialized; do
+    for stage in 05_wy_chunked_cuda 06a_tensor_cores 06b_producer_consumer 06c_bulk_copies 06d_warp_chain \
+        06e_output_warps 06_warp_specialized; do
         [ -x "$bin/$stage" ] || continue
         t=$(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20)")
         echo "$stage $shape ${t:-nan} ${fla_graph:-nan} $(ratio "${fla_graph:-0}" "${t:-0}")" >> "$rows"

@@ -7,7 +7,7 @@
  * and PyTorch's current stream as the pass's stream (common/device.h), and returns as soon as
  * the kernels are queued. Nothing is copied, nothing waits for the GPU, nothing is allocated:
  * the call can be captured in a CUDA graph. The stages are those that read bf16 inputs, as
- * FLA's callers hold them: 06a .. 06f, 06 and 07 forward, and stage 11 or 12 backward
+ * FLA's callers hold them: 06a .. 06e, 06 and 07 forward, and stage 11 or 12 backward
  * (loss.backward() on CUDA tensors: the gradients from the same bf16 inputs, on the GPU).
  *
  * What it does not check: the outputs' values. A check would wait for the GPU; the package's
@@ -29,10 +29,10 @@
 #include "../steps/07_sequence_parallel/sequence_parallel.h"
 #include "library.h"
 
-extern "C" const gdn_stage tensor_cores_stage, producer_consumer_stage, bulk_outputs_stage, bulk_prepare_stage, warp_chain_stage,
+extern "C" const gdn_stage tensor_cores_stage, producer_consumer_stage, bulk_copies_stage, warp_chain_stage,
     output_warps_stage, warp_specialized_stage;
 
-static const gdn_stage *const gpu_stages[] = {&tensor_cores_stage, &producer_consumer_stage, &bulk_outputs_stage, &bulk_prepare_stage,
+static const gdn_stage *const gpu_stages[] = {&tensor_cores_stage, &producer_consumer_stage, &bulk_copies_stage,
                                               &warp_chain_stage,   &output_warps_stage,      &warp_specialized_stage,
                                               &sequence_parallel_stage};
 enum { GPU_STAGES = sizeof gpu_stages / sizeof gpu_stages[0] };

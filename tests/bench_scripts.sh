@@ -21,8 +21,8 @@ trap 'rm -rf "$stand"' EXIT
 mkdir -p "$stand/bin" "$stand/path"
 
 # the binaries: a result line, the --out folder made; make_problem makes its problem folder
-for name in make_problem 01_naive_loop_cuda 03_parallel_scan_cuda 04_two_phase_scan_cuda 05_wy_chunked_cuda 06a_tensor_cores 06b_producer_consumer 06c_bulk_outputs 06d_bulk_prepare \
-    06e_warp_chain 06f_output_warps 06_warp_specialized 07_sequence_parallel 10_backward_chunked_cuda \
+for name in make_problem 01_naive_loop_cuda 03_parallel_scan_cuda 04_two_phase_scan_cuda 05_wy_chunked_cuda 06a_tensor_cores 06b_producer_consumer 06c_bulk_copies \
+    06d_warp_chain 06e_output_warps 06_warp_specialized 07_sequence_parallel 10_backward_chunked_cuda \
     11a_backward_mma_sync 11_backward_tensor_cores 12_backward_fused 13_backward_states; do
     # 07 counts its fold's flops too: far more than 06's count of the same problem
     gflops=100; [ "$name" = 07_sequence_parallel ] && gflops=1000000

@@ -15,7 +15,7 @@ the double build; other floating dtypes are computed in float32 and o is returne
 CUDA tensors run a GPU stage (python/library_cuda.cu) in PyTorch's current stream, in place:
 no host copies, no synchronisation, so the call can be captured in a CUDA graph. The stage is
 picked by shape (07 where it cuts sequences into segments, else 06) unless stage= names one of
-06a .. 06f, 06, 07. They read q, k, v in bf16 (converted first where given in another dtype) and
+06a .. 06e, 06, 07. They read q, k, v in bf16 (converted first where given in another dtype) and
 g, beta, initial_state in fp32; o comes back in v's dtype, final_state in fp32, as FLA's. A
 packed batch runs on 06 and 07 as rows padded to its longest sequence; its offsets are needed
 on the host and on the GPU (cu_seqlens on q's device with cu_seqlens_cpu: no copy, no wait).
@@ -38,8 +38,8 @@ __all__ = ["chunk_gated_delta_rule", "gpu_stage_for", "FORWARD_STAGES", "GPU_STA
            "GPU_BACKWARD_STAGES"]
 
 FORWARD_STAGES = ("01_naive_loop", "02_affine", "03_parallel_scan", "04_two_phase_scan", "05_wy_chunked")
-GPU_STAGES = ("06a_tensor_cores", "06b_producer_consumer", "06c_bulk_outputs", "06d_bulk_prepare", "06e_warp_chain",
-              "06f_output_warps", "06_warp_specialized", "07_sequence_parallel")
+GPU_STAGES = ("06a_tensor_cores", "06b_producer_consumer", "06c_bulk_copies", "06d_warp_chain",
+              "06e_output_warps", "06_warp_specialized", "07_sequence_parallel")
 BACKWARD_STAGES = ("09_backward_loop", "10_backward_chunked")
 GPU_BACKWARD_STAGES = ("11_backward_tensor_cores", "12_backward_fused")
 GPU_BACKWARD_WIDTH = 128  # stages 11 and 12 keep K- and V-wide tiles in shared memory: K and V at most this
@@ -407,7 +407,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            backward_stage=None, chunk=None, segments=None, precise=False, batch_invariant=False):
     """(o, final_state) as FLA's chunk_gated_delta_rule returns them (final_state None unless
     output_final_state). stage picks the forward stage (CPU tensors: 01-05, "05" by default;
-    CUDA tensors: 06a .. 06f, 06, 07, by shape by default), backward_stage the one loss.backward()
+    CUDA tensors: 06a .. 06e, 06, 07, by shape by default), backward_stage the one loss.backward()
     runs (CPU tensors: 09 or 10, "10" by default; CUDA tensors: 11 on the GPU by default where K
     and V are at most 128, else 10; 12 on the GPU; 09 and 10 on host copies), chunk the tokens
     per chunk (05, 1-128), segments stage 04's or 07's, precise the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths

@@ -13,7 +13,7 @@
  * update's, depth 64; from v, Z and Tm's products, four deep, between them) on 8 or 16
  * columns; T / 64 steps one after the other. Where blocks are few a step's latency is the
  * time; where they fill the GPU, the slots' bytes and S0^T's and Vnew^T's. Each block
- * width's threads, registers, ring slots and shared memory: docs/06, "06e: consumer warps
+ * width's threads, registers, ring slots and shared memory: docs/06, "06d: consumer warps
  * that own their columns" and "06: Vnew from v, and the launch rules".
  *
  * Included by warp_specialized.cuh.
@@ -260,7 +260,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     for_each_state_element<NTILES>(column0, [&](int u, int q, int r, int m, int c) { S[u][q][r] = Columns::start(segments, head, segment, m, c, K, V); });
 
     /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring,
-       both counted: a 64-bit division would sit before each wait (docs/06, "06e: consumer warps
+       both counted: a 64-bit division would sit before each wait (docs/06, "06d: consumer warps
        that own their columns"); 32 bits hold a segment's steps */
     const int steps = (int)(end - first);
     for (int j = 0, s = 0, pass = 0; j < steps; j++) {
@@ -283,7 +283,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
             constexpr int TILES = decltype(known_tiles)::value, VALUES_STRIDE = decltype(known_values_stride)::value;
             /* with the key tiles known, so is the stride of W's (or the k tile's) rows, and
                (FROM_VALUES) with the v tile's stride known, each fragment's or pair's address is
-               one base a lane plus a constant (docs/06, "06e: consumer warps that own their columns") */
+               one base a lane plus a constant (docs/06, "06d: consumer warps that own their columns") */
             const int LDK_STEP = TILES ? 16 * TILES + KEY_STRIDE_PADDING : LDK;
             [[maybe_unused]] const int LDV_STEP = VALUES_STRIDE ? VALUES_STRIDE : LDV;
             /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */

@@ -177,7 +177,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
     for_each_state_element<NTILES>(column0, [&](int u, int q, int r, int m, int c) { S[u][q][r] = Columns::start(segments, head, segment, m, c, K, V); });
 
     /* step j (chunk first + j) reads slot s = j % stages on its pass j / stages over the ring,
-       both counted: a 64-bit division would sit before each wait (docs/06, "06e: consumer warps
+       both counted: a 64-bit division would sit before each wait (docs/06, "06d: consumer warps
        that own their columns"); 32 bits hold a segment's steps */
     const int steps = (int)(end - first);
     for (int j = 0, s = 0, pass = 0; j < steps; j++) {
@@ -193,7 +193,7 @@ __device__ __forceinline__ static void chain_block(gdn_device_problem p, chunk_w
         auto chunk_step = [&](auto known_tiles) {
             constexpr int TILES = decltype(known_tiles)::value;
             /* with the key tiles known, so is the stride of W's rows: each fragment's address is
-               one base a lane plus a constant (docs/06, "06e: consumer warps that own their columns") */
+               one base a lane plus a constant (docs/06, "06d: consumer warps that own their columns") */
             const int LDK_STEP = TILES ? 16 * TILES + KEY_STRIDE_PADDING : LDK;
             /* where S0^T and Vnew^T go: the staging tiles, or the workspace (the same rows) */
             bf16 *const states_out = STAGED ? stage_states : states_t, *const values_out = STAGED ? stage_values : new_values_t;

@@ -10,7 +10,7 @@
  * Cost: per chunk and 128 columns of o, Q K^T (64 x 64 x K, causal), Q S0 (64 x K x 128) and P
  * Vnew (64 x 64 x 128, causal); it reads q, k, S0^T and Vnew^T (bf16) and writes o (bf16).
  * Every (head, chunk) is independent: its time is its work and bytes spread over the SMs.
- * Budget: docs/06, "06c: kernel 3 by the TMA unit".
+ * Budget: docs/06, "06c: kernels 1 and 3 by the TMA unit".
  *
  * Included by warp_specialized.cuh.
  */
@@ -21,7 +21,7 @@
  * B^T operands: k as stored, S0^T and Vnew^T as kernel 2 saved them. Warp w: rows 16 (w % 4)
  * of P and of o, columns 32 (w / 4) of P and COLUMNS / 2 (w / 4) of o. COLUMNS is 128 where
  * V is a multiple of 128 (output_columns): with 64, a block per 64 columns, each block of a
- * chunk loads the same q and k and makes the same P (docs/06, "06c: kernel 3 by the TMA unit"). */
+ * chunk loads the same q and k and makes the same P (docs/06, "06c: kernels 1 and 3 by the TMA unit"). */
 template <bool PRECISE, int COLUMNS, int SIZE>
 static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_device_problem p, chunk_workspace w, float *o, bf16 *o16,
                                                                        const __grid_constant__ CUtensorMap q_map,

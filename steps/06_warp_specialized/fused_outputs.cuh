@@ -13,7 +13,7 @@
  * Cost per chunk: the chain's K S0, Tm Z and K^T (diag(d) Vnew) (8 + 4 + 4 wgmma a warpgroup),
  * the output warps' Q K^T, Q S0 and P Vnew (8 + 8 + 4 a warpgroup); the step is serial, and
  * the output warps' path sets its pace. These blocks run where they give 70 % of the SMs a
- * block (widest_blocks_percent). Budget: docs/06, "06f: output warps in the chain's block".
+ * block (widest_blocks_percent). Budget: docs/06, "06e: output warps in the chain's block".
  *
  * Included by warp_specialized.cuh.
  */
@@ -114,7 +114,7 @@ __device__ __forceinline__ static uint64_t *output_barriers(bf16 *output_tiles)
  * Warpgroup h makes tokens 32 h .. + 31 of P for all 64 rows, masks and scales them into the
  * swizzled P tile, and after one barrier each warpgroup reads all of P as P Vnew's A: P is
  * made once. wgmma reads each operand once for 64 rows, where mma.sync warps read S0^T and
- * Vnew^T once per 16 (docs/06, "06f: output warps in the chain's block"); a 64-row product
+ * Vnew^T once per 16 (docs/06, "06e: output warps in the chain's block"); a 64-row product
  * has no zero blocks to skip.
  * Per chunk: wait for the slot's q and k, make P, wait for the staging tiles, add Q S0 and
  * let the chain write the next S0^T (states_free), then P Vnew and let it write the next
@@ -200,7 +200,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
             output_warps_sync();           /* P is whole */
         }
         /* the next chunk's gamma, from global memory: loaded here, Q S0, P Vnew and o's stores hide
-           its latency (docs/06, "06f: output warps in the chain's block") */
+           its latency (docs/06, "06e: output warps in the chain's block") */
         gamma_next = gamma_of(chunk + 1);
         float acc[SIZE / 2 / 8][4];
         barrier_wait(staged_full, (uint32_t)(j & 1)); /* S0^T and Vnew^T of this chunk */

@@ -52,7 +52,8 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
                                                         make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
         return -1;
     /* four blocks an SM where the occupancy query says they fit and V is one slice, as that
-     * kernel assumes: fewer rounds of blocks than three (docs/06, "06d: kernel 1 tuned") */
+     * kernel assumes: fewer rounds of blocks than three (docs/06, "06c: kernels 1 and 3 by the
+     * TMA unit") */
     auto prepare_chunks = prepare_chunks_kernel<PRECISE ? PREPARE_PRECISE : PREPARE_SLICES, 0>;
     size_t launch_bytes = bytes;
     const auto transform_only = p->K == 64 ? prepare_chunks_kernel<PREPARE_TRANSFORM, 64> : prepare_chunks_kernel<PREPARE_TRANSFORM, 128>;

@@ -1,9 +1,9 @@
-/* 06f_output_warps -- 06e with kernel 3's work inside the chain's block at K = V = 128: output
+/* 06e_output_warps -- 06d with kernel 3's work inside the chain's block at K = V = 128: output
  * warps, and every product of that block by wgmma.
  *
- * The idea (docs/06_warp_specialized.md, "06f: output warps in the chain's block"): at K = V =
+ * The idea (docs/06_warp_specialized.md, "06e: output warps in the chain's block"): at K = V =
  * 128 one chain block of 128 columns holds a head's whole state, so each chunk's S0^T and Vnew^T
- * are already on its SM, in its staging tiles; 06e sends them to global memory (52 KB each
+ * are already on its SM, in its staging tiles; 06d sends them to global memory (52 KB each
  * way a chunk) for kernel 3 to read back. Here eight more warps in the block make o there
  * (fused_outputs.cuh: two warpgroups, wgmma from shared memory, q and k brought swizzled by the
  * TMA unit, o out by tensor stores), and kernel 3 does not run. The chain's own warps use
@@ -12,16 +12,16 @@
  * so kernel 1 writes only Tm and its factors, the transform block (prepare_chunks.cuh),
  * about a quarter of W and U's bytes. setmaxnreg gives each warpgroup the registers its role
  * needs. These blocks run where the heads give 70 % of the SMs a block; elsewhere, and at
- * other K and V or with --precise, 06e's pass runs.
+ * other K and V or with --precise, 06d's pass runs.
  *
  * Where bf16 rounding enters, in these blocks: the strictly lower part of Tm and Z in place
  * of W and U, and diag(d) Vnew where it enters the update.
  *
- * Cost: 06e's flops less W's product; per chunk the chain's K S0, Tm Z and K^T (diag(d) Vnew),
+ * Cost: 06d's flops less W's product; per chunk the chain's K S0, Tm Z and K^T (diag(d) Vnew),
  * the output warps' Q K^T, Q S0 and P Vnew, all wgmma. Depth: T / 64 chunk steps.
  * Limits: K <= 128, chunk 64 (fixed), V and T any; the output warps at K = V = 128.
  *
- * Build and run:  make bin/06f_output_warps && bin/06f_output_warps --T 16384 --H 132 --K 128 --V 128 --check-against oracle
+ * Build and run:  make bin/06e_output_warps && bin/06e_output_warps --T 16384 --H 132 --K 128 --V 128 --check-against oracle
  * Measured: 0.324 ms at (8, 4096, 16, 128, 128), FLA's CUDA graph 1.03 ms, in one run on an NVIDIA
  * H100 80GB HBM3 (plots/data/stage06_series.dat).
  */
@@ -152,14 +152,14 @@ static int output_warps_passes(const gdn_device_problem *p, chunk_workspace w, g
 static int output_warps_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     if (p->K > MAX_K)
-        return gdn_set_error("K = %zu: stage 06f keeps K-wide tiles in shared memory, K at most %d", p->K, MAX_K);
+        return gdn_set_error("K = %zu: stage 06e keeps K-wide tiles in shared memory, K at most %d", p->K, MAX_K);
     chunk_workspace w = workspace_at(r->workspace, p, s->precise);
     return s->precise ? output_warps_passes<true>(p, w, r) : output_warps_passes<false>(p, w, r);
 }
 
 extern "C" const gdn_stage output_warps_stage = {
-    .name = "06f_output_warps",
-    .idea = "06e with output warps in the chain's block at K = V = 128: o by wgmma, no kernel 3",
+    .name = "06e_output_warps",
+    .idea = "06d with output warps in the chain's block at K = V = 128: o by wgmma, no kernel 3",
     .options = GDN_OPTION_PRECISE,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,

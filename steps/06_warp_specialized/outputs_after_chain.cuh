@@ -1,5 +1,5 @@
 /* outputs_after_chain.cuh -- the launch of kernel 3 (chunk_outputs.cuh) after the chain, as the
- * sub-stages 06c-06f run it; 06's launch rules (launch_rules.cuh) also place it beside the chain.
+ * sub-stages 06c-06e run it; 06's launch rules (launch_rules.cuh) also place it beside the chain.
  *
  * A block per (head, chunk, 128 columns of o) where V is a multiple of 128 and not --precise
  * (no block half empty; the low terms would double its shared memory), else 64; K = V = the
@@ -7,7 +7,7 @@
  * blocks wait for the chain's S0^T and Vnew^T (wait_for_previous_kernel). o in bf16, in fp32
  * with --precise. Host code only.
  *
- * Included by bulk_outputs.cu, bulk_prepare.cu, warp_chain.cu and output_warps.cu.
+ * Included by bulk_copies.cu, warp_chain.cu and output_warps.cu.
  */
 #pragma once
 template <bool PRECISE, int COLUMNS>

@@ -15,8 +15,8 @@
  * skipping their zero blocks; it reads k and v (bf16), g and beta, and writes 2 K + V values a
  * token (W, the decayed keys, U) or the transform block. Every (head, chunk) is independent,
  * so the kernel is off the serial chain: its time is its work and bytes spread over the SMs,
- * bound by its L1. Each instance's registers, shared memory and blocks an SM: docs/06, "06d:
- * kernel 1 tuned" and "06: Vnew from v, and the launch rules".
+ * bound by its L1. Each instance's registers, shared memory and blocks an SM: docs/06, "06c:
+ * kernels 1 and 3 by the TMA unit" and "06: Vnew from v, and the launch rules".
  *
  * Included by warp_specialized.cuh.
  */
@@ -206,7 +206,7 @@ static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepa
     /* W = Tm (beta e^gamma K) and U = Tm (beta V) (eq. 12) as (Tm diag(beta e^gamma)) K and (Tm
      * diag(beta)) V: the scales go into Tm's columns, so K and V enter as they lie and
      * ldmatrix.trans makes their B fragments, where stage 05 writes scaled, transposed copies
-     * (docs/06, "06d: kernel 1 tuned"). Past the chunk both scales are zero, and so are W's and
+     * (docs/06, "06c: kernels 1 and 3 by the TMA unit"). Past the chunk both scales are zero, and so are W's and
      * U's rows. The products take Tm's strictly lower part, and the diagonal's term, beta_i
      * e^gamma_i k_i, is added in fp32 below: in bf16 it would round beta_i once for the whole
      * row, an error no sum averages away. */

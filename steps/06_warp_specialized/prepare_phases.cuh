@@ -1,5 +1,5 @@
-/* prepare_phases.cuh -- kernel 1's tiles and phases, for 06d and the sub-stages after it (06e,
- * 06f, 06): the solve's strides and the places its tiles share, the products with
+/* prepare_phases.cuh -- kernel 1's tiles and phases, for 06c and the sub-stages after it (06d,
+ * 06e, 06): the solve's strides and the places its tiles share, the products with
  * B by rows (ldmatrix.trans), the tf32 joins of the solve, the keys decayed to the chunk's end,
  * W and U with their bulk stores. Each kernel 1 (prepare_w_and_u.cuh, prepare_chunks.cuh) is
  * these phases in order around its own copies, gates and K K^T.
@@ -19,7 +19,7 @@
  * excessive wavefronts a chunk), at 8 mod 32 they fall in 32 banks (8t + g; 8g + 2t). */
 constexpr int SOLVE_STRIDE = CHUNK + 4, JOIN_STRIDE = 32 + 8;
 /* Kernel 1's shared memory is reused as the work goes on, so that four blocks fit an SM at
- * K = V = 128 (docs/06, "06d: kernel 1 tuned"):
+ * K = V = 128 (docs/06, "06c: kernels 1 and 3 by the TMA unit"):
  *   Tm's place: Tm (fp32) until the solve is done; then Tm_values and Tm_keys (bf16, Tm's
  *               strictly lower part scaled), U's staging tile in Tm_keys' once W is made;
  *   the keys:   k's tile, then W's staging tile, a 64-column pass at a time;

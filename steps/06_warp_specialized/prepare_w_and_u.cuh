@@ -22,7 +22,7 @@
  * 64 registers (__launch_bounds__(256, 4)); else 3, 76 registers; --precise, whose W low terms
  * need more, 96 registers and 2 blocks.
  *
- * Included by bulk_prepare.cu and warp_chain.cu.
+ * Included by bulk_copies.cu and warp_chain.cu.
  */
 #pragma once
 
@@ -153,7 +153,7 @@ static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepa
     /* W = Tm (beta e^gamma K) and U = Tm (beta V) (eq. 12) as (Tm diag(beta e^gamma)) K and (Tm
      * diag(beta)) V: the scales go into Tm's columns, so K and V enter as they lie and
      * ldmatrix.trans makes their B fragments, where stage 05 writes scaled, transposed copies
-     * (docs/06, "06d: kernel 1 tuned"). Past the chunk both scales are zero, and so are W's and
+     * (docs/06, "06c: kernels 1 and 3 by the TMA unit"). Past the chunk both scales are zero, and so are W's and
      * U's rows. The products take Tm's strictly lower part, and the diagonal's term, beta_i
      * e^gamma_i k_i, is added in fp32 below: in bf16 it would round beta_i once for the whole
      * row, an error no sum averages away. */

@@ -1,4 +1,4 @@
-/* producer_chain.cuh -- kernel 2 of 06b: the chain fed by a producer warp (a TMA ring on full
+/* producer_chain.cuh -- kernel 2 of 06c: 06b's chain, fed by a producer warp (a TMA ring on full
  * and empty mbarriers), its state in the four consumer warps' MMA accumulators, reading the
  * chain block in stage 06's layout (U in bf16, in fragment order) and leaving S0^T and Vnew^T
  * with their rows padded as kernel 3's tiles are (key_stride, TOKEN_STRIDE), so that kernel 3
@@ -8,7 +8,7 @@
  * update's (K x 64 x 16), with three exchanges through shared memory and two named barriers
  * of the consumers; T / 64 such steps, serial.
  *
- * Included by bulk_outputs.cu.
+ * Included by bulk_copies.cu.
  */
 #pragma once
 enum { CHAIN_THREADS = 128, CHAIN_COLUMNS = 16, CHAIN_STAGES = 3 };

@@ -1,7 +1,7 @@
-/* 06e_warp_chain -- 06d with the chain warp-specialized: each consumer warp owns its columns
+/* 06d_warp_chain -- 06c with the chain warp-specialized: each consumer warp owns its columns
  * of S, and nothing but the ring's mbarriers is waited for.
  *
- * The idea (docs/06_warp_specialized.md, "06e: consumer warps that own their columns"): 06b's
+ * The idea (docs/06_warp_specialized.md, "06d: consumer warps that own their columns"): 06b's
  * chain splits each chunk's products over its four warps by rows, so S0^T and Vnew^T pass
  * through shared memory between them and two barriers of the four sit on every step of the
  * serial chain. Here a consumer warp owns 8 columns of S, all K rows, for the whole sequence:
@@ -13,13 +13,13 @@
  * columns (two warps a 16-column tile and the producer), 3 ring slots. --precise is offered
  * from here: every kernel has the low terms (x = bf16(x) + bf16(x - bf16(x))).
  *
- * Where bf16 rounding enters: 06d's places.
+ * Where bf16 rounding enters: 06c's places.
  *
- * Cost: 06d's flops; per chunk a warp runs two dependent MMA chains (depth K, then 64) with no
+ * Cost: 06c's flops; per chunk a warp runs two dependent MMA chains (depth K, then 64) with no
  * barrier between them. Depth: T / 64 chunk steps of kernel 2.
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  *
- * Build and run:  make bin/06e_warp_chain && bin/06e_warp_chain --T 16384 --H 8 --check-against oracle
+ * Build and run:  make bin/06d_warp_chain && bin/06d_warp_chain --T 16384 --H 8 --check-against oracle
  * Measured: 1.01 ms at (8, 4096, 16, 128, 128), FLA's CUDA graph 1.03 ms, in one run on an NVIDIA
  * H100 80GB HBM3 (plots/data/stage06_series.dat).
  */
@@ -84,14 +84,14 @@ static int warp_chain_passes(const gdn_device_problem *p, chunk_workspace w, gdn
 static int warp_chain_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     if (p->K > MAX_K)
-        return gdn_set_error("K = %zu: stage 06e keeps K-wide tiles in shared memory, K at most %d", p->K, MAX_K);
+        return gdn_set_error("K = %zu: stage 06d keeps K-wide tiles in shared memory, K at most %d", p->K, MAX_K);
     chunk_workspace w = workspace_at(r->workspace, p, s->precise);
     return s->precise ? warp_chain_passes<true>(p, w, r) : warp_chain_passes<false>(p, w, r);
 }
 
 extern "C" const gdn_stage warp_chain_stage = {
-    .name = "06e_warp_chain",
-    .idea = "06d with consumer warps that own their columns of S: fragments by movmatrix, no barrier",
+    .name = "06d_warp_chain",
+    .idea = "06c with consumer warps that own their columns of S: fragments by movmatrix, no barrier",
     .options = GDN_OPTION_PRECISE,
     .forward = NULL,
     .counted_flops = wy_chunked_flops,

@@ -44,17 +44,15 @@ sanitize 06a_tensor_cores "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # partial til
 sanitize 06a_tensor_cores "--B 1 --T 130 --H 3 --K 128 --V 72"    # K = 128, V not a multiple of 64
 sanitize 06b_producer_consumer "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # the ring wraps: full and empty phases of both parities
 sanitize 06b_producer_consumer "--B 1 --T 130 --H 3 --K 128 --V 72"
-sanitize 06c_bulk_outputs "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # kernel 3: the threads copy q and k (K not a multiple of 16)
-sanitize 06c_bulk_outputs "--B 1 --T 130 --H 2 --K 128 --V 128" # q and k by tensor copies; 128-column kernel 3, K = V known
-sanitize 06d_bulk_prepare "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # kernel 1: the threads copy k and v
-sanitize 06d_bulk_prepare "--B 1 --T 130 --H 2 --K 128 --V 128" # kernel 1 by tensor copies, four blocks an SM, K = V known
-sanitize 06d_bulk_prepare "--B 1 --T 70 --H 2 --K 64 --V 256" # two slices of v
+sanitize 06c_bulk_copies "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # K not a multiple of 16: the threads copy k and v (kernel 1), q and k (kernel 3)
+sanitize 06c_bulk_copies "--B 1 --T 130 --H 2 --K 128 --V 128" # tensor copies in kernels 1 and 3; four kernel-1 blocks an SM; 128-column kernel 3
+sanitize 06c_bulk_copies "--B 1 --T 70 --H 2 --K 64 --V 256" # two slices of v
 for mode in "" "--precise"; do
-    sanitize 06e_warp_chain "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # 48 columns: one-tile blocks, plain stores
-    sanitize 06e_warp_chain "--B 4 --T 200 --H 40 --K 128 --V 64 $mode" # two-tile blocks, staged (blocks >= SMs)
+    sanitize 06d_warp_chain "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # 48 columns: one-tile blocks, plain stores
+    sanitize 06d_warp_chain "--B 4 --T 200 --H 40 --K 128 --V 64 $mode" # two-tile blocks, staged (blocks >= SMs)
 done
-sanitize 06f_output_warps "--B 1 --T 300 --H 100 --K 128 --V 128" # output warps in the chain's block; kernel 1 writes the transform block
-sanitize 06f_output_warps "--B 2 --T 300 --H 2 --K 128 --V 128 --h0" # few heads: 06e's pass
+sanitize 06e_output_warps "--B 1 --T 300 --H 100 --K 128 --V 128" # output warps in the chain's block; kernel 1 writes the transform block
+sanitize 06e_output_warps "--B 2 --T 300 --H 2 --K 128 --V 128 --h0" # few heads: 06d's pass
 for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 $mode" # plain stores
     sanitize 06_warp_specialized "--B 8 --T 130 --H 40 --K 128 --V 64 $mode" # four-tile chain blocks: two n-tiles a warp; staged

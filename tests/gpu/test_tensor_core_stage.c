@@ -1,5 +1,5 @@
 /* test_tensor_core_stage.c -- stage 06's series (06a_tensor_cores, 06b_producer_consumer,
- * 06c_bulk_outputs, 06d_bulk_prepare, 06e_warp_chain, 06f_output_warps, then
+ * 06c_bulk_copies, 06d_warp_chain, 06e_output_warps, then
  * 06_warp_specialized;
  * bf16 inputs, tensor cores) equals the fp64 oracle, 05_wy_chunked_cuda and the sub-stage
  * before it, all run on the same bf16-rounded inputs, within GDN_TOLERANCE_BF16
@@ -17,11 +17,11 @@
 #include "../test_support.h"
 #include "wgmma_layout.h"
 
-extern const gdn_stage wy_chunked_cuda_stage, tensor_cores_stage, producer_consumer_stage, bulk_outputs_stage, bulk_prepare_stage,
+extern const gdn_stage wy_chunked_cuda_stage, tensor_cores_stage, producer_consumer_stage, bulk_copies_stage,
     warp_chain_stage, output_warps_stage, warp_specialized_stage;
 
 /* the sub-stages before 06, in the order a reader meets them; each is checked against the one before */
-static const gdn_stage *const series[] = {&tensor_cores_stage, &producer_consumer_stage, &bulk_outputs_stage, &bulk_prepare_stage,
+static const gdn_stage *const series[] = {&tensor_cores_stage, &producer_consumer_stage, &bulk_copies_stage,
                                           &warp_chain_stage, &output_warps_stage};
 enum { SERIES = sizeof series / sizeof series[0] };
 
@@ -381,8 +381,7 @@ START_TEST(tensor_cores_refuse_large_keys)
 {
     test_refuses_keys_of_129(&tensor_cores_stage, 0, 4400);
     test_refuses_keys_of_129(&producer_consumer_stage, 0, 4402);
-    test_refuses_keys_of_129(&bulk_outputs_stage, 0, 4403);
-    test_refuses_keys_of_129(&bulk_prepare_stage, 0, 4404);
+    test_refuses_keys_of_129(&bulk_copies_stage, 0, 4404);
     test_refuses_keys_of_129(&warp_chain_stage, 0, 4405);
     test_refuses_keys_of_129(&output_warps_stage, 0, 4406);
     test_refuses_keys_of_129(&warp_specialized_stage, 0, 4401);

@@ -51,7 +51,7 @@ SHAPES = [(1, 63, 1, 64, 64), (2, 100, 3, 100, 64), (1, 257, 2, 128, 128), (2, 1
 
 
 @pytest.mark.parametrize("B,T,H,K,V", SHAPES)
-@pytest.mark.parametrize("stage", ["06a", "06b", "06c", "06d", "06e", "06f", "06", "07", None])
+@pytest.mark.parametrize("stage", ["06a", "06b", "06c", "06d", "06e", "06", "07", None])
 def test_gpu_stage_against_reference(B, T, H, K, V, stage):
     case = SHAPES.index((B, T, H, K, V))
     with_h0, l2norm, scale = case % 2 == 1, case % 3 == 2, (0.1 if case == 1 else None)
@@ -139,7 +139,7 @@ def test_gradients_of_layouts_on_cuda_tensors(HV, packed, backward_stage):
 def test_grouped_value_heads_refused_by_other_gpu_stages():
     (q, k, v, g, beta, _), _ = cuda_problem(1, 64, 2, 64, 64, seed=5, HV=4)
     with pytest.raises(ValueError, match="grouped value heads"):
-        gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, stage="06f")
+        gdn_steps.chunk_gated_delta_rule(q, k, v, g, beta, stage="06e")
 
 
 @pytest.mark.parametrize("B,T,H,K,heads,stage,l2norm", [(4, 1000, 16, 64, 2, None, False),  # alone W and U, batch from v
@@ -284,7 +284,7 @@ def test_cuda_errors_before_any_kernel():
         ("of the GPU stages only 06_warp_specialized and 07_sequence_parallel run grouped value heads",
          dict(base, v=torch.cat([v, v], dim=2), g=torch.cat([g, g], dim=2), beta=torch.cat([beta, beta], dim=2), stage="06a")),
         ("cu_seqlens: of the GPU stages only 06_warp_specialized and 07_sequence_parallel run packed batches",
-         dict(base, cu_seqlens=torch.tensor([0, 50, 100]), stage="06f")),
+         dict(base, cu_seqlens=torch.tensor([0, 50, 100]), stage="06e")),
         ("cu_seqlens must be a one-dimensional tensor of N + 1 offsets on the CPU or on q's device",
          dict(base, cu_seqlens=torch.tensor([[0, 50, 100]], device="cuda"))),
         ("batch_invariant with cu_seqlens: stage 07's segments", dict(base, cu_seqlens=torch.tensor([0, 50, 100]), stage="07",
