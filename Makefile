@@ -402,7 +402,7 @@ lib: $(LIBRARIES)
 python/gdn_steps/libgdn_steps_%.so: $(LIBRARY_SOURCES) $(wildcard common/*.h steps/*/*.h python/*.h) | require-build
 	$(call quiet,CC)$(CC) $(LIBRARY_CFLAGS) -std=c11 -fopenmp -Wall -Wextra -D_POSIX_C_SOURCE=200809L \
 	    $(if $(filter double,$*),-DGDN_DOUBLE) -fPIC -shared $(LIBRARY_SOURCES) -o $@ -lm
-CUDA_LIBRARY_OBJECTS := $(foreach s,$(SUB_STAGES) 06_warp_specialized 07_sequence_parallel 11_backward_tensor_cores 12_backward_fused,\
+CUDA_LIBRARY_OBJECTS := $(foreach s,$(SUB_STAGES) 06_warp_specialized 07_sequence_parallel 11_backward_tensor_cores 12_backward_fused 13_backward_states,\
                           $(call stage_object,$(s))) $(CUDA_RUNNER) $(BUILD)/python/library_cuda.o \
                         $(LIBRARY_SOURCES:%.c=build/pic/%.o)
 build/pic/%.o: %.c | require-build

@@ -36,9 +36,12 @@ static const gdn_stage *const gpu_stages[] = {&tensor_cores_stage, &producer_con
                                               &warp_chain_stage,   &output_warps_stage,      &warp_specialized_stage,
                                               &sequence_parallel_stage};
 enum { GPU_STAGES = sizeof gpu_stages / sizeof gpu_stages[0] };
-/* the GPU backwards that read bf16: stage 11's four passes and stage 12's walk */
-extern "C" const gdn_backward_stage backward_tensor_cores_stage, backward_fused_stage;
-static const gdn_backward_stage *const gpu_backward_stages[] = {&backward_tensor_cores_stage, &backward_fused_stage};
+/* the GPU backwards that read bf16: stage 11's four passes, stage 12's walk and stage 13's (the
+ * walk on the states of 06's kernels) */
+extern "C" const gdn_backward_stage backward_tensor_cores_stage, backward_fused_stage, backward_states_stage;
+static const gdn_backward_stage *const gpu_backward_stages[] = {&backward_tensor_cores_stage, &backward_fused_stage,
+                                                                 &backward_states_stage};
+static_assert(sizeof gpu_backward_stages / sizeof gpu_backward_stages[0] == 3, "prepare_backward names all three");
 enum { GPU_BACKWARD_STAGES = sizeof gpu_backward_stages / sizeof gpu_backward_stages[0] };
 
 extern "C" const char *gdn_library_cuda_error(void) { return gdn_last_error(); }
@@ -195,8 +198,8 @@ static int prepare_backward(const char *stage_name, const gdn_library_call *c, g
         if (gdn_library_names(stage_name, gpu_backward_stages[i]->name))
             stage = gpu_backward_stages[i];
     if (!stage)
-        return gdn_set_error("no GPU backward stage '%s' (there are %s and %s)", stage_name, gpu_backward_stages[0]->name,
-                             gpu_backward_stages[1]->name);
+        return gdn_set_error("no GPU backward stage '%s' (there are %s, %s and %s)", stage_name, gpu_backward_stages[0]->name,
+                             gpu_backward_stages[1]->name, gpu_backward_stages[2]->name);
     *picked = stage;
     if (c->HV != c->H || c->offsets)
         return gdn_set_error("%s takes one key head a value head and B rows (HV = %lld, H = %lld%s)", stage->name,

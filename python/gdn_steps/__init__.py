@@ -21,7 +21,7 @@ packed batch runs on 06 and 07 as rows padded to its longest sequence; its offse
 on the host and on the GPU (cu_seqlens on q's device with cu_seqlens_cpu: no copy, no wait).
 
 loss.backward() runs a backward stage: for CPU tensors stage 10 (or 09, backward_stage="09"); for
-CUDA tensors stage 11 (or 12, backward_stage="12") on the GPU, in PyTorch's current stream, on
+CUDA tensors stage 11 (or 12 or 13, backward_stage="12" or "13") on the GPU, in PyTorch's current stream, on
 the same bf16 q, k, v (V and K at most 128; else, or with backward_stage="10" or "09", stage 10
 or 09 on host copies in float32, which synchronises). Every argument is checked before anything
 runs: a wrong dtype, shape, device or layout raises, naming it. The values (finite, g <= 0, beta in
@@ -41,8 +41,8 @@ FORWARD_STAGES = ("01_naive_loop", "02_affine", "03_parallel_scan", "04_two_phas
 GPU_STAGES = ("06a_tensor_cores", "06b_producer_consumer", "06c_bulk_copies", "06d_warp_chain",
               "06e_output_warps", "06_warp_specialized", "07_sequence_parallel")
 BACKWARD_STAGES = ("09_backward_loop", "10_backward_chunked")
-GPU_BACKWARD_STAGES = ("11_backward_tensor_cores", "12_backward_fused")
-GPU_BACKWARD_WIDTH = 128  # stages 11 and 12 keep K- and V-wide tiles in shared memory: K and V at most this
+GPU_BACKWARD_STAGES = ("11_backward_tensor_cores", "12_backward_fused", "13_backward_states")
+GPU_BACKWARD_WIDTH = 128  # stages 11, 12 and 13 keep K- and V-wide tiles in shared memory: K and V at most this
 GPU_CHUNK = 64  # the GPU stages' tokens per chunk: stage 07 cuts a sequence into at most T / 64 segments
 
 # Tests set this: outputs of CUDA calls are filled with NaN before the kernels run, so that a

@@ -209,6 +209,7 @@ def bad_cases():
         ("backward_stage='05'", dict(base, backward_stage="05")),
         ("backward_stage='11' runs on the GPU: it needs CUDA tensors", dict(base, backward_stage="11")),
         ("backward_stage='12' runs on the GPU: it needs CUDA tensors", dict(base, backward_stage="12")),
+        ("backward_stage='13' runs on the GPU: it needs CUDA tensors", dict(base, backward_stage="13")),
         ("precise is an option of the GPU stages", dict(base, precise=True)),
         ("chunk must be an integer from 1 to 128", dict(base, chunk=0)),
         ("chunk must be an integer from 1 to 128", dict(base, chunk=True)),

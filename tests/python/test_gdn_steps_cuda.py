@@ -115,12 +115,12 @@ def test_packed_batches(lengths, H, HV, K, V, stage, where):
     assert relative_error(ht.cpu(), want_ht) < BF16_BOUND
 
 
-@pytest.mark.parametrize("backward_stage", [None, "10", "12"])
+@pytest.mark.parametrize("backward_stage", [None, "10", "12", "13"])
 @pytest.mark.parametrize("HV,packed", [(2, True), (4, False), (4, True)])
 def test_gradients_of_layouts_on_cuda_tensors(HV, packed, backward_stage):
     """loss.backward() on CUDA tensors with grouped value heads (q and k shared by HV / 2 value
     heads) and cu_seqlens: the CPU path's gradients on the same values, from stage 11 on the GPU
-    (the default) or 12, and from stage 10 on host copies."""
+    (the default), 12 or 13, and from stage 10 on host copies."""
     (q, k, v, g, beta, _), _ = cuda_problem(1, 150, 2, 64, 32, seed=63 + HV, HV=HV)
     offsets = torch.tensor([0, 1, 70, 150]) if packed else None
     h0 = torch.randn(3 if packed else 1, HV, 64, 32, generator=torch.Generator().manual_seed(64)).cuda()
@@ -258,7 +258,7 @@ def test_backward_captured_in_a_cuda_graph(B, T, H, K, V):
         assert torch.equal(a, b), (name, (a.float() - b.float()).abs().max().item())
 
 
-@pytest.mark.parametrize("backward_stage", [None, "10", "12"])
+@pytest.mark.parametrize("backward_stage", [None, "10", "12", "13"])
 def test_autograd_on_cuda_tensors(backward_stage):
     """loss.backward() through a GPU forward: the gradients of the CPU path on the same
     bf16-rounded values, from stage 11 on the GPU (the default) or 12 (within FLA's bf16 gradient
@@ -298,6 +298,7 @@ def test_cuda_errors_before_any_kernel():
         ("initial_state has shape [1, 2, 64, 32]", dict(base, initial_state=h0[..., :32].contiguous())),
         ("stage 11 takes K and V up to 128, got K=64 V=192", dict(base, v=torch.cat([v, v, v], dim=3), backward_stage="11")),
         ("stage 12 takes K and V up to 128, got K=64 V=192", dict(base, v=torch.cat([v, v, v], dim=3), backward_stage="12")),
+        ("stage 13 takes K and V up to 128, got K=64 V=192", dict(base, v=torch.cat([v, v, v], dim=3), backward_stage="13")),
     ]
     for message, arguments in cases:
         with pytest.raises((ValueError, TypeError)) as raised:
@@ -328,9 +329,9 @@ def test_library_refuses_a_short_workspace():
 
 @pytest.mark.parametrize("B,T,H,K,V,with_h0", [(2, 200, 3, 64, 64, True), (1, 130, 2, 100, 100, False),
                                                (1, 300, 3, 128, 128, True), (1, 130, 70, 32, 64, True)])
-@pytest.mark.parametrize("stage", ["11", "12"])
+@pytest.mark.parametrize("stage", ["11", "12", "13"])
 def test_backward_in_bf16_is_the_fp32_backward_rounded(stage, B, T, H, K, V, with_h0):
-    """Stage 11 or 12 reading dO in bf16 and writing dq and dv in bf16 (autograd's dtypes) gives the
+    """Stage 11, 12 or 13 reading dO in bf16 and writing dq and dv in bf16 (autograd's dtypes) gives the
     fp32 call's gradients rounded once to bf16, bit for bit, and every other output the same bits:
     dO given in fp32 holds the same bf16 values, and each gradient is the same fp32 sum rounded.
     The shapes take both copy paths of dO in bf16 (by cp.async where V is a multiple of 8, else
