@@ -335,8 +335,8 @@ def _cuda_backward(stage, q, k, v, g, beta, h0, scale, d_o, dht, bf16_gradients=
 
 
 class _GatedDeltaRuleCuda(torch.autograd.Function):
-    """o, ht of CUDA tensors from a GPU stage; backward through the GPU backward stage (11) on
-    the same tensors, or a CPU backward stage (09, 10) on host copies in float32."""
+    """o, ht of CUDA tensors from a GPU stage; backward through a GPU backward stage (11, 12 or
+    13) on the same tensors, or a CPU backward stage (09, 10) on host copies in float32."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, h0, scale, stage, backward_stage, segments, precise, batch_invariant):
@@ -354,7 +354,7 @@ class _GatedDeltaRuleCuda(torch.autograd.Function):
         B, T, H, K = q.shape
         HV, V = v.shape[2], v.shape[3]
         where = q.device
-        # stages 11 and 12 read dO in bf16 as autograd hands it over for a bf16 o, and write dq and
+        # stages 11, 12 and 13 read dO in bf16 as autograd hands it over for a bf16 o, and write dq and
         # dv in bf16, the dtype they go back in, where no key head is shared (a shared head's
         # gradients are summed below, in fp32): no casts of them on the way in or out (dk comes in fp32)
         d_o_in_bf16 = on_gpu and d_o is not None and d_o.dtype == torch.bfloat16
