@@ -166,8 +166,9 @@ __global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_
     bf16 *const S0 = (bf16 *)shared, *const Vnew = S0 + KP * LDT;
     const bf16 zero = __float2bfloat16_rn(0.0f), one = __float2bfloat16_rn(1.0f);
 
-    /* every load first: a thread's pieces of all three (at most 2 + 8 + 4, INPUTS_PIECES) on their
-     * way at once, so that a block waits out the memory's latency once, not once a piece */
+    /* every load first: a thread's pieces of all three (TM_PIECES, STATE_PIECES, VALUE_PIECES at
+     * most) on their way at once, so that a block waits out the memory's latency once, not once
+     * a piece */
     const bf16 *transform = (const bf16 *)(f.transforms + x.index * fwd06::TRANSFORM_BYTES);
     const bf16 *states_t = f.states_t + x.index * VP * LDK, *values_t = f.new_values_t + x.index * VP * fwd06::TOKEN_STRIDE;
     const int state_pieces = KP / 8 * VP, value_pieces = CHUNK / 8 * VP;
