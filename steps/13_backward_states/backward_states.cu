@@ -135,6 +135,12 @@ __host__ __device__ static inline size_t inputs_bytes(size_t K, size_t V)
     return (size_t)(round_up16(K) + CHUNK) * inputs_stride(V) * sizeof(bf16);
 }
 constexpr int INPUTS_THREADS = 256;
+/* a thread's most 16-byte pieces of each input: Tm's 64 x 64, S0^T's and Vnew^T's at K = V = 128 */
+constexpr int TM_PIECES = CHUNK * CHUNK / 8 / INPUTS_THREADS, STATE_PIECES = MAX_WIDTH / 8 * MAX_WIDTH / INPUTS_THREADS,
+              VALUE_PIECES = CHUNK / 8 * MAX_WIDTH / INPUTS_THREADS;
+static_assert(CHUNK * CHUNK / 8 % INPUTS_THREADS == 0 && MAX_WIDTH / 8 * MAX_WIDTH % INPUTS_THREADS == 0 &&
+                  CHUNK / 8 * MAX_WIDTH % INPUTS_THREADS == 0,
+              "every thread takes the same count of pieces");
 
 /* One block a (head, chunk): 06's transform block, S0^T and Vnew^T into the walk's Tm, S0 and
  * Vnew, each written whole where the walk reads it whole (Tm, S0), and Vnew's rows only for the
@@ -160,38 +166,55 @@ __global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_
     bf16 *const S0 = (bf16 *)shared, *const Vnew = S0 + KP * LDT;
     const bf16 zero = __float2bfloat16_rn(0.0f), one = __float2bfloat16_rn(1.0f);
 
-    {   /* Tm, a 16-byte piece a thread: no transpose, only the swizzle undone */
-        const bf16 *transform = (const bf16 *)(f.transforms + x.index * fwd06::TRANSFORM_BYTES);
-        bf16 *Tm = w.Tm + x.index * CHUNK * CHUNK;
-        for (int e = threadIdx.x; e < CHUNK * CHUNK / 8; e += INPUTS_THREADS) {
-            const int i = e / 8, c0 = e % 8 * 8;
-            bf16_pairs16 piece;
-            piece.bytes = *(const uint4 *)(transform + swizzled_offset(CHUNK, i, c0));
+    /* every load first: a thread's pieces of all three (TM_PIECES, STATE_PIECES, VALUE_PIECES at
+     * most) on their way at once, so that a block waits out the memory's latency once, not once
+     * a piece */
+    const bf16 *transform = (const bf16 *)(f.transforms + x.index * fwd06::TRANSFORM_BYTES);
+    const bf16 *states_t = f.states_t + x.index * VP * LDK, *values_t = f.new_values_t + x.index * VP * fwd06::TOKEN_STRIDE;
+    const int state_pieces = KP / 8 * VP, value_pieces = CHUNK / 8 * VP;
+    bf16_pairs16 tm[TM_PIECES], state[STATE_PIECES], value[VALUE_PIECES];
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                piece.value[j] = c0 + j == i ? one : c0 + j < i ? piece.value[j] : zero;
-            *(uint4 *)(Tm + i * CHUNK + c0) = piece.bytes;
-        }
+    for (int r = 0; r < TM_PIECES; r++) {
+        const int e = threadIdx.x + r * INPUTS_THREADS, i = e / 8, c0 = e % 8 * 8;
+        tm[r].bytes = *(const uint4 *)(transform + swizzled_offset(CHUNK, i, c0));
+    }
+#pragma unroll
+    for (int r = 0; r < STATE_PIECES; r++) {
+        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, k0 = e / VP * 8;
+        state[r].bytes = e < state_pieces && v < V ? *(const uint4 *)(states_t + v * LDK + k0) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int r = 0; r < VALUE_PIECES; r++) {
+        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, i0 = e / VP * 8;
+        value[r].bytes = e < value_pieces && v < V ? *(const uint4 *)(values_t + v * fwd06::TOKEN_STRIDE + i0) : make_uint4(0, 0, 0, 0);
     }
 
-    /* S0^T and Vnew^T into the tiles, transposed */
-    const bf16 *states_t = f.states_t + x.index * VP * LDK;
-    for (int e = threadIdx.x; e < KP / 8 * VP; e += INPUTS_THREADS) {
-        const int v = e % VP, k0 = e / VP * 8;
-        bf16_pairs16 piece;
-        piece.bytes = v < V ? *(const uint4 *)(states_t + v * LDK + k0) : make_uint4(0, 0, 0, 0);
+    /* Tm: no transpose, only the swizzle undone and the diagonal set */
+    bf16 *Tm = w.Tm + x.index * CHUNK * CHUNK;
+#pragma unroll
+    for (int r = 0; r < TM_PIECES; r++) {
+        const int e = threadIdx.x + r * INPUTS_THREADS, i = e / 8, c0 = e % 8 * 8;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            S0[(k0 + j) * LDT + v] = k0 + j < K ? piece.value[j] : zero;
+            tm[r].value[j] = c0 + j == i ? one : c0 + j < i ? tm[r].value[j] : zero;
+        *(uint4 *)(Tm + i * CHUNK + c0) = tm[r].bytes;
     }
-    const bf16 *values_t = f.new_values_t + x.index * VP * fwd06::TOKEN_STRIDE;
-    for (int e = threadIdx.x; e < CHUNK / 8 * VP; e += INPUTS_THREADS) {
-        const int v = e % VP, i0 = e / VP * 8;
-        bf16_pairs16 piece;
-        piece.bytes = v < V ? *(const uint4 *)(values_t + v * fwd06::TOKEN_STRIDE + i0) : make_uint4(0, 0, 0, 0);
+    /* S0^T and Vnew^T into the tiles, transposed */
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            Vnew[(i0 + j) * LDT + v] = piece.value[j];
+    for (int r = 0; r < STATE_PIECES; r++) {
+        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, k0 = e / VP * 8;
+        if (e < state_pieces)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                S0[(k0 + j) * LDT + v] = k0 + j < K ? state[r].value[j] : zero;
+    }
+#pragma unroll
+    for (int r = 0; r < VALUE_PIECES; r++) {
+        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, i0 = e / VP * 8;
+        if (e < value_pieces)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                Vnew[(i0 + j) * LDT + v] = value[r].value[j];
     }
     __syncthreads();
 
