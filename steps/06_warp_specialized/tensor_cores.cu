@@ -31,7 +31,7 @@
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  *
  * Build and run:  make bin/06a_tensor_cores && bin/06a_tensor_cores --T 16384 --H 8 --check-against oracle
- * Measured: 2.87 ms at (8, 4096, 16, 128, 128), FLA's CUDA graph 1.03 ms, in one run on an NVIDIA
+ * Measured: 2.89 ms at (8, 4096, 16, 128, 128), FLA's CUDA graph 1.02 ms, in one run on an NVIDIA
  * H100 80GB HBM3 (plots/data/stage06_series.dat).
  */
 #include "tensor_core_chunks.cuh" /* kernels 1 and 3, the products, the workspace */

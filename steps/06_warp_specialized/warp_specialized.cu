@@ -51,7 +51,7 @@
  * from a CUDA graph (docs/06, "Measured"; plots/data/peers.dat).
  *
  * Build and run:  make bin/06_warp_specialized && bin/06_warp_specialized --T 16384 --H 8 --check-against oracle
- * Measured: 0.309 ms at (8, 4096, 16, 128, 128), FLA's CUDA graph 1.03 ms, in one run on an NVIDIA
+ * Measured: 0.306 ms at (8, 4096, 16, 128, 128), FLA's CUDA graph 1.02 ms, in one run on an NVIDIA
  * H100 80GB HBM3 (plots/data/stage06_series.dat).
  */
 #include "warp_specialized.cuh"
