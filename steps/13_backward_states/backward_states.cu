@@ -142,6 +142,24 @@ static_assert(CHUNK * CHUNK / 8 % INPUTS_THREADS == 0 && MAX_WIDTH / 8 * MAX_WID
                   CHUNK / 8 * MAX_WIDTH % INPUTS_THREADS == 0,
               "every thread takes the same count of pieces");
 
+/* A thread's 16-byte pieces of a tile 06 keeps transposed, [VP][stride] (S0^T, Vnew^T), into a
+ * shared tile by rows: piece r, loaded from state column v = e % VP and its columns c0 = e / VP * 8
+ * .. c0 + 7 (e = threadIdx.x + r INPUTS_THREADS, below `count`), lands in tile[c0 .. c0 + 7][v]
+ * (row stride ld); with ZERO_PAST_ROWS, zero from row `rows` on */
+template <bool ZERO_PAST_ROWS, int PIECES>
+__device__ __forceinline__ static void store_by_rows(const bf16_pairs16 (&piece)[PIECES], bf16 *tile, int ld, int count, int VP, int rows)
+{
+    const bf16 zero = __float2bfloat16_rn(0.0f);
+#pragma unroll
+    for (int r = 0; r < PIECES; r++) {
+        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, c0 = e / VP * 8;
+        if (e < count)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                tile[(c0 + j) * ld + v] = !ZERO_PAST_ROWS || c0 + j < rows ? piece[r].value[j] : zero;
+    }
+}
+
 /* One block a (head, chunk): 06's transform block, S0^T and Vnew^T into the walk's Tm, S0 and
  * Vnew, each written whole where the walk reads it whole (Tm, S0), and Vnew's rows only for the
  * chunk's n tokens (a chunk of n < 64 is a head's last: the rows after it are the next head's,
@@ -199,23 +217,9 @@ __global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_
             tm[r].value[j] = c0 + j == i ? one : c0 + j < i ? tm[r].value[j] : zero;
         *(uint4 *)(Tm + i * CHUNK + c0) = tm[r].bytes;
     }
-    /* S0^T and Vnew^T into the tiles, transposed */
-#pragma unroll
-    for (int r = 0; r < STATE_PIECES; r++) {
-        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, k0 = e / VP * 8;
-        if (e < state_pieces)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                S0[(k0 + j) * LDT + v] = k0 + j < K ? state[r].value[j] : zero;
-    }
-#pragma unroll
-    for (int r = 0; r < VALUE_PIECES; r++) {
-        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, i0 = e / VP * 8;
-        if (e < value_pieces)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                Vnew[(i0 + j) * LDT + v] = value[r].value[j];
-    }
+    /* S0^T and Vnew^T into the tiles, transposed; S0 zero past K, Vnew's rows all the chunk's */
+    store_by_rows<true>(state, S0, LDT, state_pieces, VP, K);
+    store_by_rows<false>(value, Vnew, LDT, value_pieces, VP, CHUNK);
     __syncthreads();
 
     /* out by rows: S0 whole, Vnew's n rows */
