@@ -261,7 +261,7 @@ def test_backward_captured_in_a_cuda_graph(B, T, H, K, V):
 @pytest.mark.parametrize("backward_stage", [None, "10", "12", "13"])
 def test_autograd_on_cuda_tensors(backward_stage):
     """loss.backward() through a GPU forward: the gradients of the CPU path on the same
-    bf16-rounded values, from stage 11 on the GPU (the default) or 12 (within FLA's bf16 gradient
+    bf16-rounded values, from stage 11 on the GPU (the default), 12 or 13 (within FLA's bf16 gradient
     bounds) and from stage 10 on host copies (the bf16 bound); they come back on the GPU."""
     (q, k, v, g, beta, h0), _ = cuda_problem(1, 70, 2, 64, 32, seed=17, with_h0=True)
     leaves_gpu = [x.float().requires_grad_() for x in (q, k, v, g, beta, h0)]
