@@ -159,8 +159,7 @@ static int against_folder(const gdn_problem *p, const gdn_result *r, const gdn_g
         }
         char path[4096];
         npy_array a = {0};
-        snprintf(path, sizeof path, "%s/%s.npy", dir, s.name);
-        if (npy_read_shaped(path, s.ndim, s.shape, s.name, &a))
+        if (npy_path(path, sizeof path, dir, s.name) || npy_read_shaped(path, s.ndim, s.shape, s.name, &a))
             return -1;
         take_worse(b, gdn_compare(x, a.data, s.count), s.name);
         npy_free(&a);
@@ -234,8 +233,10 @@ int gdn_backward_stage_main(int argc, char **argv, const gdn_backward_stage *sta
             check_failed = 1;
         }
     }
-    if (s->out_dir && (gdn_result_save(&r, p, s->out_dir) || gdn_gradients_save(&g, p, s->out_dir)))
+    if (s->out_dir && (gdn_result_save(&r, p, s->out_dir) || gdn_gradients_save(&g, p, s->out_dir))) {
+        gdn_remove_outputs(s->out_dir, (const char *const[]){"o", "ht", NULL}); /* no forward result that looks whole */
         goto failed;
+    }
     const double flops = stage->counted_flops(p, s);
     char options[32] = "";
     if (stage->options & GDN_OPTION_CHUNK)

@@ -1,5 +1,6 @@
 /* cli.c -- the common command line (docs/contract.md section 4), strict: every value is checked,
  * and anything unexpected is a one-line error, never a silent default. */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -32,6 +33,8 @@ static const struct option long_options[] = {
     {"lengths", required_argument, NULL, OPTION_LENGTHS}, {"help", no_argument, NULL, OPTION_HELP},
     {"batch-invariant", no_argument, NULL, OPTION_BATCH_INVARIANT},
     {NULL, 0, NULL, 0}};
+
+_Static_assert(sizeof long_options / sizeof long_options[0] <= 8 * sizeof(unsigned long), "a bit an option in `given`");
 
 static void print_help(const gdn_stage *stage)
 {
@@ -167,15 +170,29 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
                         .threads = omp_get_max_threads(), .check_inputs = 1};
     const size_t size_limit = (size_t)1 << 40; /* larger is refused by the memory check anyway */
     int sizes_given = 0, seed_given = 0, rows_given = 0;
+    unsigned long given = 0; /* the options seen, a bit each (by their place in long_options) */
     size_t value;
     opterr = 0; /* we print our own one-line errors */
     optind = 0; /* 0, not 1: glibc then resets all of getopt's state, so parsing twice works */
     for (;;) {
-        int previous = optind ? optind : 1; /* optind is 0 before the first call */
-        int option = getopt_long(argc, argv, "+:", long_options, NULL);
+        int previous = optind ? optind : 1, index = -1; /* optind is 0 before the first call */
+        int option = getopt_long(argc, argv, "+:", long_options, &index);
         if (option == -1)
             break;
-        const char *name = option >= OPTION_B && option <= OPTION_HELP ? long_options[option - OPTION_B].name : "";
+        const char *name = index >= 0 ? long_options[index].name : "";
+        if (index >= 0) {
+            /* getopt_long also takes an unambiguous prefix (--chu for --chunk), which the next
+             * option added could make ambiguous: options are spelled out in full */
+            const char *typed = argv[previous] + 2;
+            const size_t typed_length = strcspn(typed, "=");
+            if (typed_length != strlen(name) || strncmp(typed, name, typed_length) != 0)
+                return gdn_set_error("unknown option '%.*s' (did you mean --%s? options are spelled out in full)",
+                                     (int)(typed_length + 2), argv[previous], name);
+            /* a repeat would silently override; --check-against takes one folder and 'oracle' */
+            if ((given >> index & 1) && option != OPTION_CHECK)
+                return gdn_set_error("--%s given twice", name);
+            given |= 1ul << index;
+        }
         switch (option) {
         case OPTION_B: case OPTION_T: case OPTION_H: case OPTION_K: case OPTION_V: {
             if (parse_count(name, optarg, size_limit, &value))
@@ -202,7 +219,7 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
             char *end;
             errno = 0;
             s->scale = strtod(optarg, &end);
-            if (*optarg == '\0' || *end != '\0' || errno == ERANGE || !isfinite(s->scale) || s->scale <= 0.0)
+            if (*optarg == '\0' || isspace((unsigned char)*optarg) || *end != '\0' || errno == ERANGE || !isfinite(s->scale) || s->scale <= 0.0)
                 return gdn_set_error("--scale needs a positive finite number, got '%s'", optarg);
             break;
         }

@@ -10,7 +10,7 @@
 #include "npy.h"
 #include "random.h"
 
-static const char *const gradient_names[GDN_GRADIENT_TENSORS] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
+static const char *const gradient_names[GDN_GRADIENT_TENSORS + 1] = {"dq", "dk", "dv", "dg", "dbeta", "dh0", NULL};
 
 gdn_tensor_shape gdn_gradient_shape(const gdn_problem *p, int which)
 {
@@ -86,8 +86,7 @@ int gdn_cotangents_load(gdn_cotangents *c, const gdn_problem *p, const char *dir
     for (int i = 0; i < 2; i++) {
         char path[4096];
         npy_array a = {0};
-        snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
-        if (npy_read_shaped(path, 4, shapes[i], i == 0 ? "o's: [B, T, HV, V]" : "ht's: [N, HV, K, V]", &a))
+        if (npy_path(path, sizeof path, dir, names[i]) || npy_read_shaped(path, 4, shapes[i], i == 0 ? "o's: [B, T, HV, V]" : "ht's: [N, HV, K, V]", &a))
             goto failed;
         for (size_t j = 0; j < a.count; j++) {
             if (check_values && !isfinite(a.data[j])) {
@@ -207,11 +206,7 @@ int gdn_gradients_save(const gdn_gradients *g, const gdn_problem *p, const char 
             continue;
         gdn_tensor_shape s = gdn_gradient_shape(p, i);
         if (gdn_save_tensor(dir, s.name, gdn_gradient_tensor(g, i), s.ndim, s.shape)) {
-            for (int j = 0; j < i; j++) { /* no folder that holds some gradients and looks whole */
-                char path[4096];
-                snprintf(path, sizeof path, "%s/%s.npy", dir, gradient_names[j]);
-                remove(path);
-            }
+            gdn_remove_outputs(dir, gradient_names); /* no folder that holds some gradients and looks whole */
             return -1;
         }
     }

@@ -2,10 +2,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "error.h"
 
@@ -15,6 +18,45 @@ static int host_is_little_endian(void)
 {
     const uint16_t one = 1;
     return *(const unsigned char *)&one == 1;
+}
+
+int npy_path(char *path, size_t size, const char *dir, const char *name)
+{
+    int length = snprintf(path, size, "%s/%s.npy", dir, name);
+    if (length < 0 || (size_t)length >= size) /* a shortened path would name another file */
+        return gdn_set_error("%.40s.../%s.npy: the path is longer than %zu bytes", dir, name, size - 1);
+    return 0;
+}
+
+int npy_present(const char *path, int *present)
+{
+    struct stat status;
+    *present = lstat(path, &status) == 0; /* a link counts even where it leads nowhere: reading it names the fault */
+    if (!*present && errno != ENOENT)
+        return gdn_set_error("%s: cannot look for it: %s", path, strerror(errno));
+    return 0;
+}
+
+/* The file for reading, if it is a regular file: the open does not wait (a FIFO would block it
+ * until a writer came), and a folder or a device is refused by name. */
+static FILE *open_regular(const char *path)
+{
+    int descriptor = open(path, O_RDONLY | O_NONBLOCK);
+    if (descriptor < 0) {
+        gdn_set_error("%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat status;
+    FILE *file = NULL;
+    if (fstat(descriptor, &status) != 0)
+        gdn_set_error("%s: cannot read its status: %s", path, strerror(errno));
+    else if (!S_ISREG(status.st_mode))
+        gdn_set_error("%s: not a regular file", path);
+    else if (!(file = fdopen(descriptor, "rb")))
+        gdn_set_error("%s: cannot open: %s", path, strerror(errno));
+    if (!file)
+        close(descriptor);
+    return file;
 }
 
 const char *npy_shape_text(size_t ndim, const size_t *shape, char *buffer, size_t size)
@@ -110,9 +152,9 @@ static int parse_header(const char *path, const char *header, int integers, size
 int npy_read(const char *path, npy_array *out)
 {
     memset(out, 0, sizeof *out);
-    FILE *file = fopen(path, "rb");
+    FILE *file = open_regular(path);
     if (!file)
-        return gdn_set_error("%s: cannot open: %s", path, strerror(errno));
+        return -1;
     int status = npy_read_stream(file, path, out);
     fclose(file);
     return status;
@@ -252,9 +294,9 @@ int npy_read_stream(FILE *file, const char *path, npy_array *out) { return read_
 int npy_read_integers(const char *path, npy_array *out)
 {
     memset(out, 0, sizeof *out);
-    FILE *file = fopen(path, "rb");
+    FILE *file = open_regular(path);
     if (!file)
-        return gdn_set_error("%s: cannot open: %s", path, strerror(errno));
+        return -1;
     int status = read_stream(file, path, 1, out);
     fclose(file);
     return status;

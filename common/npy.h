@@ -32,6 +32,12 @@ typedef struct {
 } npy_array;
 
 int npy_read(const char *path, npy_array *out);
+/* DIR/NAME.npy into path (size bytes), or -1 with gdn_last_error where it does not fit: never a
+ * shortened path, which would read or write another file. */
+int npy_path(char *path, size_t size, const char *dir, const char *name);
+/* Whether an optional file is there (*present): 0, or -1 where the folder cannot be searched.
+ * A link that leads nowhere counts as there, so that reading it names the fault. */
+int npy_present(const char *path, int *present);
 /* The same from an open stream (seekable: fmemopen works); path only names it in messages.
  * The fuzz target (tests/fuzz/) reads from memory this way. */
 int npy_read_stream(FILE *file, const char *path, npy_array *out);

@@ -206,10 +206,25 @@ void gdn_problem_round_to_bf16(gdn_problem *p)
             tensors[i][j] = (real_t)bf16_to_float(float_to_bf16((float)tensors[i][j]));
 }
 
-/* Copy a .npy array (read as double) into a newly allocated real_t tensor. */
-static real_t *take_values(const npy_array *array, const char *name)
+/* Copy a .npy array (read as double) into a newly allocated real_t tensor. Two faults show only
+ * before the rounding to real_t, so they are refused here, naming the file's own value: a finite
+ * value past real_t's range (it would become Inf), and with `check`, a finite value outside [low,
+ * high] that the rounding brings inside (g = 1e-50 or beta = 1 + 1e-12 in a '<f8' file, in float). */
+static real_t *take_values(const npy_array *array, const char *path, double low, double high, int check)
 {
-    real_t *values = alloc_values(array->count, name);
+    for (size_t i = 0; i < array->count; i++) {
+        const double x = array->data[i];
+        if (isfinite(x) && !isfinite((real_t)x)) {
+            gdn_set_error("%s: element %zu is %g, beyond %s's range", path, i, x, REAL_NAME);
+            return NULL;
+        }
+        const double rounded = (real_t)x; /* outside and rounded inside; the rest: gdn_problem_validate */
+        if (check && isfinite(x) && (x < low || x > high) && rounded >= low && rounded <= high) {
+            gdn_set_error("%s: element %zu is %.17g, outside [%g, %g]", path, i, x, low, high); /* the file's digits */
+            return NULL;
+        }
+    }
+    real_t *values = alloc_values(array->count, path);
     if (values)
         for (size_t i = 0; i < array->count; i++)
             values[i] = (real_t)array->data[i];
@@ -284,8 +299,10 @@ int gdn_problem_load(gdn_problem *p, const char *dir, int check_values)
     memset(p, 0, sizeof *p);
 
     for (int i = 0; i < 7; i++) {
-        snprintf(paths[i], sizeof paths[i], "%s/%s.npy", dir, names[i]);
-        if (i >= H0 && access(paths[i], F_OK) != 0)
+        int present = 1;
+        if (npy_path(paths[i], sizeof paths[i], dir, names[i]) || (i >= H0 && npy_present(paths[i], &present)))
+            goto done;
+        if (!present)
             continue; /* h0 and cu_seqlens are optional */
         if ((i == OFFSETS ? npy_read_integers(paths[i], &arrays[i]) : npy_read(paths[i], &arrays[i])) != 0)
             goto done;
@@ -323,15 +340,12 @@ int gdn_problem_load(gdn_problem *p, const char *dir, int check_values)
                                         p->offsets ? "[N, HV, K, V]: N sequences from cu_seqlens"
                                                    : "[B, HV, K, V] from q and v"))
         goto done;
-    p->q = take_values(&arrays[Q], "q");
-    p->k = take_values(&arrays[KEYS], "k");
-    p->v = take_values(&arrays[VALUES], "v");
-    p->g = take_values(&arrays[G], "g");
-    p->beta = take_values(&arrays[BETA], "beta");
-    if (arrays[H0].data)
-        p->h0 = take_values(&arrays[H0], "h0");
-    if (!p->q || !p->k || !p->v || !p->g || !p->beta || (arrays[H0].data && !p->h0))
-        goto done;
+    real_t **tensors[6] = {&p->q, &p->k, &p->v, &p->g, &p->beta, &p->h0};
+    const double lows[6] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, 0.0, -INFINITY};
+    const double highs[6] = {INFINITY, INFINITY, INFINITY, 0.0, 1.0, INFINITY};
+    for (int i = Q; i <= H0; i++)
+        if (arrays[i].data && !(*tensors[i] = take_values(&arrays[i], paths[i], lows[i], highs[i], check_values)))
+            goto done;
     status = check_values ? gdn_problem_validate(p, dir) : 0;
 done:
     for (int i = 0; i < 7; i++)
@@ -348,11 +362,18 @@ int gdn_make_dir(const char *dir)
     return 0;
 }
 
+void gdn_remove_outputs(const char *dir, const char *const *names)
+{
+    char path[4096];
+    for (; *names; names++)
+        if (snprintf(path, sizeof path, "%s/%s.npy", dir, *names) < (int)sizeof path) /* never another file */
+            unlink(path);                                                              /* never a folder */
+}
+
 int gdn_save_tensor(const char *dir, const char *name, const real_t *data, size_t ndim, const size_t *shape)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    return npy_write(path, data, ndim, shape);
+    return npy_path(path, sizeof path, dir, name) || npy_write(path, data, ndim, shape) ? -1 : 0;
 }
 
 int gdn_problem_save(const gdn_problem *p, const char *dir)
@@ -371,8 +392,7 @@ int gdn_problem_save(const gdn_problem *p, const char *dir)
             return gdn_set_error("out of memory");
         for (size_t n = 0; n <= p->sequences; n++)
             offsets[n] = (int64_t)p->offsets[n];
-        snprintf(path, sizeof path, "%s/cu_seqlens.npy", dir);
-        int status = npy_write_int64(path, offsets, p->sequences + 1);
+        int status = npy_path(path, sizeof path, dir, "cu_seqlens") || npy_write_int64(path, offsets, p->sequences + 1) ? -1 : 0;
         free(offsets);
         return status;
     }
@@ -397,8 +417,8 @@ static int check_values(const gdn_problem *p, const char *dir, const char *name,
         if (!isfinite(x))
             return gdn_set_error("%s%s%s.npy: element %zu%s is %g; inputs must be finite", dir ? dir : "",
                                  dir ? "/" : "", name, i, where, x);
-        return gdn_set_error("%s%s%s.npy: element %zu%s is %g, outside [%g, %g]", dir ? dir : "", dir ? "/" : "",
-                             name, i, where, x, low, high);
+        return gdn_set_error("%s%s%s.npy: element %zu%s is %.*g, outside [%g, %g]", dir ? dir : "", dir ? "/" : "",
+                             name, i, where, REAL_DIGITS, x, low, high);
     }
     return 0;
 }
@@ -458,9 +478,7 @@ int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir)
     if (gdn_make_dir(dir))
         return -1;
     if (gdn_save_tensor(dir, "o", r->o, 4, o_shape) || gdn_save_tensor(dir, "ht", r->ht, 4, state)) {
-        char path[4096]; /* npy_write removed the file it failed on; o.npy may be whole, but alone */
-        snprintf(path, sizeof path, "%s/o.npy", dir);
-        remove(path);
+        gdn_remove_outputs(dir, (const char *[]){"o", "ht", NULL}); /* npy_write removed the file it failed on; o.npy may be whole, but alone */
         return -1;
     }
     return 0;
@@ -468,7 +486,7 @@ int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir)
 
 gdn_input_extremes gdn_problem_extremes(const gdn_problem *p)
 {
-    gdn_input_extremes e = {0, 0, 0};
+    gdn_input_extremes e = {0, 0, 0, 0};
     const real_t *tensors[4] = {p->q, p->k, p->v, p->h0};
     size_t counts[4] = {gdn_key_tokens(p) * p->K, gdn_key_tokens(p) * p->K, gdn_tokens(p) * p->V,
                         p->h0 ? gdn_state_count(p) : 0};
@@ -483,6 +501,8 @@ gdn_input_extremes gdn_problem_extremes(const gdn_problem *p)
     for (size_t token = 0; token < gdn_tokens(p); token++) {
         if (isnan(p->g[token]) || p->g[token] == INFINITY || !isfinite(p->beta[token])) /* g = -inf: alpha = 0 */
             e.non_finite = 1;
+        if (p->g[token] == -INFINITY)
+            e.gate_minus_inf = 1;
         const real_t *k = p->k + gdn_key_token(p, token / gdn_value_heads(p), token % gdn_value_heads(p)) * p->K;
         double norm = 0; /* |k|^2 in double: a float key of 1e20 squares past float's range */
         for (size_t c = 0; c < p->K; c++)
@@ -539,6 +559,9 @@ int gdn_non_finite_error(const gdn_problem *p, const gdn_result *r, size_t first
     if (e.non_finite > 0)
         snprintf(cause, sizeof cause, "an input is NaN or Inf itself (--no-input-check skipped the check that "
                                       "refuses it)");
+    else if (e.gate_minus_inf > 0)
+        snprintf(cause, sizeof cause, "a gate g is -inf (--no-input-check skipped the check that refuses it): the "
+                                      "chunked forms subtract cumulative gates, and -inf - (-inf) is NaN");
     else if (e.key_gain > 2)
         snprintf(cause, sizeof cause, "from finite inputs: beta |k|^2 reaches %.1e > 2, so I - beta k k^T grows the "
                                       "state every token until %s overflows; keys are meant to have unit length: "

@@ -138,6 +138,9 @@ int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir);
 /* The folder dir, created when missing; dir/name.npy written from data (npy_write). */
 int gdn_make_dir(const char *dir);
 int gdn_save_tensor(const char *dir, const char *name, const real_t *data, size_t ndim, const size_t *shape);
+/* Removes DIR/NAME.npy for each name of the NULL-ended list (what a failed save leaves): no
+ * folder that holds part of the outputs and looks whole. Keeps gdn_last_error. */
+void gdn_remove_outputs(const char *dir, const char *const *names);
 
 /* Outputs that are not finite. Every binary checks o and ht after its checked run, before it
  * compares or writes anything: a NaN or Inf there is an error (a state that overflowed, or a
@@ -146,10 +149,11 @@ int gdn_save_tensor(const char *dir, const char *name, const real_t *data, size_
 /* What the inputs say about such an output: the largest |value| of q, k, v and h0; the largest
  * beta |k|^2 of a token (above 2, I - beta k k^T has an eigenvalue below -1 and the state can
  * grow every token); 1 when an input is NaN or Inf where the inputs' check refuses it (g may be
- * -inf: alpha = 0), which only --no-input-check lets in.
+ * -inf: alpha = 0), which only --no-input-check lets in; 1 when a g is -inf (the loops read it as
+ * alpha = 0, the chunked forms' differences of cumulative gates make it NaN).
  * All doubles, so that stage 08 takes each one's maximum over its ranks in one MPI_Allreduce. */
 typedef struct {
-    double largest, key_gain, non_finite;
+    double largest, key_gain, non_finite, gate_minus_inf;
 } gdn_input_extremes;
 gdn_input_extremes gdn_problem_extremes(const gdn_problem *p);
 

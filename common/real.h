@@ -13,10 +13,12 @@
 #ifdef GDN_DOUBLE
 typedef double real_t;
 #define REAL_NAME "double"
+#define REAL_DIGITS 17 /* significant digits that name any value of the type */
 static inline real_t real_exp(real_t x) { return exp(x); }
 #else
 typedef float real_t;
 #define REAL_NAME "float"
+#define REAL_DIGITS 9
 static inline real_t real_exp(real_t x) { return expf(x); }
 #endif
 

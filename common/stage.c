@@ -25,8 +25,7 @@ static int load_reference(const gdn_problem *p, const char *dir, npy_array *o, n
     npy_array *arrays[2] = {o, ht};
     const char *names[2] = {"o", "ht"}, *meanings[2] = {"o: [B, T, HV, V]", "ht: [N, HV, K, V]"};
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
-        if (npy_read_shaped(path, 4, shapes[i], meanings[i], arrays[i]))
+        if (npy_path(path, sizeof path, dir, names[i]) || npy_read_shaped(path, 4, shapes[i], meanings[i], arrays[i]))
             return -1;
     }
     return 0;

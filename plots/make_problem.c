@@ -8,7 +8,9 @@
  * outputs can be compared with a stage's --out. --h0 is a flag, as a stage's --h0 is: it adds
  * a random initial state; without it the state starts at zero.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/error.h"
@@ -32,9 +34,10 @@ static const char usage[] =
 
 int main(int argc, char **argv)
 {
-    static const char *const names[] = {"B", "T", "H", "K", "V", "seed", "HV", NULL};
-    size_t values[7] = {1, 1024, 4, 64, 64, 1, 0};
-    /* --help, the flag --h0 and --lengths are taken here; the valued options go on to gdn_tool_options */
+    static const char *const names[] = {"B", "T", "H", "K", "V", "HV", NULL};
+    size_t values[6] = {1, 1024, 4, 64, 64, 0};
+    unsigned long long seed = 1; /* any seed a stage takes: 0 to 2^64 - 1 */
+    /* --help, the flag --h0, --lengths and --seed are taken here; the sizes go on to gdn_tool_options */
     char *valued[64] = {argv[0]};
     int valued_count = 1, with_h0 = 0;
     const char *dir = NULL, *lengths_text = NULL;
@@ -45,8 +48,24 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[i], "--h0") == 0) {
             with_h0 = 1;
-        } else if (strcmp(argv[i], "--lengths") == 0 && i + 1 < argc) {
-            lengths_text = argv[++i];
+        } else if (strcmp(argv[i], "--lengths") == 0 || strcmp(argv[i], "--seed") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "make_problem: error: %s needs a value\n", argv[i]);
+                return 1;
+            }
+            const char *text = argv[++i], *c = text;
+            if (argv[i - 1][2] == 'l') {
+                lengths_text = text;
+                continue;
+            }
+            for (; *c >= '0' && *c <= '9'; c++)
+                ;
+            errno = 0;
+            seed = strtoull(text, NULL, 10);
+            if (*text == '\0' || *c != '\0' || errno == ERANGE) {
+                fprintf(stderr, "make_problem: error: --seed needs a non-negative integer below 2^64, got '%s'\n", text);
+                return 1;
+            }
         } else if (strncmp(argv[i], "--", 2) == 0) {
             if (valued_count + 2 > (int)(sizeof valued / sizeof valued[0])) {
                 fprintf(stderr, "make_problem: error: too many options\n");
@@ -63,13 +82,13 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    gdn_tool_options(valued_count, valued, "make_problem", names, values, (size_t)1 << 40); /* its faults first */
     if (!dir) {
         fprintf(stderr, "make_problem: error: no DIR given (see --help)\n");
         return 1;
     }
-    gdn_tool_options(valued_count, valued, "make_problem", names, values, (size_t)1 << 40);
     gdn_layout layout = {.B = values[0], .T = values[1], .H = values[2], .K = values[3], .V = values[4],
-                         .HV = values[6], .with_h0 = with_h0};
+                         .HV = values[5], .with_h0 = with_h0};
     size_t lengths[4096], sum;
     if (lengths_text && (gdn_parse_lengths(lengths_text, lengths, 4096, &layout.sequences, &sum) ||
                          (layout.sequences > 4096 && gdn_set_error("--lengths: at most 4096 sequences here")))) {
@@ -88,13 +107,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "make_problem: error: %s\n", gdn_last_error());
         return 1;
     }
-    gdn_problem_generate(&p, values[5]);
+    gdn_problem_generate(&p, seed);
     gdn_cotangents c;
     if (gdn_cotangents_alloc(&c, &p) != 0) {
         fprintf(stderr, "make_problem: error: %s\n", gdn_last_error());
         return 1;
     }
-    gdn_cotangents_generate(&c, &p, values[5]);
+    gdn_cotangents_generate(&c, &p, seed);
     if (gdn_problem_save(&p, dir) != 0 || gdn_cotangents_save(&c, &p, dir) != 0) {
         fprintf(stderr, "make_problem: error: %s\n", gdn_last_error());
         return 1;

@@ -316,6 +316,33 @@ START_TEST(backward_binaries_refuse_bad_cotangents)
 }
 END_TEST
 
+/* A save that fails part way leaves no folder that looks whole: where dq.npy cannot be written
+ * (a folder of that name is in the way), o.npy and ht.npy, written before it, are removed too. */
+START_TEST(backward_failed_save_leaves_no_outputs)
+{
+    gdn_problem p = test_problem((test_shape){1, 8, 2, 4, 4}, 0, 2750);
+    gdn_cotangents c = test_cotangents(&p, 2750);
+    char in[64], arguments[256], text[1024], errors[1024], path[160];
+    test_make_temp_dir(in, sizeof in);
+    save_backward_problem(&p, &c, in);
+    snprintf(path, sizeof path, "%s/out", in);
+    ck_assert_int_eq(gdn_make_dir(path), 0);
+    snprintf(path, sizeof path, "%s/out/dq.npy", in);
+    ck_assert_int_eq(gdn_make_dir(path), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --out %s/out", in, in);
+    int status = test_run_program("", "09_backward_loop", arguments, text, sizeof text, errors, sizeof errors);
+    test_assert_refused(status, text, errors, "/out/dq.npy: cannot create");
+    const char *names[3] = {"o", "ht", "dk"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/out/%s.npy", in, names[i]);
+        ck_assert_msg(access(path, F_OK) != 0, "%s left behind", path);
+    }
+    gdn_cotangents_free(&c);
+    gdn_problem_free(&p);
+    test_remove_dir(in);
+}
+END_TEST
+
 /* Grouped value heads read one key head: the backward oracle gives, bit for bit, what it gives
  * on the plain problem whose q and k are repeated for every value head, dq and dk summed over
  * each key head's value heads in order. _i: ratio 2-4, with and without h0. */
@@ -437,6 +464,7 @@ Suite *backward_suite(void)
     tcase_set_timeout(binaries, 60);
     tcase_add_loop_test(binaries, backward_binaries_round_trip, 0, 2);
     tcase_add_loop_test(binaries, backward_binaries_refuse_bad_cotangents, 0, 3);
+    tcase_add_test(binaries, backward_failed_save_leaves_no_outputs);
     suite_add_tcase(suite, binaries);
     return suite;
 }

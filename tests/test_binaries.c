@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,7 +99,7 @@ END_TEST
 
 /* Bad inputs through a binary: each arguments line, after set-up, gives this message. */
 enum setup { PLAIN, NPY_DTYPE, NPY_FORTRAN, NPY_TRUNCATED, NPY_SHAPE, NPY_HEADER, GATE_POSITIVE, Q_NAN, K_INF, BETA_ABOVE,
-             REF_SHAPE };
+             REF_SHAPE, Q_FIFO, H0_LINK };
 static const struct {
     enum setup setup;
     const char *arguments; /* %s is the temporary folder */
@@ -130,6 +131,9 @@ static const struct {
     {BETA_ABOVE, "--in %s", "/beta.npy: element 4 (b=0, t=2, h=0) is 1.5, outside [0, 1]", 0, 0},
     {PLAIN, "--no-input-check", "--no-input-check applies to --in only", 0, 0},
     {REF_SHAPE, "--T 8 --H 2 --K 4 --V 4 --check-against %s", "o.npy: shape (1, 8, 1, 4) does not match", 0, 0},
+    {Q_FIFO, "--in %s", "/q.npy: not a regular file", 0, 0},
+    {H0_LINK, "--in %s", "/h0.npy: cannot open: No such file or directory", 0, 0},
+    {PLAIN, "--reps 2 --reps 3", "--reps given twice", 0, 0},
 };
 
 /* Replace one tensor of the problem folder by a hand-made .npy. */
@@ -157,6 +161,14 @@ START_TEST(binary_bad_input_one_line_and_exit_status)
     case Q_NAN: p.q[5] = (real_t)NAN; ck_assert_int_eq(gdn_problem_save(&p, dir), 0); break;
     case K_INF: p.k[9] = (real_t)-INFINITY; ck_assert_int_eq(gdn_problem_save(&p, dir), 0); break;
     case BETA_ABOVE: p.beta[4] = (real_t)1.5; ck_assert_int_eq(gdn_problem_save(&p, dir), 0); break;
+    case Q_FIFO: /* an open that would wait for a writer */
+    case H0_LINK: { /* an optional file that is there but cannot be read: refused, not dropped */
+        char path[128];
+        snprintf(path, sizeof path, "%s/%s.npy", dir, bad_inputs[_i].setup == Q_FIFO ? "q" : "h0");
+        remove(path);
+        ck_assert_int_eq(bad_inputs[_i].setup == Q_FIFO ? mkfifo(path, 0600) : symlink("no/such/h0.npy", path), 0);
+        break;
+    }
     case REF_SHAPE: {
         gdn_problem wrong = test_problem((test_shape){1, 8, 1, 4, 4}, 0, 1);
         gdn_result r = test_run(&naive_loop_stage, &wrong, 1, 0, 0);
@@ -224,6 +236,28 @@ START_TEST(binary_no_input_check_skips_validation)
 }
 END_TEST
 
+/* A gate of -inf (alpha = 0) passes --no-input-check: the loops read it as a reset, the chunked
+ * forms subtract cumulative gates and get NaN. Each stage either runs to finite outputs or is
+ * refused with that cause, never with "a fault of the stage". */
+START_TEST(binary_gate_minus_inf_runs_or_names_the_gate)
+{
+    const gdn_stage *stage = cpu_stages[_i];
+    char dir[64], arguments[256], text[1024], errors[1024];
+    test_make_temp_dir(dir, sizeof dir);
+    gdn_problem p = test_problem((test_shape){1, 16, 2, 4, 4}, 0, 970 + _i);
+    p.g[3] = (real_t)-INFINITY;
+    ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --threads 2 --no-input-check", dir);
+    int status = run_binary(stage->name, arguments, text, sizeof text, errors, sizeof errors);
+    if (status != 0)
+        test_assert_refused(status, text, errors, ", a gate g is -inf (--no-input-check skipped the check that refuses it)");
+    else
+        ck_assert_ptr_nonnull(strstr(text, "result stage="));
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
 /* Finite inputs, outputs that are not: every key entry 1e20 (beta |k|^2 near 1e40), so each
  * token's I - beta k k^T multiplies the state by about -1e40 and it overflows within a few
  * tokens, in float and in double. The run is an error naming the first bad value of o and the
@@ -281,6 +315,7 @@ Suite *binaries_suite(void)
     tcase_add_test(files, binary_two_phase_scan_clamps_segments_and_says_so);
     tcase_add_test(files, binary_no_input_check_skips_validation);
     tcase_add_loop_test(files, binary_non_finite_output_is_an_error_and_writes_nothing, 0, cpu_stage_count);
+    tcase_add_loop_test(files, binary_gate_minus_inf_runs_or_names_the_gate, 0, cpu_stage_count);
     suite_add_tcase(suite, files);
     TCase *bad = tcase_create("bad_input");
     tcase_set_timeout(bad, 60);

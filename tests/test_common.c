@@ -3,10 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../common/error.h"
 #include "../common/half.h"
 #include "../common/npy.h"
+#include "../common/problem.h"
 #include "../common/random.h"
 #include "../common/timing.h"
 #include "../steps/01_naive_loop/naive_loop.h"
@@ -192,6 +195,133 @@ START_TEST(npy_not_npy_and_missing)
 }
 END_TEST
 
+/* What is not a regular file is refused by name, and opening it does not wait: a FIFO's open
+ * would block until a writer came. A path too long for the buffer is an error, never a shortened
+ * path (another file); an optional file is there when a link to nowhere is, so that reading it
+ * names the fault instead of dropping the file. */
+START_TEST(npy_refuses_what_is_not_a_file)
+{
+    char dir[64], path[128], long_dir[4100];
+    test_make_temp_dir(dir, sizeof dir);
+    npy_array read;
+    snprintf(path, sizeof path, "%s/fifo.npy", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    ck_assert_int_ne(npy_read(path, &read), 0);
+    ck_assert_ptr_nonnull(strstr(gdn_last_error(), "fifo.npy: not a regular file"));
+    snprintf(path, sizeof path, "%s/folder.npy", dir);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    ck_assert_int_ne(npy_read_integers(path, &read), 0);
+    ck_assert_ptr_nonnull(strstr(gdn_last_error(), "folder.npy: not a regular file"));
+
+    int present = -1;
+    snprintf(path, sizeof path, "%s/absent.npy", dir);
+    ck_assert_int_eq(npy_present(path, &present), 0);
+    ck_assert_int_eq(present, 0);
+    snprintf(path, sizeof path, "%s/nowhere.npy", dir);
+    ck_assert_int_eq(symlink("no/such/target.npy", path), 0);
+    ck_assert_int_eq(npy_present(path, &present), 0);
+    ck_assert_int_eq(present, 1);
+    ck_assert_int_ne(npy_read(path, &read), 0);
+    ck_assert_ptr_nonnull(strstr(gdn_last_error(), "nowhere.npy: cannot open"));
+
+    memset(long_dir, 'd', sizeof long_dir - 1);
+    long_dir[sizeof long_dir - 1] = '\0';
+    char joined[4096] = "untouched";
+    ck_assert_int_ne(npy_path(joined, sizeof joined, long_dir, "o"), 0);
+    ck_assert_ptr_nonnull(strstr(gdn_last_error(), "/o.npy: the path is longer than 4095 bytes"));
+    ck_assert_ptr_null(strchr(gdn_last_error(), '\n'));
+    ck_assert_int_eq(npy_path(joined, sizeof joined, dir, "o"), 0);
+    snprintf(path, sizeof path, "%s/o.npy", dir);
+    ck_assert_str_eq(joined, path);
+    test_remove_dir(dir);
+}
+END_TEST
+
+/* A '<f8' file of these doubles, whatever the build's precision (a float build writes '<f4') */
+static void write_f8(const char *path, const char *shape, const double *values, size_t count)
+{
+    char dict[128];
+    snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': %s, }", shape);
+    test_write_raw_npy(path, dict, 0);
+    FILE *file = fopen(path, "ab");
+    ck_assert_ptr_nonnull(file);
+    ck_assert_uint_eq(fwrite(values, sizeof *values, count, file), count);
+    fclose(file);
+}
+
+/* Values a '<f8' file holds that the rounding to real_t would hide: g = 1e-50 and beta just above
+ * 1 round into their ranges in float, and 1e300 past float's range becomes Inf. Each is refused
+ * naming the file's own value; in double only the range faults are (1e300 is a double). */
+START_TEST(problem_load_refuses_what_rounding_would_hide)
+{
+    enum { COUNT = 1 * 8 * 2 };
+    static const struct {
+        const char *name;
+        int element;
+        double value;
+        const char *message; /* NULL: loads */
+        int float_only;
+    } cases[] = {
+        {"g", 3, 1e-50, "1e-50, outside [-inf, 0]", 0},
+        {"beta", 4, 1 + 1e-12, "1.0000000000010001, outside [0, 1]", 0},
+        {"v", 7, 1e300, "1e+300, beyond float's range", 1},
+    };
+    char dir[64], path[128];
+    test_make_temp_dir(dir, sizeof dir);
+    gdn_problem p = test_problem((test_shape){1, 8, 2, 4, 4}, 0, 990 + _i);
+    ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
+    const int v_case = strcmp(cases[_i].name, "v") == 0;
+    const size_t count = v_case ? COUNT * 4 : COUNT;
+    const real_t *from = v_case ? p.v : strcmp(cases[_i].name, "g") == 0 ? p.g : p.beta;
+    double values[COUNT * 4];
+    for (size_t i = 0; i < count; i++)
+        values[i] = (double)from[i];
+    values[cases[_i].element] = cases[_i].value;
+    snprintf(path, sizeof path, "%s/%s.npy", dir, cases[_i].name);
+    write_f8(path, v_case ? "(1, 8, 2, 4)" : "(1, 8, 2)", values, count);
+    gdn_problem loaded;
+    const int refused = !cases[_i].float_only || sizeof(real_t) == sizeof(float);
+    ck_assert_int_eq(gdn_problem_load(&loaded, dir, 1), refused ? -1 : 0);
+    if (refused) {
+        char named[32]; /* the element by its file and flat index (in double, with its (b, t, h) too) */
+        snprintf(named, sizeof named, "/%s.npy: element %d ", cases[_i].name, cases[_i].element);
+        ck_assert_msg(strstr(gdn_last_error(), named) != NULL && strstr(gdn_last_error(), cases[_i].message) != NULL,
+                      "got '%s'", gdn_last_error());
+        ck_assert_ptr_null(strchr(gdn_last_error(), '\n'));
+    } else {
+        ck_assert_double_eq(loaded.v[cases[_i].element], cases[_i].value);
+        gdn_problem_free(&loaded);
+    }
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
+/* A save whose path would not fit writes nothing, not a file of a shortened name. */
+START_TEST(result_save_refuses_a_path_too_long)
+{
+    char dir[64], long_dir[4200];
+    test_make_temp_dir(dir, sizeof dir);
+    gdn_problem p = test_problem((test_shape){1, 4, 1, 4, 4}, 0, 995);
+    gdn_result r = test_run(&naive_loop_stage, &p, 1, 0, 0);
+    /* dir/./././... : an existing folder, so that only the names' length can fail */
+    int used = snprintf(long_dir, sizeof long_dir, "%s", dir);
+    while (used < 4092)
+        used += snprintf(long_dir + used, sizeof long_dir - (size_t)used, "/.");
+    ck_assert_int_eq(gdn_result_save(&r, &p, long_dir), -1);
+    ck_assert_msg(strstr(gdn_last_error(), "the path is longer than 4095 bytes") != NULL, "got '%s'", gdn_last_error());
+    char path[128];
+    const char *shortened[] = {"o.np", "o.n", "o.", "o", "ht.np", "ht.n", "ht.", "ht"};
+    for (size_t i = 0; i < sizeof shortened / sizeof *shortened; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, shortened[i]);
+        ck_assert_msg(access(path, F_OK) != 0, "%s written", path);
+    }
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
 START_TEST(compare_measures_and_fails_on_nan)
 {
     real_t x[4] = {1, 2, 3, 4};
@@ -245,6 +375,10 @@ static const struct {
     {{"extra"}, "unexpected argument 'extra'"},
     {{"--in", "somewhere", "--T", "5"}, "--in takes sizes, seed and h0 from the folder's files"},
     {{"--check-against", "oracle", "--check-against", "oracle"}, "--check-against oracle given twice"},
+    {{"--rep", "3"}, "unknown option '--rep' (did you mean --reps? options are spelled out in full)"},
+    {{"--T", "5", "--T=6"}, "--T given twice"},
+    {{"--out", "a", "--out", "b"}, "--out given twice"},
+    {{"--scale", " 2"}, "--scale needs a positive finite number, got ' 2'"},
 };
 
 START_TEST(command_line_refuses_bad_options)
@@ -298,6 +432,9 @@ Suite *common_suite(void)
     tcase_add_test(npy, npy_round_trip_and_numpy_header);
     tcase_add_loop_test(npy, npy_bad_files_are_refused_by_name, 0, (int)(sizeof bad_npy / sizeof *bad_npy));
     tcase_add_test(npy, npy_not_npy_and_missing);
+    tcase_add_test(npy, npy_refuses_what_is_not_a_file);
+    tcase_add_loop_test(npy, problem_load_refuses_what_rounding_would_hide, 0, 3);
+    tcase_add_test(npy, result_save_refuses_a_path_too_long);
     suite_add_tcase(suite, npy);
     TCase *checks = tcase_create("compare_and_cli");
     tcase_add_test(checks, compare_measures_and_fails_on_nan);

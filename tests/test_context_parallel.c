@@ -146,6 +146,33 @@ START_TEST(context_parallel_edge_cases)
 }
 END_TEST
 
+/* A reference folder whose o.npy holds a NaN: the check fails, and says that the reference is not
+ * finite (the outputs are, checked before), not a relative error that is within the tolerance. */
+START_TEST(context_parallel_reference_with_nan_is_named)
+{
+    const char *launcher = test_mpirun_line("08_context_parallel", 3, 0);
+    if (!launcher)
+        return;
+    char dir[64], in[128], reference[128], arguments[512], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(reference, sizeof reference, "%s/reference", dir);
+    gdn_problem p = test_problem((test_shape){1, 96, 2, 8, 8}, 0, 5150);
+    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
+    gdn_result r = test_run(&wy_chunked_stage, &p, 1, 16, 0);
+    r.o[17] = (real_t)NAN;
+    ck_assert_int_eq(gdn_result_save(&r, &p, reference), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --chunk 16 --reps 1 --threads 1 --check-against %s", in, reference);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status != 0, "exit 0: %s", text);
+    ck_assert_msg(strstr(errors, "holds 1 NaN or Inf values in o.npy and ht.npy where the outputs are finite") != NULL,
+                  "got '%s'", errors);
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
 /* A bad input (a NaN in q) stops all three ranks with one line, and no result line. */
 START_TEST(context_parallel_errors_are_collective)
 {
@@ -224,6 +251,7 @@ Suite *context_parallel_suite(void)
     tcase_add_test(mpi, context_parallel_draws_the_same_problem);
     tcase_add_loop_test(mpi, context_parallel_edge_cases, 0, test_edge_case_count);
     tcase_add_test(mpi, context_parallel_errors_are_collective);
+    tcase_add_test(mpi, context_parallel_reference_with_nan_is_named);
     tcase_add_test(mpi, context_parallel_non_finite_output_is_an_error);
     tcase_add_test(mpi, context_parallel_help_says_what_it_accepts);
     suite_add_tcase(suite, mpi);

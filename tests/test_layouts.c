@@ -299,12 +299,13 @@ END_TEST
 
 /* make_problem writes a packed, grouped problem with int64 offsets; a stage reads it (and the
  * same offsets as int32) and gives, bit for bit, what it gives on the problem it draws itself
- * from the same options. */
+ * from the same options, at any seed a stage takes (the last case: 2^64 - 1). */
 START_TEST(drawn_and_read_layouts_agree)
 {
     char dir[64], drawn[80], read[80], arguments[512], text[1024], errors[1024];
     test_make_temp_dir(dir, sizeof dir);
-    const char *sizes = "--lengths 1,63,64,65,130 --H 2 --HV 6 --K 16 --V 24 --h0 --seed 77";
+    const char *sizes = _i < 2 ? "--lengths 1,63,64,65,130 --H 2 --HV 6 --K 16 --V 24 --h0 --seed 77"
+                               : "--lengths 1,63,64,65,130 --H 2 --HV 6 --K 16 --V 24 --h0 --seed 18446744073709551615";
     snprintf(arguments, sizeof arguments, "%s %s/problem", sizes, dir);
     ck_assert_int_eq(test_run_program("", "make_problem", arguments, text, sizeof text, errors, sizeof errors), 0);
     if (_i == 1) { /* the same offsets as int32 */
@@ -432,7 +433,7 @@ Suite *layouts_suite(void)
     tcase_set_timeout(inputs, 60);
     tcase_add_loop_test(inputs, bad_layout_files_refused, 0, (int)(sizeof file_faults / sizeof file_faults[0]));
     tcase_add_loop_test(inputs, bad_layout_options_refused, 0, (int)(sizeof command_faults / sizeof command_faults[0]));
-    tcase_add_loop_test(inputs, drawn_and_read_layouts_agree, 0, 2);
+    tcase_add_loop_test(inputs, drawn_and_read_layouts_agree, 0, 3);
     tcase_add_test(inputs, npy_integers);
     tcase_add_test(inputs, layout_bytes_refuse_overflow);
     suite_add_tcase(suite, inputs);

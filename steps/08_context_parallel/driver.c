@@ -163,13 +163,13 @@ static int check_against(const char *dir, const gdn_problem *slice, const gdn_re
     char path[4096];
     double local[2][4] = {{0}}, total[2][4];
     size_t B = sizes[0], T = sizes[1], H = sizes[2], K = sizes[3], V = sizes[4];
-    int status = 0;
     npy_array o = {0}, ht = {0};
-    snprintf(path, sizeof path, "%s/o.npy", dir);
-    if (npy_read(path, &o) || o.ndim != 4 || o.shape[0] != B || o.shape[1] != T || o.shape[2] != H ||
-        o.shape[3] != V)
+    int status = npy_path(path, sizeof path, dir, "o");
+    if (status == 0 && (npy_read(path, &o) || o.ndim != 4 || o.shape[0] != B || o.shape[1] != T || o.shape[2] != H ||
+                        o.shape[3] != V))
         status = o.data ? gdn_set_error("%s: shape does not match o [B, T, H, V]", path) : -1;
-    snprintf(path, sizeof path, "%s/ht.npy", dir);
+    if (status == 0)
+        status = npy_path(path, sizeof path, dir, "ht");
     if (status == 0 && (npy_read(path, &ht) || ht.ndim != 4 || ht.shape[0] != B || ht.shape[1] != H ||
                         ht.shape[2] != K || ht.shape[3] != V))
         status = ht.data ? gdn_set_error("%s: shape does not match ht [B, H, K, V]", path) : -1;
@@ -215,11 +215,12 @@ static int outputs_finite(const gdn_problem *slice, const gdn_result *out, real_
         return 0;
     gdn_problem inputs = *slice;
     inputs.h0 = h0;
-    _Static_assert(sizeof(gdn_input_extremes) == 3 * sizeof(double), "reduced as 3 doubles");
-    gdn_input_extremes local = {0, 0, 0}, all;
+    enum { EXTREMES = sizeof(gdn_input_extremes) / sizeof(double) };
+    _Static_assert(sizeof(gdn_input_extremes) == EXTREMES * sizeof(double), "reduced as doubles");
+    gdn_input_extremes local = {0}, all;
     if (slice->T > 0)
         local = gdn_problem_extremes(&inputs);
-    MPI_Allreduce(&local, &all, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&local, &all, EXTREMES, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (mine == first)
         gdn_non_finite_error(slice, out, begin, sizes[1], first, all);
     return context_parallel_any_failed(mine == first) ? -1 : 0;
@@ -234,8 +235,8 @@ static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_re
     size_t o_shape[4] = {B, T, H, V}, ht_shape[4] = {B, H, K, V};
     unsigned char header[NPY_HEADER_MAX];
     size_t header_bytes = npy_header(header, 4, o_shape);
-    int status = 0;
-    if (rank == 0 && mkdir_for_outputs(dir))
+    int status = npy_path(path, sizeof path, dir, "ht"); /* the longer name: where it fits, o's does */
+    if (status == 0 && rank == 0 && mkdir_for_outputs(dir))
         status = -1;
     if (context_parallel_any_failed(status))
         return -1;
@@ -345,9 +346,13 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
             snprintf(checks, sizeof checks, " err_ref=%.3e maxabs_ref=%.3e", relative, max_absolute);
             /* bf16 inputs: tensor-core products round differently from the reference stage's */
             const double tolerance = backend->stage->bf16_inputs ? GDN_TOLERANCE_BF16 : GDN_TOLERANCE_VS_STAGE;
-            if (non_finite > 0 || !(relative <= tolerance)) {
-                fprintf(stderr, "%s: error: differs from %s: relative %.3e > tolerance %.0e%s\n", backend->stage->name,
-                        s.check_dir, relative, tolerance, non_finite > 0 ? " (NaN or Inf)" : "");
+            if (non_finite > 0) { /* the outputs are finite (outputs_finite): the reference is not */
+                fprintf(stderr, "%s: error: %s holds %.0f NaN or Inf values in o.npy and ht.npy where the outputs are "
+                        "finite\n", backend->stage->name, s.check_dir, non_finite);
+                check_failed = 1;
+            } else if (!(relative <= tolerance)) {
+                fprintf(stderr, "%s: error: differs from %s: relative %.3e > tolerance %.0e\n", backend->stage->name,
+                        s.check_dir, relative, tolerance);
                 check_failed = 1;
             }
         }
