@@ -1,5 +1,6 @@
 /* test_common.c -- common/: generator, problem set-up, .npy I/O, comparison, command line. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "../common/npy.h"
 #include "../common/problem.h"
 #include "../common/random.h"
+#include "../common/scratch.h"
 #include "../common/timing.h"
 #include "../steps/01_naive_loop/naive_loop.h"
 #include "test_support.h"
@@ -297,6 +299,23 @@ START_TEST(problem_load_refuses_what_rounding_would_hide)
 }
 END_TEST
 
+/* Per-thread scratch past the machine's memory is refused with its byte count, as the problem
+ * is, and a size that overflows is refused as such; a fitting one is 64-byte aligned. */
+START_TEST(scratch_refuses_what_cannot_fit)
+{
+    gdn_scratch scratch;
+    ck_assert_int_eq(gdn_scratch_alloc(&scratch, (size_t)1 << 60), -1);
+    ck_assert_msg(strstr(gdn_last_error(), "the threads' scratch needs") != NULL, "got '%s'", gdn_last_error());
+    ck_assert_ptr_null(scratch.base);
+    ck_assert_int_eq(gdn_scratch_alloc(&scratch, SIZE_MAX - 10), -1);
+    ck_assert_msg(strstr(gdn_last_error(), "overflows a 64-bit byte count") != NULL, "got '%s'", gdn_last_error());
+    ck_assert_int_eq(gdn_scratch_alloc(&scratch, 100), 0);
+    ck_assert_uint_eq(scratch.stride, 128);
+    ck_assert_uint_eq((uintptr_t)gdn_scratch_mine(&scratch) % 64, 0);
+    gdn_scratch_free(&scratch);
+}
+END_TEST
+
 /* A save whose path would not fit writes nothing, not a file of a shortened name. */
 START_TEST(result_save_refuses_a_path_too_long)
 {
@@ -435,6 +454,7 @@ Suite *common_suite(void)
     tcase_add_test(npy, npy_refuses_what_is_not_a_file);
     tcase_add_loop_test(npy, problem_load_refuses_what_rounding_would_hide, 0, 3);
     tcase_add_test(npy, result_save_refuses_a_path_too_long);
+    tcase_add_test(npy, scratch_refuses_what_cannot_fit);
     suite_add_tcase(suite, npy);
     TCase *checks = tcase_create("compare_and_cli");
     tcase_add_test(checks, compare_measures_and_fails_on_nan);
