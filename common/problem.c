@@ -478,7 +478,8 @@ int gdn_result_save(const gdn_result *r, const gdn_problem *p, const char *dir)
     if (gdn_make_dir(dir))
         return -1;
     if (gdn_save_tensor(dir, "o", r->o, 4, o_shape) || gdn_save_tensor(dir, "ht", r->ht, 4, state)) {
-        gdn_remove_outputs(dir, (const char *[]){"o", "ht", NULL}); /* npy_write removed the file it failed on; o.npy may be whole, but alone */
+        /* npy_write removed the file it failed on; o.npy may be whole, but alone */
+        gdn_remove_outputs(dir, (const char *const[]){"o", "ht", NULL});
         return -1;
     }
     return 0;
