@@ -244,11 +244,7 @@ static void write_f8(const char *path, const char *shape, const double *values, 
 {
     char dict[128];
     snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': %s, }", shape);
-    test_write_raw_npy(path, dict, 0);
-    FILE *file = fopen(path, "ab");
-    ck_assert_ptr_nonnull(file);
-    ck_assert_uint_eq(fwrite(values, sizeof *values, count, file), count);
-    fclose(file);
+    test_write_npy_bytes(path, dict, values, count * sizeof *values);
 }
 
 /* Values a '<f8' file holds that the rounding to real_t would hide: g = 1e-50 and beta just above

@@ -121,6 +121,20 @@ START_TEST(context_parallel_draws_the_same_problem)
 }
 END_TEST
 
+/* p into DIR/in and r into DIR/reference, then stage 08 on p checked against r (chunk 16, one
+ * thread a rank): its exit status, stdout and stderr */
+static int against_reference(const char *launcher, const char *dir, const gdn_problem *p, const gdn_result *r, char *text,
+                             size_t text_size, char *errors, size_t errors_size)
+{
+    char in[128], reference[128], arguments[512];
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(reference, sizeof reference, "%s/reference", dir);
+    ck_assert_int_eq(gdn_problem_save(p, in), 0);
+    ck_assert_int_eq(gdn_result_save(r, p, reference), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --chunk 16 --reps 1 --threads 1 --check-against %s", in, reference);
+    return test_run_program(launcher, "08_context_parallel", arguments, text, text_size, errors, errors_size);
+}
+
 /* _i: the numerical edge cases of test_support.c on 3 ranks, against stage 05 in-process
  * (which the edge-case suite checks against the oracle). */
 START_TEST(context_parallel_edge_cases)
@@ -128,16 +142,11 @@ START_TEST(context_parallel_edge_cases)
     const char *launcher = test_mpirun_line("08_context_parallel", 3, 0);
     if (!launcher)
         return;
-    char dir[64], in[128], reference[128], arguments[512], text[2048], errors[4096];
+    char dir[64], text[2048], errors[4096];
     test_make_temp_dir(dir, sizeof dir);
-    snprintf(in, sizeof in, "%s/in", dir);
-    snprintf(reference, sizeof reference, "%s/reference", dir);
     gdn_problem p = test_edge_case(_i, 5200 + _i);
-    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
     gdn_result r = test_run(&wy_chunked_stage, &p, 1, 16, 0);
-    ck_assert_int_eq(gdn_result_save(&r, &p, reference), 0);
-    snprintf(arguments, sizeof arguments, "--in %s --chunk 16 --reps 1 --threads 1 --check-against %s", in, reference);
-    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    int status = against_reference(launcher, dir, &p, &r, text, sizeof text, errors, sizeof errors);
     ck_assert_msg(status == 0, "%s: exit %d: %s", test_edge_case_names[_i], status, errors);
     ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "%s: %s", test_edge_case_names[_i], text);
     gdn_result_free(&r);
@@ -153,17 +162,12 @@ START_TEST(context_parallel_reference_with_nan_is_named)
     const char *launcher = test_mpirun_line("08_context_parallel", 3, 0);
     if (!launcher)
         return;
-    char dir[64], in[128], reference[128], arguments[512], text[2048], errors[4096];
+    char dir[64], text[2048], errors[4096];
     test_make_temp_dir(dir, sizeof dir);
-    snprintf(in, sizeof in, "%s/in", dir);
-    snprintf(reference, sizeof reference, "%s/reference", dir);
     gdn_problem p = test_problem((test_shape){1, 96, 2, 8, 8}, 0, 5150);
-    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
     gdn_result r = test_run(&wy_chunked_stage, &p, 1, 16, 0);
     r.o[17] = (real_t)NAN;
-    ck_assert_int_eq(gdn_result_save(&r, &p, reference), 0);
-    snprintf(arguments, sizeof arguments, "--in %s --chunk 16 --reps 1 --threads 1 --check-against %s", in, reference);
-    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    int status = against_reference(launcher, dir, &p, &r, text, sizeof text, errors, sizeof errors);
     ck_assert_msg(status != 0, "exit 0: %s", text);
     ck_assert_msg(strstr(errors, "holds 1 NaN or Inf values in o.npy and ht.npy where the outputs are finite") != NULL,
                   "got '%s'", errors);

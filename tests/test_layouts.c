@@ -217,11 +217,7 @@ static void write_offsets(const char *dir, const char *dict, const void *data, s
 {
     char path[128];
     snprintf(path, sizeof path, "%s/cu_seqlens.npy", dir);
-    test_write_raw_npy(path, dict, 0);
-    FILE *file = fopen(path, "ab");
-    ck_assert_ptr_nonnull(file);
-    ck_assert_uint_eq(fwrite(data, 1, bytes, file), bytes);
-    fclose(file);
+    test_write_npy_bytes(path, dict, data, bytes);
 }
 
 /* A folder of a packed batch (lengths 5 and 7, HV = 4 over H = 2, h0) with one fault; the binary

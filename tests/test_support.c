@@ -195,6 +195,15 @@ void test_write_raw_npy(const char *path, const char *dict, size_t data_bytes)
     fclose(file);
 }
 
+void test_write_npy_bytes(const char *path, const char *dict, const void *data, size_t bytes)
+{
+    test_write_raw_npy(path, dict, 0);
+    FILE *file = fopen(path, "ab");
+    ck_assert_ptr_nonnull(file);
+    ck_assert_uint_eq(fwrite(data, 1, bytes, file), bytes);
+    fclose(file);
+}
+
 void test_make_temp_dir(char *path, size_t size)
 {
     snprintf(path, size, "/tmp/gdn-test-XXXXXX");

@@ -85,6 +85,8 @@ gdn_difference test_against_result(const gdn_problem *p, const gdn_result *r, co
 /* A hand-made .npy: magic, version 1.0, the given header dict (padded to 64 bytes as NumPy
  * does), then data_bytes zero bytes. For testing how malformed files are refused. */
 void test_write_raw_npy(const char *path, const char *dict, size_t data_bytes);
+/* The same header, then these bytes as its data. */
+void test_write_npy_bytes(const char *path, const char *dict, const void *data, size_t bytes);
 
 /* o.npy and ht.npy in dir (written by a binary with --out) as a result of p's shape; the
  * test fails where a file is missing or holds the wrong number of values. */
