@@ -38,7 +38,8 @@ constexpr int WALK_LD = stride_of(MAX_WIDTH);
 /* The walk's shared memory. Each place holds one tile, then another once the first is read:
  *   queries, then dW;  dO, then scale e^gamma dO (in place), then F (fp32);  Vnew, then -e^gamma dv;
  *   P, then dTm and R;  Z, then F + F^T.
- * keys, values, S0, dS_C (bf16), Tm and dVnew have places of their own. */
+ * keys, values, S0, dS_C (bf16), Tm and dVnew have places of their own (dVnew's, P's and Z's
+ * free for an Inputs' scratch until the step's first products: fused_walk_kernel). */
 struct walk_tiles {
     double *gamma, *dgamma, *key_sums; /* key_sums [2]: keys_before_last's */
     float *beta, *grown, *read, *to_end;
@@ -113,7 +114,9 @@ struct walk_arrays {
 
 /* The walk of one (sequence, head) a block. o: NULL where the caller has it. Inputs: where Vnew,
  * S0 and Tm come from (walk_arrays, or any type with its stage, and its arrange, run by every
- * thread after the barrier that completes the staged tiles, before they are read). */
+ * thread after the barrier that completes the staged tiles, before they are read). Until
+ * arrange returns, an Inputs may use dVnew16, P16 and Z16 and the shared memory past the
+ * tiles as scratch: the step writes those places only after its first products. */
 template <class Inputs>
 __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(gdn_device_problem p, gdn_device_cotangents cot,
                                                                             backward_workspace w, float *o, gdn_device_gradients g,
