@@ -29,8 +29,8 @@
  * (docs/12). Workspace: 06's alone (the walk reads gamma in it; none of 11's arrays).
  * Limits: stage 11's (K, V <= 128); stage 06 takes all of them. A refusal of one of 06's
  * launches at run time (a tensor map the driver will not make) is this stage's, in one line.
- * Measured (NVIDIA H200, plots/data/backward_states.dat): 3.22 ms against 12's 3.62 at (8, 4096,
- * 16, 128, 128), 6.60 against 7.05 at (1, 16384, 8, 64, 64).
+ * Measured (NVIDIA H200, plots/data/backward_states.dat): 2.96 ms against 12's 3.63 at (8, 4096,
+ * 16, 128, 128), 6.93 against 7.14 at (1, 16384, 8, 64, 64).
  *
  * Build and run:  make bin/13_backward_states && bin/13_backward_states --B 2 --T 1000 --H 3 --K 128 --V 128 --h0 --check-against oracle
  */
