@@ -52,7 +52,8 @@ static int fused_passes(const gdn_device_problem *p, const gdn_device_cotangents
     CUDA_LAUNCH_WITH_SHARED(prepare_chunks_kernel<false>, chunk_blocks, THREADS, prepare_tiles_at(nullptr, K, V).bytes, *p, *c, w);
     CUDA_LAUNCH_WITH_SHARED(forward_chain_kernel<COLUMNS>, chain_blocks, chain_shape<COLUMNS>::THREADS,
                             chain_tiles_at<COLUMNS>(nullptr, K, false).bytes, *p, w, r->ht);
-    CUDA_LAUNCH_WITH_SHARED(fused_walk_kernel, walk_blocks, GRADIENT_THREADS, walk_tiles_at(nullptr).bytes, *p, *c, w, r->o, *g);
+    CUDA_LAUNCH_WITH_SHARED(fused_walk_kernel<walk_arrays>, walk_blocks, GRADIENT_THREADS, walk_tiles_at(nullptr).bytes, *p, *c, w, r->o, *g,
+                            walk_arrays{});
     return 0;
 }
 

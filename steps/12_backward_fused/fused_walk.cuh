@@ -38,7 +38,8 @@ constexpr int WALK_LD = stride_of(MAX_WIDTH);
 /* The walk's shared memory. Each place holds one tile, then another once the first is read:
  *   queries, then dW;  dO, then scale e^gamma dO (in place), then F (fp32);  Vnew, then -e^gamma dv;
  *   P, then dTm and R;  Z, then F + F^T.
- * keys, values, S0, dS_C (bf16), Tm and dVnew have places of their own. */
+ * keys, values, S0, dS_C (bf16), Tm and dVnew have places of their own (dVnew's, P's and Z's
+ * free for an Inputs' scratch until the step's first products: fused_walk_kernel). */
 struct walk_tiles {
     double *gamma, *dgamma, *key_sums; /* key_sums [2]: keys_before_last's */
     float *beta, *grown, *read, *to_end;
@@ -96,9 +97,30 @@ __device__ __forceinline__ static state_part state_part_of(int KP, int VP)
     return {{row0, col0, tiles}, row0 < KP && tiles > 0};
 }
 
-/* The walk of one (sequence, head) a block. o: NULL where the caller has it. */
+/* Where the walk finds a chunk's Vnew, S0 and Tm: 11's arrays (pass 1's Tm, the forward
+ * chain's S0 and Vnew), in the tiles' own layouts, so each comes by cp.async as it lies: on its
+ * way when stage returns, complete at the thread's next __pipeline_wait_prior(0), and nothing
+ * left to arrange once the block's barrier after it has passed. Vnew's rows past the chunk's n
+ * are zero. */
+struct walk_arrays {
+    __device__ __forceinline__ void stage(const walk_tiles &s, const backward_workspace &w, const chunk_at &x, int KP, int VP) const
+    {
+        stage_tile(s.Vnew16, WALK_LD, CHUNK, VP, w.Vnew + x.row * VP, (size_t)VP, x.n, VP, (const float *)nullptr, false);
+        copy_rows16(s.S0, WALK_LD * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
+        copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2, false);
+    }
+    __device__ __forceinline__ void arrange(const walk_tiles &, const chunk_at &, int, int) const {}
+};
+
+/* The walk of one (sequence, head) a block. o: NULL where the caller has it. Inputs: where Vnew,
+ * S0 and Tm come from (walk_arrays, or any type with its stage, and its arrange, run by every
+ * thread after the barrier that completes the staged tiles, before they are read). Until
+ * arrange returns, an Inputs may use dVnew16, P16 and Z16 and the shared memory past the
+ * tiles as scratch: the step writes those places only after its first products. */
+template <class Inputs>
 __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(gdn_device_problem p, gdn_device_cotangents cot,
-                                                                            backward_workspace w, float *o, gdn_device_gradients g)
+                                                                            backward_workspace w, float *o, gdn_device_gradients g,
+                                                                            Inputs inputs)
 {
     constexpr int WIDE = part_tiles<GRADIENT_WARPS>(MAX_WIDTH), SQUARE = part_tiles<GRADIENT_WARPS>(CHUNK); /* a warp's n-tiles */
     static_assert(SQUARE == 2, "keep_column_sums takes two n-tiles");
@@ -131,9 +153,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
         stage_tile(s.queries, LDK, CHUNK, KP, (const bf16 *)p.q_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
         stage_tile(s.keys, LDK, CHUNK, KP, (const bf16 *)p.k_bf16 + first * K, key_stride, n, K, (const float *)nullptr, false);
         stage_tile(s.values, LDV, CHUNK, VP, (const bf16 *)p.v_bf16 + first * V, value_stride, n, V, (const float *)nullptr, false);
-        stage_tile(s.Vnew16, LDV, CHUNK, VP, w.Vnew + x.row * VP, (size_t)VP, n, VP, (const float *)nullptr, false);
-        copy_rows16(s.S0, LDV * 2, w.S0 + x.index * KP * VP, VP * 2, KP, VP * 2, false);
-        copy_rows16(s.Tm16, TOKEN_STRIDE * 2, w.Tm + x.index * CHUNK * CHUNK, CHUNK * 2, CHUNK, CHUNK * 2, false);
+        inputs.stage(s, w, x, KP, VP);
         if (cot.d_o_bf16)
             stage_tile(s.dO16, LDV, CHUNK, VP, (const bf16 *)cot.d_o_bf16 + first * V, value_stride, n, V, (const float *)nullptr,
                        false);
@@ -151,6 +171,7 @@ __global__ static void __launch_bounds__(GRADIENT_THREADS, 1) fused_walk_kernel(
             chunk_dg(p, chunk_of_head(p, w, head, chunk + 1), g, s.dgamma);
         __pipeline_wait_prior(0);
         __syncthreads();
+        inputs.arrange(s, x, KP, VP);
 
         {   /* P, dP, Z and E (chunk_probabilities); P to its own place at once */
             float P[SQUARE][4] = {};

@@ -1,36 +1,36 @@
 /* 13_backward_states -- stage 12's walk on what stage 06's forward leaves: gamma, Tm, S0 and Vnew
  * made by 06's kernel 1 and 06's chain instead of stage 11's pass 1 and forward chain.
  *
- * The idea: the walk (fused_walk.cuh, unchanged) reads four things a chunk that need no
- * cotangent: gamma, Tm = (I + M)^-1, the state S0 at the chunk's start and Vnew. Stage 12 makes
- * them with stage 11's pass 1 and forward chain, simple kernels (a barrier between a chunk's
- * copies and its products); stage 06 makes the same four as the inside of its forward, with
- * tensor copies, a producer warp and consumer warps that keep S in their registers, and from v
- * (Vnew = Tm Z, Z = diag(beta) V - diag(beta e^gamma) K S0) where 06's chain_from_values holds
- * (K = V = 128, or K = V = 64 with at least 24 heads; keys by tensor map), else as U - W S0 with
- * U in bf16. So here:
- *   06's kernel 1 (launch_prepare_chunks) writes gamma straight into the walk's array (the same
- *     layout and bits as 11's pass 1: both sum the gates by warp_gate_sums) and each chunk's
- *     transform block (Tm's strictly lower part, bf16, 128-byte swizzled); where 06's chain
- *     reads W and U instead, it writes those too (its parts: the chain's and the transform block);
+ * The idea: the walk (fused_walk.cuh) reads four things a chunk that need no cotangent: gamma,
+ * Tm = (I + M)^-1, the state S0 at the chunk's start and Vnew. Stage 12 makes them with stage
+ * 11's pass 1 and forward chain, simple kernels (a barrier between a chunk's copies and its
+ * products) that write them in the walk's own layouts; stage 06 makes the same four as the
+ * inside of its forward, with tensor copies, a producer warp and consumer warps that keep S in
+ * their registers, and from v (Vnew = Tm Z, Z = diag(beta) V - diag(beta e^gamma) K S0) where
+ * 06's chain_from_values holds (K = V = 128, or K = V = 64 with at least 24 heads; keys by tensor
+ * map), else as U - W S0 with U in bf16. So here:
+ *   06's kernel 1 (launch_prepare_chunks) writes gamma, which the walk reads as it lies (the
+ *     same layout and bits as 11's pass 1: both sum the gates by warp_gate_sums), and each
+ *     chunk's transform block (Tm's strictly lower part, bf16, 128-byte swizzled); where 06's
+ *     chain reads W and U instead, it writes those too;
  *   06's chain (launch_chunk_states, stage 06's state_columns, no output warps) writes S0^T and
  *     Vnew^T a chunk, as 06's kernel 3 reads them, and ht;
- *   walk_inputs_kernel (here) turns those into the walk's layouts: Tm row-major with its
- *     diagonal of ones, S0 [KP][VP] and Vnew [heads T][VP], each transposed through shared memory;
- *   then 12's walk.
+ *   then 12's walk, whose inputs (forward06_arrays) take each chunk's Tm, S0 and Vnew from 06's
+ *     layouts as they come into its tiles: the swizzle undone and the diagonal set, S0^T and
+ *     Vnew^T transposed a 16-byte piece at a time.
  * 06's headers and 11's name the same things (CHUNK, THREADS, round_up16, chain_shape, ...), so
  * each stage's come in a namespace of its own (bwd: 11's and 12's; fwd06: 06's), after
  * everything they include.
  *
- * Cost: 06's forward less its outputs (kernel 3, or the chain's output warps), one pass over
- * S0^T, Vnew^T and the transform blocks (56 KB read and 56 KB written a chunk at K = V = 128),
- * then 12's walk. At (8, 4096, 16, 128, 128) stage 12's pass 1 and forward chain take 0.78 and
- * 0.63 ms under ncu, stage 06's whole forward 0.31 ms without it (docs/12). Workspace: the four
- * arrays the walk reads (none of 11's others) and 06's.
+ * Cost: 06's forward less its outputs (kernel 3, or the chain's output warps), then 12's walk,
+ * which copies 06's S0^T, Vnew^T and transform block (56 KB a chunk at K = V = 128) by cp.async
+ * as they lie and transposes them in shared memory (one barrier more a step). At (8, 4096, 16, 128, 128) stage 12's pass 1 and
+ * forward chain take 0.78 and 0.63 ms under ncu, stage 06's whole forward 0.31 ms without it
+ * (docs/12). Workspace: 06's alone (the walk reads gamma in it; none of 11's arrays).
  * Limits: stage 11's (K, V <= 128); stage 06 takes all of them. A refusal of one of 06's
  * launches at run time (a tensor map the driver will not make) is this stage's, in one line.
- * Measured (NVIDIA H200, plots/data/backward_states.dat): 3.22 ms against 12's 3.62 at (8, 4096,
- * 16, 128, 128), 6.60 against 7.05 at (1, 16384, 8, 64, 64).
+ * Measured (NVIDIA H200, plots/data/backward_states.dat): 2.96 ms against 12's 3.63 at (8, 4096,
+ * 16, 128, 128), 6.93 against 7.14 at (1, 16384, 8, 64, 64).
  *
  * Build and run:  make bin/13_backward_states && bin/13_backward_states --B 2 --T 1000 --H 3 --K 128 --V 128 --h0 --check-against oracle
  */
@@ -79,188 +79,140 @@ static_assert((int)CHUNK == (int)SOLVE_CHUNK && (int)fwd06::CHUNK == (int)CHUNK,
 static_assert((int)fwd06::MAX_K >= (int)MAX_WIDTH, "06's kernels take every K and V the walk takes");
 static_assert(fwd06::TRANSFORM_TM_BYTES == CHUNK * CHUNK * sizeof(bf16), "the transform block opens with Tm, 64 x 64 bf16");
 
-/* ---- the workspace: the walk's four arrays, then 06's chunk_workspace ---- */
+/* ---- the workspace: 06's chunk_workspace, nothing more ---- */
 
-/* The walk reads gamma, Tm, S0 and Vnew of 11's backward_workspace and nothing else; 11's other
- * pieces (-W, U, P^T dO, the scaled dO, dVnew, dS at a chunk's end) feed passes 13 does not
- * run, so they get no bytes here and stay NULL. At base (NULL: only the sizes): the four, each
- * 256-byte aligned, in *walk bytes, then 06's workspace (workspace_parts: gamma, which goes
- * unused, the walk's taking its place; the chain and transform blocks with their flags; S0^T;
- * Vnew^T); *total: both. -1 on overflow. */
-static int workspace_parts_of(size_t heads, size_t T, size_t K, size_t V, void *base, backward_workspace *w, size_t *walk,
-                              size_t *total)
+/* The walk reads gamma, Tm, S0 and Vnew and nothing else of 11's backward_workspace; here gamma
+ * is 06's array and the other three come from 06's layouts (forward06_arrays), so 06's workspace
+ * is the whole of it: gamma, the chain and transform blocks with their flags, S0^T, Vnew^T
+ * (workspace_parts). -1 on overflow. */
+static int workspace_bytes_of(size_t heads, size_t T, size_t K, size_t V, size_t *bytes)
 {
-    const size_t chunks = chunks_of(T), KP = (size_t)round_up16(K), VP = (size_t)round_up16(V);
-    const size_t factors[4][4] = {{heads, T, sizeof(double), 1},             /* gamma */
-                                  {heads, chunks, CHUNK * CHUNK, sizeof(bf16)}, /* Tm */
-                                  {heads, chunks, KP * VP, sizeof(bf16)},       /* S0 */
-                                  {heads, T, VP, sizeof(bf16)}};                /* Vnew */
-    size_t offsets[4], parts[4];
-    if (layout_pieces(4, factors, offsets, walk))
-        return gdn_set_error("the walk's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
-    *total = *walk;
+    size_t parts[4];
     if (fwd06::workspace_parts(heads, T, K, V, false, parts))
         return gdn_set_error("06's workspace for %zu heads of %zu tokens overflows size_t", heads, T);
+    *bytes = 0;
     for (int i = 0; i < 4; i++) {
-        if (parts[i] > SIZE_MAX - *total)
+        if (parts[i] > SIZE_MAX - *bytes)
             return gdn_set_error("the workspace of %zu heads of %zu tokens overflows size_t", heads, T);
-        *total += parts[i];
-    }
-    if (base) {
-        unsigned char *at = (unsigned char *)base;
-        *w = backward_workspace{};
-        w->chunks = chunks;
-        w->gamma = (double *)(at + offsets[0]);
-        w->Tm = (bf16 *)(at + offsets[1]);
-        w->S0 = (bf16 *)(at + offsets[2]);
-        w->Vnew = (bf16 *)(at + offsets[3]);
+        *bytes += parts[i];
     }
     return 0;
 }
 static int backward_states_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
-    size_t walk; /* 11's limits, then both parts */
-    const size_t heads = p->B * p->H;
-    return check_limits(heads, p->T, p->K, p->V, s->chunk) || workspace_parts_of(heads, p->T, p->K, p->V, NULL, NULL, &walk, bytes) ? -1
-                                                                                                                               : 0;
+    const size_t heads = p->B * p->H; /* 11's limits, then 06's parts */
+    return check_limits(heads, p->T, p->K, p->V, s->chunk) || workspace_bytes_of(heads, p->T, p->K, p->V, bytes) ? -1 : 0;
 }
 
-/* ---- 06's layouts into the walk's ---- */
+/* ---- 06's layouts into the walk's tiles ---- */
 
-/* walk_inputs_kernel's shared memory: S0 and the chunk's Vnew by rows, VP + 8 bf16 a row (16-byte
- * rows for the copies out) */
-__host__ __device__ static inline int inputs_stride(size_t V) { return round_up16(V) + 8; }
-__host__ __device__ static inline size_t inputs_bytes(size_t K, size_t V)
+/* A chunk's S0^T and Vnew^T come into shared memory as 06 keeps them, [VP][stride] (state column
+ * v by rows), by cp.async, and are transposed there once they have landed. Their places: S0^T's
+ * rows in three tiles the walk fills only after its first products (dVnew16: rows 0-63, P16:
+ * 64-95, Z16: 96-127), Vnew^T's past the walk's tiles. */
+constexpr int RAW_LDK = MAX_WIDTH + fwd06::KEY_STRIDE_PADDING; /* key_stride(K) at its widest */
+constexpr size_t RAW_VALUES_BYTES = (size_t)MAX_WIDTH * fwd06::TOKEN_STRIDE * sizeof(bf16);
+constexpr size_t STATES_WALK_BYTES = walk_tiles_at(nullptr).bytes + RAW_VALUES_BYTES;
+static_assert(CHUNK * RAW_LDK <= CHUNK * WALK_LD && 32 * RAW_LDK <= CHUNK * TOKEN_STRIDE && MAX_WIDTH == 128,
+              "S0^T's rows fit dVnew16 (64 rows), P16 and Z16 (32 rows each)");
+static_assert(STATES_WALK_BYTES <= 227 * 1024, "the walk's tiles and Vnew^T as it comes fit one block an SM");
+__device__ __forceinline__ static bf16 *raw_state_row(const walk_tiles &s, int v, int LDK)
 {
-    return (size_t)(round_up16(K) + CHUNK) * inputs_stride(V) * sizeof(bf16);
+    return v < 64 ? s.dVnew16 + v * LDK : v < 96 ? s.P16 + (v - 64) * LDK : s.Z16 + (v - 96) * LDK;
 }
-constexpr int INPUTS_THREADS = 256;
-/* a thread's most 16-byte pieces of each input: Tm's 64 x 64, S0^T's and Vnew^T's at K = V = 128 */
-constexpr int TM_PIECES = CHUNK * CHUNK / 8 / INPUTS_THREADS, STATE_PIECES = MAX_WIDTH / 8 * MAX_WIDTH / INPUTS_THREADS,
-              VALUE_PIECES = CHUNK / 8 * MAX_WIDTH / INPUTS_THREADS;
-static_assert(CHUNK * CHUNK / 8 % INPUTS_THREADS == 0 && MAX_WIDTH / 8 * MAX_WIDTH % INPUTS_THREADS == 0 &&
-                  CHUNK / 8 * MAX_WIDTH % INPUTS_THREADS == 0,
-              "every thread takes the same count of pieces");
-
-/* A thread's 16-byte pieces of a tile 06 keeps transposed, [VP][stride] (S0^T, Vnew^T), into a
- * shared tile by rows: piece r, loaded from state column v = e % VP and its columns c0 = e / VP * 8
- * .. c0 + 7 (e = threadIdx.x + r INPUTS_THREADS, below `count`), lands in tile[c0 .. c0 + 7][v]
- * (row stride ld); with ZERO_PAST_ROWS, zero from row `rows` on */
-template <bool ZERO_PAST_ROWS, int PIECES>
-__device__ __forceinline__ static void store_by_rows(const bf16_pairs16 (&piece)[PIECES], bf16 *tile, int ld, int count, int VP, int rows)
-{
-    const bf16 zero = __float2bfloat16_rn(0.0f);
-#pragma unroll
-    for (int r = 0; r < PIECES; r++) {
-        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, c0 = e / VP * 8;
-        if (e < count)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                tile[(c0 + j) * ld + v] = !ZERO_PAST_ROWS || c0 + j < rows ? piece[r].value[j] : zero;
-    }
-}
-
-/* One block a (head, chunk): 06's transform block, S0^T and Vnew^T into the walk's Tm, S0 and
- * Vnew, each written whole where the walk reads it whole (Tm, S0), and Vnew's rows only for the
- * chunk's n tokens (a chunk of n < 64 is a head's last: the rows after it are the next head's,
- * or past the array).
- *   Tm: row i of the transform block holds Tm[i][0 .. i) in bf16, its 16-byte pieces swizzled
- *       (swizzled_offset: piece c / 8 at piece (c / 8) ^ (i % 8) of the row), zero from the
- *       diagonal on; the walk's Tm is 11's: row-major, ones on the diagonal, zero above it (rows
- *       past n included: (I + M)^-1 is the identity there).
- *   S0^T [VP][key_stride(K)] (state column v by rows, its K keys along) -> S0 [KP][VP]; Vnew^T
- *       [VP][TOKEN_STRIDE] -> Vnew rows: both read a 16-byte piece a thread, consecutive threads
- *       consecutive state columns, so that each piece's eight values land in eight rows of the
- *       shared tile, consecutive threads two bytes apart (no bank conflict); then out by rows, 16
- *       bytes a thread. Zero past K and past V, written here whatever 06 left there: the walk
- *       multiplies by the padding, and what 06 writes past K is 06's business, not a contract. */
-__global__ static void __launch_bounds__(INPUTS_THREADS) walk_inputs_kernel(gdn_device_problem p, fwd06::chunk_workspace f,
-                                                                         backward_workspace w)
+__device__ __forceinline__ static bf16 *raw_values(void)
 {
     extern __shared__ uint4 shared[];
-    const chunk_at x = chunk_of(p, w, blockIdx.x);
-    const int n = x.n, K = (int)p.K, V = (int)p.V, KP = round_up16(p.K), VP = round_up16(p.V);
-    const int LDK = fwd06::key_stride(p.K), LDT = inputs_stride(p.V), pieces = VP / 8;
-    bf16 *const S0 = (bf16 *)shared, *const Vnew = S0 + KP * LDT;
-    const bf16 zero = __float2bfloat16_rn(0.0f), one = __float2bfloat16_rn(1.0f);
-
-    /* every load first: a thread's pieces of all three (TM_PIECES, STATE_PIECES, VALUE_PIECES at
-     * most) on their way at once, so that a block waits out the memory's latency once, not once
-     * a piece */
-    const bf16 *transform = (const bf16 *)(f.transforms + x.index * fwd06::TRANSFORM_BYTES);
-    const bf16 *states_t = f.states_t + x.index * VP * LDK, *values_t = f.new_values_t + x.index * VP * fwd06::TOKEN_STRIDE;
-    const int state_pieces = KP / 8 * VP, value_pieces = CHUNK / 8 * VP;
-    bf16_pairs16 tm[TM_PIECES], state[STATE_PIECES], value[VALUE_PIECES];
-#pragma unroll
-    for (int r = 0; r < TM_PIECES; r++) {
-        const int e = threadIdx.x + r * INPUTS_THREADS, i = e / 8, c0 = e % 8 * 8;
-        tm[r].bytes = *(const uint4 *)(transform + swizzled_offset(CHUNK, i, c0));
-    }
-#pragma unroll
-    for (int r = 0; r < STATE_PIECES; r++) {
-        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, k0 = e / VP * 8;
-        state[r].bytes = e < state_pieces && v < V ? *(const uint4 *)(states_t + v * LDK + k0) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int r = 0; r < VALUE_PIECES; r++) {
-        const int e = threadIdx.x + r * INPUTS_THREADS, v = e % VP, i0 = e / VP * 8;
-        value[r].bytes = e < value_pieces && v < V ? *(const uint4 *)(values_t + v * fwd06::TOKEN_STRIDE + i0) : make_uint4(0, 0, 0, 0);
-    }
-
-    /* Tm: no transpose, only the swizzle undone and the diagonal set */
-    bf16 *Tm = w.Tm + x.index * CHUNK * CHUNK;
-#pragma unroll
-    for (int r = 0; r < TM_PIECES; r++) {
-        const int e = threadIdx.x + r * INPUTS_THREADS, i = e / 8, c0 = e % 8 * 8;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            tm[r].value[j] = c0 + j == i ? one : c0 + j < i ? tm[r].value[j] : zero;
-        *(uint4 *)(Tm + i * CHUNK + c0) = tm[r].bytes;
-    }
-    /* S0^T and Vnew^T into the tiles, transposed; S0 zero past K, Vnew's rows all the chunk's */
-    store_by_rows<true>(state, S0, LDT, state_pieces, VP, K);
-    store_by_rows<false>(value, Vnew, LDT, value_pieces, VP, CHUNK);
-    __syncthreads();
-
-    /* out by rows: S0 whole, Vnew's n rows */
-    bf16 *S0_out = w.S0 + x.index * KP * VP, *Vnew_out = w.Vnew + x.row * VP;
-    for (int e = threadIdx.x; e < KP * pieces; e += INPUTS_THREADS) {
-        const int k = e / pieces, c0 = e % pieces * 8;
-        *(uint4 *)(S0_out + k * VP + c0) = *(const uint4 *)(S0 + k * LDT + c0);
-    }
-    for (int e = threadIdx.x; e < n * pieces; e += INPUTS_THREADS) {
-        const int i = e / pieces, c0 = e % pieces * 8;
-        *(uint4 *)(Vnew_out + i * VP + c0) = *(const uint4 *)(Vnew + i * LDT + c0);
-    }
+    return (bf16 *)((unsigned char *)shared + walk_tiles_at(nullptr).bytes);
 }
+
+/* The walk's inputs (fused_walk_kernel's Inputs) from 06's layouts.
+ *   stage: Tm, a 16-byte piece at a time from its swizzled place in the transform block
+ *       (swizzled_offset: piece c / 8 of row i at piece (c / 8) ^ (i % 8)) to its place in the
+ *       walk's row-major Tm16; S0^T's and Vnew^T's rows below V as they lie (above); all by
+ *       cp.async, on their way beside the walk's own copies.
+ *   arrange, once they have landed: Tm's diagonal set to one and its upper part to zero (the
+ *       transform block holds Tm's strictly lower part), S0^T -> S0 [KP][VP] and Vnew^T -> Vnew
+ *       [64][VP], a 16-byte piece a thread: consecutive threads consecutive state columns, so
+ *       that the piece's eight values land in eight rows two bytes from the next thread's (no
+ *       bank conflict), then a barrier before the walk reads them or writes over their places.
+ *   Zero past K, past V and past the chunk's n tokens, written here whatever 06 left there: the
+ *   walk multiplies by the padding, and what 06 keeps there is 06's business, not a contract. */
+struct forward06_arrays {
+    const unsigned char *transforms;     /* fwd06::TRANSFORM_BYTES a chunk */
+    const bf16 *states_t, *new_values_t; /* [VP][key_stride(K)] and [VP][TOKEN_STRIDE] a chunk */
+    int K, V;
+    __device__ __forceinline__ void stage(const walk_tiles &s, const backward_workspace &, const chunk_at &x, int KP, int VP) const
+    {
+        const int LDK = fwd06::key_stride(K);
+        const bf16 *transform = (const bf16 *)(transforms + x.index * fwd06::TRANSFORM_BYTES);
+        const bf16 *state_t = states_t + x.index * VP * LDK, *values_t = new_values_t + x.index * VP * fwd06::TOKEN_STRIDE;
+        bf16 *values_raw = raw_values();
+        for_each_piece(CHUNK, CHUNK / 8, [&](int i, int u) {
+            __pipeline_memcpy_async(s.Tm16 + i * TOKEN_STRIDE + 8 * u, transform + swizzled_offset(CHUNK, i, 8 * u), 16);
+        });
+        for_each_piece(V, KP / 8, [&](int v, int u) { __pipeline_memcpy_async(raw_state_row(s, v, LDK) + 8 * u, state_t + v * LDK + 8 * u, 16); });
+        for_each_piece(V, CHUNK / 8, [&](int v, int u) {
+            __pipeline_memcpy_async(values_raw + v * fwd06::TOKEN_STRIDE + 8 * u, values_t + v * fwd06::TOKEN_STRIDE + 8 * u, 16);
+        });
+        __pipeline_commit();
+    }
+    __device__ __forceinline__ void arrange(const walk_tiles &s, const chunk_at &x, int KP, int VP) const
+    {
+        const int LDK = fwd06::key_stride(K), n = x.n;
+        const bf16 zero = __float2bfloat16_rn(0.0f), one = __float2bfloat16_rn(1.0f);
+        const bf16 *values_raw = raw_values();
+        for_each_piece(CHUNK, CHUNK / 8, [&](int i, int u) {
+            bf16_pairs16 piece;
+            uint4 *at = (uint4 *)(s.Tm16 + i * TOKEN_STRIDE + 8 * u);
+            piece.bytes = *at;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                piece.value[j] = 8 * u + j == i ? one : 8 * u + j < i ? piece.value[j] : zero;
+            *at = piece.bytes;
+        });
+        for (int e = threadIdx.x; e < KP / 8 * VP; e += GRADIENT_THREADS) {
+            const int v = e % VP, k0 = e / VP * 8;
+            bf16_pairs16 piece;
+            piece.bytes = v < V ? *(const uint4 *)(raw_state_row(s, v, LDK) + k0) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                s.S0[(k0 + j) * WALK_LD + v] = k0 + j < K ? piece.value[j] : zero;
+        }
+        for (int e = threadIdx.x; e < CHUNK / 8 * VP; e += GRADIENT_THREADS) {
+            const int v = e % VP, i0 = e / VP * 8;
+            bf16_pairs16 piece;
+            piece.bytes = v < V ? *(const uint4 *)(values_raw + v * fwd06::TOKEN_STRIDE + i0) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                s.Vnew16[(i0 + j) * WALK_LD + v] = i0 + j < n ? piece.value[j] : zero;
+        }
+        __syncthreads();
+    }
+};
 
 /* ---- the passes ---- */
 
-/* 06's kernel 1 and chain over the whole sequence from h0 (writing ht), then the conversion.
- * Kernel 1 writes the transform block besides whatever 06's chain reads (W, U and the decayed
- * keys where the chain does not make Vnew from v: chunk_parts_for), and gamma into the walk's
- * array. The chain is launched as 06 launches it (after kernel 1, overlapping its end: it waits
- * for kernel 1 before it reads); the conversion and the walk after it are ordinary launches,
- * each after the whole of the one before. No o: the walk makes it. */
-static int forward_states(const gdn_device_problem *p, const backward_workspace &w, size_t walk_bytes, const gdn_device_result *r)
+/* 06's kernel 1 and chain over the whole sequence from h0 (writing ht), in 06's workspace at
+ * r->workspace (*f). Kernel 1 writes gamma and the transform block besides whatever 06's chain
+ * reads (W, U and the decayed keys where the chain does not make Vnew from v: chunk_parts_for).
+ * The chain is launched as 06 launches it (after kernel 1, overlapping its end: it waits for
+ * kernel 1 before it reads); the walk after it is an ordinary launch, after the whole of the
+ * chain, and so of kernel 1. No o: the walk makes it. */
+static int forward_states(const gdn_device_problem *p, fwd06::chunk_workspace *f, const gdn_device_result *r)
 {
     if (fwd06::check_key_width(p->K))
         return -1;
     gdn_device_problem forward = *p;
     if (forward.heads_per_key == 0) /* 06 divides by it (key_heads): one key head a head here */
         forward.heads_per_key = 1;
-    fwd06::chunk_workspace f = fwd06::workspace_at((unsigned char *)r->workspace + walk_bytes, &forward, false);
-    f.gamma = w.gamma;
+    *f = fwd06::workspace_at(r->workspace, &forward, false);
     const size_t chunks = chunks_of(p->T);
     const int parts = fwd06::chunk_parts_for<false>(&forward, chunks) | fwd06::WRITE_TRANSFORM;
     const fwd06::chain_segments whole = {1, 1, p->h0, r->ht};
-    if (fwd06::launch_prepare_chunks<false>(&forward, f, parts) ||
-        fwd06::launch_chunk_states<false, fwd06::state_columns>(&forward, f, whole, chunks))
+    if (fwd06::launch_prepare_chunks<false>(&forward, *f, parts) ||
+        fwd06::launch_chunk_states<false, fwd06::state_columns>(&forward, *f, whole, chunks))
         return -1;
-    unsigned blocks;
-    if (gdn_blocks_for(p->B * p->H * chunks, 1, &blocks))
-        return -1;
-    CUDA_LAUNCH_WITH_SHARED(walk_inputs_kernel, blocks, INPUTS_THREADS, inputs_bytes(p->K, p->V), forward, f, w);
     return 0;
 }
 
@@ -270,24 +222,29 @@ static int backward_states_backward(const gdn_device_problem *p, const gdn_devic
     const size_t heads = p->B * p->H;
     if (check_device_problem(p, s))
         return -1;
-    backward_workspace w;
-    size_t walk_bytes, bytes;
-    if (workspace_parts_of(heads, p->T, p->K, p->V, r->workspace, &w, &walk_bytes, &bytes))
+    size_t bytes = 0;
+    if (workspace_bytes_of(heads, p->T, p->K, p->V, &bytes))
         return -1;
     if (bytes > r->workspace_bytes)
         return gdn_set_error("the backward's workspace needs %zu bytes, %zu were given", bytes, r->workspace_bytes);
-    if (forward_states(p, w, walk_bytes, r)) /* a refusal of 06's launches or the conversion's, named by gdn_last_error */
+    fwd06::chunk_workspace f;
+    if (forward_states(p, &f, r)) /* a refusal of 06's launches, named by gdn_last_error */
         return -1;
+    backward_workspace w = {}; /* the walk's: gamma (06's array) and the chunk count; 11's other arrays unused */
+    w.chunks = chunks_of(p->T);
+    w.gamma = f.gamma;
+    const forward06_arrays inputs = {f.transforms, f.states_t, f.new_values_t, (int)p->K, (int)p->V};
     unsigned walk_blocks;
     if (gdn_blocks_for(heads, 1, &walk_blocks))
         return -1;
-    CUDA_LAUNCH_WITH_SHARED(fused_walk_kernel, walk_blocks, GRADIENT_THREADS, walk_tiles_at(nullptr).bytes, *p, *c, w, r->o, *g);
+    CUDA_LAUNCH_WITH_SHARED(fused_walk_kernel<forward06_arrays>, walk_blocks, GRADIENT_THREADS, STATES_WALK_BYTES, *p, *c, w,
+                            r->o, *g, inputs);
     return 0;
 }
 
 extern "C" const gdn_backward_stage backward_states_stage = {
     .name = "13_backward_states",
-    .idea = "12's walk on the gamma, Tm, S0 and Vnew of stage 06's kernel 1 and chain, turned into the walk's layouts",
+    .idea = "12's walk on the gamma, Tm, S0 and Vnew of stage 06's kernel 1 and chain, read from 06's layouts",
     .options = GDN_OPTION_CHUNK,
     .backward = NULL,
     .counted_flops = backward_chunked_flops,

@@ -36,8 +36,8 @@ sanitize 11_backward_tensor_cores "--B 1 --T 130 --H 1 --K 128 --V 72" # K = 128
 sanitize 11_backward_tensor_cores "--B 1 --T 130 --H 132 --K 100 --V 64 --h0" # 132 blocks of 64 columns (the wide chains, at least one an SM); K not a multiple of 8
 sanitize 12_backward_fused "--B 2 --T 77 --H 2 --K 32 --V 40 --h0" # a partial chunk, warps past KP and VP holding no state
 sanitize 12_backward_fused "--B 1 --T 200 --H 3 --K 128 --V 128" # K = V = 128: every warp a 16 x 64 part of dS; a last chunk of eight tokens
-sanitize 13_backward_states "--B 1 --T 300 --H 2 --K 128 --V 128 --h0" # 06's chain from v at K = V = 128, then the conversion and the walk
-sanitize 13_backward_states "--B 1 --T 200 --H 2 --K 100 --V 64 --h0" # 06's chain from W and U; padding columns past K zeroed by the conversion
+sanitize 13_backward_states "--B 1 --T 300 --H 2 --K 128 --V 128 --h0" # 06's chain from v at K = V = 128, then the walk reading its layouts
+sanitize 13_backward_states "--B 1 --T 200 --H 2 --K 100 --V 64 --h0" # 06's chain from W and U; padding columns past K zeroed by arrange
 sanitize 13_backward_states "--B 2 --T 130 --H 12 --K 64 --V 64" # 24 heads at K = V = 64: 06's chain from v, a partial last chunk
 sanitize 05_wy_chunked_cuda "--B 4 --T 300 --H 40 --K 32 --V 16" # 160 heads: 8-column chain tiles; 5 chunks, so the ring of three slots wraps
 sanitize 06a_tensor_cores "--B 2 --T 300 --H 2 --K 40 --V 40 --h0" # partial tiles, a ring that wraps
