@@ -24,9 +24,9 @@
  *
  * Cost: 06's forward less its outputs (kernel 3, or the chain's output warps), then 12's walk,
  * which copies 06's S0^T, Vnew^T and transform block (56 KB a chunk at K = V = 128) by cp.async
- * as they lie and transposes them in shared memory (one barrier more a step). At (8, 4096, 16, 128, 128) stage 12's pass 1 and
- * forward chain take 0.78 and 0.63 ms under ncu, stage 06's whole forward 0.31 ms without it
- * (docs/12). Workspace: 06's alone (the walk reads gamma in it; none of 11's arrays).
+ * as they lie and transposes them in shared memory (one barrier more a step). At (8, 4096, 16,
+ * 128, 128) stage 12's pass 1 and forward chain take 0.78 and 0.63 ms under ncu, stage 06's
+ * whole forward 0.31 ms without it (docs/12). Workspace: 06's alone (the walk reads gamma in it; none of 11's arrays).
  * Limits: stage 11's (K, V <= 128); stage 06 takes all of them. A refusal of one of 06's
  * launches at run time (a tensor map the driver will not make) is this stage's, in one line.
  * Measured (NVIDIA H200, plots/data/backward_states.dat): 2.96 ms against 12's 3.63 at (8, 4096,
