@@ -11,7 +11,8 @@
 # and write every data file it names, each row with as many fields as its header line, and no
 # ratio column 0 (the stand-ins' times are all positive). The numbers mean nothing: this checks
 # the scripts, not the code they time. The two that need MPI or git history
-# (bench_context_gpu.sh, bench_stage06_steps.sh) are not run.
+# (bench_context_gpu.sh, bench_stage06_steps.sh) are not run; bench_against_tree.sh builds a
+# stand-in tree.
 #
 #     sh tests/bench_scripts.sh      (make test runs it)
 set -u
@@ -174,6 +175,10 @@ if ROWS="1x99" PATH="$stand/path:$PATH" sh plots/bench_layouts.sh "$stand/bin" "
     fail "bench_layouts.sh with ROWS=1x99: no one-line refusal ($(tail -1 "$stand/out_rows.log"))"
 fi
 run bench_gpu.sh gpu_shapes.dat gpu_vs_T.dat
+# another tree's 06 and 07: a stand-in tree whose make puts the stand-in binaries in its bin/
+mkdir -p "$stand/tree/bin"
+printf 'bin/%%:\n\tcp %s/$(@F) $@\n' "$stand/bin" > "$stand/tree/Makefile"
+run bench_against_tree.sh against_tree.dat -- "$stand/tree"
 run bench_sequence.sh stage07_shapes.dat stage07_vs_T.dat
 [ "$failures" -eq 0 ] || exit 1
 echo "bench_scripts: $(echo "$passed" | wc -w) GPU bench scripts ran against stand-ins and wrote whole rows"
