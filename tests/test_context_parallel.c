@@ -1,6 +1,6 @@
 /* test_context_parallel.c -- stage 08: the operand order of its MPI operator, and the binary
  * under `mpirun --oversubscribe -np N` for N = 1 to 4, equal to stage 05 (in-process) over
- * slices of unequal length, fewer chunks than ranks and T = 1; errors (a bad input, an output
+ * slices of unequal length, fewer chunks than ranks, T = 1 and grouped value heads; errors (a bad input, an output
  * that is not finite, an option it does not offer) end every rank with one line. Where Open MPI
  * or the binary is missing, the mpirun tests say so and pass. */
 #include <math.h>
@@ -135,6 +135,55 @@ static int against_reference(const char *launcher, const char *dir, const gdn_pr
     return test_run_program(launcher, "08_context_parallel", arguments, text, text_size, errors, errors_size);
 }
 
+/* Grouped value heads (_i: HV / H from 2 to 4, on 2 and 3 ranks): a summary is a value head's,
+ * its keys read from its key head, so the slices' maps compose as for HV = H; read and drawn,
+ * both equal stage 05 (which test_layouts.c checks against the oracle) on the whole problem.
+ * Slow gates, as above, so that the maps' A parts carry weight. */
+START_TEST(context_parallel_grouped_value_heads)
+{
+    const int ratio = 2 + _i / 2, ranks = 2 + _i % 2;
+    const char *launcher = test_mpirun_line("08_context_parallel", ranks, 0);
+    if (!launcher)
+        return;
+    char dir[64], arguments[512], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    const gdn_layout l = {.B = 2, .T = 150, .H = 2, .HV = 2 * (size_t)ratio, .K = 16, .V = 24, .with_h0 = 1};
+    gdn_problem p = test_layout_problem(&l, 5400 + _i);
+    test_set_gates(&p, -0.02, -0.0005, 5400 + _i);
+    gdn_result r = test_run(&wy_chunked_stage, &p, 1, 16, 0);
+    int status = against_reference(launcher, dir, &p, &r, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "HV/H %d, %d ranks: exit %d: %s", ratio, ranks, status, errors);
+    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "%s", text);
+    ck_assert_int_eq((int)test_read_field(text, "HV="), 2 * ratio);
+    /* the file the ranks wrote together is [B, T, HV, V] and equals stage 05's result */
+    char out[128];
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(arguments, sizeof arguments, "--in %s/in --chunk 16 --reps 1 --threads 1 --out %s", dir, out);
+    status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "exit %d: %s", status, errors);
+    gdn_result mine = test_read_outputs(out, &p);
+    assert_close(test_against_result(&p, &mine, &r), GDN_TOLERANCE_VS_STAGE, "08's o.npy and ht.npy vs 05, grouped");
+    gdn_result_free(&mine);
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    /* drawn by the ranks, each its slice of every value head: the same as drawn whole */
+    gdn_problem drawn;
+    ck_assert_int_eq(gdn_problem_alloc_layout(&drawn, &l), 0);
+    gdn_problem_generate(&drawn, 9 + (uint64_t)_i);
+    r = test_run(&wy_chunked_stage, &drawn, 1, 16, 0);
+    ck_assert_int_eq(gdn_result_save(&r, &drawn, dir), 0);
+    snprintf(arguments, sizeof arguments,
+             "--B 2 --T 150 --H 2 --HV %d --K 16 --V 24 --h0 --seed %d --chunk 16 --reps 1 --threads 1 --check-against %s",
+             2 * ratio, 9 + _i, dir);
+    status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "drawn: exit %d: %s", status, errors);
+    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "drawn: %s", text);
+    gdn_result_free(&r);
+    gdn_problem_free(&drawn);
+    test_remove_dir(dir);
+}
+END_TEST
+
 /* _i: the numerical edge cases of test_support.c on 3 ranks, against stage 05 in-process
  * (which the edge-case suite checks against the oracle). */
 START_TEST(context_parallel_edge_cases)
@@ -253,6 +302,7 @@ Suite *context_parallel_suite(void)
     tcase_set_timeout(mpi, 120);
     tcase_add_loop_test(mpi, context_parallel_equals_wy_chunked, 0, 4 * CASES);
     tcase_add_test(mpi, context_parallel_draws_the_same_problem);
+    tcase_add_loop_test(mpi, context_parallel_grouped_value_heads, 0, 6);
     tcase_add_loop_test(mpi, context_parallel_edge_cases, 0, test_edge_case_count);
     tcase_add_test(mpi, context_parallel_errors_are_collective);
     tcase_add_test(mpi, context_parallel_reference_with_nan_is_named);

@@ -10,8 +10,9 @@
  *              state (stage 04's schedule); the last rank's map is never needed: it waits;
  *   2. stitch: MPI_Exscan with a user-defined, non-commutative operator (summaries.c) gives
  *              rank r the composition of ranks 0 .. r-1; applied to h0 it is r's start state.
- *              A summary is B H K (K + V) values, whatever T is: this is all that crosses
- *              the network;
+ *              A summary is B HV K (K + V) values, whatever T is: this is all that crosses
+ *              the network (HV: the value heads, H unless grouped: a state, and so a map,
+ *              is a value head's; its keys are read from its key head, as stage 05 reads them);
  *   3. replay: ranks 1 .. N-1 run stage 05 on their slices from their true start states.
  *
  * Cost per rank, slice of L = T / N tokens: the fold is stage 05 with V' = K + V values
@@ -19,7 +20,7 @@
  * in about 2.4 L, while rank 0 replays 1.4 L in phase 1 (its weight, slice_of) and the last
  * rank waits, then replays L: T = (N + 0.4) L, a speedup of about (N + 0.4) / 2.4 over one
  * process, and none at N = 2 (rank 1 can only wait for rank 0).
- * Communication: one Exscan of B H K (K + V) values (log N steps in Open MPI).
+ * Communication: one Exscan of B HV K (K + V) values (log N steps in Open MPI).
  * Inputs: each rank draws only its slice (gdn_problem_generate_slice); with --in every rank
  * reads the whole files and keeps its slice. --out: one o.npy, written by all ranks at
  * their offsets with MPI-IO (rank 0 writes the header); ht.npy by the last rank.
@@ -105,7 +106,7 @@ static void set_start_states(rank_state *c, size_t heads, const real_t *prefix, 
 /* One forward pass into out; phase times in seconds[0..2]. */
 static int forward(rank_state *c, gdn_result *out, double seconds[3])
 {
-    const size_t K = c->slice->K, V = c->slice->V, W = K + V, heads = c->slice->B * c->slice->H;
+    const size_t K = c->slice->K, V = c->slice->V, W = K + V, heads = c->slice->B * gdn_value_heads(c->slice);
     const int rank = context_parallel_rank(), has_tokens = c->slice->T > 0, first = rank == 0,
               last = rank + 1 == context_parallel_ranks();
     const real_t *h0 = c->h0;
@@ -158,7 +159,7 @@ static int forward(rank_state *c, gdn_result *out, double seconds[3])
 static const gdn_stage context_parallel_stage = {
     .name = "08_context_parallel",
     .idea = "the sequence split across MPI processes: fold slices, one MPI_Exscan, replay (run with mpirun)",
-    .options = GDN_OPTION_CHUNK,
+    .options = GDN_OPTION_CHUNK | GDN_OPTION_VALUE_HEADS,
 };
 
 /* The augmented slice for the fold: q, k, g, beta shared with the slice; v = [0 | v] and
@@ -167,13 +168,13 @@ static int make_augmented(rank_state *c)
 {
     const gdn_problem *p = c->slice;
     gdn_problem *a = &c->augmented;
-    *a = (gdn_problem){.B = p->B, .T = p->T, .H = p->H, .K = p->K, .V = p->K + p->V, .scale = p->scale,
+    *a = (gdn_problem){.B = p->B, .T = p->T, .H = p->H, .K = p->K, .V = p->K + p->V, .HV = p->HV, .scale = p->scale,
                        .q = p->q, .k = p->k, .g = p->g, .beta = p->beta};
     a->v = calloc(gdn_tokens(a) * a->V, sizeof(real_t)); /* the [0 | ...] half stays zero */
     a->h0 = malloc(gdn_state_count(a) * sizeof(real_t));
     if (!a->v || !a->h0)
         return gdn_set_error("out of memory for the fold's augmented slice (%zu values)", gdn_tokens(a) * a->V);
-    for (size_t head = 0; head < a->B * a->H; head++) /* h0 = [I | 0]: the same every pass, set once */
+    for (size_t head = 0; head < a->B * gdn_value_heads(a); head++) /* h0 = [I | 0]: the same every pass, set once */
         for (size_t i = 0; i < a->K; i++)
             for (size_t j = 0; j < a->V; j++)
                 a->h0[(head * a->K + i) * a->V + j] = i == j ? 1 : 0;
@@ -208,7 +209,7 @@ static int cpu_open(gdn_problem *slice, gdn_settings *s, const real_t *h0, void 
     c->slice = slice, c->h0 = h0, c->settings = *s;
     omp_set_num_threads(s->threads);
     const int rank = context_parallel_rank(), ranks = context_parallel_ranks();
-    const size_t heads = slice->B * slice->H, K = slice->K, V = slice->V, values = summary_values(heads, K, V);
+    const size_t heads = slice->B * gdn_value_heads(slice), K = slice->K, V = slice->V, values = summary_values(heads, K, V);
     if (values > INT_MAX)
         return gdn_set_error("a summary of %zu values is more than one MPI datatype can describe", values);
     if (slice->T > 0 && rank > 0 && rank + 1 < ranks && make_augmented(c))

@@ -79,13 +79,16 @@ static void slice_of(int r, size_t T, size_t C, size_t *begin, size_t *end)
     *end = last * C < T ? last * C : T;
 }
 
-/* Copy tokens begin .. end - 1 of every (b, h) of the whole problem into the slice problem. */
+/* Copy tokens begin .. end - 1 of every (b, h) of the whole problem into the slice problem:
+ * q and k by key heads, v, g and beta by value heads (HV of them: grouped value heads). */
 static void copy_slice(gdn_problem *slice, const gdn_problem *whole, size_t begin)
 {
+    const size_t HV = gdn_value_heads(whole);
     for (size_t b = 0; b < slice->B; b++) {
-        size_t from = gdn_token(whole, b, begin, 0), to = gdn_token(slice, b, 0, 0), n = slice->T * slice->H;
-        memcpy(slice->q + to * slice->K, whole->q + from * whole->K, n * whole->K * sizeof(real_t));
-        memcpy(slice->k + to * slice->K, whole->k + from * whole->K, n * whole->K * sizeof(real_t));
+        size_t keys_from = (b * whole->T + begin) * whole->H, keys_to = b * slice->T * slice->H, keys = slice->T * slice->H;
+        size_t from = gdn_token(whole, b, begin, 0), to = gdn_token(slice, b, 0, 0), n = slice->T * HV;
+        memcpy(slice->q + keys_to * slice->K, whole->q + keys_from * whole->K, keys * whole->K * sizeof(real_t));
+        memcpy(slice->k + keys_to * slice->K, whole->k + keys_from * whole->K, keys * whole->K * sizeof(real_t));
         memcpy(slice->v + to * slice->V, whole->v + from * whole->V, n * whole->V * sizeof(real_t));
         memcpy(slice->g + to, whole->g + from, n * sizeof(real_t));
         memcpy(slice->beta + to, whole->beta + from, n * sizeof(real_t));
@@ -94,30 +97,33 @@ static void copy_slice(gdn_problem *slice, const gdn_problem *whole, size_t begi
         memcpy(slice->h0, whole->h0, gdn_state_count(whole) * sizeof(real_t));
 }
 
-/* This rank's slice of the problem, tokens *begin .. of sizes[1]: drawn (only the slice) or
- * read (whole, then sliced). The slice always has an h0 buffer: the replay's start state.
- * *h0 is a copy of the problem's h0, or NULL when it has none. */
-static int load_slice(const gdn_settings *s, gdn_problem *slice, size_t sizes[5], size_t *begin, real_t **h0)
+/* This rank's slice of the problem, tokens *begin .. of the whole's T: drawn (only the slice)
+ * or read (whole, then sliced). *whole_sizes: the whole problem's sizes (lengths none: a packed
+ * batch is refused). The slice always has an h0 buffer: the replay's start state. *h0 is a
+ * copy of the problem's h0, or NULL when it has none. */
+static int load_slice(const gdn_settings *s, gdn_problem *slice, gdn_layout *whole_sizes, size_t *begin, real_t **h0)
 {
     gdn_problem whole = {0};
+    gdn_layout *w = whole_sizes;
     size_t end;
     if (s->in_dir) {
         if (gdn_problem_load(&whole, s->in_dir, s->check_inputs) || gdn_check_layout(backend->stage, &whole)) {
             gdn_problem_free(&whole);
             return -1;
         }
-        sizes[0] = whole.B, sizes[1] = whole.T, sizes[2] = whole.H, sizes[3] = whole.K, sizes[4] = whole.V;
+        *w = (gdn_layout){.B = whole.B, .T = whole.T, .H = whole.H, .K = whole.K, .V = whole.V, .HV = gdn_value_heads(&whole)};
     } else {
-        sizes[0] = s->B, sizes[1] = s->T, sizes[2] = s->H, sizes[3] = s->K, sizes[4] = s->V;
+        *w = (gdn_layout){.B = s->B, .T = s->T, .H = s->H, .K = s->K, .V = s->V, .HV = s->HV ? s->HV : s->H};
     }
-    slice_of(rank, sizes[1], s->chunk, begin, &end);
+    slice_of(rank, w->T, s->chunk, begin, &end);
     int status = 0;
     if (end > *begin) {
-        status = gdn_problem_alloc(slice, sizes[0], end - *begin, sizes[2], sizes[3], sizes[4], 1);
+        const gdn_layout mine = {.B = w->B, .T = end - *begin, .H = w->H, .K = w->K, .V = w->V, .HV = w->HV, .with_h0 = 1};
+        status = gdn_problem_alloc_layout(slice, &mine);
         if (status == 0 && s->in_dir)
             copy_slice(slice, &whole, *begin);
         else if (status == 0)
-            gdn_problem_generate_slice(slice, s->seed, sizes[1], *begin);
+            gdn_problem_generate_slice(slice, s->seed, w->T, *begin);
         int with_h0 = s->in_dir ? whole.h0 != NULL : s->with_h0;
         if (status == 0 && with_h0) {
             *h0 = malloc(gdn_state_count(slice) * sizeof(real_t));
@@ -126,10 +132,8 @@ static int load_slice(const gdn_settings *s, gdn_problem *slice, size_t sizes[5]
             else
                 status = gdn_set_error("out of memory for h0");
         }
-    } else if (s->in_dir) {
-        slice->B = whole.B, slice->H = whole.H, slice->K = whole.K, slice->V = whole.V; /* T = 0: no tokens */
-    } else {
-        slice->B = s->B, slice->H = s->H, slice->K = s->K, slice->V = s->V;
+    } else { /* T = 0: no tokens */
+        slice->B = w->B, slice->H = w->H, slice->HV = w->HV, slice->K = w->K, slice->V = w->V;
     }
     gdn_problem_free(&whole);
     return status;
@@ -157,28 +161,28 @@ static void add_difference(double sums[4], const real_t *x, const double *ref, s
 }
 
 /* --check-against DIR: this rank's rows of DIR/o.npy, and ht on the last rank; reduced on rank 0. */
-static int check_against(const char *dir, const gdn_problem *slice, const gdn_result *out, size_t sizes[5],
+static int check_against(const char *dir, const gdn_problem *slice, const gdn_result *out, const gdn_layout *whole,
                          size_t begin, double *relative, double *max_absolute, double *non_finite)
 {
     char path[4096];
     double local[2][4] = {{0}}, total[2][4];
-    size_t B = sizes[0], T = sizes[1], H = sizes[2], K = sizes[3], V = sizes[4];
+    const size_t B = whole->B, T = whole->T, HV = whole->HV, K = whole->K, V = whole->V;
     npy_array o = {0}, ht = {0};
     int status = npy_path(path, sizeof path, dir, "o");
-    if (status == 0 && (npy_read(path, &o) || o.ndim != 4 || o.shape[0] != B || o.shape[1] != T || o.shape[2] != H ||
+    if (status == 0 && (npy_read(path, &o) || o.ndim != 4 || o.shape[0] != B || o.shape[1] != T || o.shape[2] != HV ||
                         o.shape[3] != V))
-        status = o.data ? gdn_set_error("%s: shape does not match o [B, T, H, V]", path) : -1;
+        status = o.data ? gdn_set_error("%s: shape does not match o [B, T, HV, V]", path) : -1;
     if (status == 0)
         status = npy_path(path, sizeof path, dir, "ht");
-    if (status == 0 && (npy_read(path, &ht) || ht.ndim != 4 || ht.shape[0] != B || ht.shape[1] != H ||
+    if (status == 0 && (npy_read(path, &ht) || ht.ndim != 4 || ht.shape[0] != B || ht.shape[1] != HV ||
                         ht.shape[2] != K || ht.shape[3] != V))
-        status = ht.data ? gdn_set_error("%s: shape does not match ht [B, H, K, V]", path) : -1;
+        status = ht.data ? gdn_set_error("%s: shape does not match ht [B, HV, K, V]", path) : -1;
     if (status == 0 && slice->T > 0) {
         for (size_t b = 0; b < B; b++)
             add_difference(local[0], out->o + gdn_token(slice, b, 0, 0) * V,
-                           o.data + ((b * T + begin) * H) * V, slice->T * H * V);
+                           o.data + ((b * T + begin) * HV) * V, slice->T * HV * V);
         if (rank == ranks - 1)
-            add_difference(local[1], out->ht, ht.data, B * H * K * V);
+            add_difference(local[1], out->ht, ht.data, B * HV * K * V);
     }
     npy_free(&o);
     npy_free(&ht);
@@ -204,12 +208,12 @@ static int check_against(const char *dir, const gdn_problem *slice, const gdn_re
  * (common/problem.h): the ranks agree on the first such value of the whole outputs, and its
  * rank names it, with a cause drawn from every rank's inputs. h0 is the problem's initial
  * state (NULL for none), not the slice's h0 buffer, which holds the replay's start state. */
-static int outputs_finite(const gdn_problem *slice, const gdn_result *out, real_t *h0, const size_t sizes[5],
+static int outputs_finite(const gdn_problem *slice, const gdn_result *out, real_t *h0, const gdn_layout *whole,
                           size_t begin)
 {
     uint64_t mine = GDN_ALL_FINITE, first;
     if (slice->T > 0)
-        mine = gdn_result_first_non_finite(slice, out, begin, sizes[1], rank == ranks - 1);
+        mine = gdn_result_first_non_finite(slice, out, begin, whole->T, rank == ranks - 1);
     MPI_Allreduce(&mine, &first, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
     if (first == GDN_ALL_FINITE)
         return 0;
@@ -222,17 +226,17 @@ static int outputs_finite(const gdn_problem *slice, const gdn_result *out, real_
         local = gdn_problem_extremes(&inputs);
     MPI_Allreduce(&local, &all, EXTREMES, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (mine == first)
-        gdn_non_finite_error(slice, out, begin, sizes[1], first, all);
+        gdn_non_finite_error(slice, out, begin, whole->T, first, all);
     return context_parallel_any_failed(mine == first) ? -1 : 0;
 }
 
 /* --out DIR: o.npy written by every rank at its rows' offsets (MPI-IO), ht.npy by the last rank. */
-static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_result *out, size_t sizes[5],
+static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_result *out, const gdn_layout *whole,
                          size_t begin)
 {
     char path[4096];
-    size_t B = sizes[0], T = sizes[1], H = sizes[2], K = sizes[3], V = sizes[4];
-    size_t o_shape[4] = {B, T, H, V}, ht_shape[4] = {B, H, K, V};
+    const size_t B = whole->B, T = whole->T, HV = whole->HV, K = whole->K, V = whole->V;
+    size_t o_shape[4] = {B, T, HV, V}, ht_shape[4] = {B, HV, K, V};
     unsigned char header[NPY_HEADER_MAX];
     size_t header_bytes = npy_header(header, 4, o_shape);
     int status = npy_path(path, sizeof path, dir, "ht"); /* the longer name: where it fits, o's does */
@@ -249,8 +253,8 @@ static int write_outputs(const char *dir, const gdn_problem *slice, const gdn_re
     if (rank == 0 && MPI_File_write_at(file, 0, header, (int)header_bytes, MPI_BYTE, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         status = gdn_set_error("%s: writing the header failed", path);
     for (size_t b = 0; b < B && slice->T > 0 && status == 0; b++) {
-        MPI_Offset at = (MPI_Offset)(header_bytes + (b * T + begin) * H * V * sizeof(real_t));
-        size_t count = slice->T * H * V; /* written in pieces MPI's int count can hold */
+        MPI_Offset at = (MPI_Offset)(header_bytes + (b * T + begin) * HV * V * sizeof(real_t));
+        size_t count = slice->T * HV * V; /* written in pieces MPI's int count can hold */
         const real_t *from = out->o + gdn_token(slice, b, 0, 0) * V;
         for (size_t done = 0; done < count && status == 0;) {
             int piece = count - done > (size_t)1 << 28 ? 1 << 28 : (int)(count - done);
@@ -300,10 +304,11 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
 
     gdn_problem slice = {0};
     gdn_result out = {0};
-    size_t sizes[5] = {0}, begin = 0;
+    gdn_layout whole = {0};
+    size_t begin = 0;
     real_t *h0 = NULL;
     void *context = NULL;
-    int status = load_slice(&s, &slice, sizes, &begin, &h0);
+    int status = load_slice(&s, &slice, &whole, &begin, &h0);
     if (status == 0 && s.scale > 0)
         slice.scale = s.scale;
     if (status == 0 && slice.T > 0 && gdn_result_alloc(&out, &slice))
@@ -336,12 +341,12 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
     double flops = 0, local_flops = status == 0 ? backend->flops(context) : 0, medians[3] = {0};
     MPI_Reduce(&local_flops, &flops, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     if (status == 0)
-        status = outputs_finite(&slice, &out, h0, sizes, begin);
+        status = outputs_finite(&slice, &out, h0, &whole, begin);
     double relative = 0, max_absolute = 0, non_finite = 0;
     char checks[160] = "";
     int check_failed = 0;
     if (status == 0 && s.check_dir) {
-        status = check_against(s.check_dir, &slice, &out, sizes, begin, &relative, &max_absolute, &non_finite);
+        status = check_against(s.check_dir, &slice, &out, &whole, begin, &relative, &max_absolute, &non_finite);
         if (status == 0 && rank == 0) {
             snprintf(checks, sizeof checks, " err_ref=%.3e maxabs_ref=%.3e", relative, max_absolute);
             /* bf16 inputs: tensor-core products round differently from the reference stage's */
@@ -358,9 +363,9 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
         }
     }
     if (status == 0 && s.out_dir)
-        status = write_outputs(s.out_dir, &slice, &out, sizes, begin);
+        status = write_outputs(s.out_dir, &slice, &out, &whole, begin);
     if (status == 0 && rank == 0) {
-        const size_t heads = sizes[0] * sizes[2], K = sizes[3], V = sizes[4];
+        const size_t heads = whole.B * whole.HV, K = whole.K, V = whole.V;
         double total[64] = {0}, *sum = s.reps <= 64 ? total : calloc((size_t)s.reps, sizeof *sum);
         for (int rep = 0; sum && times && rep < s.reps; rep++)
             sum[rep] = times[rep] + times[s.reps + rep] + times[2 * s.reps + rep];
@@ -372,9 +377,12 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
             snprintf(settings, sizeof settings, "segments=%zu", s.segments);
         else
             snprintf(settings, sizeof settings, "threads=%d chunk=%zu", s.threads, s.chunk);
-        printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu h0=%d ranks=%d %s reps=%d median_ms=%.4f "
+        char layout[32] = ""; /* as the other stages print it: HV where the value heads are grouped */
+        if (whole.HV != whole.H)
+            snprintf(layout, sizeof layout, " HV=%zu", whole.HV);
+        printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu%s h0=%d ranks=%d %s reps=%d median_ms=%.4f "
                "phase1_ms=%.4f %s_ms=%.4f phase3_ms=%.4f summary_bytes=%zu gflops=%.3f%s\n",
-               backend->stage->name, REAL_NAME, sizes[0], sizes[1], sizes[2], K, V, h0 != NULL, ranks, settings, s.reps,
+               backend->stage->name, REAL_NAME, whole.B, whole.T, whole.H, K, V, layout, h0 != NULL, ranks, settings, s.reps,
                1e3 * median, 1e3 * medians[0], backend->exchange, 1e3 * medians[1], 1e3 * medians[2],
                heads * K * (K + V) * sizeof(real_t), flops / median * 1e-9, checks);
         if (sum != total)
