@@ -14,7 +14,7 @@
  *                r ranks before as r segments in front of the rank's own, so its segments'
  *                start states come out (eq. 7 of stage 04); then 07's replay and kernel 3.
  * Every rank does the same work, so the slices are equal (the driver's weight 1); with one
- * rank this is stage 07. Exact as 07 is: maps in fp32, nothing assumed about the gates.
+ * rank this is stage 07. Grouped value heads run as 07 runs them: a map a value head. Exact as 07 is: maps in fp32, nothing assumed about the gates.
  *
  * Cost per rank, slices of L = T / N tokens: stage 07 on L, plus the last segment's fold, the
  * compose (2 K^2 (K + V) flops per head and segment) and r more scan steps. Exchange: every
@@ -89,7 +89,7 @@ static struct {
 enum { PARTS = 9 };
 static int rank_parts(const gdn_problem *p, const gdn_settings *s, size_t bytes[PARTS])
 {
-    const size_t heads = p->B * p->H, P = s->segments, before = (size_t)this_rank.rank, map = p->K * (p->K + p->V);
+    const size_t heads = p->B * gdn_value_heads(p), P = s->segments, before = (size_t)this_rank.rank, map = p->K * (p->K + p->V);
     size_t maps[4] = {heads, P, map, sizeof(float)}, starts[4] = {heads, P, p->K * p->V, sizeof(float)};
     size_t summary[3] = {heads, map, sizeof(float)}, scan_maps[4] = {heads, before + P - 1, map, sizeof(float)};
     size_t scan_starts[4] = {heads, before + P, p->K * p->V, sizeof(float)};
@@ -108,7 +108,7 @@ static int rank_workspace(const gdn_problem *p, const gdn_settings *s, size_t *b
     *bytes = 0;
     for (int i = 0; i < PARTS; i++) {
         if (*bytes + parts[i] < *bytes)
-            return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * p->H, p->T);
+            return gdn_set_error("the workspace of %zu x %zu tokens overflows size_t", p->B * gdn_value_heads(p), p->T);
         *bytes += parts[i];
     }
     return 0;
@@ -184,9 +184,14 @@ static int rank_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_
     if (check_key_width(p->K))
         return -1;
     gdn_problem sizes = {};
-    sizes.B = p->B, sizes.T = p->T, sizes.H = p->H, sizes.K = p->K, sizes.V = p->V;
+    sizes.B = p->B, sizes.T = p->T, sizes.H = p->H, sizes.HV = r->layout.HV, sizes.K = p->K, sizes.V = p->V;
     size_t parts[PARTS];
     rank_parts(&sizes, s, parts); /* sizes the runner has already checked */
+    /* grouped value heads, as stages 06 and 07 run them: the value heads are the passes' heads,
+       heads_per_key of them reading one key head's q and k; a map is a value head's */
+    gdn_device_problem heads = *p;
+    heads.H = r->layout.HV;
+    heads.heads_per_key = (unsigned)(r->layout.HV / p->H);
     unsigned char *at = (unsigned char *)r->workspace + parts[0] + parts[1] + parts[2] + parts[3];
     rank_buffers b;
     float **buffer[5] = {&b.maps, &b.starts, &b.summary, &b.scan_maps, &b.scan_starts};
@@ -194,14 +199,14 @@ static int rank_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_
         *buffer[i] = (float *)at;
         at += parts[4 + i];
     }
-    chunk_workspace w = workspace_at(r->workspace, p, s->precise);
-    return s->precise ? rank_passes<true>(p, w, &b, r) : rank_passes<false>(p, w, &b, r);
+    chunk_workspace w = workspace_at(r->workspace, &heads, s->precise);
+    return s->precise ? rank_passes<true>(&heads, w, &b, r) : rank_passes<false>(&heads, w, &b, r);
 }
 
 static const gdn_stage context_parallel_cuda_stage = {
     .name = "08_context_parallel_cuda",
     .idea = "stage 07 on each rank's GPU, one map per head and rank exchanged (MPI_Allgather): run with mpirun",
-    .options = GDN_OPTION_PRECISE | GDN_OPTION_SEGMENTS,
+    .options = GDN_OPTION_PRECISE | GDN_OPTION_SEGMENTS | GDN_OPTION_VALUE_HEADS,
     .forward = NULL,
     .counted_flops = NULL,
     .resolve_options = NULL,
@@ -256,7 +261,7 @@ static int gpu_open(gdn_problem *slice, gdn_settings *s, const real_t *h0, void 
     this_rank.P = s->segments;
     if (gdn_cuda_runner.open(&context_parallel_cuda_stage, slice, &c->settings, &c->runner))
         return -1;
-    const size_t maps = slice->B * slice->H * slice->K * (slice->K + slice->V);
+    const size_t maps = slice->B * gdn_value_heads(slice) * slice->K * (slice->K + slice->V);
     CUDA_CHECK(cudaMallocHost((void **)&this_rank.host_summary, maps * sizeof(float)));
     CUDA_CHECK(cudaMallocHost((void **)&this_rank.host_gathered, (size_t)this_rank.ranks * maps * sizeof(float)));
     memset(this_rank.host_summary, 0, maps * sizeof(float)); /* what the last rank sends */
@@ -286,7 +291,7 @@ static double gpu_flops(void *context)
     gpu_rank *c = (gpu_rank *)context;
     const gdn_problem *p = c->slice;
     const size_t P = this_rank.P, chunks = chunks_of(p->T);
-    const double K = (double)p->K, V = (double)p->V, heads = (double)(p->B * p->H);
+    const double K = (double)p->K, V = (double)p->V, heads = (double)(p->B * gdn_value_heads(p));
     double flops = sequence_parallel_flops(p, &c->settings) + heads * (double)this_rank.rank * 2 * K * K * V;
     if (this_rank.rank + 1 < this_rank.ranks) {
         const double last_tokens = (double)((chunks - segment_chunk(P - 1, P, chunks)) * CHUNK);

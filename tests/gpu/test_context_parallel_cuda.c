@@ -3,7 +3,7 @@
  * in-process on one GPU and to the fp64 oracle, all on the same bf16-rounded inputs, within
  * GDN_TOLERANCE_BF16. Slow gates, so that every rank's start state depends on the ranks
  * before it; slices of unequal length; P automatic and forced; with and without h0 and
- * --precise. A sequence with fewer chunks than ranks is refused with one line. */
+ * --precise; grouped value heads. A sequence with fewer chunks than ranks is refused with one line. */
 #include <stdio.h>
 #include <string.h>
 
@@ -60,6 +60,45 @@ START_TEST(context_parallel_cuda_equals_sequence_parallel)
 }
 END_TEST
 
+/* Grouped value heads (_i: HV / H 2 or 4 at K = V = 64 and at K = V = 128, on 2 and 3 ranks):
+ * a map a value head, the keys of its key head; against 07 in-process and the oracle. */
+START_TEST(context_parallel_cuda_grouped_value_heads)
+{
+    const int ratio = _i % 2 ? 4 : 2, ranks = 2 + (_i / 2) % 2, width = _i < 4 ? 64 : 128;
+    const char *launcher = test_mpirun_line("08_context_parallel_cuda", ranks, 0);
+    if (!launcher)
+        return;
+    char dir[64], in[128], reference[128], out[128], arguments[640], text[2048], errors[4096], label[200];
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(reference, sizeof reference, "%s/reference", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    const gdn_layout l = {.B = 1, .T = 1500, .H = 2, .HV = 2 * (size_t)ratio, .K = (size_t)width, .V = (size_t)width, .with_h0 = 1};
+    gdn_problem p = test_layout_problem(&l, 6100 + _i);
+    test_set_gates(&p, -0.02, -0.0005, 6100 + _i);
+    gdn_problem_round_to_bf16(&p);
+    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
+    gdn_settings s = {.reps = 1, .threads = 1};
+    gdn_result whole = test_run_settings(&sequence_parallel_stage, &p, &s);
+    ck_assert_int_eq(gdn_result_save(&whole, &p, reference), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --check-against %s --out %s", in, reference, out);
+    int status = test_run_program(launcher, "08_context_parallel_cuda", arguments, text, sizeof text, errors,
+                                  sizeof errors);
+    ck_assert_msg(status == 0, "HV/H %d, %d ranks: exit %d: %s", ratio, ranks, status, errors);
+    ck_assert_int_eq((int)test_read_field(text, "HV="), 2 * ratio);
+    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_BF16, "%s", text);
+    gdn_result mine = test_read_outputs(out, &p);
+    snprintf(label, sizeof label, "08 cuda, HV/H %d, K = V = %d, %d ranks, against the oracle", ratio, width, ranks);
+    assert_close(test_against_oracle(&p, &mine), GDN_TOLERANCE_BF16, label);
+    snprintf(label, sizeof label, "08 cuda, HV/H %d, K = V = %d, %d ranks, against 07", ratio, width, ranks);
+    assert_close(test_against_result(&p, &mine, &whole), GDN_TOLERANCE_BF16, label);
+    gdn_result_free(&mine);
+    gdn_result_free(&whole);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
 /* Fewer chunks than ranks: every rank stops, one line says why, no result line. */
 START_TEST(context_parallel_cuda_refuses_empty_slices)
 {
@@ -79,6 +118,7 @@ Suite *context_parallel_cuda_suite(void)
     TCase *mpi = tcase_create("mpirun");
     tcase_set_timeout(mpi, 300);
     tcase_add_loop_test(mpi, context_parallel_cuda_equals_sequence_parallel, 0, CASES * MOST_RANKS);
+    tcase_add_loop_test(mpi, context_parallel_cuda_grouped_value_heads, 0, 8);
     tcase_add_test(mpi, context_parallel_cuda_refuses_empty_slices);
     suite_add_tcase(suite, mpi);
     return suite;
