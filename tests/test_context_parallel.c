@@ -137,7 +137,7 @@ static int against_reference(const char *launcher, const char *dir, const gdn_pr
 
 /* Grouped value heads (_i: HV / H from 2 to 4, on 2 and 3 ranks): a summary is a value head's,
  * its keys read from its key head, so the slices' maps compose as for HV = H; read and drawn,
- * both equal stage 05 (which test_layouts.c checks against the oracle) on the whole problem.
+ * both equal stage 05 on the whole problem, and what the ranks wrote equals the oracle.
  * Slow gates, as above, so that the maps' A parts carry weight. */
 START_TEST(context_parallel_grouped_value_heads)
 {
@@ -163,6 +163,7 @@ START_TEST(context_parallel_grouped_value_heads)
     ck_assert_msg(status == 0, "exit %d: %s", status, errors);
     gdn_result mine = test_read_outputs(out, &p);
     assert_close(test_against_result(&p, &mine, &r), GDN_TOLERANCE_VS_STAGE, "08's o.npy and ht.npy vs 05, grouped");
+    assert_close(test_against_oracle(&p, &mine), GDN_TOLERANCE_VS_ORACLE, "08's o.npy and ht.npy vs the oracle, grouped");
     gdn_result_free(&mine);
     gdn_result_free(&r);
     gdn_problem_free(&p);
