@@ -96,28 +96,37 @@ START_TEST(context_parallel_equals_wy_chunked)
 }
 END_TEST
 
-/* Drawn, not read: each rank draws only its slice, and the whole equals stage 05 on the
- * whole problem drawn in one piece. */
+/* Drawn, not read, on `launcher`'s ranks: each rank draws only its slice (of every value head),
+ * and the whole equals stage 05 on the whole problem drawn in one piece. */
+static void assert_drawn_equals_wy_chunked(const char *launcher, const gdn_layout *l, uint64_t seed, int reps)
+{
+    char dir[64], value_heads[32] = "", arguments[512], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    gdn_problem p;
+    ck_assert_int_eq(gdn_problem_alloc_layout(&p, l), 0);
+    gdn_problem_generate(&p, seed);
+    gdn_result r = test_run(&wy_chunked_stage, &p, 1, 16, 0);
+    ck_assert_int_eq(gdn_result_save(&r, &p, dir), 0);
+    if (l->HV && l->HV != l->H)
+        snprintf(value_heads, sizeof value_heads, " --HV %zu", l->HV);
+    snprintf(arguments, sizeof arguments,
+             "--B %zu --T %zu --H %zu%s --K %zu --V %zu --h0 --seed %llu --chunk 16 --reps %d --threads 1 --check-against %s",
+             l->B, l->T, l->H, value_heads, l->K, l->V, (unsigned long long)seed, reps, dir);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status == 0, "drawn: exit %d: %s", status, errors);
+    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "drawn: %s", text);
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+
 START_TEST(context_parallel_draws_the_same_problem)
 {
     const char *launcher = test_mpirun_line("08_context_parallel", 3, 0);
     if (!launcher)
         return;
-    char dir[64], arguments[512], text[2048], errors[4096];
-    test_make_temp_dir(dir, sizeof dir);
-    gdn_problem p;
-    ck_assert_int_eq(gdn_problem_alloc(&p, 2, 150, 2, 8, 12, 1), 0);
-    gdn_problem_generate(&p, 5);
-    gdn_result r = test_run(&wy_chunked_stage, &p, 1, 16, 0);
-    ck_assert_int_eq(gdn_result_save(&r, &p, dir), 0);
-    snprintf(arguments, sizeof arguments,
-             "--B 2 --T 150 --H 2 --K 8 --V 12 --h0 --seed 5 --chunk 16 --reps 2 --threads 1 --check-against %s", dir);
-    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
-    ck_assert_msg(status == 0, "exit %d: %s", status, errors);
-    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "%s", text);
-    gdn_result_free(&r);
-    gdn_problem_free(&p);
-    test_remove_dir(dir);
+    const gdn_layout l = {.B = 2, .T = 150, .H = 2, .K = 8, .V = 12, .with_h0 = 1};
+    assert_drawn_equals_wy_chunked(launcher, &l, 5, 2);
 }
 END_TEST
 
@@ -137,7 +146,7 @@ static int against_reference(const char *launcher, const char *dir, const gdn_pr
 
 /* Grouped value heads (_i: HV / H from 2 to 4, on 2 and 3 ranks): a summary is a value head's,
  * its keys read from its key head, so the slices' maps compose as for HV = H; read and drawn,
- * both equal stage 05 (which test_layouts.c checks against the oracle) on the whole problem.
+ * both equal stage 05 on the whole problem, and what the ranks wrote equals the oracle.
  * Slow gates, as above, so that the maps' A parts carry weight. */
 START_TEST(context_parallel_grouped_value_heads)
 {
@@ -163,24 +172,12 @@ START_TEST(context_parallel_grouped_value_heads)
     ck_assert_msg(status == 0, "exit %d: %s", status, errors);
     gdn_result mine = test_read_outputs(out, &p);
     assert_close(test_against_result(&p, &mine, &r), GDN_TOLERANCE_VS_STAGE, "08's o.npy and ht.npy vs 05, grouped");
+    assert_close(test_against_oracle(&p, &mine), GDN_TOLERANCE_VS_ORACLE, "08's o.npy and ht.npy vs the oracle, grouped");
     gdn_result_free(&mine);
     gdn_result_free(&r);
     gdn_problem_free(&p);
-    /* drawn by the ranks, each its slice of every value head: the same as drawn whole */
-    gdn_problem drawn;
-    ck_assert_int_eq(gdn_problem_alloc_layout(&drawn, &l), 0);
-    gdn_problem_generate(&drawn, 9 + (uint64_t)_i);
-    r = test_run(&wy_chunked_stage, &drawn, 1, 16, 0);
-    ck_assert_int_eq(gdn_result_save(&r, &drawn, dir), 0);
-    snprintf(arguments, sizeof arguments,
-             "--B 2 --T 150 --H 2 --HV %d --K 16 --V 24 --h0 --seed %d --chunk 16 --reps 1 --threads 1 --check-against %s",
-             2 * ratio, 9 + _i, dir);
-    status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
-    ck_assert_msg(status == 0, "drawn: exit %d: %s", status, errors);
-    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "drawn: %s", text);
-    gdn_result_free(&r);
-    gdn_problem_free(&drawn);
     test_remove_dir(dir);
+    assert_drawn_equals_wy_chunked(launcher, &l, 9 + (uint64_t)_i, 1); /* drawn by the ranks, grouped */
 }
 END_TEST
 
