@@ -22,6 +22,39 @@ static const struct {
 };
 enum { CASES = sizeof cases / sizeof *cases, MOST_RANKS = 3 };
 
+/* p (bf16-rounded) on `launcher`'s ranks with these options, checked by the binary against
+ * stage 07 run in-process on one GPU, and what the ranks wrote together against the oracle and
+ * 07; `what` names the case in the messages. */
+static void assert_ranks_equal_sequence_parallel(const char *launcher, int ranks, const gdn_problem *p, const char *options,
+                                                 const char *what)
+{
+    char dir[64], in[128], reference[128], out[128], arguments[640], text[2048], errors[4096], label[256];
+    test_make_temp_dir(dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(reference, sizeof reference, "%s/reference", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    ck_assert_int_eq(gdn_problem_save(p, in), 0);
+    gdn_settings s = {.reps = 1, .threads = 1, .precise = strstr(options, "--precise") != NULL};
+    gdn_result whole = test_run_settings(&sequence_parallel_stage, p, &s); /* 07, one GPU, in-process */
+    ck_assert_int_eq(gdn_result_save(&whole, p, reference), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --check-against %s --out %s %s", in, reference, out, options);
+    int status = test_run_program(launcher, "08_context_parallel_cuda", arguments, text, sizeof text, errors,
+                                  sizeof errors);
+    ck_assert_msg(status == 0, "%s, %d ranks: exit %d: %s", what, ranks, status, errors);
+    ck_assert_int_eq((int)test_read_field(text, "ranks="), ranks);
+    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_BF16, "%s", text);
+    if (gdn_value_heads(p) != p->H)
+        ck_assert_int_eq((size_t)test_read_field(text, "HV="), gdn_value_heads(p));
+    gdn_result mine = test_read_outputs(out, p); /* what the ranks wrote together */
+    snprintf(label, sizeof label, "08 cuda, %d ranks, %s, against the oracle", ranks, what);
+    assert_close(test_against_oracle(p, &mine), GDN_TOLERANCE_BF16, label);
+    snprintf(label, sizeof label, "08 cuda, %d ranks, %s, against 07", ranks, what);
+    assert_close(test_against_result(p, &mine, &whole), GDN_TOLERANCE_BF16, label);
+    gdn_result_free(&mine);
+    gdn_result_free(&whole);
+    test_remove_dir(dir);
+}
+
 /* _i: (case, ranks 1 .. MOST_RANKS) */
 START_TEST(context_parallel_cuda_equals_sequence_parallel)
 {
@@ -29,73 +62,32 @@ START_TEST(context_parallel_cuda_equals_sequence_parallel)
     const char *launcher = test_mpirun_line("08_context_parallel_cuda", ranks, _i == 0);
     if (!launcher)
         return;
-    char dir[64], in[128], reference[128], out[128], arguments[640], text[2048], errors[4096], label[200];
-    test_make_temp_dir(dir, sizeof dir);
-    snprintf(in, sizeof in, "%s/in", dir);
-    snprintf(reference, sizeof reference, "%s/reference", dir);
-    snprintf(out, sizeof out, "%s/out", dir);
+    char what[160];
     gdn_problem p = test_problem(cases[which].shape, cases[which].with_h0, 6000 + _i);
     test_set_gates(&p, -0.02, -0.0005, 6000 + _i); /* a slice remembers the ones before it */
     gdn_problem_round_to_bf16(&p);
-    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
-    gdn_settings s = {.reps = 1, .threads = 1, .precise = strstr(cases[which].options, "--precise") != NULL};
-    gdn_result whole = test_run_settings(&sequence_parallel_stage, &p, &s); /* 07, one GPU, in-process */
-    ck_assert_int_eq(gdn_result_save(&whole, &p, reference), 0);
-    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --check-against %s --out %s %s", in, reference, out,
-             cases[which].options);
-    int status = test_run_program(launcher, "08_context_parallel_cuda", arguments, text, sizeof text, errors,
-                                  sizeof errors);
-    ck_assert_msg(status == 0, "%d ranks: exit %d: %s", ranks, status, errors);
-    ck_assert_int_eq((int)test_read_field(text, "ranks="), ranks);
-    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_BF16, "%s", text);
-    gdn_result mine = test_read_outputs(out, &p); /* what the ranks wrote together */
-    snprintf(label, sizeof label, "08 cuda, %d ranks, case %d (%s), against the oracle", ranks, which, cases[which].options);
-    assert_close(test_against_oracle(&p, &mine), GDN_TOLERANCE_BF16, label);
-    snprintf(label, sizeof label, "08 cuda, %d ranks, case %d (%s), against 07", ranks, which, cases[which].options);
-    assert_close(test_against_result(&p, &mine, &whole), GDN_TOLERANCE_BF16, label);
-    gdn_result_free(&mine);
-    gdn_result_free(&whole);
+    snprintf(what, sizeof what, "case %d (%s)", which, cases[which].options);
+    assert_ranks_equal_sequence_parallel(launcher, ranks, &p, cases[which].options, what);
     gdn_problem_free(&p);
-    test_remove_dir(dir);
 }
 END_TEST
 
 /* Grouped value heads (_i: HV / H 2 or 4 at K = V = 64 and at K = V = 128, on 2 and 3 ranks):
- * a map a value head, the keys of its key head; against 07 in-process and the oracle. */
+ * a map a value head, the keys of its key head. */
 START_TEST(context_parallel_cuda_grouped_value_heads)
 {
     const int ratio = _i % 2 ? 4 : 2, ranks = 2 + (_i / 2) % 2, width = _i < 4 ? 64 : 128;
     const char *launcher = test_mpirun_line("08_context_parallel_cuda", ranks, 0);
     if (!launcher)
         return;
-    char dir[64], in[128], reference[128], out[128], arguments[640], text[2048], errors[4096], label[200];
-    test_make_temp_dir(dir, sizeof dir);
-    snprintf(in, sizeof in, "%s/in", dir);
-    snprintf(reference, sizeof reference, "%s/reference", dir);
-    snprintf(out, sizeof out, "%s/out", dir);
+    char what[160];
     const gdn_layout l = {.B = 1, .T = 1500, .H = 2, .HV = 2 * (size_t)ratio, .K = (size_t)width, .V = (size_t)width, .with_h0 = 1};
     gdn_problem p = test_layout_problem(&l, 6100 + _i);
     test_set_gates(&p, -0.02, -0.0005, 6100 + _i);
     gdn_problem_round_to_bf16(&p);
-    ck_assert_int_eq(gdn_problem_save(&p, in), 0);
-    gdn_settings s = {.reps = 1, .threads = 1};
-    gdn_result whole = test_run_settings(&sequence_parallel_stage, &p, &s);
-    ck_assert_int_eq(gdn_result_save(&whole, &p, reference), 0);
-    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --check-against %s --out %s", in, reference, out);
-    int status = test_run_program(launcher, "08_context_parallel_cuda", arguments, text, sizeof text, errors,
-                                  sizeof errors);
-    ck_assert_msg(status == 0, "HV/H %d, %d ranks: exit %d: %s", ratio, ranks, status, errors);
-    ck_assert_int_eq((int)test_read_field(text, "HV="), 2 * ratio);
-    ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_BF16, "%s", text);
-    gdn_result mine = test_read_outputs(out, &p);
-    snprintf(label, sizeof label, "08 cuda, HV/H %d, K = V = %d, %d ranks, against the oracle", ratio, width, ranks);
-    assert_close(test_against_oracle(&p, &mine), GDN_TOLERANCE_BF16, label);
-    snprintf(label, sizeof label, "08 cuda, HV/H %d, K = V = %d, %d ranks, against 07", ratio, width, ranks);
-    assert_close(test_against_result(&p, &mine, &whole), GDN_TOLERANCE_BF16, label);
-    gdn_result_free(&mine);
-    gdn_result_free(&whole);
+    snprintf(what, sizeof what, "HV/H %d, K = V = %d", ratio, width);
+    assert_ranks_equal_sequence_parallel(launcher, ranks, &p, "", what);
     gdn_problem_free(&p);
-    test_remove_dir(dir);
 }
 END_TEST
 
