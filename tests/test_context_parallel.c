@@ -181,6 +181,28 @@ START_TEST(context_parallel_grouped_value_heads)
 }
 END_TEST
 
+/* A packed batch (cu_seqlens.npy beside the inputs) is refused by every rank with one line:
+ * a slice of its one row would cut across sequences. */
+START_TEST(context_parallel_refuses_a_packed_batch)
+{
+    const char *launcher = test_mpirun_line("08_context_parallel", 2, 0);
+    if (!launcher)
+        return;
+    char dir[64], arguments[256], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    const size_t lengths[3] = {100, 37, 64};
+    const gdn_layout l = {.B = 1, .T = 201, .H = 2, .K = 8, .V = 8, .lengths = lengths, .sequences = 3};
+    gdn_problem p = test_layout_problem(&l, 5500);
+    ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --threads 1", dir);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    test_assert_refused(status, text, errors,
+                        "08_context_parallel runs B sequences of T tokens only; these inputs are a packed batch of 3 sequences");
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
 /* _i: the numerical edge cases of test_support.c on 3 ranks, against stage 05 in-process
  * (which the edge-case suite checks against the oracle). */
 START_TEST(context_parallel_edge_cases)
@@ -300,6 +322,7 @@ Suite *context_parallel_suite(void)
     tcase_add_loop_test(mpi, context_parallel_equals_wy_chunked, 0, 4 * CASES);
     tcase_add_test(mpi, context_parallel_draws_the_same_problem);
     tcase_add_loop_test(mpi, context_parallel_grouped_value_heads, 0, 6);
+    tcase_add_test(mpi, context_parallel_refuses_a_packed_batch);
     tcase_add_loop_test(mpi, context_parallel_edge_cases, 0, test_edge_case_count);
     tcase_add_test(mpi, context_parallel_errors_are_collective);
     tcase_add_test(mpi, context_parallel_reference_with_nan_is_named);
