@@ -4,7 +4,8 @@
 # bin/12_backward_fused, 11's backward chain and pass 4 as one walk a head, and
 # bin/13_backward_states, that walk on the states of 06's forward kernels) beside FLA's
 # and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), and ours through the Python
-# package (the forward stage it picks, then stage 11 by autograd: ms_package_*; then stage 12:
+# package (the forward stage it picks, then the backward stage it picks, 11 or 13, by autograd:
+# ms_package_*; then stage 12:
 # ms_package12_*), side by side in one run on
 # the same problems and cotangents: the backward alone, and the forward plus the backward (ours:
 # 06's or 07's forward, the stage picked for the shape, plus stage 10). Shapes: four at K = V =

@@ -24,7 +24,7 @@ measurement, or one line saying why a peer did not run.
 
 Peers: fla (FLA's chunk_gated_delta_rule, its Triton kernels), flashqla (FlashQLA's fused
 TileLang kernels, K = V = 128), gdn_steps (ours through the Python package: the forward stage it
-picks, then stage 11 on the GPU by autograd), gdn_steps_12 (the same with backward_stage="12":
+picks, then the backward stage it picks on the GPU by autograd, 11 or 13: gpu_backward_stage_for), gdn_steps_12 (the same with backward_stage="12":
 stage 12's walk, which reads dO in bf16 and leaves o to the forward, as the peers' backward
 does). FLA's backward on Hopper with Triton 3.4 to 3.7.0 (a known miscompile of
 chunk_bwd_dqkwg) runs that one kernel through FLA's own TileLang backend, which its backend

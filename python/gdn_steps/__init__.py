@@ -21,7 +21,7 @@ packed batch runs on 06 and 07 as rows padded to its longest sequence; its offse
 on the host and on the GPU (cu_seqlens on q's device with cu_seqlens_cpu: no copy, no wait).
 
 loss.backward() runs a backward stage: for CPU tensors stage 10 (or 09, backward_stage="09"); for
-CUDA tensors stage 11 (or 12 or 13, backward_stage="12" or "13") on the GPU, in PyTorch's current stream, on
+CUDA tensors stage 11 or 13 by shape (gpu_backward_stage_for), or one named, on the GPU, in PyTorch's current stream, on
 the same bf16 q, k, v (V and K at most 128; else, or with backward_stage="10" or "09", stage 10
 or 09 on host copies in float32, which synchronises). Every argument is checked before anything
 runs: a wrong dtype, shape, device or layout raises, naming it. The values (finite, g <= 0, beta in
@@ -34,8 +34,8 @@ import threading
 
 import torch
 
-__all__ = ["chunk_gated_delta_rule", "gpu_stage_for", "FORWARD_STAGES", "GPU_STAGES", "BACKWARD_STAGES",
-           "GPU_BACKWARD_STAGES"]
+__all__ = ["chunk_gated_delta_rule", "gpu_stage_for", "gpu_backward_stage_for", "FORWARD_STAGES", "GPU_STAGES",
+           "BACKWARD_STAGES", "GPU_BACKWARD_STAGES"]
 
 FORWARD_STAGES = ("01_naive_loop", "02_affine", "03_parallel_scan", "04_two_phase_scan", "05_wy_chunked")
 GPU_STAGES = ("06a_tensor_cores", "06b_producer_consumer", "06c_bulk_copies", "06d_warp_chain",
@@ -259,6 +259,17 @@ def gpu_stage_for(B, T, H, K, V, device=None, HV=None):
     return _cuda_stage(None, call)
 
 
+def gpu_backward_stage_for(walks, K, V, sm_count):
+    """The GPU backward stage loss.backward() runs by default on CUDA tensors: "13" at K = V = 128
+    where the walks (sequences x value heads of one backward call) give at least 70 % of the
+    sm_count SMs a block, else "11". Stage 13's walk is one block a (sequence, head) and wins
+    where those fill the card (1.36x stage 11 at 128 heads, 1.03x at 96, on 132 SMs); stage 11's
+    chains cut each head's state by columns over more blocks and win where they do not (2.3x 13
+    at 32 heads): docs/13, "Measured". K or V under 128 keeps 11 (13 is not measured there
+    against it at many heads)."""
+    return "13" if K == V == GPU_BACKWARD_WIDTH and walks * 100 >= 70 * sm_count else "11"
+
+
 def _longest(packed):
     """a packed batch's longest sequence (0 for none), from its offsets on the host"""
     return 0 if packed is None else int((packed[0][1:] - packed[0][:-1]).max())
@@ -408,8 +419,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     """(o, final_state) as FLA's chunk_gated_delta_rule returns them (final_state None unless
     output_final_state). stage picks the forward stage (CPU tensors: 01-05, "05" by default;
     CUDA tensors: 06a .. 06e, 06, 07, by shape by default), backward_stage the one loss.backward()
-    runs (CPU tensors: 09 or 10, "10" by default; CUDA tensors: 11 on the GPU by default where K
-    and V are at most 128, else 10; 12 on the GPU; 09 and 10 on host copies), chunk the tokens
+    runs (CPU tensors: 09 or 10, "10" by default; CUDA tensors: 11 or 13 on the GPU by default
+    where K and V are at most 128 (gpu_backward_stage_for), else 10; 11, 12 or 13 on the GPU; 09
+    and 10 on host copies), chunk the tokens
     per chunk (05, 1-128), segments stage 04's or 07's, precise the GPU stages' split bf16 operands (docs/precision.md), batch_invariant the GPU stages' paths
     that give a sequence the same bits whatever the batch and heads around it (06 unless stage
     or segments say 07). cu_seqlens may be on the CPU or on q's device; with CUDA tensors the
@@ -425,8 +437,12 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     _check("k", k, (B, T, H, K), device)
     _check("v", v, (B, T, None, None), device)
     HV, V = v.shape[2], v.shape[3]
-    if backward_stage is None:
-        backward_stage = "11" if on_gpu and max(K, V) <= GPU_BACKWARD_WIDTH else "10"
+    if backward_stage is None and on_gpu and max(K, V) <= GPU_BACKWARD_WIDTH:
+        # a packed batch's backward runs a sequence a call: its walks are one sequence's heads
+        walks = (1 if cu_seqlens is not None else B) * HV
+        backward_stage = gpu_backward_stage_for(walks, K, V, torch.cuda.get_device_properties(device).multi_processor_count)
+    elif backward_stage is None:
+        backward_stage = "10"
     if not on_gpu and backward_stage not in BACKWARD_STAGES and \
             any(backward_stage == name or name.startswith("%s_" % backward_stage) for name in GPU_BACKWARD_STAGES):
         raise ValueError("backward_stage=%r runs on the GPU: it needs CUDA tensors (CPU tensors: 09 or 10)" % (backward_stage,))

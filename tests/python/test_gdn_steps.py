@@ -225,6 +225,16 @@ def bad_cases():
     ]
 
 
+@pytest.mark.parametrize("walks,K,V,sm_count,want", [(128, 128, 128, 132, "13"), (96, 128, 128, 132, "13"),
+                                                     (92, 128, 128, 132, "11"), (32, 128, 128, 132, "11"),
+                                                     (256, 64, 64, 132, "11"), (256, 128, 64, 132, "11"),
+                                                     (100, 128, 128, 144, "11"), (101, 128, 128, 144, "13")])
+def test_gpu_backward_stage_by_shape(walks, K, V, sm_count, want):
+    """The default GPU backward: 13 at K = V = 128 where the walks give 70 % of the SMs a block,
+    else 11 (a rule of sizes alone: no GPU needed to check it)."""
+    assert gdn_steps.gpu_backward_stage_for(walks, K, V, sm_count) == want
+
+
 def test_library_refuses_bad_calls():
     """The C entry points check what the package already checks, for other callers."""
     import ctypes

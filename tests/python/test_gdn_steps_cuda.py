@@ -120,7 +120,7 @@ def test_packed_batches(lengths, H, HV, K, V, stage, where):
 def test_gradients_of_layouts_on_cuda_tensors(HV, packed, backward_stage):
     """loss.backward() on CUDA tensors with grouped value heads (q and k shared by HV / 2 value
     heads) and cu_seqlens: the CPU path's gradients on the same values, from stage 11 on the GPU
-    (the default), 12 or 13, and from stage 10 on host copies."""
+    (the default at these sizes), 12 or 13, and from stage 10 on host copies."""
     (q, k, v, g, beta, _), _ = cuda_problem(1, 150, 2, 64, 32, seed=63 + HV, HV=HV)
     offsets = torch.tensor([0, 1, 70, 150]) if packed else None
     h0 = torch.randn(3 if packed else 1, HV, 64, 32, generator=torch.Generator().manual_seed(64)).cuda()
@@ -261,7 +261,7 @@ def test_backward_captured_in_a_cuda_graph(B, T, H, K, V):
 @pytest.mark.parametrize("backward_stage", [None, "10", "12", "13"])
 def test_autograd_on_cuda_tensors(backward_stage):
     """loss.backward() through a GPU forward: the gradients of the CPU path on the same
-    bf16-rounded values, from stage 11 on the GPU (the default), 12 or 13 (within FLA's bf16 gradient
+    bf16-rounded values, from stage 11 on the GPU (the default at these sizes), 12 or 13 (within FLA's bf16 gradient
     bounds) and from stage 10 on host copies (the bf16 bound); they come back on the GPU."""
     (q, k, v, g, beta, h0), _ = cuda_problem(1, 70, 2, 64, 32, seed=17, with_h0=True)
     leaves_gpu = [x.float().requires_grad_() for x in (q, k, v, g, beta, h0)]
