@@ -181,6 +181,20 @@ START_TEST(context_parallel_grouped_value_heads)
 }
 END_TEST
 
+/* p saved to a folder and read by stage 08 on `launcher`'s ranks: refused by every rank, in one
+ * line from the binary that holds `expected`, and no result line */
+static void assert_ranks_refuse(const char *launcher, const gdn_problem *p, const char *expected)
+{
+    char dir[64], arguments[256], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    ck_assert_int_eq(gdn_problem_save(p, dir), 0);
+    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --threads 1", dir);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(strstr(errors, "08_context_parallel: error: ") != NULL, "%s", errors);
+    test_assert_refused(status, text, errors, expected);
+    test_remove_dir(dir);
+}
+
 /* A packed batch (cu_seqlens.npy beside the inputs) is refused by every rank with one line:
  * a slice of its one row would cut across sequences. */
 START_TEST(context_parallel_refuses_a_packed_batch)
@@ -188,18 +202,12 @@ START_TEST(context_parallel_refuses_a_packed_batch)
     const char *launcher = test_mpirun_line("08_context_parallel", 2, 0);
     if (!launcher)
         return;
-    char dir[64], arguments[256], text[2048], errors[4096];
-    test_make_temp_dir(dir, sizeof dir);
     const size_t lengths[3] = {100, 37, 64};
     const gdn_layout l = {.B = 1, .T = 201, .H = 2, .K = 8, .V = 8, .lengths = lengths, .sequences = 3};
     gdn_problem p = test_layout_problem(&l, 5500);
-    ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
-    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --threads 1", dir);
-    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
-    test_assert_refused(status, text, errors,
+    assert_ranks_refuse(launcher, &p,
                         "08_context_parallel runs B sequences of T tokens only; these inputs are a packed batch of 3 sequences");
     gdn_problem_free(&p);
-    test_remove_dir(dir);
 }
 END_TEST
 
@@ -251,17 +259,10 @@ START_TEST(context_parallel_errors_are_collective)
     const char *launcher = test_mpirun_line("08_context_parallel", 3, 1);
     if (!launcher)
         return;
-    char dir[64], arguments[256], text[2048], errors[4096];
-    test_make_temp_dir(dir, sizeof dir);
     gdn_problem p = test_problem((test_shape){1, 200, 2, 8, 8}, 0, 5100);
     p.q[130 * 8 + 3] = (real_t)NAN;
-    ck_assert_int_eq(gdn_problem_save(&p, dir), 0);
-    snprintf(arguments, sizeof arguments, "--in %s --reps 1 --threads 1", dir);
-    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
-    ck_assert_msg(strstr(errors, "08_context_parallel: error: ") != NULL, "%s", errors);
-    test_assert_refused(status, text, errors, "q.npy: element 1043 (b=0, t=65, h=0) is nan");
+    assert_ranks_refuse(launcher, &p, "q.npy: element 1043 (b=0, t=65, h=0) is nan");
     gdn_problem_free(&p);
-    test_remove_dir(dir);
 }
 END_TEST
 
