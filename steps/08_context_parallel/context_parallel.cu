@@ -14,7 +14,8 @@
  *                r ranks before as r segments in front of the rank's own, so its segments'
  *                start states come out (eq. 7 of stage 04); then 07's replay and kernel 3.
  * Every rank does the same work, so the slices are equal (the driver's weight 1); with one
- * rank this is stage 07. Grouped value heads run as 07 runs them: a map a value head. Exact as 07 is: maps in fp32, nothing assumed about the gates.
+ * rank this is stage 07. Grouped value heads run as 07 runs them: a map a value head. Exact
+ * as 07 is: maps in fp32, nothing assumed about the gates.
  *
  * Cost per rank, slices of L = T / N tokens: stage 07 on L, plus the last segment's fold, the
  * compose (2 K^2 (K + V) flops per head and segment) and r more scan steps. Exchange: every

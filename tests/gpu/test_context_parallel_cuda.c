@@ -81,7 +81,8 @@ START_TEST(context_parallel_cuda_grouped_value_heads)
     if (!launcher)
         return;
     char what[160];
-    const gdn_layout l = {.B = 1, .T = 1500, .H = 2, .HV = 2 * (size_t)ratio, .K = (size_t)width, .V = (size_t)width, .with_h0 = 1};
+    const gdn_layout l = {.B = 1, .T = 1500, .H = 2, .HV = 2 * (size_t)ratio, .K = (size_t)width, .V = (size_t)width,
+                          .with_h0 = 1};
     gdn_problem p = test_layout_problem(&l, 6100 + _i);
     test_set_gates(&p, -0.02, -0.0005, 6100 + _i);
     gdn_problem_round_to_bf16(&p);
