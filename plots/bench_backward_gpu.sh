@@ -5,10 +5,9 @@
 # bin/13_backward_states, that walk on the states of 06's forward kernels) beside FLA's
 # and FlashQLA's backward (bf16 inputs, plots/fla_backward_bench.py), and ours through the Python
 # package (the forward stage it picks, then the backward stage it picks, 11 or 13, by autograd:
-# ms_package_*; then stage 12:
-# ms_package12_*), side by side in one run on
-# the same problems and cotangents: the backward alone, and the forward plus the backward (ours:
-# 06's or 07's forward, the stage picked for the shape, plus stage 10). Shapes: four at K = V =
+# ms_package_*; then stage 12: ms_package12_*), side by side in one run on the same problems
+# and cotangents: the backward alone, and the forward plus the backward (ours: 06's or 07's
+# forward, the stage picked for the shape, plus stage 10). Shapes: four at K = V =
 # 128, (8, 4096, 16), (4, 4096, 64), (1, 8192, 96), (2, 16384, 16), and (1, 16384, 8, 64, 64).
 #
 #   PYTHONPATH=build/python sh plots/bench_backward_gpu.sh bin plots/data   (a CUDA device, PyTorch, FLA (+ tilelang on

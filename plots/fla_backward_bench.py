@@ -24,9 +24,9 @@ measurement, or one line saying why a peer did not run.
 
 Peers: fla (FLA's chunk_gated_delta_rule, its Triton kernels), flashqla (FlashQLA's fused
 TileLang kernels, K = V = 128), gdn_steps (ours through the Python package: the forward stage it
-picks, then the backward stage it picks on the GPU by autograd, 11 or 13: gpu_backward_stage_for), gdn_steps_12 (the same with backward_stage="12":
-stage 12's walk, which reads dO in bf16 and leaves o to the forward, as the peers' backward
-does). FLA's backward on Hopper with Triton 3.4 to 3.7.0 (a known miscompile of
+picks, then the backward stage it picks on the GPU by autograd, 11 or 13:
+gpu_backward_stage_for), gdn_steps_12 (the same with backward_stage="12": stage 12's walk,
+which reads dO in bf16 and leaves o to the forward, as the peers' backward does). FLA's backward on Hopper with Triton 3.4 to 3.7.0 (a known miscompile of
 chunk_bwd_dqkwg) runs that one kernel through FLA's own TileLang backend, which its backend
 dispatch picks where tilelang is importable; with dispatch off (as plots/fla_bench.py runs FLA)
 it refuses. So here dispatch is on and FLA's FlashQLA backend off
