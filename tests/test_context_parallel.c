@@ -164,6 +164,8 @@ START_TEST(context_parallel_grouped_value_heads)
     ck_assert_msg(status == 0, "HV/H %d, %d ranks: exit %d: %s", ratio, ranks, status, errors);
     ck_assert_msg(test_read_field(text, "err_ref=") <= GDN_TOLERANCE_VS_STAGE, "%s", text);
     ck_assert_int_eq((int)test_read_field(text, "HV="), 2 * ratio);
+    /* a map a value head: B HV K (K + V) values cross (docs/08, exercise 5) */
+    ck_assert_int_eq((size_t)test_read_field(text, "summary_bytes="), l.B * l.HV * l.K * (l.K + l.V) * sizeof(real_t));
     /* the file the ranks wrote together is [B, T, HV, V] and equals stage 05's result */
     char out[128];
     snprintf(out, sizeof out, "%s/out", dir);
