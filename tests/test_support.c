@@ -217,6 +217,15 @@ void test_remove_dir(const char *path)
     ck_assert_int_eq(system(command), 0);
 }
 
+void test_assert_not_written(const char *dir, const char *const *names, size_t count, const char *what)
+{
+    char path[4200];
+    for (size_t i = 0; i < count; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        ck_assert_msg(access(path, F_OK) != 0, "%s: %s written", what, path);
+    }
+}
+
 /* The numerical edge cases every stage is run on (tests/test_edge_cases.c, tests/gpu/). */
 const char *const test_edge_case_names[] = {
     "g = 0 (no decay) over T = 65536", "g = -1e4 (alpha underflows to 0)", "g = -200 (alpha below float's range)",

@@ -107,6 +107,9 @@ double test_read_field(const char *line, const char *key);
 /* Temporary folders for the binaries' tests. */
 void test_make_temp_dir(char *path, size_t size);
 void test_remove_dir(const char *path);
+/* None of the count files names[i] is in dir: what a refused or failed run must leave (no
+ * output to pass for a result); `what` starts the failure message. */
+void test_assert_not_written(const char *dir, const char *const *names, size_t count, const char *what);
 
 Suite *common_suite(void);
 Suite *half_suite(void);
