@@ -17,7 +17,9 @@ int gdn_scratch_alloc(gdn_scratch *scratch, size_t bytes_per_thread)
     /* refused with its byte count where it cannot fit, as the problem is (stage 02's maps grow
        as K (K + V) a thread) */
     size_t bytes, factors[2] = {scratch->stride, (size_t)scratch->threads};
-    if (gdn_multiply_sizes(&bytes, 2, factors) || gdn_memory_check(bytes, "the threads' scratch"))
+    if (gdn_multiply_sizes(&bytes, 2, factors))
+        return gdn_set_error("the threads' scratch overflows a 64-bit byte count (%d threads)", scratch->threads);
+    if (gdn_memory_check(bytes, "the threads' scratch"))
         return -1;
     scratch->base = aligned_alloc(64, bytes ? bytes : 64);
     if (!scratch->base)
