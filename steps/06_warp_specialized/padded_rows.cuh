@@ -12,10 +12,11 @@
  * kernel 1 and kernel 3 return at a chunk of padding alone, and a chain block ends at its row's
  * last real chunk (chunk_workspace.cuh: row_tokens; chain_ring.cuh: end_at_real_tokens).
  *
- * Cost: a copy of the inputs into the rows and of o out of them, bound by memory (none where every length is the same:
- * the packed row is N rows already), and blocks for N x longest tokens, those of padding
- * returning at once. Workspace: the stage's own for the N rows, then the padded inputs and o
- * (padded_parts).
+ * Cost: a copy of the real tokens' inputs into the rows and of their o out of them, bound by
+ * memory (copy_rows: the bytes of q, k, v, g and beta read and written once, o's once more;
+ * none where every length is the same: the packed row is N rows already), and blocks for N x
+ * longest tokens, those of padding returning at once. Workspace: the stage's own for the N
+ * rows, then the padded inputs and o (padded_parts).
  *
  * Included by warp_specialized.cuh, so that whatever includes 06's stage header takes packed batches.
  */
@@ -79,41 +80,62 @@ static inline int padded_workspace_bytes(const gdn_problem *p, const gdn_setting
     return 0;
 }
 
-/* row n's token t (position n longest + t) from the packed batch's position offsets[n] + t, or
-   a padding token past the sequence; a block a position */
-static __global__ void gather_padded(gdn_device_problem p, const size_t *offsets, size_t longest, size_t HV, bf16 *q, bf16 *k,
-                                     bf16 *v, float *g, float *beta)
+/* One tensor of the packed batch beside the same tensor in padded rows: a token is token_bytes
+   in both (q: H K bf16; g: HV fp32; o: HV V fp32 or bf16). */
+struct packed_tensor {
+    unsigned char *packed, *rows;
+    size_t token_bytes;
+};
+struct packed_tensors {
+    packed_tensor tensor[5];
+    int gather; /* 1: packed -> rows, the last chunk's tail as padding; 0: rows -> packed, real tokens only */
+};
+
+/* Row n of each tensor (blockIdx.z) is one contiguous run of bytes on both sides: the packed
+   batch's from offsets[n], the padded row's from n longest. A gather copies the row's real
+   tokens and writes padding (zero bytes: 0 in bf16 and in fp32) only up to its last chunk's
+   end, the last chunk kernel 1 and the chain read; the chunks past it are never read (the
+   passes run no chunk of padding alone), so they are never written. A scatter copies the real
+   tokens back. 16-byte words where both sides and the token allow, else 2-byte ones (every
+   element is 2 or 4 bytes); the copies are bound by memory. */
+static __global__ void copy_rows(const size_t *offsets, size_t N, size_t longest, packed_tensors x)
 {
-    const size_t n = blockIdx.x / longest, t = blockIdx.x % longest, to = blockIdx.x, from = offsets[n] + t;
-    const bool real = t < offsets[n + 1] - offsets[n];
-    const size_t keys = p.H * p.K, values = HV * p.V;
-    const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16, *v16 = (const bf16 *)p.v_bf16;
-    const bf16 zero = __float2bfloat16_rn(0.0f);
-    for (size_t e = threadIdx.x; e < keys; e += blockDim.x) {
-        q[to * keys + e] = real ? q16[from * keys + e] : zero;
-        k[to * keys + e] = real ? k16[from * keys + e] : zero;
-    }
-    for (size_t e = threadIdx.x; e < values; e += blockDim.x)
-        v[to * values + e] = real ? v16[from * values + e] : zero;
-    for (size_t e = threadIdx.x; e < HV; e += blockDim.x) {
-        g[to * HV + e] = real ? p.g[from * HV + e] : 0.0f;
-        beta[to * HV + e] = real ? p.beta[from * HV + e] : 0.0f;
+    /* x.tensor[blockIdx.z], by constant indices: a parameter indexed at run time is copied to local memory */
+    const packed_tensor t = blockIdx.z == 0 ? x.tensor[0] : blockIdx.z == 1 ? x.tensor[1] : blockIdx.z == 2 ? x.tensor[2]
+                          : blockIdx.z == 3 ? x.tensor[3] : x.tensor[4];
+    for (size_t n = blockIdx.y; n < N; n += gridDim.y) {
+        const size_t tokens = offsets[n + 1] - offsets[n];
+        /* in tokens: to the last chunk's end, but never into the next row (the longest row's last
+           chunk ends past its row, where the tensor maps fill zeros) */
+        const size_t last_chunk_end = chunks_of(tokens) * CHUNK, span = !x.gather ? tokens : last_chunk_end < longest ? last_chunk_end : longest;
+        unsigned char *packed = t.packed + offsets[n] * t.token_bytes, *row = t.rows + n * longest * t.token_bytes;
+        const size_t real_bytes = tokens * t.token_bytes, bytes = span * t.token_bytes;
+        const bool wide = t.token_bytes % 16 == 0 && (uintptr_t)packed % 16 == 0 && (uintptr_t)row % 16 == 0;
+        const size_t unit = wide ? 16 : 2, stride = (size_t)gridDim.x * blockDim.x;
+        for (size_t at = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * unit; at < bytes; at += stride * unit) {
+            const bool real = at < real_bytes; /* a unit never straddles the end: token_bytes is a multiple of it */
+            if (wide && x.gather)
+                *(uint4 *)(row + at) = real ? *(const uint4 *)(packed + at) : make_uint4(0, 0, 0, 0);
+            else if (wide)
+                *(uint4 *)(packed + at) = *(const uint4 *)(row + at);
+            else if (x.gather)
+                *(unsigned short *)(row + at) = real ? *(const unsigned short *)(packed + at) : (unsigned short)0;
+            else
+                *(unsigned short *)(packed + at) = *(const unsigned short *)(row + at);
+        }
     }
 }
-/* the real tokens' o back into the packed batch, in bf16 or fp32 as the passes wrote it */
-static __global__ void scatter_outputs(const size_t *offsets, size_t longest, size_t values, const float *padded, float *o,
-                                       unsigned short *o16, int in_bf16)
+/* copy_rows over `count` tensors: enough blocks a row to stream its widest tensor */
+static int launch_copy_rows(const size_t *offsets, size_t N, size_t longest, const packed_tensors &x, int count)
 {
-    const size_t n = blockIdx.x / longest, t = blockIdx.x % longest, from = blockIdx.x, to = offsets[n] + t;
-    if (t >= offsets[n + 1] - offsets[n])
-        return;
-    const unsigned short *padded16 = (const unsigned short *)padded;
-    for (size_t e = threadIdx.x; e < values; e += blockDim.x) {
-        if (in_bf16)
-            o16[to * values + e] = padded16[from * values + e];
-        else
-            o[to * values + e] = padded[from * values + e];
-    }
+    size_t widest = 0;
+    for (int i = 0; i < count; i++)
+        widest = x.tensor[i].token_bytes > widest ? x.tensor[i].token_bytes : widest;
+    const size_t words = (longest * widest + 15) / 16, per_block = 256 * 4; /* about four 16-byte words a thread */
+    const dim3 grid((unsigned)((words + per_block - 1) / per_block < 1024 ? (words + per_block - 1) / per_block : 1024),
+                    (unsigned)(N < 65535 ? N : 65535), (unsigned)count);
+    CUDA_LAUNCH_WITH_SHARED(copy_rows, grid, 256, 0, offsets, N, longest, x);
+    return 0;
 }
 
 /* a stage's passes on B rows of T tokens (no offsets) */
@@ -142,10 +164,15 @@ static inline int packed_forward(const gdn_device_problem *p, const gdn_settings
     bf16 *q = (bf16 *)at, *k = (bf16 *)(at + bytes[0]), *v = (bf16 *)(at + 2 * bytes[0]);
     float *g = (float *)(at + 2 * bytes[0] + bytes[1]), *beta = (float *)((unsigned char *)g + bytes[2]);
     float *o = (float *)((unsigned char *)beta + bytes[2]);
-    unsigned blocks;
-    if (gdn_blocks_for(N * longest, 1, &blocks))
+    const size_t key_bytes = p->H * p->K * sizeof(bf16);
+    const packed_tensors inputs = {{{(unsigned char *)p->q_bf16, (unsigned char *)q, key_bytes},
+                                    {(unsigned char *)p->k_bf16, (unsigned char *)k, key_bytes},
+                                    {(unsigned char *)p->v_bf16, (unsigned char *)v, HV * p->V * sizeof(bf16)},
+                                    {(unsigned char *)p->g, (unsigned char *)g, HV * sizeof(float)},
+                                    {(unsigned char *)p->beta, (unsigned char *)beta, HV * sizeof(float)}},
+                                   1};
+    if (launch_copy_rows(r->layout.offsets, N, longest, inputs, 5))
         return -1;
-    CUDA_LAUNCH_WITH_SHARED(gather_padded, blocks, 256, 0, *p, r->layout.offsets, longest, HV, q, k, v, g, beta);
     rows.q_bf16 = (const unsigned short *)q, rows.k_bf16 = (const unsigned short *)k, rows.v_bf16 = (const unsigned short *)v;
     rows.g = g, rows.beta = beta, rows.q = rows.k = rows.v = NULL; /* the passes read the bf16 ones */
     gdn_device_result padded = *r;
@@ -155,7 +182,10 @@ static inline int packed_forward(const gdn_device_problem *p, const gdn_settings
     padded.o_in_bf16 = 0;
     if (rows_forward(&rows, s, &padded))
         return -1;
-    CUDA_LAUNCH_WITH_SHARED(scatter_outputs, blocks, 256, 0, r->layout.offsets, longest, HV * p->V, o, r->o, r->o_bf16, padded.o_in_bf16);
+    const size_t o_bytes = HV * p->V * (padded.o_in_bf16 ? sizeof(bf16) : sizeof(float));
+    const packed_tensors outputs = {{{padded.o_in_bf16 ? (unsigned char *)r->o_bf16 : (unsigned char *)r->o, (unsigned char *)o, o_bytes}}, 0};
+    if (launch_copy_rows(r->layout.offsets, N, longest, outputs, 1))
+        return -1;
     r->o_in_bf16 = padded.o_in_bf16;
     return 0;
 }

@@ -41,6 +41,7 @@
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
 #include "../../common/mma_sync.cuh"       /* mma_tf32_16x8x8 (fragments: there) */
 #include "../01_naive_loop/naive_loop_step.cuh" /* naive_loop_max_k: 32, 64 or 128 rows */
+/* and, from stage 06's headers included before this one: chunks_of, segment_chunk (chain_ring.cuh) */
 
 enum { TF32_SCAN_COLUMNS = 8 }; /* a block's columns of the state: the n of one m16n8k8 product */
 
@@ -129,10 +130,13 @@ __device__ __forceinline__ static void copy_map_by_threads(unsigned char *stage,
  * map of step s + 2); read A_{s+1} and B_{s+1} from the next stage (their latency runs beside
  * the products); read start_s's parts; 3 x 2 x MAX_K / 16 products, in three independent
  * chains (hi hi, hi lo, lo hi); add B_s; write start_{s+1}'s parts; split A_{s+1}.
- * BY_TENSOR: the maps come by tensor copies (and K is MAX_K); else by the threads' copies. */
+ * BY_TENSOR: the maps come by tensor copies (and K is MAX_K); else by the threads' copies.
+ * row_offsets: a packed batch's padded rows (NULL: every row T tokens). A short row's segments
+ * past its last real chunk fold no chunk, so their maps are [I | 0]: its scan stops at its
+ * last busy map and carries that start through to segment P - 1, whose replay writes ht. */
 template <int MAX_K, bool BY_TENSOR>
 __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_device_problem p, size_t P, const float *summaries, float *starts,
-                                                                         const __grid_constant__ scan_maps_by_tensor tensors)
+                                                                         const size_t *row_offsets, const __grid_constant__ scan_maps_by_tensor tensors)
 {
     using layout = tf32_scan_layout<MAX_K>;
     constexpr int PIECES = layout::PIECES;
@@ -146,6 +150,12 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
     const unsigned row[2] = {16 * warp + group, 16 * warp + group + 8};
     const size_t column0 = (size_t)blockIdx.y * TF32_SCAN_COLUMNS, column = column0 + 2 * t; /* the lane's two: column, column + 1 */
     const float *head_maps = summaries + head * maps * K * W;
+    size_t busy = maps; /* the maps that move the state: segments holding one of the row's chunks (segment_chunk) */
+    if (row_offsets) {
+        const size_t row = head / p.H, own = chunks_of(row_offsets[row + 1] - row_offsets[row]);
+        while (busy > 0 && segment_chunk(busy - 1, P, chunks_of(p.T)) >= own)
+            busy--;
+    }
     bool inside[2][2];
     float start[2][2], b_now[2][2], b_next[2][2];
 #pragma unroll
@@ -213,7 +223,7 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
                 start_low[buffer][n][m] = __uint_as_float(tf32_low(start[h][c], high));
             }
     };
-    for (size_t s = 0; s < MAP_RING && s < maps; s++)
+    for (size_t s = 0; s < MAP_RING && s < busy; s++)
         copy_map(s);
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -222,12 +232,12 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
             start[h][c] = inside[h][c] && p.h0 ? p.h0[(head * K + row[h]) * V + column + c] : 0.0f;
     write_start(0);
     __syncthreads(); /* the threads' copies of the first maps */
-    if (maps > 0) {
+    if (busy > 0) {
         read_map(0);
         take_map();
     }
     int now = 0;
-    for (size_t s = 0; s < maps; s++) {
+    for (size_t s = 0; s < busy; s++) {
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -235,9 +245,9 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
                 if (inside[h][c])
                     starts[((head * P + s) * K + row[h]) * V + column + c] = start[h][c];
         __syncthreads(); /* start_s complete in start_*[now]; stage s % MAP_RING read by every warp */
-        if (s + MAP_RING < maps)
+        if (s + MAP_RING < busy)
             copy_map(s + MAP_RING);
-        if (s + 1 < maps)
+        if (s + 1 < busy)
             read_map(s + 1); /* taken at the step's end */
         float hi_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hi_lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lo_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -265,16 +275,17 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
             for (int c = 0; c < 2; c++)
                 start[h][c] = b_now[h][c] + (hi_hi[2 * h + c] + (hi_lo[2 * h + c] + lo_hi[2 * h + c]));
         write_start(1 - now); /* read after the next step's barrier; its other buffer is this step's */
-        if (s + 1 < maps)
+        if (s + 1 < busy)
             take_map();
         now = 1 - now;
     }
+    for (size_t s = busy; s < P; s++) /* segment P - 1, and a short row's idle segments before it */
 #pragma unroll
-    for (int h = 0; h < 2; h++)
+        for (int h = 0; h < 2; h++)
 #pragma unroll
-        for (int c = 0; c < 2; c++)
-            if (inside[h][c])
-                starts[((head * P + P - 1) * K + row[h]) * V + column + c] = start[h][c];
+            for (int c = 0; c < 2; c++)
+                if (inside[h][c])
+                    starts[((head * P + s) * K + row[h]) * V + column + c] = start[h][c];
 }
 
 /* The tensor maps of the segments' maps, where the TMA unit can take them (copy_map_by_tensor):
@@ -305,18 +316,20 @@ static int scan_tensor_maps(const gdn_device_problem *p, size_t P, const float *
 
 /* The scan for every head: a block per (head, 8 columns), K / 16 warps rounded up (MAX_K). */
 template <int MAX_K>
-static inline int launch_scan_on_tensor_cores_for(const gdn_device_problem *p, size_t P, const float *summaries, float *starts, dim3 grid)
+static inline int launch_scan_on_tensor_cores_for(const gdn_device_problem *p, size_t P, const float *summaries, float *starts,
+                                                   const size_t *row_offsets, dim3 grid)
 {
     scan_maps_by_tensor tensors = {};
     bool by_tensor = false;
     if (scan_tensor_maps<MAX_K>(p, P, summaries, &tensors, &by_tensor))
         return -1;
     const auto scan = by_tensor ? scan_on_tensor_cores_kernel<MAX_K, true> : scan_on_tensor_cores_kernel<MAX_K, false>;
-    CUDA_LAUNCH_AFTER_PREVIOUS(scan, grid, MAX_K * 2, tf32_scan_layout<MAX_K>::SHARED_BYTES, *p, P, summaries, starts, tensors);
+    CUDA_LAUNCH_AFTER_PREVIOUS(scan, grid, MAX_K * 2, tf32_scan_layout<MAX_K>::SHARED_BYTES, *p, P, summaries, starts, row_offsets, tensors);
     return 0;
 }
 
-static inline int launch_scan_on_tensor_cores(const gdn_device_problem *p, size_t P, const float *summaries, float *starts)
+static inline int launch_scan_on_tensor_cores(const gdn_device_problem *p, size_t P, const float *summaries, float *starts,
+                                              const size_t *row_offsets = NULL)
 {
     unsigned heads, tiles;
     if (gdn_blocks_for(p->B * p->H, 1, &heads) || gdn_blocks_for(p->V, TF32_SCAN_COLUMNS, &tiles))
@@ -325,9 +338,9 @@ static inline int launch_scan_on_tensor_cores(const gdn_device_problem *p, size_
         return gdn_set_error("V = %zu needs more than 65535 column tiles in one grid", p->V);
     const dim3 grid(heads, tiles);
     switch (naive_loop_max_k(p->K)) {
-    case 32: return launch_scan_on_tensor_cores_for<32>(p, P, summaries, starts, grid);
-    case 64: return launch_scan_on_tensor_cores_for<64>(p, P, summaries, starts, grid);
-    case 128: return launch_scan_on_tensor_cores_for<128>(p, P, summaries, starts, grid);
+    case 32: return launch_scan_on_tensor_cores_for<32>(p, P, summaries, starts, row_offsets, grid);
+    case 64: return launch_scan_on_tensor_cores_for<64>(p, P, summaries, starts, row_offsets, grid);
+    case 128: return launch_scan_on_tensor_cores_for<128>(p, P, summaries, starts, row_offsets, grid);
     default: return gdn_set_error("K = %zu: the summary scan holds K rows in one block, K at most 128", p->K);
     }
 }

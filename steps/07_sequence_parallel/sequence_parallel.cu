@@ -97,7 +97,7 @@ static int sequence_parallel_passes(const gdn_device_problem *p, size_t P, chunk
     } else {
         const chain_segments fold = {P, P - 1, NULL, maps}, replay = {P, P, starts, r->ht};
         if (launch_chunk_states<PRECISE, folded_columns>(p, w, fold, depth, NULL, NULL, 0, invariant) ||
-            launch_scan_on_tensor_cores(p, P, maps, starts) ||
+            launch_scan_on_tensor_cores(p, P, maps, starts, w.row_offsets) ||
             launch_chunk_states<PRECISE, state_columns>(p, w, replay, depth, r, &outputs_done, 0, invariant))
             return -1;
     }
