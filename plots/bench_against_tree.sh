@@ -11,7 +11,10 @@
 # each of the shapes below writes one row to OUTDIR/against_tree.dat: the two trees' times, each
 # the median of three rounds' medians (of 20 runs after a warm-up, CUDA events, L2 flushed; the
 # rounds alternate the trees, so drift in the card's clocks falls on both), their ratio, and
-# same_bits: 1 where o and ht are the same bytes in both trees (h0 given).
+# same_bits: 1 where o and ht are the same bytes in both trees (h0 given). Then the same for
+# three packed batches (two sequences of 28672 + 4096 and of 1024 + 7168 tokens with 2 key and 8
+# value heads, six of 300 to 8000 with 4 and 16; K = V = 128) into OUTDIR/against_tree_packed.dat,
+# where TREE's stages take --lengths (a comment line says so where they do not).
 set -eu
 # shellcheck source=plots/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
@@ -50,3 +53,31 @@ for case in 06_warp_specialized:8_4096_16_128_128 06_warp_specialized:1_8192_96_
     rm -rf "$work/p" "$work/tree" "$work/this"
 done
 cat "$rows"
+packed=$out/against_tree_packed.dat
+gpu_data_header "bench_against_tree.sh $bin $out $tree" "stage lengths H HV K V ms_tree ms_this tree/this same_bits" > "$packed"
+if ! "$tree/bin/06_warp_specialized" --help 2>&1 | grep -q -- --lengths; then
+    echo "# $tree's stages take no packed batch (no --lengths in their --help): no rows" >> "$packed"
+    cat "$packed"
+    exit 0
+fi
+for case in 06_warp_specialized:28672,4096:2:8 07_sequence_parallel:28672,4096:2:8 06_warp_specialized:1024,7168:2:8 \
+    07_sequence_parallel:1024,7168:2:8 06_warp_specialized:4096,4096,2048,1000,300,8000:4:16 \
+    07_sequence_parallel:4096,4096,2048,1000,300,8000:4:16; do
+    # shellcheck disable=SC2046 # stage, lengths, H, HV
+    set -- $(echo "$case" | tr : ' ')
+    "$bin"/make_problem --lengths "$2" --H "$3" --HV "$4" --K 128 --V 128 --seed 7 --h0 "$work/p" > /dev/null
+    "$tree/bin/$1" --in "$work/p" --reps 1 --out "$work/tree" > /dev/null
+    "$bin/$1" --in "$work/p" --reps 1 --out "$work/this" > /dev/null
+    same=1
+    for f in o ht; do cmp -s "$work/tree/$f.npy" "$work/this/$f.npy" || same=0; done
+    t1='' t2=''
+    for _round in 1 2 3; do
+        t1="$t1 $(field median_ms "$("$tree/bin/$1" --in "$work/p" --reps 20)")"
+        t2="$t2 $(field median_ms "$("$bin/$1" --in "$work/p" --reps 20)")"
+    done
+    # shellcheck disable=SC2086 # three times each
+    m1=$(median3 $t1) m2=$(median3 $t2)
+    echo "$1 $(echo "$2" | tr , +) $3 $4 128 128 $m1 $m2 $(ratio "$m1" "$m2") $same" >> "$packed"
+    rm -rf "$work/p" "$work/tree" "$work/this"
+done
+cat "$packed"

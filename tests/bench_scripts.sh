@@ -32,6 +32,7 @@ for name in make_problem 01_naive_loop_cuda 03_parallel_scan_cuda 04_two_phase_s
     cat > "$stand/bin/$name" << EOF
 #!/bin/sh
 if [ "$name" = make_problem ]; then for last; do :; done; mkdir -p "\$last"; exit 0; fi
+[ "\$1" = --help ] && { echo "  --lengths L1,L2,...  a packed batch"; exit 0; }
 while [ \$# -gt 0 ]; do [ "\$1" = --out ] && mkdir -p "\$2"; shift; done
 echo "result stage=$name median_ms=$ms gflops=$gflops"
 EOF
@@ -178,7 +179,7 @@ run bench_gpu.sh gpu_shapes.dat gpu_vs_T.dat
 # another tree's 06 and 07: a stand-in tree whose make puts the stand-in binaries in its bin/
 mkdir -p "$stand/tree/bin"
 printf 'bin/%%:\n\tcp %s/$(@F) $@\n' "$stand/bin" > "$stand/tree/Makefile"
-run bench_against_tree.sh against_tree.dat -- "$stand/tree"
+run bench_against_tree.sh against_tree.dat against_tree_packed.dat -- "$stand/tree"
 run bench_sequence.sh stage07_shapes.dat stage07_vs_T.dat
 [ "$failures" -eq 0 ] || exit 1
 echo "bench_scripts: $(echo "$passed" | wc -w) GPU bench scripts ran against stand-ins and wrote whole rows"
