@@ -4,9 +4,11 @@
  * unequal length, with and without h0, with --precise, with slow gates (state carried across
  * segments) and extreme ones; and the automatic
  * P is 1 where the heads fill the GPU (that part runs without a GPU too). */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../common/oracle.h"
 
@@ -27,7 +29,9 @@ static gdn_result run_with(const gdn_stage *stage, const gdn_problem *p, size_t 
 
 /* Round p's inputs as the driver does; stage 07 with each P of `segments` (0: automatic; a
  * count of `count`) in both modes, against the oracle (computed once) and against stage 06 in
- * the same mode. */
+ * the same mode. A P past the chunks (of the longest sequence) is asked as the chunks: 07
+ * clamps it so with a note on stderr (segments_clamped_to_the_chunks checks both), which a
+ * suite run would print once a case. */
 static void check_segments(gdn_problem *p, const size_t *segments, int count, const char *what)
 {
     gdn_problem_round_to_bf16(p);
@@ -38,9 +42,10 @@ static void check_segments(gdn_problem *p, const size_t *segments, int count, co
     for (int precise = 0; precise <= 1; precise++) {
         gdn_result whole = run_with(&warp_specialized_stage, p, 0, precise, NULL);
         for (int i = 0; i < count; i++) {
+            const size_t chunks = (gdn_longest_sequence(p) + 63) / 64, asked = segments[i] < chunks ? segments[i] : chunks;
             size_t used;
-            gdn_result cut = run_with(&sequence_parallel_stage, p, segments[i], precise, &used);
-            ck_assert(used >= 1 && (segments[i] == 0 || used == segments[i] || used == (p->T + 63) / 64));
+            gdn_result cut = run_with(&sequence_parallel_stage, p, asked, precise, &used);
+            ck_assert(used >= 1 && (asked == 0 || used == asked));
             char label[200];
             snprintf(label, sizeof label, "07 P=%zu%s against the oracle, %s", used, precise ? " --precise" : "", what);
             assert_close(gdn_worse(gdn_compare(cut.o, oracle, o_count), gdn_compare(cut.ht, oracle + o_count, ht_count)),
@@ -394,6 +399,42 @@ Suite *sequence_parallel_suite(void)
     return suite;
 }
 
+/* More segments than chunks: 07 clamps P to the chunks (a packed batch: its longest sequence's)
+ * and says so in one line on stderr, caught here in a file. No GPU needed. */
+START_TEST(segments_clamped_to_the_chunks)
+{
+    static const size_t lengths[2] = {100, 30};
+    const gdn_layout packed_layout = {.B = 1, .T = 130, .H = 1, .HV = 1, .K = 64, .V = 64, .sequences = 2, .lengths = lengths};
+    gdn_problem one = test_problem((test_shape){1, 100, 1, 64, 64}, 0, 5710), packed = test_layout_problem(&packed_layout, 5711);
+    const gdn_problem *problems[2] = {&one, &packed};
+    for (int i = 0; i < 2; i++) {
+        char dir[64], path[96], note[256] = "";
+        test_make_temp_dir(dir, sizeof dir);
+        snprintf(path, sizeof path, "%s/stderr", dir);
+        fflush(stderr);
+        const int file = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(STDERR_FILENO);
+        ck_assert(file >= 0 && saved >= 0 && dup2(file, STDERR_FILENO) >= 0);
+        gdn_settings s = {.reps = 1, .threads = 1, .segments = 7};
+        sequence_parallel_stage.resolve_options(problems[i], &s);
+        fflush(stderr);
+        ck_assert(dup2(saved, STDERR_FILENO) >= 0);
+        close(saved);
+        close(file);
+        FILE *written = fopen(path, "r");
+        ck_assert_ptr_nonnull(written);
+        const size_t got = fread(note, 1, sizeof note - 1, written);
+        note[got] = '\0';
+        fclose(written);
+        ck_assert_uint_eq(s.segments, 2);
+        ck_assert_msg(strcmp(note, "07_sequence_parallel: note: 7 segments for 2 chunks of 64 tokens; clamped to 2\n") == 0,
+                      "%s: stderr '%s'", i ? "a packed batch" : "one sequence", note);
+        test_remove_dir(dir);
+    }
+    gdn_problem_free(&one);
+    gdn_problem_free(&packed);
+}
+END_TEST
+
 Suite *segment_choice_suite(void)
 {
     Suite *suite = suite_create("segment_choice");
@@ -402,6 +443,7 @@ Suite *segment_choice_suite(void)
     tcase_add_test(cases, automatic_segments_cut_long_sequences);
     tcase_add_test(cases, automatic_segments_for_packed_batches);
     tcase_add_test(cases, packed_batches_on_the_host);
+    tcase_add_test(cases, segments_clamped_to_the_chunks);
     suite_add_tcase(suite, cases);
     return suite;
 }
