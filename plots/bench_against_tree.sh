@@ -30,27 +30,32 @@ bench_begin
 rows=$out/against_tree.dat
 gpu_data_header "bench_against_tree.sh $bin $out $tree" "stage B T H K V ms_tree ms_this tree/this same_bits" > "$rows"
 median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
-for case in 06_warp_specialized:8_4096_16_128_128 06_warp_specialized:1_8192_96_128_128 \
-    06_warp_specialized:4_4096_64_128_128 06_warp_specialized:2_16384_16_128_128 \
-    06_warp_specialized:1_16384_8_64_64 07_sequence_parallel:1_65536_8_128_128 \
-    07_sequence_parallel:1_16384_1_64_64; do
-    stage=${case%%:*}
-    # shellcheck disable=SC2046 # the shape is five words
-    set -- $(echo "${case#*:}" | tr _ ' ')
-    "$bin"/make_problem --B "$1" --T "$2" --H "$3" --K "$4" --V "$5" --seed 7 --h0 "$work/p" > /dev/null
-    "$tree/bin/$stage" --in "$work/p" --reps 1 --out "$work/tree" > /dev/null
-    "$bin/$stage" --in "$work/p" --reps 1 --out "$work/this" > /dev/null
+# compare STAGE FILE COLUMNS: the two trees' STAGE on the problem in $work/p, o and ht compared
+# byte for byte, then three rounds alternating the trees; one row into FILE: STAGE, COLUMNS
+# (the problem's), the two median-of-three times, their ratio and same_bits
+compare() {
+    "$tree/bin/$1" --in "$work/p" --reps 1 --out "$work/tree" > /dev/null
+    "$bin/$1" --in "$work/p" --reps 1 --out "$work/this" > /dev/null
     same=1
     for f in o ht; do cmp -s "$work/tree/$f.npy" "$work/this/$f.npy" || same=0; done
     t1='' t2=''
     for _round in 1 2 3; do
-        t1="$t1 $(field median_ms "$("$tree/bin/$stage" --in "$work/p" --reps 20)")"
-        t2="$t2 $(field median_ms "$("$bin/$stage" --in "$work/p" --reps 20)")"
+        t1="$t1 $(field median_ms "$("$tree/bin/$1" --in "$work/p" --reps 20)")"
+        t2="$t2 $(field median_ms "$("$bin/$1" --in "$work/p" --reps 20)")"
     done
     # shellcheck disable=SC2086 # three times each
     m1=$(median3 $t1) m2=$(median3 $t2)
-    echo "$stage $* $m1 $m2 $(ratio "$m1" "$m2") $same" >> "$rows"
+    echo "$1 $3 $m1 $m2 $(ratio "$m1" "$m2") $same" >> "$2"
     rm -rf "$work/p" "$work/tree" "$work/this"
+}
+for case in 06_warp_specialized:8_4096_16_128_128 06_warp_specialized:1_8192_96_128_128 \
+    06_warp_specialized:4_4096_64_128_128 06_warp_specialized:2_16384_16_128_128 \
+    06_warp_specialized:1_16384_8_64_64 07_sequence_parallel:1_65536_8_128_128 \
+    07_sequence_parallel:1_16384_1_64_64; do
+    # shellcheck disable=SC2046 # the shape is five words
+    set -- $(echo "${case#*:}" | tr _ ' ')
+    "$bin"/make_problem --B "$1" --T "$2" --H "$3" --K "$4" --V "$5" --seed 7 --h0 "$work/p" > /dev/null
+    compare "${case%%:*}" "$rows" "$*"
 done
 cat "$rows"
 packed=$out/against_tree_packed.dat
@@ -66,18 +71,6 @@ for case in 06_warp_specialized:28672,4096:2:8 07_sequence_parallel:28672,4096:2
     # shellcheck disable=SC2046 # stage, lengths, H, HV
     set -- $(echo "$case" | tr : ' ')
     "$bin"/make_problem --lengths "$2" --H "$3" --HV "$4" --K 128 --V 128 --seed 7 --h0 "$work/p" > /dev/null
-    "$tree/bin/$1" --in "$work/p" --reps 1 --out "$work/tree" > /dev/null
-    "$bin/$1" --in "$work/p" --reps 1 --out "$work/this" > /dev/null
-    same=1
-    for f in o ht; do cmp -s "$work/tree/$f.npy" "$work/this/$f.npy" || same=0; done
-    t1='' t2=''
-    for _round in 1 2 3; do
-        t1="$t1 $(field median_ms "$("$tree/bin/$1" --in "$work/p" --reps 20)")"
-        t2="$t2 $(field median_ms "$("$bin/$1" --in "$work/p" --reps 20)")"
-    done
-    # shellcheck disable=SC2086 # three times each
-    m1=$(median3 $t1) m2=$(median3 $t2)
-    echo "$1 $(echo "$2" | tr , +) $3 $4 128 128 $m1 $m2 $(ratio "$m1" "$m2") $same" >> "$packed"
-    rm -rf "$work/p" "$work/tree" "$work/this"
+    compare "$1" "$packed" "$(echo "$2" | tr , +) $3 $4 128 128"
 done
 cat "$packed"
