@@ -85,7 +85,8 @@ static void copy_slice(gdn_problem *slice, const gdn_problem *whole, size_t begi
 {
     const size_t HV = gdn_value_heads(whole);
     for (size_t b = 0; b < slice->B; b++) {
-        size_t keys_from = (b * whole->T + begin) * whole->H, keys_to = b * slice->T * slice->H, keys = slice->T * slice->H;
+        size_t keys_from = gdn_key_token(whole, b * whole->T + begin, 0), keys_to = gdn_key_token(slice, b * slice->T, 0),
+               keys = slice->T * slice->H;
         size_t from = gdn_token(whole, b, begin, 0), to = gdn_token(slice, b, 0, 0), n = slice->T * HV;
         memcpy(slice->q + keys_to * slice->K, whole->q + keys_from * whole->K, keys * whole->K * sizeof(real_t));
         memcpy(slice->k + keys_to * slice->K, whole->k + keys_from * whole->K, keys * whole->K * sizeof(real_t));
