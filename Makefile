@@ -128,7 +128,7 @@ help:
 	@echo "  make test         build and run the Check suites, float and double builds"
 	@echo "  make check SUITE=NAME   one Check suite, rebuilt first (PRECISION=double: the double"
 	@echo "                    build); without SUITE, the list of suite names"
-	@echo "  make bench        sweeps into plots/data/ (QUICK=1: under two minutes on 2 cores)"
+	@echo "  make bench        sweeps into plots/data/ (QUICK=1: about a minute on 2 cores)"
 	@echo "  make plots        render plots/*.png from plots/data/ with gnuplot"
 	@echo "  make diffs        write build/diffs/NN_from_MM.diff (each stage against the one before)"
 	@echo "                    and refresh the generated blocks (diffs, tables) in docs/ and README.md"
