@@ -133,7 +133,7 @@ END_TEST
  * (100 on an H200's 132) is a shape whose output-warp blocks, one a head, leave 32 SMs idle,
  * so that kernel 1 makes the later chunks there while the chain runs and the chain waits for
  * each chunk's flag. 64 chunks, the fewest it runs for (MIN_CHUNKS): the first launch makes
- * 34 of each head's on an H200, the second the rest. _i: with or without h0 */
+ * 29 of each head's on an H200 (warp_specialized_kernel1_split), the second the rest. _i: with or without h0 */
 START_TEST(tensor_cores_with_kernel1_beside_the_chain)
 {
     const int sms = gdn_sm_count();
