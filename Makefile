@@ -390,7 +390,7 @@ plots:
 # Its native library is the CPU stages (forward 01-05, backward 09 and 10) and python/library.c,
 # built from the same sources as the binaries, once per precision: float64 tensors run the
 # double build. Where nvcc is found, a third library runs CUDA tensors: the GPU stages that read
-# bf16 (06a .. 06e, 06, 07 and the backwards 11 and 12; the objects the binaries link) and python/library_cuda.cu, with the
+# bf16 (06a .. 06e, 06, 07 and the backwards 11, 12 and 13; the objects the binaries link) and python/library_cuda.cu, with the
 # float build's C sources compiled position-independent. `pip install .` runs `make lib` (setup.py).
 LIBRARY_STAGES  := 01_naive_loop 02_affine 03_parallel_scan 04_two_phase_scan 05_wy_chunked 09_backward_loop \
                    10_backward_chunked

@@ -7,7 +7,7 @@
  * and PyTorch's current stream as the pass's stream (common/device.h), and returns as soon as
  * the kernels are queued. Nothing is copied, nothing waits for the GPU, nothing is allocated:
  * the call can be captured in a CUDA graph. The stages are those that read bf16 inputs, as
- * FLA's callers hold them: 06a .. 06e, 06 and 07 forward, and stage 11 or 12 backward
+ * FLA's callers hold them: 06a .. 06e, 06 and 07 forward, and stage 11, 12 or 13 backward
  * (loss.backward() on CUDA tensors: the gradients from the same bf16 inputs, on the GPU).
  *
  * What it does not check: the outputs' values. A check would wait for the GPU; the package's
@@ -183,7 +183,7 @@ extern "C" int gdn_library_cuda_forward(const char *stage_name, const gdn_librar
     return status;
 }
 
-/* ---- the backward: stage 11 or 12 ---- */
+/* ---- the backward: stage 11, 12 or 13 ---- */
 
 /* The GPU backward stage a name picks (its number or its full name), its problem and settings
  * checked: one key head a value head and B rows (the package repeats grouped keys and runs a

@@ -3,7 +3,7 @@ recurrence on the same bf16-rounded inputs, the stage picked by shape, PyTorch's
 stream, CUDA-graph capture, autograd, and the errors CUDA calls raise before any kernel runs.
 
 The bound is GDN_TOLERANCE_BF16 of common/tolerances.h, 5e-3 relative: the one FLA's tests use
-for its bf16 kernels, and the C suites' for these stages; the gradients of stage 11 (the GPU
+for its bf16 kernels, and the C suites' for these stages; the gradients of stages 11-13 (the GPU
 backward) are judged by FLA's bounds for its bf16 backward, GDN_TOLERANCE_BF16_BACKWARD_GRAD and
 _GATES (GRADIENT_BOUNDS below). The whole module is skipped, saying
 why, where torch finds no CUDA device or the package was built without nvcc.
