@@ -7,7 +7,8 @@
  * shows whether the error drifts as the sequence grows. Gate regimes: the contract's
  * g = log(sigmoid(N(0,1))) (alpha about 0.5: fast forgetting), slow forgetting
  * (alpha in [0.99, 0.999]) and almost none (alpha in [0.99999, 0.999999]); with little
- * forgetting, rounding errors are not washed out and the drift grows.
+ * forgetting, rounding errors are washed out slowly, and the curve shows whether they drift
+ * (docs/precision.md: they settle, since the delta rule's write contracts old errors).
  *
  * Build and run:  make bin/precision_study && bin/precision_study --T 65536 > plots/data/precision.dat
  */
