@@ -350,7 +350,7 @@ __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_sh
  * steps, where together they share them. The first `backward_blocks` blocks take the backward chain, the
  * longer of the two (more products a step), so that it tends to start first (the GPU places
  * blocks in about their order, without a promise); shared memory is the backward chain's, the
- * larger, for both roles: the forward's 16-column blocks fit three an SM, not five, at K = 128. */
+ * larger, for both roles: the forward's 16-column blocks fit three an SM, not four, at K = 128. */
 template <int COLUMNS>
 __global__ static void __launch_bounds__(chain_shape<COLUMNS>::THREADS, chain_shape<COLUMNS>::MIN_BLOCKS)
     both_chains_kernel(gdn_device_problem p, gdn_device_cotangents cot, backward_workspace w, float *ht, float *dh0,
