@@ -16,7 +16,8 @@
  *
  * Cost per token and head: K^2 (build A_t) + 2 K^3 + 2 K^2 V (compose) + 2 K^2 V
  * (apply to h0, skipped when h0 is zero) + 2 K V (read): O(K^2 (K + V)), against
- * stage 01's 7 K V, so K / 7 times more work at K = V. Memory: two maps per thread.
+ * stage 01's 7 K V, so 4 K / 7 times more work at K = V. Memory: three maps per thread (the
+ * token's and two prefixes) and a state.
  * Depth: T, as in stage 01.
  *
  * Build and run:  make bin/02_affine && bin/02_affine --T 1024 --K 32 --V 32 --check-against oracle
