@@ -83,6 +83,44 @@ START_TEST(compose_affine_is_associative)
 }
 END_TEST
 
+/* Exercise 1 of docs/02: at K = V = 1 a map is a pair (a, b), S -> a S + b, and m3 o m2 o m1 is
+ * (a3 a2 a1, a3 a2 b1 + a3 b2 + b3) whichever way it is bracketed. Integers from 1 to 9, drawn
+ * fresh a case, keep every product and sum exact in float, so the check is equality. */
+START_TEST(compose_affine_by_hand_in_one_dimension)
+{
+    real_t block[2 * 6];
+    for (int i = 0; i < 6; i++)
+        block[i] = (real_t)(1 + (int)(9 * random_uniform(700 + (uint64_t)_i, STREAM_TEST, (uint64_t)i)));
+    const real_t a1 = block[0], b1 = block[1], a2 = block[2], b2 = block[3], a3 = block[4], b3 = block[5];
+    affine_map m1 = affine_map_at(block, 0, 1, 1), m2 = affine_map_at(block, 1, 1, 1), m3 = affine_map_at(block, 2, 1, 1);
+    affine_map tmp = affine_map_at(block, 3, 1, 1), left = affine_map_at(block, 4, 1, 1), right = affine_map_at(block, 5, 1, 1);
+    compose_affine(tmp, m2, m1, 1, 1);
+    compose_affine(right, m3, tmp, 1, 1); /* m3 o (m2 o m1) */
+    compose_affine(tmp, m3, m2, 1, 1);
+    compose_affine(left, tmp, m1, 1, 1);  /* (m3 o m2) o m1 */
+    const real_t a = a3 * a2 * a1, b = a3 * a2 * b1 + a3 * b2 + b3;
+    ck_assert_msg(left.A[0] == a && left.B[0] == b, "(m3 o m2) o m1 = (%g, %g), by hand (%g, %g)", (double)left.A[0],
+                  (double)left.B[0], (double)a, (double)b);
+    ck_assert_msg(right.A[0] == a && right.B[0] == b, "m3 o (m2 o m1) = (%g, %g), by hand (%g, %g)", (double)right.A[0],
+                  (double)right.B[0], (double)a, (double)b);
+}
+END_TEST
+
+/* Exercise 3 of docs/02: with h0 the counted work adds the apply, 2 K^2 V a token and head, and
+ * nothing else */
+START_TEST(affine_counts_the_apply_only_with_h0)
+{
+    const test_shape shape = {2, 33 + 10 * (size_t)_i, 3, 8 + (size_t)_i, 5};
+    gdn_problem with = test_problem(shape, 1, 800 + _i), without = test_problem(shape, 0, 800 + _i);
+    gdn_settings s = {.B = shape.B, .T = shape.T, .H = shape.H, .K = shape.K, .V = shape.V, .threads = 1};
+    const double apply = 2.0 * (double)(shape.K * shape.K * shape.V) * (double)(shape.B * shape.T * shape.H);
+    const double difference = affine_stage.counted_flops(&with, &s) - affine_stage.counted_flops(&without, &s);
+    ck_assert_msg(difference == apply, "with h0 the count grows by %.0f flops, not the apply's %.0f", difference, apply);
+    gdn_problem_free(&with);
+    gdn_problem_free(&without);
+}
+END_TEST
+
 /* Fold a whole head into one map, in order (later o earlier) or reversed, and apply it to h0. */
 static void fold_head(const gdn_problem *p, int reversed, real_t *final_state)
 {
@@ -154,6 +192,8 @@ Suite *affine_suite(void)
     suite_add_tcase(suite, grid);
     TCase *properties = tcase_create("properties");
     tcase_add_loop_test(properties, compose_affine_is_associative, 0, 3);
+    tcase_add_loop_test(properties, compose_affine_by_hand_in_one_dimension, 0, 3);
+    tcase_add_loop_test(properties, affine_counts_the_apply_only_with_h0, 0, 3);
     tcase_add_test(properties, folded_sequence_gives_final_state);
     tcase_add_test(properties, wrong_composition_order_is_far_from_loop);
     suite_add_tcase(suite, properties);
