@@ -109,10 +109,11 @@ typedef struct {
 /* Row b's real tokens: past them a padded row holds tokens that change nothing (padded_rows.cuh),
  * so no kernel runs the chunks that hold only those: kernel 1 and kernel 3 return, and a chain
  * block ends at its row's last real chunk (end_at_real_tokens), its state carried unchanged. */
-__host__ __device__ static inline size_t row_tokens(const chunk_workspace &w, size_t b, size_t T)
+__host__ __device__ static inline size_t row_tokens(const size_t *row_offsets, size_t b, size_t T)
 {
-    return w.row_offsets ? w.row_offsets[b + 1] - w.row_offsets[b] : T;
+    return row_offsets ? row_offsets[b + 1] - row_offsets[b] : T;
 }
+__host__ __device__ static inline size_t row_tokens(const chunk_workspace &w, size_t b, size_t T) { return row_tokens(w.row_offsets, b, T); }
 
 /* The bytes of the workspace's four parts: gamma (rounded up to 16 bytes, so that the chain
  * blocks are aligned for 16-byte copies), the chain blocks with the transform blocks and the

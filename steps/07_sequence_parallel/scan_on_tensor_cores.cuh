@@ -41,7 +41,8 @@
 #include "../../common/kernel_overlap.cuh" /* wait_for_previous_kernel */
 #include "../../common/mma_sync.cuh"       /* mma_tf32_16x8x8 (fragments: there) */
 #include "../01_naive_loop/naive_loop_step.cuh" /* naive_loop_max_k: 32, 64 or 128 rows */
-/* and, from stage 06's headers included before this one: chunks_of, segment_chunk (chain_ring.cuh) */
+/* and, from stage 06's headers included before this one: chunks_of, row_tokens (chunk_workspace.cuh),
+   segment_chunk (chain_ring.cuh) */
 
 enum { TF32_SCAN_COLUMNS = 8 }; /* a block's columns of the state: the n of one m16n8k8 product */
 
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(MAX_K * 2) scan_on_tensor_cores_kernel(gdn_dev
     const float *head_maps = summaries + head * maps * K * W;
     size_t busy = maps; /* the maps that move the state: segments holding one of the row's chunks (segment_chunk) */
     if (row_offsets) {
-        const size_t row = head / p.H, own = chunks_of(row_offsets[row + 1] - row_offsets[row]);
+        const size_t own = chunks_of(row_tokens(row_offsets, head / p.H, p.T)); /* the row's chunks */
         while (busy > 0 && segment_chunk(busy - 1, P, chunks_of(p.T)) >= own)
             busy--;
     }
