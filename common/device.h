@@ -48,6 +48,7 @@ typedef struct gdn_device_layout {
     /* B rows padded from a packed batch (stages 06 and 07: padded_rows.cuh): that batch's
        offsets, row b holding offsets[b + 1] - offsets[b] real tokens; NULL for any other rows */
     const size_t *padded_from;
+    size_t padded_tokens; /* that batch's tokens in all (its last offset; 0 for any other rows) */
 } gdn_device_layout;
 
 typedef struct gdn_device_result {

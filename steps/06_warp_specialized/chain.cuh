@@ -76,18 +76,19 @@ __device__ __forceinline__ static void fill_chain_ring(const gdn_device_problem 
         unsigned char *slot = slots + s * slot_bytes;
         const unsigned char *block = blocks + chunk * block_bytes;
         if constexpr (FROM_VALUES) { /* the k tile, the transform block, the decay, the block's v tile */
-            const int b = (int)(head / p.H), h = (int)(head % p.H), t0 = (int)(chunk * CHUNK);
+            const int h = (int)(head % p.H);
+            const token_coordinates in = input_tile_at(w, head / p.H, chunk * CHUNK); /* a packed batch's k and v where they lie */
             const bool has_values = block_column0 + block_columns > value_column0;
             const int values_first = block_column0 > value_column0 ? block_column0 : value_column0; /* the tile's first column */
             const uint32_t values_bytes =
                 has_values ? (uint32_t)(CHUNK * values_tile_stride(values_tile_columns(tiles, V)) * sizeof(bf16)) : 0;
             barrier_arrive_expecting(&full[s], (uint32_t)(chain_w_bytes(K) + TRANSFORM_BYTES + 16) + values_bytes);
-            tensor_copy_3d(slot, k_map, h / (int)p.heads_per_key * K, t0, b, &full[s]); /* the key head's k */
+            tensor_copy_3d(slot, k_map, h / (int)p.heads_per_key * K, in.t, in.b, &full[s]); /* the key head's k */
             bulk_copy(slot + values_slot_transform_offset(K), w.transforms + (head * chunks + chunk) * TRANSFORM_BYTES,
                       (uint32_t)TRANSFORM_BYTES, &full[s]);
             bulk_copy(slot + values_slot_decay_offset(K), block + chain_decay_offset(K, V, PRECISE), 16, &full[s]);
             if (has_values) /* state column c is column c - value_column0 of the head's v */
-                tensor_copy_3d(slot + values_slot_values_offset(K), v_map, h * (int)V + values_first - value_column0, t0, b, &full[s]);
+                tensor_copy_3d(slot + values_slot_values_offset(K), v_map, h * (int)V + values_first - value_column0, in.t, in.b, &full[s]);
             continue;
         }
         barrier_arrive_expecting(&full[s], (uint32_t)u_offset + u_bytes + 16);

@@ -40,7 +40,7 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
     const size_t b = head / p.H, h = head % p.H, row0 = head * p.T + t0;
     if (t0 >= row_tokens(w, b, p.T)) /* a padded row's padding: no o to make */
         return;
-    const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
+    const int n = chunk_tokens(w, b, p.T, t0), warp = threadIdx.x / 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4), output_column = COLUMNS / 2 * (warp / 4);
     const bf16 *q16 = (const bf16 *)p.q_bf16, *k16 = (const bf16 *)p.k_bf16;
     const bf16 *S0_t = w.states_t + head_chunk * VP * LDK, *new_values_t = w.new_values_t + head_chunk * VP * TOKEN_STRIDE;
@@ -78,9 +78,10 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
         barrier_init(&keys_landed, 1);
         barrier_init_fence();
         if (keys_by_map) { /* q and k are inputs: no kernel of the pass writes them */
+            const token_coordinates at = input_tile_at(w, b, t0);
             barrier_arrive_expecting(&keys_landed, (uint32_t)(2 * CHUNK * LDK * sizeof(bf16)));
-            tensor_copy_3d(q, &q_map, (int)((unsigned)h / p.heads_per_key) * K, (int)t0, (int)b, &keys_landed);
-            tensor_copy_3d(k, &k_map, (int)((unsigned)h / p.heads_per_key) * K, (int)t0, (int)b, &keys_landed);
+            tensor_copy_3d(q, &q_map, (int)((unsigned)h / p.heads_per_key) * K, at.t, at.b, &keys_landed);
+            tensor_copy_3d(k, &k_map, (int)((unsigned)h / p.heads_per_key) * K, at.t, at.b, &keys_landed);
         }
         if (!beside_chain)
             copy_chain_tiles();
@@ -99,9 +100,10 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
         if (PRECISE)
             ((uint4 *)Vnew_low)[e] = zero;
     }
-    const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
+    /* token t0 + i: g's at first_input + i H, o's at first_token + i H (a packed batch's o in padded rows) */
+    const size_t first_input = input_token(w, b, p.T, t0, p.H, h), first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H;
     if (!keys_by_map) {
-        const size_t first_key = key_row(p, b, t0, (unsigned)h), keys_apart = key_heads(p); /* q and k: the key head's rows */
+        const size_t first_key = input_token(w, b, p.T, t0, key_heads(p), h / p.heads_per_key), keys_apart = key_heads(p); /* q and k: the key head's rows */
         copy_tile(q, LDK, CHUNK, n, K, KP, q16 + first_key * K, keys_apart * K);
         copy_tile(k, LDK, CHUNK, n, K, KP, k16 + first_key * K, keys_apart * K);
         __pipeline_commit();
@@ -111,7 +113,7 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
     if (!beside_chain)
         wait_for_previous_kernel(); /* kernel 1's gamma: kernel 1 ended before the chain did */
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
-        gamma[i] = i >= n ? 0.0 : beside_chain ? (double)p.g[first_token + i * token_stride] : w.gamma[row0 + i];
+        gamma[i] = i >= n ? 0.0 : beside_chain ? (double)p.g[first_input + i * token_stride] : w.gamma[row0 + i];
     if (!keys_by_map)
         __pipeline_wait_prior(0);
     __syncthreads(); /* gamma (or g) is here; the barriers' initialization is seen before any thread waits on them */

@@ -101,9 +101,12 @@ typedef struct {
     /* (rows padded as kernel 3's tiles are, so that a tile comes in by one bulk copy; the
        padding holds whatever a staged chain left there, and is never read) */
     bf16 *states_low_t, *new_values_low_t; /* --precise only, same shapes: what bf16 rounded away */
-    /* rows padded from a packed batch (gdn_device_layout.padded_from): row b's real tokens end at
-       row_offsets[b + 1] - row_offsets[b] (row_tokens); NULL: every row is T tokens */
+    /* rows of a packed batch (gdn_device_layout.padded_from): row b is the batch's tokens
+       row_offsets[b] .. row_offsets[b + 1] - 1, read where they lie in q, k, v, g and beta
+       (input_row_start), its o and workspace rows padded to T tokens; NULL: every row is T
+       tokens, rows T apart in the inputs too */
     const size_t *row_offsets;
+    size_t input_tokens; /* host: the inputs' tokens (T_total of a packed batch, else B T), for their tensor maps */
 } chunk_workspace;
 
 /* Row b's real tokens: past them a padded row holds tokens that change nothing (padded_rows.cuh),
@@ -114,6 +117,38 @@ __host__ __device__ static inline size_t row_tokens(const size_t *row_offsets, s
     return row_offsets ? row_offsets[b + 1] - row_offsets[b] : T;
 }
 __host__ __device__ static inline size_t row_tokens(const chunk_workspace &w, size_t b, size_t T) { return row_tokens(w.row_offsets, b, T); }
+/* the real tokens of row b's chunk from t0 (t0 below its end): 64, or fewer in its last chunk */
+__host__ __device__ static inline int chunk_tokens(const chunk_workspace &w, size_t b, size_t T, size_t t0)
+{
+    const size_t tokens = row_tokens(w, b, T);
+    return (int)(tokens - t0 < (size_t)CHUNK ? tokens - t0 : (size_t)CHUNK);
+}
+
+/* Where row b's token t lies in the inputs: a packed batch's rows are read in place, so a
+ * chunk's tile of q, k or v is the 64 tokens from row_offsets[b] + t0 of the one packed row,
+ * its last chunk's tail the next sequence's first tokens. No chunk takes anything from them:
+ * kernel 1 reads g and beta only below the chunk's real tokens (chunk_tokens), so past them
+ * beta is 0, which zeroes W's and U's rows, Z's and so Vnew's, and gamma stays at the last
+ * real token's; the causal mask and the real-token bounds drop those rows' q and k from o.
+ * Those tokens are finite (the runner checks every input), so every product with them is. */
+__host__ __device__ static inline size_t input_row_start(const chunk_workspace &w, size_t b, size_t T)
+{
+    return w.row_offsets ? w.row_offsets[b] : b * T;
+}
+/* token (b, t) of head h in tensors of `heads` heads a token: its index (q and k: key heads) */
+__host__ __device__ static inline size_t input_token(const chunk_workspace &w, size_t b, size_t T, size_t t, size_t heads, size_t h)
+{
+    return (input_row_start(w, b, T) + t) * heads + h;
+}
+/* a tensor map's (token, row) coordinates of row b's token t: the maps of a packed batch's
+ * inputs are of its one row (input_maps_problem), those of padded rows and o of B rows */
+struct token_coordinates {
+    int t, b;
+};
+__device__ __forceinline__ static token_coordinates input_tile_at(const chunk_workspace &w, size_t b, size_t t)
+{
+    return w.row_offsets ? token_coordinates{(int)(w.row_offsets[b] + t), 0} : token_coordinates{(int)t, (int)b};
+}
 
 /* The bytes of the workspace's four parts: gamma (rounded up to 16 bytes, so that the chain
  * blocks are aligned for 16-byte copies), the chain blocks with the transform blocks and the
@@ -168,5 +203,6 @@ static chunk_workspace workspace_at(void *base, const gdn_device_problem *p, boo
     w.states_low_t = precise ? w.states_t + bytes[2] / 2 / sizeof(bf16) : NULL;
     w.new_values_low_t = precise ? w.new_values_t + bytes[3] / 2 / sizeof(bf16) : NULL;
     w.row_offsets = NULL;
+    w.input_tokens = p->B * p->T;
     return w;
 }

@@ -135,9 +135,10 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     const int column0 = half * (SIZE / 2);                                   /* this warpgroup's columns of o */
     double *gamma_buffers = (double *)(staged_full + 3); /* [2][CHUNK]: chunks j and j + 1 */
     /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
+    const size_t tokens = row_tokens(w, head / p.H, p.T); /* the row's real tokens: past them kernel 1 writes no gamma */
     const auto gamma_of = [&](size_t chunk) {
         const size_t t = chunk * CHUNK + (size_t)output_thread;
-        if (!(output_thread < CHUNK && chunk < end && t < p.T))
+        if (!(output_thread < CHUNK && chunk < end && t < tokens))
             return 0.0;
         if constexpr (BESIDE)
             wait_until_prepared(w, head, chunks_of(p.T), chunk);
@@ -147,7 +148,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     for (unsigned chunk = (unsigned)first; chunk < (unsigned)end; chunk++) {
         const unsigned j = chunk - (unsigned)first;
         const size_t t0 = (size_t)chunk * CHUNK;
-        const int s = (int)(j % (unsigned)OUTPUT_STAGES), n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK);
+        const int s = (int)(j % (unsigned)OUTPUT_STAGES), n = (int)(tokens - t0 < CHUNK ? tokens - t0 : CHUNK);
         double *gamma = gamma_buffers + (j & 1) * CHUNK;
         if (output_thread < CHUNK)
             gamma[output_thread] = gamma_next;
@@ -210,7 +211,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         for (int kk = 0; kk < SIZE / 16; kk++)
             wgmma_64x64x16(acc, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
                            descriptor_here(states_tile + swizzled_offset(SIZE, column0, 16 * kk)), kk > 0);
-        /* the rows' decays while the products run, without a branch there (gamma is 0 past T) */
+        /* the rows' decays while the products run, without a branch there (gamma is 0 past the row's tokens) */
         const float row_decay[2] = {expf((float)gamma[upper]), expf((float)gamma[lower])};
         const float decay_upper = upper < n ? row_decay[0] : 0.0f, decay_lower = lower < n ? row_decay[1] : 0.0f;
         wgmma_commit_and_wait();
@@ -463,7 +464,8 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
             const int b = (int)(head / p.H), h = (int)(head % p.H), key_head = h / (int)p.heads_per_key; /* q and k: its key head's */
             /* and takes o out: chunk c's o lies in its slot's q tile (swizzled) once tiles_empty
                says the output warps and the chain are done; two tensor stores write it (rows past
-               T dropped), and once they have read the tile the slot takes the next q */
+               T dropped; o's rows are padded rows, q's, k's and v's where they lie: input_tile_at),
+               and once they have read the tile the slot takes the next q */
             const auto store_o = [&](size_t c) {
                 const int s = (int)((c - first) % stages);
                 barrier_wait(&tiles_empty[s], (uint32_t)(((c - first) / stages) & 1));
@@ -474,15 +476,16 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
             };
             for (size_t chunk = first; chunk < end; chunk++) {
                 const size_t j = chunk - first;
-                const int s = (int)(j % stages), t0 = (int)(chunk * CHUNK);
+                const int s = (int)(j % stages);
+                const token_coordinates in = input_tile_at(w, (size_t)b, chunk * CHUNK);
                 if (j >= (size_t)stages) /* chunk j - stages's o out of the slot */
                     store_o(chunk - stages);
                 barrier_arrive_expecting(&tiles_full[s], OUTPUT_TILES_PER_SLOT * key_tile_bytes);
                 bf16 *const q_tile = output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
                 for (int panel = 0; panel < 2; panel++) { /* 64 keys (or values) each, swizzled by the maps */
-                    tensor_copy_3d(q_tile + panel * CHUNK * 64, &q_map, key_head * K + 64 * panel, t0, b, &tiles_full[s]);
-                    tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, &k_map, key_head * K + 64 * panel, t0, b, &tiles_full[s]);
-                    tensor_copy_3d(q_tile + 2 * OUTPUT_TILE + panel * CHUNK * 64, &v_map, h * (int)V + 64 * panel, t0, b, &tiles_full[s]);
+                    tensor_copy_3d(q_tile + panel * CHUNK * 64, &q_map, key_head * K + 64 * panel, in.t, in.b, &tiles_full[s]);
+                    tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, &k_map, key_head * K + 64 * panel, in.t, in.b, &tiles_full[s]);
+                    tensor_copy_3d(q_tile + 2 * OUTPUT_TILE + panel * CHUNK * 64, &v_map, h * (int)V + 64 * panel, in.t, in.b, &tiles_full[s]);
                 }
             }
             for (size_t chunk = end - first > (size_t)stages ? end - stages : first; chunk < end; chunk++) /* the last chunks' o */

@@ -30,6 +30,15 @@ static gdn_device_problem key_problem(const gdn_device_problem *p)
     keys.H = key_heads(*p);
     return keys;
 }
+/* the problem as q, k and v lie in memory, for their tensor maps: a packed batch's rows are
+   read in place (chunk_workspace.cuh: input_tile_at), from one row of all its tokens */
+static gdn_device_problem input_maps_problem(const gdn_device_problem *p, const chunk_workspace &w)
+{
+    gdn_device_problem inputs = *p;
+    if (w.row_offsets)
+        inputs.B = 1, inputs.T = w.input_tokens;
+    return inputs;
+}
 
 /* parts: what kernel 1 writes (WRITE_KEYS_T, ...: chunk_parts_for) */
 template <bool PRECISE>
@@ -47,9 +56,9 @@ static int launch_prepare_chunks(const gdn_device_problem *p, chunk_workspace w,
     if (gdn_blocks_for(p->B * p->H * chunk_count, 1, &blocks))
         return -1;
     CUtensorMap k_map = {}, v_map = {}; /* unused (zero) where the threads copy k and v */
-    const gdn_device_problem keys = key_problem(p);
+    const gdn_device_problem inputs = input_maps_problem(p, w), keys = key_problem(&inputs);
     if (tiles_by_tensor_map(p->K, p->V, keys.H, p->T) && (make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, key_stride(p->K)) ||
-                                                        make_token_tile_map(&v_map, p->v_bf16, p, p->V, value_stride(p->V))))
+                                                        make_token_tile_map(&v_map, p->v_bf16, &inputs, p->V, value_stride(p->V))))
         return -1;
     /* four blocks an SM where the occupancy query says they fit and V is one slice, as that
      * kernel assumes: fewer rounds of blocks than three (docs/06, "06c: kernels 1 and 3 by the
@@ -328,9 +337,9 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             CUtensorMap o_map, q_map, k_map, v_map;
             /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' and the chain's wgmma operands,
                and o, which leaves from the q tile in the same layout */
-            const gdn_device_problem keys = key_problem(p);
+            const gdn_device_problem inputs = input_maps_problem(p, w), keys = key_problem(&inputs); /* o: the padded rows' */
             if (make_token_tile_map(&q_map, p->q_bf16, &keys, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, 64, true) ||
-                make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_token_tile_map(&v_map, p->v_bf16, p, p->V, 64, true))
+                make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_token_tile_map(&v_map, p->v_bf16, &inputs, p->V, 64, true))
                 return -1;
             /* two ring slots, passed at run time: a depth known to the compiler slows it (docs/06, "Pitfalls") */
             if (stream) /* beside kernel 1 (kernel1_beside_chain): in a stream of its own, after kernel 1's first launch */
@@ -353,9 +362,9 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
                 return gdn_set_error("the chain from v: K = %zu and a v tile of stride %d, where its step is compiled for K = 64 or %d and strides %d or %d",
                                      p->K, values_stride, (int)MAX_K, values_tile_stride(16), values_tile_stride(32));
             CUtensorMap k_map, v_map;
-            const gdn_device_problem keys = key_problem(p);
+            const gdn_device_problem inputs = input_maps_problem(p, w), keys = key_problem(&inputs);
             if (make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, key_stride(p->K)) ||
-                make_token_tile_map(&v_map, p->v_bf16, p, p->V, values_stride))
+                make_token_tile_map(&v_map, p->v_bf16, &inputs, p->V, values_stride))
                 return -1;
             const chain_from_values_kernel chunk_states = from_values_kernel_for<Columns>(shape);
             segments.outputs_early = outputs_may_start_early<PRECISE, Columns>(p, shape, blocks);
@@ -381,7 +390,7 @@ static int launch_chunk_outputs_by(const gdn_device_problem *p, chunk_workspace 
     if (!PRECISE && !r->o_bf16)
         return gdn_set_error("kernel 3 writes o in bf16: the runner made no room for it");
     CUtensorMap q_map = {}, k_map = {}; /* unused (zero) where the threads copy q and k */
-    const gdn_device_problem keys = key_problem(p);
+    const gdn_device_problem inputs = input_maps_problem(p, w), keys = key_problem(&inputs);
     if (keys_by_tensor_map(p->K, keys.H, p->T) && (make_token_tile_map(&q_map, p->q_bf16, &keys, p->K, key_stride(p->K)) ||
                                                    make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, key_stride(p->K))))
         return -1;

@@ -104,6 +104,11 @@ static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepa
     if (t0 >= row_tokens(w, b, p.T)) /* a padded row's padding: nothing to prepare */
         return;
     const size_t row0 = (size_t)head * p.T + t0;
+    /* n: the chunk's tokens in its row, a packed batch's padding included. Its real ones
+       (chunk_tokens) bound every read of the inputs, which past them are the next sequence's
+       tokens (input_tile_at): g and beta read as 0 there, as padding would, so beta zeroes those
+       rows of M, W and U, and gamma keeps the last real token's sum. Loaded where used: a
+       register for it all along would spill at six blocks an SM. */
     const int n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK), warp = threadIdx.x / 32;
     const int tile_row = 16 * (warp % 4), tile_column = 32 * (warp / 4);
     unsigned char *chain = w.chain + (head * chunks + chunk) * chain_block_bytes(key_count, V, PRECISE);
@@ -119,7 +124,9 @@ static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepa
      * solve is done with their place, waited for only before U, so their copy runs under the
      * rounding of Tm, the decayed keys and W. Where the boxes fit, one tensor copy each on an
      * mbarrier (the values' box is the first slice's tile); else the threads copy them. */
-    const size_t first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H; /* token t0 + i: first + i H */
+    /* token t0 + i of g, beta and v: input_token(w, b, p.T, t0, p.H, h) + i H, made where it is
+       used, as chunk_tokens is */
+    const size_t token_stride = p.H;
     const bool by_map = tiles_by_tensor_map(key_count, V, key_heads(p), p.T);
     static_assert((CHUNK * sizeof(double) + 2 * CHUNK * sizeof(float) + tm_place_bytes(PRECISE)) % 128 == 0,
                   "the keys' tile starts 128-byte aligned (the values' then does too: 64 rows of LDK bf16 are 128 LDK bytes)");
@@ -129,10 +136,12 @@ static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepa
         barrier_init(&values_landed, 1);
         barrier_init_fence();
         barrier_arrive_expecting(&keys_landed, (uint32_t)(CHUNK * LDK * sizeof(bf16)));
-        tensor_copy_3d(keys, &k_map, (int)(h / p.heads_per_key * K), (int)t0, (int)b, &keys_landed);
+        const token_coordinates at = input_tile_at(w, b, t0);
+        tensor_copy_3d(keys, &k_map, (int)(h / p.heads_per_key * K), at.t, at.b, &keys_landed);
     }
     if (!by_map) {
-        copy_tile(keys, LDK, CHUNK, n, K, KP, k16 + key_row(p, b, t0, h) * K, key_heads(p) * K);
+        copy_tile(keys, LDK, CHUNK, chunk_tokens(w, b, p.T, t0), K, KP, k16 + input_token(w, b, p.T, t0, key_heads(p), h / p.heads_per_key) * K,
+                  key_heads(p) * K);
         __pipeline_commit();
     }
     /* The gates' sums (eq. 9) by warp 4 alone (tokens 2 lane and 2 lane + 1), which has no
@@ -145,9 +154,11 @@ static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepa
     float beta_first = 0.0f, beta_second = 0.0f;
     const int pair = 2 * (threadIdx.x % 32);
     if (warp == GATES_WARP) {
-        if (pair < n)
+        const size_t first_token = input_token(w, b, p.T, t0, p.H, h);
+        const int real = chunk_tokens(w, b, p.T, t0);
+        if (pair < real)
             gate_first = p.g[first_token + pair * token_stride], beta_first = p.beta[first_token + pair * token_stride];
-        if (pair + 1 < n)
+        if (pair + 1 < real)
             gate_second = p.g[first_token + (pair + 1) * token_stride], beta_second = p.beta[first_token + (pair + 1) * token_stride];
     }
     __syncthreads(); /* the barriers' initialization is seen before any thread waits on them */
@@ -232,11 +243,12 @@ static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepa
     __syncthreads(); /* every read of Tm done (and of the solve's scratch: the values may come) */
     if (by_map && threadIdx.x == 0) {
         barrier_arrive_expecting(&values_landed, (uint32_t)(CHUNK * LDV * sizeof(bf16)));
-        tensor_copy_3d(values, &v_map, (int)(h * V), (int)t0, (int)b, &values_landed);
+        const token_coordinates at = input_tile_at(w, b, t0);
+        tensor_copy_3d(values, &v_map, (int)(h * V), at.t, at.b, &values_landed);
     }
     if (!by_map) {
-        copy_tile(values, LDV, CHUNK, n, (int)(V < VALUE_SLICE ? V : VALUE_SLICE), VP < VALUE_SLICE ? VP : VALUE_SLICE,
-                  v16 + first_token * V, token_stride * V);
+        copy_tile(values, LDV, CHUNK, chunk_tokens(w, b, p.T, t0), (int)(V < VALUE_SLICE ? V : VALUE_SLICE), VP < VALUE_SLICE ? VP : VALUE_SLICE,
+                  v16 + input_token(w, b, p.T, t0, p.H, h) * V, token_stride * V);
         __pipeline_commit();
     }
 #pragma unroll
@@ -262,7 +274,8 @@ static __global__ void __launch_bounds__(THREADS, prepare_blocks(VARIANT)) prepa
         __pipeline_wait_prior(0); /* the values */
     /* U, VALUE_SLICE columns of v at a time (one, already here, for V <= VALUE_SLICE), 64
      * columns a pass: each warp's 32 into the staging tile, then 64 rows of U_t out */
-    make_u<PRECISE, VARIANT == PREPARE_ONE_SLICE>(chain, K, V, VP, LDV, values, Tm_values, U_stage, row_beta, n, v16, first_token, token_stride, tile_row, tile_column);
+    make_u<PRECISE, VARIANT == PREPARE_ONE_SLICE>(chain, K, V, VP, LDV, values, Tm_values, U_stage, row_beta, chunk_tokens(w, b, p.T, t0), v16,
+                                                     input_token(w, b, p.T, t0, p.H, h), token_stride, tile_row, tile_column);
     if (threadIdx.x == 0)
         bulk_store_wait(); /* the block's shared memory stays until its stores have read it */
 }

@@ -30,13 +30,10 @@ __host__ __device__ static inline int key_stride(size_t K) { return round_up16(K
 __host__ __device__ static inline bool keys_by_tensor_map(size_t K, size_t H, size_t T) { return K % 16 == 0 && H >= 2 && T >= 64; }
 __host__ __device__ static inline size_t chunks_of(size_t T) { return (T + CHUNK - 1) / CHUNK; }
 /* Grouped value heads: the stage's p.H heads are value heads, heads_per_key of them reading
- * one key head's q and k (common/device.h): head h's row for token t of row b is key head h /
- * heads_per_key's, tokens key_heads rows apart. 32-bit: a 64-bit division is a routine. */
+ * one key head's q and k (common/device.h): head h's rows are key head h / heads_per_key's,
+ * tokens key_heads rows apart (chunk_workspace.cuh: input_token). 32-bit: a 64-bit division
+ * is a routine. */
 __host__ __device__ static inline unsigned key_heads(const gdn_device_problem &p) { return (unsigned)p.H / p.heads_per_key; }
-__host__ __device__ static inline size_t key_row(const gdn_device_problem &p, size_t b, size_t t, unsigned h)
-{
-    return (b * p.T + t) * key_heads(p) + h / p.heads_per_key;
-}
 
 /* ---- one warp's tensor-core products ---- */
 

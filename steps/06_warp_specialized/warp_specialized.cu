@@ -44,8 +44,9 @@
  * chunk_workspace.cuh. Bound: the chain's T / 64 steps where heads are few, each two 64-deep
  * MMA chains per warp (from v, Z and Tm's products lengthen it); bytes where they fill the GPU.
  * Grouped value heads (--HV): a chain a value head, its q and k rows those of the key head it
- * shares (tile_products.cuh: key_row, key_heads). A packed batch (--lengths): rows padded to the
- * longest sequence (padded_rows.cuh: packed_forward).
+ * shares (chunk_workspace.cuh: input_token; tile_products.cuh: key_heads). A packed batch
+ * (--lengths): N rows of the longest sequence's tokens, the inputs read in place, o through
+ * padded rows (padded_rows.cuh: packed_forward).
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  * On an NVIDIA H200 at (8, 4096, 16, 128, 128), about 3 times as fast as FLA's kernels replayed
  * from a CUDA graph (docs/06, "Measured"; plots/data/peers.dat).
@@ -155,14 +156,16 @@ static int warp_specialized_passes(const gdn_device_problem *p, chunk_workspace 
 }
 
 /* The passes on B rows of T tokens (no offsets). Grouped value heads: the value heads are the
-   pass's heads, heads_per_key of them reading one key head's q and k (tile_products.cuh: key_row) */
+   pass's heads, heads_per_key of them reading one key head's q and k (chunk_workspace.cuh: input_token) */
 static int rows_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_device_result *r)
 {
     gdn_device_problem heads = *p;
     heads.H = r->layout.HV;
     heads.heads_per_key = (unsigned)(r->layout.HV / p->H);
     chunk_workspace w = workspace_at(r->workspace, &heads, s->precise);
-    w.row_offsets = r->layout.padded_from; /* rows padded from a packed batch: their padding is not run */
+    w.row_offsets = r->layout.padded_from; /* a packed batch's rows: read in place, their padding not run */
+    if (w.row_offsets)
+        w.input_tokens = r->layout.padded_tokens;
     const bool invariant = s->batch_invariant != 0;
     return s->precise ? warp_specialized_passes<true>(&heads, w, r, invariant) : warp_specialized_passes<false>(&heads, w, r, invariant);
 }
