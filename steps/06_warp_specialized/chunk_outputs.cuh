@@ -100,8 +100,9 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
         if (PRECISE)
             ((uint4 *)Vnew_low)[e] = zero;
     }
-    /* token t0 + i: g's at first_input + i H, o's at first_token + i H (a packed batch's o in padded rows) */
-    const size_t first_input = input_token(w, b, p.T, t0, p.H, h), first_token = gdn_device_token(&p, b, t0, h), token_stride = p.H;
+    /* token t0 + i of g and o: input_token(w, b, p.T, t0, p.H, h) + i H (a packed batch's where it
+       lies), made where it is used: with a packed batch it is a load, which ptxas would hold */
+    const size_t token_stride = p.H;
     if (!keys_by_map) {
         const size_t first_key = input_token(w, b, p.T, t0, key_heads(p), h / p.heads_per_key), keys_apart = key_heads(p); /* q and k: the key head's rows */
         copy_tile(q, LDK, CHUNK, n, K, KP, q16 + first_key * K, keys_apart * K);
@@ -113,7 +114,7 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
     if (!beside_chain)
         wait_for_previous_kernel(); /* kernel 1's gamma: kernel 1 ended before the chain did */
     for (int i = threadIdx.x; i < CHUNK; i += THREADS)
-        gamma[i] = i >= n ? 0.0 : beside_chain ? (double)p.g[first_input + i * token_stride] : w.gamma[row0 + i];
+        gamma[i] = i >= n ? 0.0 : beside_chain ? (double)p.g[input_token(w, b, p.T, t0 + i, p.H, h)] : w.gamma[row0 + i];
     if (!keys_by_map)
         __pipeline_wait_prior(0);
     __syncthreads(); /* gamma (or g) is here; the barriers' initialization is seen before any thread waits on them */
@@ -185,7 +186,7 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
             }
         __syncthreads();
         const int pieces = (int)(V - column0 < COLUMNS ? V - column0 : COLUMNS) / 8; /* of a row, inside V */
-        bf16 *o_rows = o16 + first_token * V + column0; /* token t0 + i's row: i H V further */
+        bf16 *o_rows = o16 + input_token(w, b, p.T, t0, p.H, h) * V + column0; /* token t0 + i's row: i H V further */
         for (int e = threadIdx.x; e < n * ROW_PIECES; e += THREADS) {
             const int i = e / ROW_PIECES, piece = e % ROW_PIECES;
             if (piece < pieces)
@@ -199,7 +200,7 @@ static __global__ void __launch_bounds__(THREADS) chunk_outputs_kernel(gdn_devic
 #pragma unroll
         for (int r = 0; r < 4; r += 2) {
             const int i = fragment_row(tile_row, r);
-            const size_t out = column0 + fragment_column(output_column, j, r), row = gdn_device_token(&p, b, t0 + i, h) * V;
+            const size_t out = column0 + fragment_column(output_column, j, r), row = input_token(w, b, p.T, t0 + i, p.H, h) * V;
             const float first = p.scale * acc[j][r], second = p.scale * acc[j][r + 1];
             if (i >= n)
                 continue;

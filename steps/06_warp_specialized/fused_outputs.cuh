@@ -135,10 +135,9 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     const int column0 = half * (SIZE / 2);                                   /* this warpgroup's columns of o */
     double *gamma_buffers = (double *)(staged_full + 3); /* [2][CHUNK]: chunks j and j + 1 */
     /* lanes 0 .. 63 of the output warps bring one gamma each, a chunk ahead */
-    const size_t tokens = row_tokens(w, head / p.H, p.T); /* the row's real tokens: past them kernel 1 writes no gamma */
     const auto gamma_of = [&](size_t chunk) {
         const size_t t = chunk * CHUNK + (size_t)output_thread;
-        if (!(output_thread < CHUNK && chunk < end && t < tokens))
+        if (!(output_thread < CHUNK && chunk < end && t < p.T))
             return 0.0;
         if constexpr (BESIDE)
             wait_until_prepared(w, head, chunks_of(p.T), chunk);
@@ -148,7 +147,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
     for (unsigned chunk = (unsigned)first; chunk < (unsigned)end; chunk++) {
         const unsigned j = chunk - (unsigned)first;
         const size_t t0 = (size_t)chunk * CHUNK;
-        const int s = (int)(j % (unsigned)OUTPUT_STAGES), n = (int)(tokens - t0 < CHUNK ? tokens - t0 : CHUNK);
+        const int s = (int)(j % (unsigned)OUTPUT_STAGES), n = (int)(p.T - t0 < CHUNK ? p.T - t0 : CHUNK);
         double *gamma = gamma_buffers + (j & 1) * CHUNK;
         if (output_thread < CHUNK)
             gamma[output_thread] = gamma_next;
@@ -211,7 +210,7 @@ __device__ static void chunk_outputs_role(const gdn_device_problem &p, const chu
         for (int kk = 0; kk < SIZE / 16; kk++)
             wgmma_64x64x16(acc, descriptor_here(q + swizzled_offset(CHUNK, 0, 16 * kk)),
                            descriptor_here(states_tile + swizzled_offset(SIZE, column0, 16 * kk)), kk > 0);
-        /* the rows' decays while the products run, without a branch there (gamma is 0 past the row's tokens) */
+        /* the rows' decays while the products run, without a branch there (gamma is 0 past T) */
         const float row_decay[2] = {expf((float)gamma[upper]), expf((float)gamma[lower])};
         const float decay_upper = upper < n ? row_decay[0] : 0.0f, decay_lower = lower < n ? row_decay[1] : 0.0f;
         wgmma_commit_and_wait();
@@ -410,7 +409,7 @@ template <bool BESIDE>
 static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
     chunk_states_outputs_kernel(gdn_device_problem p, chunk_workspace w, chain_segments segments, int stages,
                                 const __grid_constant__ CUtensorMap o_map, const __grid_constant__ CUtensorMap q_map,
-                                const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
+                                const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map, bf16 *o16)
 {
     if constexpr (!HAVE_SETMAXNREG) { /* the compute_90 PTX: never run on an H200 */
         __trap();
@@ -459,38 +458,59 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
        if no role's code is reached from another's */
     if (warp >= OUTPUT_PRODUCER_WARP) { /* the producer's warpgroup */
         set_max_registers<OUTPUT_PRODUCER_REGISTERS>(); /* it gives registers back */
-        if (warp == OUTPUT_PRODUCER_WARP + 1 && lane == 0) { /* a lane of the next warp brings q, k and v (kernel 3's tensor copies) */
-            const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
+        if (warp == OUTPUT_PRODUCER_WARP + 1) { /* a lane of the next warp brings q, k and v (kernel 3's tensor copies) */
             const int b = (int)(head / p.H), h = (int)(head % p.H), key_head = h / (int)p.heads_per_key; /* q and k: its key head's */
-            /* and takes o out: chunk c's o lies in its slot's q tile (swizzled) once tiles_empty
-               says the output warps and the chain are done; two tensor stores write it (rows past
-               T dropped; o's rows are padded rows, q's, k's and v's where they lie: input_tile_at),
-               and once they have read the tile the slot takes the next q */
-            const auto store_o = [&](size_t c) {
-                const int s = (int)((c - first) % stages);
-                barrier_wait(&tiles_empty[s], (uint32_t)(((c - first) / stages) & 1));
-                for (int panel = 0; panel < 2; panel++)
-                    tensor_store_3d(&o_map, h * (int)V + 64 * panel, (int)(c * CHUNK), b, output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE + panel * CHUNK * 64);
-                bulk_store_commit();
-                bulk_store_wait_read();
-            };
-            for (size_t chunk = first; chunk < end; chunk++) {
-                const size_t j = chunk - first;
-                const int s = (int)(j % stages);
-                const token_coordinates in = input_tile_at(w, (size_t)b, chunk * CHUNK);
-                if (j >= (size_t)stages) /* chunk j - stages's o out of the slot */
-                    store_o(chunk - stages);
-                barrier_arrive_expecting(&tiles_full[s], OUTPUT_TILES_PER_SLOT * key_tile_bytes);
-                bf16 *const q_tile = output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
-                for (int panel = 0; panel < 2; panel++) { /* 64 keys (or values) each, swizzled by the maps */
-                    tensor_copy_3d(q_tile + panel * CHUNK * 64, &q_map, key_head * K + 64 * panel, in.t, in.b, &tiles_full[s]);
-                    tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, &k_map, key_head * K + 64 * panel, in.t, in.b, &tiles_full[s]);
-                    tensor_copy_3d(q_tile + 2 * OUTPUT_TILE + panel * CHUNK * 64, &v_map, h * (int)V + 64 * panel, in.t, in.b, &tiles_full[s]);
+            /* a chunk whose tile would pass its sequence's end (a packed batch's, where the next
+               sequence lies): its o leaves by the warp's stores, its real rows alone, after the
+               others. Asked where needed: a value held across the loop would spill at 32 registers */
+            const auto partial_tile = [&](size_t c) { return w.row_offsets && (c + 1) * CHUNK > row_tokens(w, (size_t)b, p.T); };
+            if (lane == 0) {
+                const uint32_t key_tile_bytes = (uint32_t)(OUTPUT_TILE * sizeof(bf16));
+                /* and takes o out: chunk c's o lies in its slot's q tile (swizzled) once tiles_empty
+                   says the output warps and the chain are done; two tensor stores write it where
+                   its inputs lie (input_tile_at; rows past T dropped), and once they have read the
+                   tile the slot takes the next q */
+                const auto store_o = [&](size_t c) {
+                    if (partial_tile(c))
+                        return;
+                    const int s = (int)((c - first) % stages);
+                    const token_coordinates out = input_tile_at(w, (size_t)b, c * CHUNK);
+                    barrier_wait(&tiles_empty[s], (uint32_t)(((c - first) / stages) & 1));
+                    for (int panel = 0; panel < 2; panel++)
+                        tensor_store_3d(&o_map, h * (int)V + 64 * panel, out.t, out.b, output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE + panel * CHUNK * 64);
+                    bulk_store_commit();
+                    bulk_store_wait_read();
+                };
+                for (size_t chunk = first; chunk < end; chunk++) {
+                    const size_t j = chunk - first;
+                    const int s = (int)(j % stages);
+                    if (j >= (size_t)stages) /* chunk j - stages's o out of the slot */
+                        store_o(chunk - stages);
+                    const token_coordinates in = input_tile_at(w, (size_t)b, chunk * CHUNK);
+                    barrier_arrive_expecting(&tiles_full[s], OUTPUT_TILES_PER_SLOT * key_tile_bytes);
+                    bf16 *const q_tile = output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
+                    for (int panel = 0; panel < 2; panel++) { /* 64 keys (or values) each, swizzled by the maps */
+                        tensor_copy_3d(q_tile + panel * CHUNK * 64, &q_map, key_head * K + 64 * panel, in.t, in.b, &tiles_full[s]);
+                        tensor_copy_3d(q_tile + OUTPUT_TILE + panel * CHUNK * 64, &k_map, key_head * K + 64 * panel, in.t, in.b, &tiles_full[s]);
+                        tensor_copy_3d(q_tile + 2 * OUTPUT_TILE + panel * CHUNK * 64, &v_map, h * (int)V + 64 * panel, in.t, in.b, &tiles_full[s]);
+                    }
+                }
+                for (size_t chunk = end - first > (size_t)stages ? end - stages : first; chunk < end; chunk++) /* the last chunks' o */
+                    store_o(chunk);
+                bulk_store_wait(); /* o written before the block ends */
+            }
+            if (end > first && partial_tile(end - 1)) { /* only a row's last chunk: its real rows, 16 bytes (8 columns) a lane at a time */
+                const size_t j = end - 1 - first;
+                const int s = (int)(j % stages), n = (int)(row_tokens(w, (size_t)b, p.T) - (end - 1) * CHUNK);
+                constexpr int PIECES = 16 * MAX_CHAIN_TILES / 8; /* a row's 16-byte pieces (V = 128) */
+                barrier_wait(&tiles_empty[s], (uint32_t)((j / stages) & 1));
+                const bf16 *const tile = output_tiles + OUTPUT_TILES_PER_SLOT * s * OUTPUT_TILE;
+                bf16 *const o_rows = o16 + input_token(w, (size_t)b, p.T, (end - 1) * CHUNK, p.H, (size_t)h) * V; /* row i: i H V further */
+                for (int e = lane; e < n * PIECES; e += 32) {
+                    const int row = e / PIECES, column = 8 * (e % PIECES);
+                    *(uint4 *)(o_rows + (size_t)row * p.H * V + column) = load_shared_16(swizzled_address(tile, CHUNK, row, column));
                 }
             }
-            for (size_t chunk = end - first > (size_t)stages ? end - stages : first; chunk < end; chunk++) /* the last chunks' o */
-                store_o(chunk);
-            bulk_store_wait(); /* o written before the block ends */
         }
         if (warp == OUTPUT_PRODUCER_WARP && lane == 0) { /* one lane brings each chunk's transform block (already swizzled) and the decay after it */
             for (size_t chunk = first; chunk < end; chunk++) {

@@ -337,17 +337,17 @@ static int launch_chunk_states(const gdn_device_problem *p, chunk_workspace w, c
             CUtensorMap o_map, q_map, k_map, v_map;
             /* boxes of 64 keys (128 bytes) with the 128-byte swizzle: the output warps' and the chain's wgmma operands,
                and o, which leaves from the q tile in the same layout */
-            const gdn_device_problem inputs = input_maps_problem(p, w), keys = key_problem(&inputs); /* o: the padded rows' */
+            const gdn_device_problem inputs = input_maps_problem(p, w), keys = key_problem(&inputs); /* o lies as v does */
             if (make_token_tile_map(&q_map, p->q_bf16, &keys, p->K, 64, true) || make_token_tile_map(&k_map, p->k_bf16, &keys, p->K, 64, true) ||
-                make_token_tile_map(&o_map, r->o_bf16, p, p->V, 64, true) || make_token_tile_map(&v_map, p->v_bf16, &inputs, p->V, 64, true))
+                make_token_tile_map(&o_map, r->o_bf16, &inputs, p->V, 64, true) || make_token_tile_map(&v_map, p->v_bf16, &inputs, p->V, 64, true))
                 return -1;
             /* two ring slots, passed at run time: a depth known to the compiler slows it (docs/06, "Pitfalls") */
             if (stream) /* beside kernel 1 (kernel1_beside_chain): in a stream of its own, after kernel 1's first launch */
                 CUDA_LAUNCH_WITH_SHARED_ON(stream, chunk_states_outputs_kernel<true>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
-                                           OUTPUT_STAGES, o_map, q_map, k_map, v_map);
+                                           OUTPUT_STAGES, o_map, q_map, k_map, v_map, (bf16 *)r->o_bf16);
             else
                 CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel<false>, blocks, OUTPUT_BLOCK_THREADS, output_bytes, *p, w, segments,
-                                           OUTPUT_STAGES, o_map, q_map, k_map, v_map);
+                                           OUTPUT_STAGES, o_map, q_map, k_map, v_map, (bf16 *)r->o_bf16);
             r->o_in_bf16 = 1;
             *outputs_done = true;
             return 0;

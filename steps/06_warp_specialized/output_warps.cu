@@ -132,7 +132,7 @@ static int output_warps_pass(const gdn_device_problem *p, chunk_workspace w, gdn
     if (launch_prepare_chunks<false>(p, w, WRITE_TRANSFORM))
         return -1;
     CUDA_LAUNCH_AFTER_PREVIOUS(chunk_states_outputs_kernel<false>, blocks, OUTPUT_BLOCK_THREADS, output_block_bytes(), *p, w, whole,
-                               OUTPUT_STAGES, o_map, q_map, k_map, v_map);
+                               OUTPUT_STAGES, o_map, q_map, k_map, v_map, (bf16 *)r->o_bf16); /* o16: a packed batch's partial tiles, none here */
     r->o_in_bf16 = 1;
     return 0;
 }

@@ -174,7 +174,7 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
 {
     if (check_key_width(p->K))
         return -1;
-    return r->layout.offsets ? packed_forward(p, s, r, chunk_workspace_bytes, rows_forward) : rows_forward(p, s, r);
+    return r->layout.offsets ? packed_forward(p, s, r, rows_forward) : rows_forward(p, s, r);
 }
 
 /* the workspace: the passes' (chunk_workspace_bytes), and for a packed batch its N rows' and

@@ -71,8 +71,8 @@ static int refuse_invariant_packed(void)
     return gdn_set_error("--batch-invariant with a packed batch: the segments would follow the longest sequence (stage 06 takes it)");
 }
 
-/* a packed batch: its padded rows' workspace and the padded parts after it (padded_rows.cuh);
-   refused here with --batch-invariant, before anything is allocated */
+/* a packed batch: its rows' workspace (padded_rows.cuh); refused here with --batch-invariant,
+   before anything is allocated */
 static int sequence_parallel_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
     if (p->offsets && s->batch_invariant)
@@ -137,7 +137,7 @@ static int sequence_parallel_forward(const gdn_device_problem *p, const gdn_sett
         return rows_forward(p, s, r);
     if (s->batch_invariant)
         return refuse_invariant_packed();
-    return packed_forward(p, s, r, rows_workspace, rows_forward);
+    return packed_forward(p, s, r, rows_forward);
 }
 
 extern "C" const gdn_stage sequence_parallel_stage = {
