@@ -62,9 +62,9 @@ for mode in "" "--precise"; do
     sanitize 06_warp_specialized "--B 2 --T 200 --H 16 --K 64 --V 64 $mode" # K = V = 64 from v (default mode): one-tile blocks, plain stores
     sanitize 06_warp_specialized "--B 4 --T 200 --H 16 --K 64 --V 64 $mode" # the same, two-tile blocks, staged
     sanitize 06_warp_specialized "--B 1 --T 300 --H 100 --K 128 --V 128 $mode" # K = V = 128: the chain with output warps and kernel 1 for the transform block alone (default mode)
-    sanitize 06_warp_specialized "--lengths 300,1,129 --H 2 --HV 4 --K 64 --V 64 --h0 $mode" # a packed batch: inputs read in place by tensor maps, o through padded rows
+    sanitize 06_warp_specialized "--lengths 300,1,129 --H 2 --HV 4 --K 64 --V 64 --h0 $mode" # a packed batch read and written in place by tensor maps
     sanitize 06_warp_specialized "--lengths 65,200,1,63 --H 3 --K 100 --V 72 --h0 $mode" # the same by the threads' copies (K = 100), the last chunk short of the batch's end
-    sanitize 06_warp_specialized "--lengths 130,64,70,5 --H 8 --HV 32 --K 128 --V 128 --h0 $mode" # the same with output warps (default mode: 128 chains)
+    sanitize 06_warp_specialized "--lengths 130,64,70,5 --H 8 --HV 32 --K 128 --V 128 --h0 $mode" # the same with output warps (default mode: 128 chains), a partial last tile stored by a warp
     sanitize 07_sequence_parallel "--lengths 900,1,129 --H 2 --HV 4 --K 64 --V 64 --h0 --segments 3 $mode" # a packed batch's rows, read in place, cut
     sanitize 07_sequence_parallel "--B 2 --T 300 --H 2 --K 40 --V 40 --h0 --segments 3 $mode"
     sanitize 07_sequence_parallel "--B 1 --T 200 --H 1 --K 128 --V 72 --h0 $mode"
