@@ -102,16 +102,16 @@ typedef struct {
        padding holds whatever a staged chain left there, and is never read) */
     bf16 *states_low_t, *new_values_low_t; /* --precise only, same shapes: what bf16 rounded away */
     /* rows of a packed batch (gdn_device_layout.padded_from): row b is the batch's tokens
-       row_offsets[b] .. row_offsets[b + 1] - 1, read where they lie in q, k, v, g and beta
-       (input_row_start), its o and workspace rows padded to T tokens; NULL: every row is T
-       tokens, rows T apart in the inputs too */
+       row_offsets[b] .. row_offsets[b + 1] - 1, read and written where they lie in q, k, v, g,
+       beta and o (input_row_start), its workspace rows T tokens long; NULL: every row is T
+       tokens, rows T apart in the inputs and o too */
     const size_t *row_offsets;
     size_t input_tokens; /* host: the inputs' tokens (T_total of a packed batch, else B T), for their tensor maps */
 } chunk_workspace;
 
-/* Row b's real tokens: past them a padded row holds tokens that change nothing (padded_rows.cuh),
- * so no kernel runs the chunks that hold only those: kernel 1 and kernel 3 return, and a chain
- * block ends at its row's last real chunk (end_at_real_tokens), its state carried unchanged. */
+/* Row b's real tokens: past them a row is padding (padded_rows.cuh), and no kernel runs the
+ * chunks that hold only padding: kernel 1 and kernel 3 return, and a chain block ends at its
+ * row's last real chunk (end_at_real_tokens), its state carried unchanged. */
 __host__ __device__ static inline size_t row_tokens(const size_t *row_offsets, size_t b, size_t T)
 {
     return row_offsets ? row_offsets[b + 1] - row_offsets[b] : T;
@@ -130,7 +130,8 @@ __host__ __device__ static inline int chunk_tokens(const chunk_workspace &w, siz
  * kernel 1 reads g and beta only below the chunk's real tokens (chunk_tokens), so past them
  * beta is 0, which zeroes W's and U's rows, Z's and so Vnew's, and gamma stays at the last
  * real token's; the causal mask and the real-token bounds drop those rows' q and k from o.
- * Those tokens are finite (the runner checks every input), so every product with them is. */
+ * Those tokens must be finite: a NaN or Inf among the next sequence's first 63 would reach
+ * this one's o and ht through 0 x NaN (the binaries check every input unless --no-input-check). */
 __host__ __device__ static inline size_t input_row_start(const chunk_workspace &w, size_t b, size_t T)
 {
     return w.row_offsets ? w.row_offsets[b] : b * T;

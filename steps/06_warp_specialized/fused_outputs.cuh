@@ -499,6 +499,7 @@ static __global__ void __launch_bounds__(OUTPUT_BLOCK_THREADS, 1)
                     store_o(chunk);
                 bulk_store_wait(); /* o written before the block ends */
             }
+            __syncwarp(); /* lane 0 has waited out the slot's earlier phase: the parity below is this one's */
             if (end > first && partial_tile(end - 1)) { /* only a row's last chunk: its real rows, 16 bytes (8 columns) a lane at a time */
                 const size_t j = end - 1 - first;
                 const int s = (int)(j % stages), n = (int)(row_tokens(w, (size_t)b, p.T) - (end - 1) * CHUNK);

@@ -45,8 +45,8 @@
  * MMA chains per warp (from v, Z and Tm's products lengthen it); bytes where they fill the GPU.
  * Grouped value heads (--HV): a chain a value head, its q and k rows those of the key head it
  * shares (chunk_workspace.cuh: input_token; tile_products.cuh: key_heads). A packed batch
- * (--lengths): N rows of the longest sequence's tokens, the inputs read in place, o through
- * padded rows (padded_rows.cuh: packed_forward).
+ * (--lengths): N rows of the longest sequence's tokens, read and written where the batch
+ * holds them (padded_rows.cuh: packed_forward).
  * Limits: K <= 128, chunk 64 (fixed), V and T any.
  * On an NVIDIA H200 at (8, 4096, 16, 128, 128), about 3 times as fast as FLA's kernels replayed
  * from a CUDA graph (docs/06, "Measured"; plots/data/peers.dat).
@@ -177,8 +177,8 @@ static int warp_specialized_forward(const gdn_device_problem *p, const gdn_setti
     return r->layout.offsets ? packed_forward(p, s, r, rows_forward) : rows_forward(p, s, r);
 }
 
-/* the workspace: the passes' (chunk_workspace_bytes), and for a packed batch its N rows' and
-   the padded inputs and o after them (padded_rows.cuh) */
+/* the workspace: the passes' (chunk_workspace_bytes), for a packed batch its N rows'
+   (padded_rows.cuh) */
 static int warp_specialized_workspace(const gdn_problem *p, const gdn_settings *s, size_t *bytes)
 {
     return p->offsets ? padded_workspace_bytes(p, s, chunk_workspace_bytes, bytes) : chunk_workspace_bytes(p, s, bytes);
