@@ -99,6 +99,19 @@ extern "C" int warp_specialized_values_pay(size_t K, size_t heads, size_t chunks
 {
     return chain_from_values_pays(K, heads, chunks, depth);
 }
+/* a packed batch's rows by the kernels' rules (warp_specialized.h; tested on their own, as host code) */
+extern "C" size_t warp_specialized_input_token(const size_t *offsets, size_t b, size_t T, size_t t, size_t heads, size_t h)
+{
+    chunk_workspace w = {};
+    w.row_offsets = offsets;
+    return input_token(w, b, T, t, heads, h);
+}
+extern "C" int warp_specialized_chunk_tokens(const size_t *offsets, size_t b, size_t T, size_t t0)
+{
+    chunk_workspace w = {};
+    w.row_offsets = offsets;
+    return chunk_tokens(w, b, T, t0);
+}
 static int kernel1_beside_chain(const gdn_device_problem *p, chunk_workspace w, chain_segments whole, gdn_device_result *r,
                                 size_t split)
 {

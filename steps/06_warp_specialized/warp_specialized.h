@@ -21,6 +21,14 @@ size_t warp_specialized_kernel1_split(size_t heads, size_t chunks, size_t sms);
  * launch_rules.cuh (chain_from_values_pays) for the rule. */
 int warp_specialized_values_pay(size_t K, size_t heads, size_t chunks, size_t depth);
 
+/* A packed batch's rows where they lie, by the kernels' own rules (chunk_workspace.cuh:
+ * input_token, chunk_tokens; docs/06, "Grouped value heads, packed batches"). offsets: the
+ * batch's N + 1 token offsets, or NULL for rows of T tokens, T apart. The index of row b's token
+ * t of head h in tensors of `heads` heads a token; and the real tokens of row b's chunk from t0,
+ * the only ones kernel 1 sums. */
+size_t warp_specialized_input_token(const size_t *offsets, size_t b, size_t T, size_t t, size_t heads, size_t h);
+int warp_specialized_chunk_tokens(const size_t *offsets, size_t b, size_t T, size_t t0);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../../common/device.h"
+#include "../../common/random.h"
 #include "../../steps/06_warp_specialized/warp_specialized.h"
 #include "../test_support.h"
 #include "wgmma_layout.h"
@@ -209,6 +210,40 @@ START_TEST(kernel1_split_where_measured)
         ck_assert_msg(split >= 1 && split < 4096, "%zu heads: split %zu outside 1 .. 4095", heads, split);
         ck_assert_msg(split >= previous, "%zu heads: split %zu, before %zu at one head fewer", heads, split, previous);
         previous = split;
+    }
+}
+END_TEST
+
+/* A packed batch's rows where they lie (no GPU needed), by the kernels' own rules: row b's
+ * token t is the batch's token offsets[b] + t, whatever the rows around it; every chunk of a row
+ * holds 64 real tokens but its last, which holds the rest of the sequence (the tokens after them
+ * are the next sequence's, which kernel 1 must not sum); rows without offsets lie T apart. Fresh
+ * lengths each trial, from 1 to 300 tokens, 1 to 6 sequences. */
+START_TEST(packed_rows_where_they_lie)
+{
+    const uint64_t seed = 4500 + (uint64_t)_i;
+    size_t offsets[7] = {0}, N = 1 + (size_t)(random_bits(seed, 0, 0) % 6), longest = 0;
+    for (size_t n = 0; n < N; n++) {
+        const size_t length = 1 + (size_t)(random_bits(seed, 1, n) % 300);
+        offsets[n + 1] = offsets[n] + length;
+        longest = length > longest ? length : longest;
+    }
+    const size_t heads = 1 + (size_t)(random_bits(seed, 2, 0) % 8);
+    for (size_t b = 0; b < N; b++) {
+        const size_t length = offsets[b + 1] - offsets[b], h = (size_t)(random_bits(seed, 3, b) % heads);
+        for (size_t t = 0; t < length; t++) {
+            const size_t at = warp_specialized_input_token(offsets, b, longest, t, heads, h);
+            ck_assert_msg(at == (offsets[b] + t) * heads + h, "row %zu of %zu, token %zu of %zu, head %zu of %zu: index %zu, not %zu", b, N,
+                          t, length, h, heads, at, (offsets[b] + t) * heads + h);
+        }
+        for (size_t t0 = 0; t0 < length; t0 += 64) {
+            const int real = warp_specialized_chunk_tokens(offsets, b, longest, t0), expected = (int)(length - t0 < 64 ? length - t0 : 64);
+            ck_assert_msg(real == expected, "row %zu of %zu (%zu tokens, rows of %zu): the chunk from token %zu holds %d real tokens, not %d",
+                          b, N, length, longest, t0, real, expected);
+        }
+        /* the same row as one of N rows of `longest` tokens, T apart, every chunk real to the row's end */
+        ck_assert_uint_eq(warp_specialized_input_token(NULL, b, longest, 0, heads, h), b * longest * heads + h);
+        ck_assert_int_eq(warp_specialized_chunk_tokens(NULL, b, longest, longest - 1), 1);
     }
 }
 END_TEST
@@ -415,6 +450,7 @@ Suite *warp_specialized_choice_suite(void)
     TCase *cases = tcase_create("06_host_choices");
     tcase_add_test(cases, kernel1_split_where_measured);
     tcase_add_test(cases, values_pay_where_measured);
+    tcase_add_loop_test(cases, packed_rows_where_they_lie, 0, 20);
     suite_add_tcase(suite, cases);
     return suite;
 }
