@@ -38,6 +38,16 @@ static inline int padded_workspace_bytes(const gdn_problem *p, const gdn_setting
     return rows_workspace(&rows, s, bytes);
 }
 
+/* The passes' workspace over rows of a packed batch (layout.padded_from; NULL for any other
+   rows): where their tokens lie, so that the padding is not run and the inputs' tensor maps span
+   the batch's one row (chunk_workspace.cuh: row_offsets, input_tokens) */
+static inline void rows_in_place(chunk_workspace *w, const gdn_device_layout *l)
+{
+    w->row_offsets = l->padded_from;
+    if (l->padded_from)
+        w->input_tokens = l->padded_tokens;
+}
+
 /* a stage's passes on B rows of T tokens (no offsets) */
 typedef int (*rows_forward_pass)(const gdn_device_problem *rows, const gdn_settings *s, gdn_device_result *r);
 /* The packed batch through rows_forward: the passes on its N rows, which read and write it in place */

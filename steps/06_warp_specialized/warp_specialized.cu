@@ -176,9 +176,7 @@ static int rows_forward(const gdn_device_problem *p, const gdn_settings *s, gdn_
     heads.H = r->layout.HV;
     heads.heads_per_key = (unsigned)(r->layout.HV / p->H);
     chunk_workspace w = workspace_at(r->workspace, &heads, s->precise);
-    w.row_offsets = r->layout.padded_from; /* a packed batch's rows: read in place, their padding not run */
-    if (w.row_offsets)
-        w.input_tokens = r->layout.padded_tokens;
+    rows_in_place(&w, &r->layout); /* a packed batch's rows: read in place, their padding not run */
     const bool invariant = s->batch_invariant != 0;
     return s->precise ? warp_specialized_passes<true>(&heads, w, r, invariant) : warp_specialized_passes<false>(&heads, w, r, invariant);
 }
