@@ -59,3 +59,10 @@ if [ -f "$data_dir/layouts_ours.dat" ]; then
 else
     echo "plots: layouts left out (no $data/layouts_ours.dat: plots/bench_layouts.sh makes it)"
 fi
+# FlashQLA's table row for row: a panel for each of its groups whose file is there
+first_group=$(for group in tp8 tp4 tp2 tp1 35b; do [ -f "$data_dir/layouts_$group.dat" ] && echo "layouts_$group.dat"; done | head -1)
+if [ -n "$first_group" ]; then
+    render layouts_flashqla.gp "$first_group"
+else
+    echo "plots: layouts_flashqla left out (no $data/layouts_tp8.dat ... layouts_35b.dat: plots/bench_layouts.sh makes them)"
+fi
