@@ -124,9 +124,26 @@ static int parse_int(const char *option, const char *text, int limit, int *value
     return 0;
 }
 
+/* OpenMP threads at most: more is refused in one line (libgomp itself fails, or crashes, when
+   it cannot create them), from --threads or from OMP_NUM_THREADS */
+enum { GDN_MAX_THREADS = 4096 };
+
+static int threads_within_bound(int threads)
+{
+    if (threads > GDN_MAX_THREADS)
+        return gdn_set_error("%d OpenMP threads (OMP_NUM_THREADS) is more than %d; set fewer or give --threads",
+                             threads, GDN_MAX_THREADS);
+    return 0;
+}
+
 void gdn_tool_options(int argc, char **argv, const char *tool, const char *const *names, size_t *values,
                       size_t limit)
 {
+    unsigned long given = 0; /* the options seen, a bit each (by their place in names) */
+    if (threads_within_bound(omp_get_max_threads())) {
+        fprintf(stderr, "%s: error: %s\n", tool, gdn_last_error());
+        exit(1);
+    }
     for (int i = 1; i < argc; i += 2) {
         int found = -1;
         for (int n = 0; names[n] && found < 0; n++)
@@ -136,6 +153,11 @@ void gdn_tool_options(int argc, char **argv, const char *tool, const char *const
             fprintf(stderr, "%s: error: unknown option '%s'\n", tool, argv[i]);
             exit(1);
         }
+        if (given & (1ul << found)) {
+            fprintf(stderr, "%s: error: %s given twice\n", tool, argv[i]);
+            exit(1);
+        }
+        given |= 1ul << found;
         if (i + 1 >= argc || parse_count(names[found], argv[i + 1], limit, &values[found])) {
             fprintf(stderr, "%s: error: %s\n", tool, i + 1 >= argc ? "the last option needs a value" : gdn_last_error());
             exit(1);
@@ -221,6 +243,11 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
             s->scale = strtod(optarg, &end);
             if (*optarg == '\0' || isspace((unsigned char)*optarg) || *end != '\0' || errno == ERANGE || !isfinite(s->scale) || s->scale <= 0.0)
                 return gdn_set_error("--scale needs a positive finite number, got '%s'", optarg);
+            /* the stages multiply in real_t: a scale that is 0 or subnormal there would silently
+               zero o or lose its bits */
+            if (fpclassify((real_t)s->scale) != FP_NORMAL)
+                return gdn_set_error("--scale %s is %s in this build's %s; give a normal number", optarg,
+                                     (real_t)s->scale == 0 ? "0" : "subnormal", sizeof(real_t) == 4 ? "float" : "double");
             break;
         }
         case OPTION_IN: s->in_dir = optarg; break;
@@ -245,7 +272,7 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
                 return -1;
             break;
         case OPTION_THREADS:
-            if (parse_int(name, optarg, 4096, &s->threads))
+            if (parse_int(name, optarg, GDN_MAX_THREADS, &s->threads))
                 return -1;
             break;
         case OPTION_H0: s->with_h0 = 1; break;
@@ -296,6 +323,8 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
     }
     if (optind < argc)
         return gdn_set_error("unexpected argument '%s' (options start with --; see --help)", argv[optind]);
+    if (threads_within_bound(s->threads)) /* the default, from OMP_NUM_THREADS, meets --threads' bound too */
+        return -1;
     if (!s->check_inputs && !s->in_dir)
         return gdn_set_error("--no-input-check applies to --in only (generated inputs are valid by construction)");
     if (s->in_dir && (sizes_given || seed_given || s->with_h0))

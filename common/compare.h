@@ -27,4 +27,12 @@ gdn_difference gdn_worse(gdn_difference a, gdn_difference b);
 /* Passes when everything is finite and relative <= tolerance. */
 int gdn_within(gdn_difference d, double tolerance);
 
+/* The same relative error from parts, for a tensor split over MPI ranks (stage 08): each part's
+ * extremes (largest |x - ref|, largest |ref|, count of non-finite values) are added up with a
+ * max (the count with a sum), then each part's squares scaled by them (the two sums), and
+ * gdn_relative_from gives ||x - ref|| / ||ref|| from the scales and the summed squares. */
+void gdn_difference_extremes(const real_t *x, const double *ref, size_t count, double extremes[3]);
+void gdn_difference_squares(const real_t *x, const double *ref, size_t count, const double scales[2], double sums[2]);
+double gdn_relative_from(const double scales[2], const double sums[2]);
+
 #endif

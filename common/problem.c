@@ -376,6 +376,17 @@ int gdn_save_tensor(const char *dir, const char *name, const real_t *data, size_
     return npy_path(path, sizeof path, dir, name) || npy_write(path, data, ndim, shape) ? -1 : 0;
 }
 
+/* dir/name.npy removed if it is there */
+static int remove_stale(const char *dir, const char *name)
+{
+    char path[4096];
+    if (npy_path(path, sizeof path, dir, name))
+        return -1;
+    if (remove(path) != 0 && errno != ENOENT)
+        return gdn_set_error("%s: cannot remove it: %s", path, strerror(errno));
+    return 0;
+}
+
 int gdn_problem_save(const gdn_problem *p, const char *dir)
 {
     const size_t HV = gdn_value_heads(p);
@@ -384,6 +395,10 @@ int gdn_problem_save(const gdn_problem *p, const char *dir)
     if (gdn_make_dir(dir) || gdn_save_tensor(dir, "q", p->q, 4, qk) || gdn_save_tensor(dir, "k", p->k, 4, qk) ||
         gdn_save_tensor(dir, "v", p->v, 4, v) || gdn_save_tensor(dir, "g", p->g, 3, gate) ||
         gdn_save_tensor(dir, "beta", p->beta, 3, gate) || (p->h0 && gdn_save_tensor(dir, "h0", p->h0, 4, state)))
+        return -1;
+    /* an optional file this problem does not have goes: left from an earlier problem in the same
+       folder, it would give the next --in an h0 or sequences this one lacks */
+    if ((!p->h0 && remove_stale(dir, "h0")) || (!p->offsets && remove_stale(dir, "cu_seqlens")))
         return -1;
     if (p->offsets) {
         int64_t *offsets = malloc((p->sequences + 1) * sizeof *offsets);

@@ -39,12 +39,17 @@ int main(int argc, char **argv)
     unsigned long long seed = 1; /* any seed a stage takes: 0 to 2^64 - 1 */
     /* --help, the flag --h0, --lengths and --seed are taken here; the sizes go on to gdn_tool_options */
     char *valued[64] = {argv[0]};
-    int valued_count = 1, with_h0 = 0;
+    int valued_count = 1, with_h0 = 0, seed_given = 0;
     const char *dir = NULL, *lengths_text = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(usage, stdout);
             return 0;
+        }
+        if ((strcmp(argv[i], "--h0") == 0 && with_h0) || (strcmp(argv[i], "--lengths") == 0 && lengths_text) ||
+            (strcmp(argv[i], "--seed") == 0 && seed_given)) {
+            fprintf(stderr, "make_problem: error: %s given twice\n", argv[i]);
+            return 1;
         }
         if (strcmp(argv[i], "--h0") == 0) {
             with_h0 = 1;
@@ -58,6 +63,7 @@ int main(int argc, char **argv)
                 lengths_text = text;
                 continue;
             }
+            seed_given = 1;
             for (; *c >= '0' && *c <= '9'; c++)
                 ;
             errno = 0;

@@ -11,6 +11,7 @@
 #include "../common/backward_oracle.h"
 #include "../common/npy.h"
 #include "../common/oracle.h"
+#include "../common/random.h"
 #include "../steps/09_backward_loop/backward_loop.h"
 #include "../steps/10_backward_chunked/backward_chunked.h"
 #include "test_support.h"
@@ -218,6 +219,25 @@ START_TEST(backward_extremes_equal_oracle)
     char what[160];
     snprintf(what, sizeof what, "%s (chunk %zu): %s", stage->name, chunk, name);
     assert_matches_oracle(&p, &c, &b, GDN_TOLERANCE_BACKWARD_VS_ORACLE, what);
+    test_backward_result_free(&b);
+    gdn_cotangents_free(&c);
+    gdn_problem_free(&p);
+}
+END_TEST
+
+/* Gates far past e^g = 0 (a few of -1e30, one -inf): 10's chunk sums take them as -1000
+ * (real.h, gdn_summed_gate), exact; summed as they are they would swallow the later gates of
+ * their chunk, or make NaN. Against the oracle, chunks 16 and 64. */
+START_TEST(backward_gates_past_the_sums_reach)
+{
+    gdn_problem p = test_problem((test_shape){1, 150, 2, 16, 12}, 1, 2550 + _i);
+    for (size_t i = 0; i < gdn_tokens(&p); i++)
+        if (random_uniform(2551 + (uint64_t)_i, STREAM_TEST, i) < 0.05)
+            p.g[i] = (real_t)-1e30;
+    p.g[gdn_tokens(&p) / 2] = -INFINITY;
+    gdn_cotangents c = test_cotangents(&p, 2550 + _i);
+    test_backward_result b = test_run_backward(&backward_chunked_stage, &p, &c, _i ? 16 : 64);
+    assert_matches_oracle(&p, &c, &b, GDN_TOLERANCE_BACKWARD_VS_ORACLE, "10: gates of -1e30 and -inf");
     test_backward_result_free(&b);
     gdn_cotangents_free(&c);
     gdn_problem_free(&p);
@@ -457,6 +477,7 @@ Suite *backward_suite(void)
     tcase_add_loop_test(chunked, backward_chunked_equals_loop_every_chunk, 0, 128);
     tcase_add_loop_test(chunked, backward_chunked_equals_oracle_over_grid, 0, 4 * test_grid_count);
     tcase_add_loop_test(chunked, backward_extremes_equal_oracle, 0, 3 * (3 + test_edge_case_count));
+    tcase_add_loop_test(chunked, backward_gates_past_the_sums_reach, 0, 2);
     suite_add_tcase(suite, chunked);
     TCase *binaries = tcase_create("binaries");
     tcase_set_timeout(binaries, 60);

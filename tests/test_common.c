@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <omp.h>
+
 #include "../common/error.h"
 #include "../common/half.h"
 #include "../common/npy.h"
@@ -353,6 +355,32 @@ START_TEST(compare_measures_and_fails_on_nan)
 }
 END_TEST
 
+/* A corrupt reference (1e300, whose square is inf) is a relative error near 1, not inf / inf = NaN
+ * read as a pass; the worse of two comparisons keeps a NaN; a tensor compared in two parts
+ * (stage 08's ranks) gives the relative error of the whole. */
+START_TEST(compare_survives_huge_values)
+{
+    real_t x[4] = {1, 2, 3, 4};
+    double ref[4] = {1, 2, 3, 1e300};
+    gdn_difference d = gdn_compare(x, ref, 4);
+    ck_assert_uint_eq(d.non_finite, 0);
+    ck_assert_double_eq_tol(d.relative, 1, 1e-12);
+    ck_assert(!gdn_within(d, 0.5));
+    gdn_difference nan = {NAN, 0, 0}, fine = {1e-9, 0, 0};
+    ck_assert(isnan(gdn_worse(nan, fine).relative) && isnan(gdn_worse(fine, nan).relative));
+    ck_assert(!gdn_within(gdn_worse(fine, nan), 1));
+    double whole_ref[6] = {1, -2, 3, 4, 5, 6};
+    real_t whole_x[6] = {1.5f, -2, 3, 4.25f, 5, 5};
+    double extremes[3] = {0, 0, 0}, sums[2] = {0, 0};
+    gdn_difference_extremes(whole_x, whole_ref, 2, extremes);
+    gdn_difference_extremes(whole_x + 2, whole_ref + 2, 4, extremes);
+    gdn_difference_squares(whole_x, whole_ref, 2, extremes, sums);
+    gdn_difference_squares(whole_x + 2, whole_ref + 2, 4, extremes, sums);
+    ck_assert_double_eq_tol(gdn_relative_from(extremes, sums), gdn_compare(whole_x, whole_ref, 6).relative, 1e-15);
+    ck_assert_double_eq_tol(gdn_relative_from(extremes, sums), sqrt(1.3125 / 91), 1e-12);
+}
+END_TEST
+
 START_TEST(median_of_runs)
 {
     double odd[5] = {5, 1, 4, 2, 3}, even[4] = {4, 1, 3, 2};
@@ -407,6 +435,32 @@ START_TEST(command_line_refuses_bad_options)
 }
 END_TEST
 
+/* What the build cannot hold: a scale that is 0 or subnormal in real_t (o would be zeros or lose
+ * its bits), and more OpenMP threads than --threads allows, from OMP_NUM_THREADS's default. */
+START_TEST(command_line_refuses_what_the_build_cannot_hold)
+{
+    gdn_settings s;
+    /* in double, strtod already says ERANGE for a subnormal result: the first check's message */
+    const int in_float = sizeof(real_t) == 4;
+    char *tiny[] = {"01_naive_loop", "--scale", in_float ? "1e-50" : "1e-320"};
+    ck_assert_int_eq(gdn_parse_command_line(3, tiny, &naive_loop_stage, &s), -1);
+    ck_assert_msg(strstr(gdn_last_error(), in_float ? "is 0 in this build's float" : "--scale needs a positive finite number"),
+                  "got '%s'", gdn_last_error());
+    char *small[] = {"01_naive_loop", "--scale", in_float ? "1e-40" : "1e-310"}; /* subnormal */
+    ck_assert_int_eq(gdn_parse_command_line(3, small, &naive_loop_stage, &s), -1);
+    ck_assert_msg(strstr(gdn_last_error(), in_float ? "is subnormal in this build's float" : "--scale needs a positive finite number"),
+                  "got '%s'", gdn_last_error());
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(5000);
+    char *plain[] = {"01_naive_loop"};
+    const int status = gdn_parse_command_line(1, plain, &naive_loop_stage, &s);
+    omp_set_num_threads(threads);
+    ck_assert_int_eq(status, -1);
+    ck_assert_msg(strstr(gdn_last_error(), "5000 OpenMP threads (OMP_NUM_THREADS) is more than 4096") != NULL, "got '%s'",
+                  gdn_last_error());
+}
+END_TEST
+
 START_TEST(command_line_reads_good_options)
 {
     char *argv[] = {"01_naive_loop", "--B", "2", "--T=33", "--H", "3", "--K", "16", "--V", "8", "--seed", "9",
@@ -451,6 +505,8 @@ Suite *common_suite(void)
     suite_add_tcase(suite, npy);
     TCase *checks = tcase_create("compare_and_cli");
     tcase_add_test(checks, compare_measures_and_fails_on_nan);
+    tcase_add_test(checks, compare_survives_huge_values);
+    tcase_add_test(checks, command_line_refuses_what_the_build_cannot_hold);
     tcase_add_test(checks, median_of_runs);
     tcase_add_loop_test(checks, command_line_refuses_bad_options, 0,
                         (int)(sizeof bad_command_lines / sizeof *bad_command_lines));

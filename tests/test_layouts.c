@@ -282,6 +282,10 @@ static const struct {
     {"10_backward_chunked", "--HV 8", "--HV is not an option of 10_backward_chunked: it runs HV = H only"},
     {"10_backward_chunked", "--lengths 3,4", "--lengths is not an option of 10_backward_chunked"},
     {"01_naive_loop", "--in tests/data/numpy_problem --HV 8", "--in takes sizes, seed and h0 from the folder's files"},
+    {"make_problem", "--seed 1 --seed 2", "--seed given twice"},
+    {"make_problem", "--B 2 --T 8 --B 3", "--B given twice"},
+    {"make_problem", "--lengths 3,5 --lengths 4,4", "--lengths given twice"},
+    {"make_problem", "--h0 --T 8 --h0", "--h0 given twice"},
 };
 
 START_TEST(bad_layout_options_refused)
@@ -330,6 +334,13 @@ START_TEST(drawn_and_read_layouts_agree)
         ck_assert_msg(npy_read_shaped(path, 4, shapes[i], names[i], &a) == 0, "%s", gdn_last_error());
         npy_free(&a);
     }
+    /* a plain problem written over it leaves no h0 or offsets behind for the next --in to read */
+    snprintf(arguments, sizeof arguments, "--T 8 --H 1 --K 4 --V 4 %s/problem", dir);
+    ck_assert_int_eq(test_run_program("", "make_problem", arguments, text, sizeof text, errors, sizeof errors), 0);
+    char problem[80];
+    snprintf(problem, sizeof problem, "%s/problem", dir);
+    const char *const optional[2] = {"h0.npy", "cu_seqlens.npy"};
+    test_assert_not_written(problem, optional, 2, "make_problem over a packed problem with h0");
     test_remove_dir(dir);
 }
 END_TEST

@@ -148,6 +148,25 @@ START_TEST(wy_chunked_extreme_gates_and_beta)
 }
 END_TEST
 
+/* Gates far past e^g = 0: a few of -1e30 and one -inf among ordinary ones. The decay across
+ * such a token is 0 for the loop and the oracle; the chunked sums take them as -1000 (real.h,
+ * gdn_summed_gate), which is exact. Summed as they are, -1e30 swallows every later gate of its
+ * chunk, and -inf makes gamma_i - gamma_j NaN. */
+START_TEST(wy_chunked_gates_past_the_sums_reach)
+{
+    test_shape shape = {1, 130, 2, 16, 16};
+    gdn_problem p = test_problem(shape, 1, 2100 + _i);
+    for (size_t i = 0; i < gdn_tokens(&p); i++)
+        if (random_uniform(2101 + (uint64_t)_i, STREAM_TEST, i) < 0.05)
+            p.g[i] = (real_t)-1e30;
+    p.g[gdn_tokens(&p) / 2] = -INFINITY;
+    gdn_result wy = test_run(&wy_chunked_stage, &p, 2, _i ? 16 : 64, 0);
+    assert_close(test_against_oracle(&p, &wy), GDN_TOLERANCE_VS_ORACLE, "05 vs oracle, gates of -1e30 and -inf");
+    gdn_result_free(&wy);
+    gdn_problem_free(&p);
+}
+END_TEST
+
 Suite *wy_chunked_suite(void)
 {
     Suite *suite = suite_create("05_wy_chunked");
@@ -161,6 +180,7 @@ Suite *wy_chunked_suite(void)
     tcase_add_loop_test(pieces, matmul_add_matches_triple_loop, 0, 6);
     tcase_add_test(pieces, wy_state_at_chunk_ends_equals_loop);
     tcase_add_loop_test(pieces, wy_chunked_extreme_gates_and_beta, 0, 3);
+    tcase_add_loop_test(pieces, wy_chunked_gates_past_the_sums_reach, 0, 2);
     suite_add_tcase(suite, pieces);
     return suite;
 }

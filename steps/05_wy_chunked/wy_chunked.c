@@ -142,7 +142,7 @@ static void wy_chunk(const gdn_problem *p, gdn_result *r, size_t h, size_t t0, s
     for (size_t i = 0; i < n; i++) {
         size_t token = gdn_value_token(p, t0 + i, h);
         const real_t *k = keys + i * row_stride;
-        gamma += p->g[token];
+        gamma += gdn_summed_gate(p->g[token]); /* real.h: a gate of -1e16 would swallow the ones after it */
         w.gamma[i] = gamma;
         w.decay[i] = real_exp((real_t)gamma);
         for (size_t c = 0; c < K; c++) {

@@ -13,6 +13,7 @@
 
 #include <mpi.h>
 
+#include "../../common/compare.h"
 #include "../../common/error.h"
 #include "../../common/npy.h"
 #include "../../common/timing.h"
@@ -147,17 +148,25 @@ static int mkdir_for_outputs(const char *dir)
     return 0;
 }
 
-/* Sums over this rank's part for a relative L2 error: |x - ref|^2, |ref|^2, max |x - ref|, non-finite. */
-static void add_difference(double sums[4], const real_t *x, const double *ref, size_t count)
+/* This rank's parts of o (its rows of each sequence) and of ht (the last rank's): pass 0 adds
+ * their extremes, pass 1 their squares scaled by the whole tensors' extremes (common/compare.h) */
+static void add_parts(int pass, const gdn_problem *slice, const gdn_result *out, const npy_array *o,
+                      const npy_array *ht, const gdn_layout *whole, size_t begin, double extremes[2][3], double sums[2][2])
 {
-    for (size_t i = 0; i < count; i++) {
-        double d = (double)x[i] - ref[i];
-        if (!isfinite(d) || !isfinite(ref[i]))
-            sums[3] += 1;
-        else {
-            sums[0] += d * d, sums[1] += ref[i] * ref[i];
-            sums[2] = fabs(d) > sums[2] ? fabs(d) : sums[2];
-        }
+    const size_t B = whole->B, T = whole->T, HV = whole->HV, K = whole->K, V = whole->V;
+    for (size_t b = 0; b < B && slice->T > 0; b++) {
+        const real_t *x = out->o + gdn_token(slice, b, 0, 0) * V;
+        const double *ref = o->data + ((b * T + begin) * HV) * V;
+        if (pass == 0)
+            gdn_difference_extremes(x, ref, slice->T * HV * V, extremes[0]);
+        else
+            gdn_difference_squares(x, ref, slice->T * HV * V, extremes[0], sums[0]);
+    }
+    if (rank == ranks - 1 && slice->T > 0) {
+        if (pass == 0)
+            gdn_difference_extremes(out->ht, ht->data, B * HV * K * V, extremes[1]);
+        else
+            gdn_difference_squares(out->ht, ht->data, B * HV * K * V, extremes[1], sums[1]);
     }
 }
 
@@ -166,7 +175,7 @@ static int check_against(const char *dir, const gdn_problem *slice, const gdn_re
                          size_t begin, double *relative, double *max_absolute, double *non_finite)
 {
     char path[4096];
-    double local[2][4] = {{0}}, total[2][4];
+    double local[2][3] = {{0}}, extremes[2][3], counts[2], sums_here[2][2] = {{0}}, sums[2][2];
     const size_t B = whole->B, T = whole->T, HV = whole->HV, K = whole->K, V = whole->V;
     npy_array o = {0}, ht = {0};
     int status = npy_path(path, sizeof path, dir, "o");
@@ -178,29 +187,27 @@ static int check_against(const char *dir, const gdn_problem *slice, const gdn_re
     if (status == 0 && (npy_read(path, &ht) || ht.ndim != 4 || ht.shape[0] != B || ht.shape[1] != HV ||
                         ht.shape[2] != K || ht.shape[3] != V))
         status = ht.data ? gdn_set_error("%s: shape does not match ht [B, HV, K, V]", path) : -1;
-    if (status == 0 && slice->T > 0) {
-        for (size_t b = 0; b < B; b++)
-            add_difference(local[0], out->o + gdn_token(slice, b, 0, 0) * V,
-                           o.data + ((b * T + begin) * HV) * V, slice->T * HV * V);
-        if (rank == ranks - 1)
-            add_difference(local[1], out->ht, ht.data, B * HV * K * V);
+    if (status == 0)
+        add_parts(0, slice, out, &o, &ht, whole, begin, local, NULL);
+    if (context_parallel_any_failed(status != 0)) {
+        npy_free(&o);
+        npy_free(&ht);
+        return -1;
     }
+    /* every rank needs the whole tensors' largest values to scale its squares */
+    for (int t = 0; t < 2; t++) {
+        MPI_Allreduce(local[t], extremes[t], 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Reduce(&local[t][2], &counts[t], 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    }
+    add_parts(1, slice, out, &o, &ht, whole, begin, extremes, sums_here);
     npy_free(&o);
     npy_free(&ht);
-    if (context_parallel_any_failed(status != 0))
-        return -1;
-    MPI_Reduce(local[0], total[0], 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(local[1], total[1], 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&local[0][2], &total[0][2], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&local[1][2], &total[1][2], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&local[0][3], &total[0][3], 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&local[1][3], &total[1][3], 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(sums_here, sums, 4, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
-        double o_error = sqrt(total[0][0]) / (total[0][1] > 0 ? sqrt(total[0][1]) : 1);
-        double ht_error = sqrt(total[1][0]) / (total[1][1] > 0 ? sqrt(total[1][1]) : 1);
-        *relative = o_error > ht_error ? o_error : ht_error;
-        *max_absolute = total[0][2] > total[1][2] ? total[0][2] : total[1][2];
-        *non_finite = total[0][3] + total[1][3];
+        const double o_error = gdn_relative_from(extremes[0], sums[0]), ht_error = gdn_relative_from(extremes[1], sums[1]);
+        *relative = isnan(o_error) || o_error > ht_error ? o_error : ht_error;
+        *max_absolute = extremes[0][0] > extremes[1][0] ? extremes[0][0] : extremes[1][0];
+        *non_finite = counts[0] + counts[1];
     }
     return 0;
 }

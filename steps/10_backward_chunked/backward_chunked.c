@@ -173,7 +173,7 @@ static void prepare_chunk(const gdn_problem *p, const gdn_cotangents *cot, const
     const size_t K = p->K, V = p->V, n = x.n;
     double *gamma = w->gamma + x.row, sum = 0;
     for (size_t i = 0; i < n; i++)
-        gamma[i] = sum += (double)p->g[token_of(p, &x, i)];
+        gamma[i] = sum += gdn_summed_gate(p->g[token_of(p, &x, i)]); /* real.h: exact, never -1e16 */
     gather_chunk(p, cot, &x, t);
     product(t.G, n, t.k, K, t.k_t, n, n, K, n); /* K K^T */
     product(t.QK, n, t.q, K, t.k_t, n, n, K, n); /* Q K^T */
