@@ -70,59 +70,20 @@ const char *npy_shape_text(size_t ndim, const size_t *shape, char *buffer, size_
 }
 
 /* Find 'key': in the header dict and return a pointer just past the colon and spaces. */
-static const char *dict_value(const char *header, const char *key)
+static const char *skip_spaces(const char *at)
 {
-    char quoted[32];
-    snprintf(quoted, sizeof quoted, "'%s'", key);
-    const char *at = strstr(header, quoted);
-    if (!at)
-        return NULL;
-    at += strlen(quoted);
-    while (*at == ' ')
-        at++;
-    if (*at != ':')
-        return NULL;
-    at++;
     while (*at == ' ')
         at++;
     return at;
 }
 
-/* Parse the dict of a .npy header: dtype size (4 or 8), whether it is an integer type
- * ('<i4', '<i8': only when integers is set), and shape. */
-static int parse_header(const char *path, const char *header, int integers, size_t *item_size, int *integer,
-                        npy_array *out)
+/* shape's tuple from at (just past its '('): the dimensions into out, *rest just past ')' */
+static int parse_shape(const char *path, const char *at, npy_array *out, const char **rest)
 {
-    const char *descr = dict_value(header, "descr");
-    const char *order = dict_value(header, "fortran_order");
-    const char *shape = dict_value(header, "shape");
-    if (header[0] != '{' || !descr || !order || !shape)
-        return gdn_set_error("%s: malformed header (needs a dict with 'descr', 'fortran_order' and 'shape')", path);
-
-    const char *wanted = integers ? "'<i" : "'<f";
-    if (strncmp(descr, wanted, 3) == 0 && (descr[3] == '4' || descr[3] == '8') && descr[4] == '\'') {
-        *item_size = descr[3] == '4' ? 4 : 8;
-        *integer = integers;
-    } else {
-        char dtype[16] = "";
-        sscanf(descr, "'%15[^']'", dtype);
-        return gdn_set_error("%s: dtype '%s' is not supported (want %s, little-endian)", path, dtype,
-                             integers ? "'<i4' int32 or '<i8' int64" : "'<f4' float32 or '<f8' float64");
-    }
-
-    if (strncmp(order, "True", 4) == 0)
-        return gdn_set_error("%s: Fortran order is not supported (save a C-ordered array: np.ascontiguousarray)", path);
-    if (strncmp(order, "False", 5) != 0)
-        return gdn_set_error("%s: malformed header ('fortran_order' must be True or False)", path);
-
-    if (*shape != '(')
-        return gdn_set_error("%s: malformed header ('shape' must be a tuple)", path);
-    const char *at = shape + 1;
     out->ndim = 0;
     out->count = 1;
     for (;;) {
-        while (*at == ' ')
-            at++;
+        at = skip_spaces(at);
         if (*at == ')')
             break;
         if (!isdigit((unsigned char)*at))
@@ -138,14 +99,85 @@ static int parse_header(const char *path, const char *header, int integers, size
         if (dim != 0 && out->count > SIZE_MAX / 8 / dim)
             return gdn_set_error("%s: shape is too large to address", path);
         out->count *= (size_t)dim;
-        at = end;
-        while (*at == ' ')
-            at++;
+        at = skip_spaces(end);
         if (*at == ',')
             at++;
         else if (*at != ')')
             return gdn_set_error("%s: malformed header (bad separator in 'shape')", path);
     }
+    *rest = at + 1;
+    return 0;
+}
+
+/* Parse the dict of a .npy header: dtype size (4 or 8), whether it is an integer type
+ * ('<i4', '<i8': only when integers is set), and shape. The whole dict is read, as NumPy
+ * reads it: exactly the keys 'descr', 'fortran_order' and 'shape', each once, then '}' and
+ * nothing but the padding's spaces and newline. A key given twice, a word that only starts
+ * with False, or text after the dict is malformed, not guessed at. */
+static int parse_header(const char *path, const char *header, int integers, size_t *item_size, int *integer,
+                        npy_array *out)
+{
+    static const char *const keys[3] = {"descr", "fortran_order", "shape"};
+    char dtype[16] = "";
+    int seen[3] = {0, 0, 0}, fortran = 0;
+    const char *at = skip_spaces(header);
+    if (*at != '{')
+        return gdn_set_error("%s: malformed header (needs a dict with 'descr', 'fortran_order' and 'shape')", path);
+    at = skip_spaces(at + 1);
+    while (*at != '}') {
+        char key[32];
+        int length = 0, which = -1;
+        if (*at != '\'' || sscanf(at, "'%31[^']'%n", key, &length) != 1 || length == 0)
+            return gdn_set_error("%s: malformed header (a key of the dict is not a quoted name)", path);
+        for (int k = 0; k < 3; k++)
+            if (strcmp(key, keys[k]) == 0)
+                which = k;
+        if (which < 0 || seen[which]++)
+            return gdn_set_error("%s: malformed header (key '%s' %s)", path, key, which < 0 ? "unknown" : "given twice");
+        at = skip_spaces(at + length);
+        if (*at != ':')
+            return gdn_set_error("%s: malformed header (no ':' after '%s')", path, key);
+        at = skip_spaces(at + 1);
+        if (which == 0) {
+            if (*at != '\'' || sscanf(at, "'%15[^']'%n", dtype, &length) != 1 || length == 0)
+                return gdn_set_error("%s: malformed header ('descr' must be a quoted dtype)", path);
+            at += length;
+        } else if (which == 1) {
+            const int is_true = strncmp(at, "True", 4) == 0, is_false = strncmp(at, "False", 5) == 0;
+            const char *after = at + (is_true ? 4 : 5);
+            if ((!is_true && !is_false) || isalnum((unsigned char)*after) || *after == '_')
+                return gdn_set_error("%s: malformed header ('fortran_order' must be True or False)", path);
+            fortran = is_true;
+            at = after;
+        } else {
+            if (*at != '(')
+                return gdn_set_error("%s: malformed header ('shape' must be a tuple)", path);
+            if (parse_shape(path, at + 1, out, &at))
+                return -1;
+        }
+        at = skip_spaces(at);
+        if (*at == ',')
+            at = skip_spaces(at + 1);
+        else if (*at != '}')
+            return gdn_set_error("%s: malformed header (no ',' or '}' after '%s')", path, key);
+    }
+    for (at++; *at == ' ' || *at == '\n'; at++)
+        ;
+    if (*at != '\0')
+        return gdn_set_error("%s: malformed header (text after the dict)", path);
+    if (!seen[0] || !seen[1] || !seen[2])
+        return gdn_set_error("%s: malformed header (needs a dict with 'descr', 'fortran_order' and 'shape')", path);
+
+    const char *wanted = integers ? "<i" : "<f";
+    if (strncmp(dtype, wanted, 2) == 0 && (dtype[2] == '4' || dtype[2] == '8') && dtype[3] == '\0') {
+        *item_size = dtype[2] == '4' ? 4 : 8;
+        *integer = integers;
+    } else {
+        return gdn_set_error("%s: dtype '%s' is not supported (want %s, little-endian)", path, dtype,
+                             integers ? "'<i4' int32 or '<i8' int64" : "'<f4' float32 or '<f8' float64");
+    }
+    if (fortran)
+        return gdn_set_error("%s: Fortran order is not supported (save a C-ordered array: np.ascontiguousarray)", path);
     return 0;
 }
 

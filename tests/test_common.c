@@ -164,6 +164,11 @@ static const struct {
     {"{'descr': '<f4', 'shape': (2, 3), }", 24, "malformed header"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }", 24, "malformed header (bad number"},
     {"['descr', '<f4']", 24, "malformed header"},
+    {"{'descr': '<f4', 'fortran_order': Falsey, 'shape': (2, 3), }", 24, "'fortran_order' must be True or False"},
+    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), ", 24, "malformed header (a key of the dict"},
+    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } x", 24, "malformed header (text after the dict)"},
+    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'shape': (6,), }", 24, "key 'shape' given twice"},
+    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'extra': 1, }", 24, "key 'extra' unknown"},
 };
 
 START_TEST(npy_bad_files_are_refused_by_name)
