@@ -94,6 +94,11 @@ int gdn_cotangents_load(gdn_cotangents *c, const gdn_problem *p, const char *dir
                 npy_free(&a);
                 goto failed;
             }
+            if (isfinite(a.data[j]) && !isfinite((real_t)a.data[j])) { /* as the inputs: it would become Inf */
+                gdn_set_error("%s: value %g at flat index %zu is beyond %s's range", path, a.data[j], j, REAL_NAME);
+                npy_free(&a);
+                goto failed;
+            }
             tensors[i][j] = (real_t)a.data[j];
         }
         npy_free(&a);

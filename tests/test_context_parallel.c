@@ -254,6 +254,35 @@ START_TEST(context_parallel_reference_with_nan_is_named)
 }
 END_TEST
 
+/* A reference whose ht holds 1e300 (its square is inf in double) fails the check with an error
+ * near 1, summed over the ranks as scaled squares (common/compare.h), not inf / inf = NaN; and
+ * the result line says h0=1 when the ranks with tokens are fewer than the ranks (T <= chunk). */
+START_TEST(context_parallel_reference_of_1e300_fails)
+{
+    const char *launcher = test_mpirun_line("08_context_parallel", 3, 0);
+    if (!launcher)
+        return;
+    char dir[64], path[128], arguments[512], text[2048], errors[4096];
+    test_make_temp_dir(dir, sizeof dir);
+    gdn_problem p = test_problem((test_shape){1, 40, 2, 8, 8}, 1, 5160);
+    gdn_result r = test_run(&wy_chunked_stage, &p, 1, 16, 0);
+    ck_assert_int_eq(against_reference(launcher, dir, &p, &r, text, sizeof text, errors, sizeof errors), 0);
+    double huge[2 * 8 * 8];
+    for (int i = 0; i < 2 * 8 * 8; i++)
+        huge[i] = 1e300;
+    snprintf(path, sizeof path, "%s/reference/ht.npy", dir);
+    test_write_npy_bytes(path, "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2, 8, 8), }", huge, sizeof huge);
+    snprintf(arguments, sizeof arguments, "--in %s/in --chunk 64 --reps 1 --threads 1 --check-against %s/reference", dir, dir);
+    int status = test_run_program(launcher, "08_context_parallel", arguments, text, sizeof text, errors, sizeof errors);
+    ck_assert_msg(status != 0, "exit 0: %s", text);
+    ck_assert_msg(strstr(errors, "relative 1.000e+00 > tolerance") != NULL, "got '%s'", errors);
+    ck_assert_msg(strstr(text, " h0=1 ") != NULL, "got '%s'", text);
+    gdn_result_free(&r);
+    gdn_problem_free(&p);
+    test_remove_dir(dir);
+}
+END_TEST
+
 /* A bad input (a NaN in q) stops all three ranks with one line, and no result line. */
 START_TEST(context_parallel_errors_are_collective)
 {
@@ -327,6 +356,7 @@ Suite *context_parallel_suite(void)
     tcase_add_loop_test(mpi, context_parallel_edge_cases, 0, test_edge_case_count);
     tcase_add_test(mpi, context_parallel_errors_are_collective);
     tcase_add_test(mpi, context_parallel_reference_with_nan_is_named);
+    tcase_add_test(mpi, context_parallel_reference_of_1e300_fails);
     tcase_add_test(mpi, context_parallel_non_finite_output_is_an_error);
     tcase_add_test(mpi, context_parallel_help_says_what_it_accepts);
     suite_add_tcase(suite, mpi);

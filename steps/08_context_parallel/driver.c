@@ -117,6 +117,7 @@ static int load_slice(const gdn_settings *s, gdn_problem *slice, gdn_layout *who
     } else {
         *w = (gdn_layout){.B = s->B, .T = s->T, .H = s->H, .K = s->K, .V = s->V, .HV = s->HV ? s->HV : s->H};
     }
+    w->with_h0 = s->in_dir ? whole.h0 != NULL : s->with_h0; /* every rank's, tokens or none (the result line) */
     slice_of(rank, w->T, s->chunk, begin, &end);
     int status = 0;
     if (end > *begin) {
@@ -126,8 +127,7 @@ static int load_slice(const gdn_settings *s, gdn_problem *slice, gdn_layout *who
             copy_slice(slice, &whole, *begin);
         else if (status == 0)
             gdn_problem_generate_slice(slice, s->seed, w->T, *begin);
-        int with_h0 = s->in_dir ? whole.h0 != NULL : s->with_h0;
-        if (status == 0 && with_h0) {
+        if (status == 0 && w->with_h0) {
             *h0 = malloc(gdn_state_count(slice) * sizeof(real_t));
             if (*h0)
                 memcpy(*h0, slice->h0, gdn_state_count(slice) * sizeof(real_t));
@@ -390,7 +390,7 @@ int context_parallel_main(int argc, char **argv, const context_parallel_backend 
             snprintf(layout, sizeof layout, " HV=%zu", whole.HV);
         printf("result stage=%s precision=%s B=%zu T=%zu H=%zu K=%zu V=%zu%s h0=%d ranks=%d %s reps=%d median_ms=%.4f "
                "phase1_ms=%.4f %s_ms=%.4f phase3_ms=%.4f summary_bytes=%zu gflops=%.3f%s\n",
-               backend->stage->name, REAL_NAME, whole.B, whole.T, whole.H, K, V, layout, h0 != NULL, ranks, settings, s.reps,
+               backend->stage->name, REAL_NAME, whole.B, whole.T, whole.H, K, V, layout, whole.with_h0, ranks, settings, s.reps,
                1e3 * median, 1e3 * medians[0], backend->exchange, 1e3 * medians[1], 1e3 * medians[2],
                heads * K * (K + V) * sizeof(real_t), flops / median * 1e-9, checks);
         if (sum != total)
