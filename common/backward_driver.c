@@ -197,6 +197,17 @@ int gdn_backward_stage_main(int argc, char **argv, const gdn_backward_stage *sta
         gdn_set_error("out of memory");
         goto failed;
     }
+    /* the cotangents and gradients take as much again as the problem and its outputs: one line
+       here, not the kernel's out-of-memory kill when their pages are first touched */
+    size_t problem_bytes;
+    static const size_t one_length = 1; /* any non-NULL lengths: only their count is read */
+    const gdn_layout sizes = {.B = p->B, .T = p->T, .H = p->H, .K = p->K, .V = p->V, .HV = gdn_value_heads(p),
+                              .with_h0 = p->h0 != NULL, .lengths = p->offsets ? &one_length : NULL,
+                              .sequences = p->sequences};
+    if (gdn_layout_bytes(&sizes, &problem_bytes) ||
+        gdn_memory_check(problem_bytes > SIZE_MAX / 2 ? SIZE_MAX : 2 * problem_bytes,
+                         "the problem, its outputs, cotangents and gradients"))
+        goto failed;
     if (s->in_dir ? gdn_cotangents_load(&c, p, s->in_dir, s->check_inputs) : gdn_cotangents_alloc(&c, p))
         goto failed;
     if (!s->in_dir)
