@@ -387,7 +387,7 @@ static int remove_stale(const char *dir, const char *name)
     return 0;
 }
 
-int gdn_problem_save(const gdn_problem *p, const char *dir)
+static int save_problem_files(const gdn_problem *p, const char *dir)
 {
     const size_t HV = gdn_value_heads(p);
     size_t qk[4] = {p->B, p->T, p->H, p->K}, v[4] = {p->B, p->T, HV, p->V}, gate[3] = {p->B, p->T, HV};
@@ -412,6 +412,17 @@ int gdn_problem_save(const gdn_problem *p, const char *dir)
         return status;
     }
     return 0;
+}
+
+/* On a failed write (a full disk, say) the files written before it go too: a folder never
+ * holds part of a problem that a later --in would read as a whole one. */
+int gdn_problem_save(const gdn_problem *p, const char *dir)
+{
+    static const char *const inputs[] = {"q", "k", "v", "g", "beta", "h0", "cu_seqlens", NULL};
+    if (save_problem_files(p, dir) == 0)
+        return 0;
+    gdn_remove_outputs(dir, inputs);
+    return -1;
 }
 
 /* Values of one tensor must be finite and within [low, high]; a bad one is named by its file,

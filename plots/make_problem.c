@@ -121,6 +121,9 @@ int main(int argc, char **argv)
     }
     gdn_cotangents_generate(&c, &p, seed);
     if (gdn_problem_save(&p, dir) != 0 || gdn_cotangents_save(&c, &p, dir) != 0) {
+        /* no part of a problem left to pass for a whole one (a full disk, say) */
+        static const char *const written[] = {"q", "k", "v", "g", "beta", "h0", "cu_seqlens", "do", "dht", NULL};
+        gdn_remove_outputs(dir, written);
         fprintf(stderr, "make_problem: error: %s\n", gdn_last_error());
         return 1;
     }

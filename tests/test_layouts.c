@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../common/npy.h"
 #include "../common/oracle.h"
@@ -341,6 +343,17 @@ START_TEST(drawn_and_read_layouts_agree)
     snprintf(problem, sizeof problem, "%s/problem", dir);
     const char *const optional[2] = {"h0.npy", "cu_seqlens.npy"};
     test_assert_not_written(problem, optional, 2, "make_problem over a packed problem with h0");
+    /* a write that fails part way (a folder named dht.npy in the way, as a full disk would fail
+       it) leaves none of the problem's files */
+    char blocked[128];
+    snprintf(blocked, sizeof blocked, "%s/dht.npy", problem);
+    ck_assert_int_eq(unlink(blocked), 0); /* the plain problem's */
+    ck_assert_int_eq(mkdir(blocked, 0700), 0);
+    snprintf(arguments, sizeof arguments, "--T 8 --H 1 --K 4 --V 4 --h0 %s", problem);
+    ck_assert_int_ne(test_run_program("", "make_problem", arguments, text, sizeof text, errors, sizeof errors), 0);
+    const char *const inputs[6] = {"q.npy", "k.npy", "v.npy", "g.npy", "beta.npy", "do.npy"};
+    test_assert_not_written(problem, inputs, 6, "make_problem stopped by dht.npy");
+    rmdir(blocked);
     test_remove_dir(dir);
 }
 END_TEST
