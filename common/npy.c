@@ -192,7 +192,7 @@ int npy_read(const char *path, npy_array *out)
     return status;
 }
 
-static int read_stream(FILE *file, const char *path, int integers, npy_array *out)
+static int read_stream(FILE *file, const char *path, int integers, int header_only, npy_array *out)
 {
     memset(out, 0, sizeof *out);
     if (!host_is_little_endian())
@@ -262,6 +262,10 @@ static int read_stream(FILE *file, const char *path, int integers, npy_array *ou
         gdn_set_error("%s: %zu bytes after the data its shape says", path, present - data_bytes);
         goto done;
     }
+    if (header_only) { /* shape and count, checked against the file's size; no data */
+        status = 0;
+        goto done;
+    }
     if (fseek(file, data_offset, SEEK_SET) != 0) {
         gdn_set_error("%s: cannot seek: %s", path, strerror(errno));
         goto done;
@@ -321,7 +325,18 @@ done:
     return status;
 }
 
-int npy_read_stream(FILE *file, const char *path, npy_array *out) { return read_stream(file, path, 0, out); }
+int npy_read_stream(FILE *file, const char *path, npy_array *out) { return read_stream(file, path, 0, 0, out); }
+
+int npy_read_header(const char *path, npy_array *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *file = open_regular(path);
+    if (!file)
+        return -1;
+    int status = read_stream(file, path, 0, 1, out);
+    fclose(file);
+    return status;
+}
 
 int npy_read_integers(const char *path, npy_array *out)
 {
@@ -329,7 +344,7 @@ int npy_read_integers(const char *path, npy_array *out)
     FILE *file = open_regular(path);
     if (!file)
         return -1;
-    int status = read_stream(file, path, 1, out);
+    int status = read_stream(file, path, 1, 0, out);
     fclose(file);
     return status;
 }

@@ -42,6 +42,9 @@ int npy_present(const char *path, int *present);
  * The fuzz target (tests/fuzz/) reads from memory this way. */
 int npy_read_stream(FILE *file, const char *path, npy_array *out);
 void npy_free(npy_array *array);
+/* npy_read without the data: shape and count, the header and the file's size checked as npy_read
+ * checks them (data stays NULL), so that a reader can count the memory a load will take first. */
+int npy_read_header(const char *path, npy_array *out);
 /* npy_read, then the shape checked against the problem's `shape` (ndim dimensions): a file of
  * another shape is freed and refused with one line, "PATH: shape (..) does not match the
  * problem's (..) (MEANING)", MEANING saying which tensor's shape it should have been. */

@@ -298,11 +298,24 @@ int gdn_problem_load(gdn_problem *p, const char *dir, int check_values)
     int status = -1;
     memset(p, 0, sizeof *p);
 
+    /* the memory first, from the headers: each value staged as a double and kept as a real_t
+       (one line here, not the out-of-memory kill when the pages are touched) */
+    int present[7];
+    size_t values = 0;
     for (int i = 0; i < 7; i++) {
-        int present = 1;
-        if (npy_path(paths[i], sizeof paths[i], dir, names[i]) || (i >= H0 && npy_present(paths[i], &present)))
+        present[i] = 1;
+        if (npy_path(paths[i], sizeof paths[i], dir, names[i]) || (i >= H0 && npy_present(paths[i], &present[i])))
             goto done;
-        if (!present)
+        if (present[i] && i != OFFSETS && npy_read_header(paths[i], &arrays[i]) != 0)
+            goto done;
+        values += i != OFFSETS && present[i] ? arrays[i].count : 0; /* each count below 2^61: no wrap in 7 */
+    }
+    char what[4200];
+    snprintf(what, sizeof what, "reading %s", dir);
+    if (gdn_memory_check(values > SIZE_MAX / 16 ? SIZE_MAX : values * (sizeof(double) + sizeof(real_t)), what))
+        goto done;
+    for (int i = 0; i < 7; i++) {
+        if (!present[i])
             continue; /* h0 and cu_seqlens are optional */
         if ((i == OFFSETS ? npy_read_integers(paths[i], &arrays[i]) : npy_read(paths[i], &arrays[i])) != 0)
             goto done;

@@ -321,6 +321,39 @@ START_TEST(scratch_refuses_what_cannot_fit)
 END_TEST
 
 /* A save whose path would not fit writes nothing, not a file of a shortened name. */
+/* A folder whose q.npy says 4e12 values (a sparse file: its size agrees, its pages are not there)
+ * is refused by the memory it would take, counted from the headers before any data is read. */
+START_TEST(problem_load_counts_its_memory_first)
+{
+    char dir[64], path[128];
+    test_make_temp_dir(dir, sizeof dir);
+    static const char *const small[4] = {"k", "v", "g", "beta"}; /* one value each: the shapes are checked later */
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s.npy", dir, small[i]);
+        test_write_raw_npy(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1), }", 4);
+    }
+    snprintf(path, sizeof path, "%s/q.npy", dir);
+    test_write_raw_npy(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1000000000, 1, 4000), }", 0);
+    FILE *file = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(file);
+    ck_assert_int_eq(fseek(file, 0, SEEK_END), 0);
+    const long header = ftell(file);
+    fclose(file);
+    if (truncate(path, header + 16000000000000L) != 0) { /* 16 TB, sparse; a file system without them says so */
+        fprintf(stderr, "problem_load_counts_its_memory_first: skipped: %s holds no 16 TB sparse file\n", dir);
+        test_remove_dir(dir);
+        return;
+    }
+    gdn_problem p;
+    ck_assert_int_eq(gdn_problem_load(&p, dir, 1), -1);
+    char needs[64]; /* each value staged as a double and kept as a real_t */
+    snprintf(needs, sizeof needs, "needs %zu bytes", (size_t)4000000000004 * (sizeof(double) + sizeof(real_t)));
+    ck_assert_msg(strstr(gdn_last_error(), needs) != NULL, "got '%s', want '%s'", gdn_last_error(), needs);
+    ck_assert_ptr_nonnull(strstr(gdn_last_error(), "more than this machine's memory"));
+    test_remove_dir(dir);
+}
+END_TEST
+
 START_TEST(result_save_refuses_a_path_too_long)
 {
     char dir[64], long_dir[4200];
@@ -506,6 +539,7 @@ Suite *common_suite(void)
     tcase_add_test(npy, npy_refuses_what_is_not_a_file);
     tcase_add_loop_test(npy, problem_load_refuses_what_rounding_would_hide, 0, 3);
     tcase_add_test(npy, result_save_refuses_a_path_too_long);
+    tcase_add_test(npy, problem_load_counts_its_memory_first);
     tcase_add_test(npy, scratch_refuses_what_cannot_fit);
     suite_add_tcase(suite, npy);
     TCase *checks = tcase_create("compare_and_cli");
