@@ -181,17 +181,6 @@ static int parse_header(const char *path, const char *header, int integers, size
     return 0;
 }
 
-int npy_read(const char *path, npy_array *out)
-{
-    memset(out, 0, sizeof *out);
-    FILE *file = open_regular(path);
-    if (!file)
-        return -1;
-    int status = npy_read_stream(file, path, out);
-    fclose(file);
-    return status;
-}
-
 static int read_stream(FILE *file, const char *path, int integers, int header_only, npy_array *out)
 {
     memset(out, 0, sizeof *out);
@@ -327,27 +316,21 @@ done:
 
 int npy_read_stream(FILE *file, const char *path, npy_array *out) { return read_stream(file, path, 0, 0, out); }
 
-int npy_read_header(const char *path, npy_array *out)
+/* the file at path, opened as a regular file only, read by read_stream */
+static int read_path(const char *path, int integers, int header_only, npy_array *out)
 {
     memset(out, 0, sizeof *out);
     FILE *file = open_regular(path);
     if (!file)
         return -1;
-    int status = read_stream(file, path, 0, 1, out);
+    int status = read_stream(file, path, integers, header_only, out);
     fclose(file);
     return status;
 }
 
-int npy_read_integers(const char *path, npy_array *out)
-{
-    memset(out, 0, sizeof *out);
-    FILE *file = open_regular(path);
-    if (!file)
-        return -1;
-    int status = read_stream(file, path, 1, 0, out);
-    fclose(file);
-    return status;
-}
+int npy_read(const char *path, npy_array *out) { return read_path(path, 0, 0, out); }
+int npy_read_header(const char *path, npy_array *out) { return read_path(path, 0, 1, out); }
+int npy_read_integers(const char *path, npy_array *out) { return read_path(path, 1, 0, out); }
 
 void npy_free(npy_array *array)
 {
