@@ -136,8 +136,8 @@ static void wy_chunk(const gdn_problem *p, gdn_result *r, size_t h, size_t t0, s
 
     /* gamma = cumulative log-gate (eq. 9); K^T and [beta exp(gamma) K | beta V] gathered;
      * the products read the chunk's q and k rows where they are, H rows apart.
-     * gamma is summed in double: after a gate of -1e4, a float gamma near -1e4 has an ulp of
-     * 1e-3, and the small differences gamma_i - gamma_j that follow would lose 3 digits. */
+     * gamma is summed in double: after a gate of -1000 (the floor), a float gamma near -1000 has
+     * an ulp of 6e-5, which the small differences gamma_i - gamma_j that follow would carry. */
     double gamma = 0;
     for (size_t i = 0; i < n; i++) {
         size_t token = gdn_value_token(p, t0 + i, h);
