@@ -247,7 +247,7 @@ int gdn_parse_command_line(int argc, char **argv, const gdn_stage *stage, gdn_se
                zero o or lose its bits */
             if (fpclassify((real_t)s->scale) != FP_NORMAL)
                 return gdn_set_error("--scale %s is %s in this build's %s; give a normal number", optarg,
-                                     (real_t)s->scale == 0 ? "0" : "subnormal", sizeof(real_t) == 4 ? "float" : "double");
+                                     (real_t)s->scale == 0 ? "0" : "subnormal", REAL_NAME);
             break;
         }
         case OPTION_IN: s->in_dir = optarg; break;
